@@ -1,0 +1,61 @@
+# recmesh developer commands. `make run` and `make test` set everything up themselves.
+PYTHON ?= python3.11
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed-stamp
+UV_VERSION := 0.13.9
+
+.PHONY: venv run test lint typecheck unit integration e2e proto proto-check load lock clean
+
+$(STAMP): requirements.lock pyproject.toml
+	@command -v $(PYTHON) >/dev/null || { echo "need $(PYTHON) (Python 3.11) on PATH"; exit 1; }
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check "uv==$(UV_VERSION)"
+	$(BIN)/uv pip sync --quiet --python $(BIN)/python requirements.lock
+	$(BIN)/uv pip install --quiet --python $(BIN)/python --no-deps -e .
+	@touch $(STAMP)
+
+venv: $(STAMP)
+
+## Bring up the whole mesh on this machine (Redis, Kafka-protocol broker, 4 services).
+run: venv
+	$(BIN)/recmesh up
+
+## Lint, type-check, unit, integration and end-to-end tests.
+test: venv lint typecheck
+	$(BIN)/python -m pytest -q
+
+lint: venv
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+typecheck: venv
+	$(BIN)/mypy
+
+unit: venv
+	$(BIN)/python -m pytest -q tests/unit
+
+integration: venv
+	$(BIN)/python -m pytest -q tests/integration
+
+e2e: venv
+	$(BIN)/python -m pytest -q tests/e2e
+
+## Regenerate recmesh/v1 from proto/ (the only place generated code lives).
+proto: venv
+	$(BIN)/python scripts/gen_proto.py
+
+## Headless Locust run against a running mesh (GATEWAY_URL, default http://127.0.0.1:8000).
+load: venv
+	$(BIN)/locust -f loadtest/locustfile.py --headless --users $${USERS:-20} --spawn-rate 10 \
+	  --run-time $${RUN_TIME:-20s} --host $${GATEWAY_URL:-http://127.0.0.1:8000} --only-summary
+
+## Re-resolve the lock files from pyproject.toml (dev: the venv; runtime: the images).
+lock: venv
+	$(BIN)/uv pip compile --quiet --python-version 3.11 --extra dev --generate-hashes \
+	  --no-emit-package recmesh -o requirements.lock pyproject.toml
+	$(BIN)/uv pip compile --quiet --python-version 3.11 --generate-hashes \
+	  --no-emit-package recmesh -o requirements-runtime.lock pyproject.toml
+
+clean:
+	rm -rf $(VENV) .recmesh .mypy_cache .ruff_cache .pytest_cache

@@ -1,0 +1,47 @@
+"""A small in-process TTL cache with stale reads for fallbacks.
+
+Used for item/user profile features (design notes: a hot item key pinned one
+Redis shard; a 5 s local cache fixed it) and candidate lists. `get_fresh`
+answers within the TTL; `get_stale` answers whatever is held, for serving a
+fallback when the store is down.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+from typing import Generic, TypeVar
+
+V = TypeVar("V")
+
+
+class TtlCache(Generic[V]):
+    def __init__(self, ttl_s: float, max_entries: int) -> None:
+        self._ttl = ttl_s
+        self._max = max_entries
+        self._data: OrderedDict[str, tuple[float, V]] = OrderedDict()
+        self.hits = 0
+        self.misses = 0
+
+    def get_fresh(self, key: str, now: float | None = None) -> V | None:
+        entry = self._data.get(key)
+        now = time.monotonic() if now is None else now
+        if entry is None or now - entry[0] > self._ttl:
+            self.misses += 1
+            return None
+        self.hits += 1
+        self._data.move_to_end(key)
+        return entry[1]
+
+    def get_stale(self, key: str) -> V | None:
+        entry = self._data.get(key)
+        return None if entry is None else entry[1]
+
+    def put(self, key: str, value: V, now: float | None = None) -> None:
+        self._data[key] = (time.monotonic() if now is None else now, value)
+        self._data.move_to_end(key)
+        while len(self._data) > self._max:
+            self._data.popitem(last=False)
+
+    def __len__(self) -> int:
+        return len(self._data)

@@ -1,0 +1,229 @@
+"""The `recmesh` command line. Commands that train or measure take --json and
+then print their figures as one JSON object on their last line."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from recmesh.errors import RecmeshError
+
+
+def _cmd_up(args: argparse.Namespace) -> int:
+    from recmesh.settings import UpSettings
+    from recmesh.up import run
+
+    return asyncio.run(run(UpSettings(), args.demo_events))
+
+
+def _cmd_train(args: argparse.Namespace) -> int:
+    from recmesh.settings import InferenceSettings
+    from recmesh.training.train import TrainConfig, train
+
+    model_dir = Path(args.model_dir) if args.model_dir else InferenceSettings().model_dir
+    quiet = args.json
+    card = train(
+        TrainConfig(seed=args.seed, sessions=args.sessions, epochs=args.epochs),
+        model_dir,
+        progress=(lambda m: print(m, file=sys.stderr)) if quiet else print,
+    )
+    figures = {
+        "version": card["version"],
+        **card["metrics"],
+        "rows": card["training_data"]["rows"],
+        "train_seconds": card["train_seconds"],
+    }
+    if args.json:
+        print(json.dumps(figures))
+    else:
+        print(f"model {card['version']}: AUC {figures['auc_holdout']} "
+              f"(offline-only {figures['auc_holdout_offline_only']})")  # fmt: skip
+    return 0
+
+
+async def _features_get(args: argparse.Namespace) -> dict[str, Any]:
+    from recmesh.clients import FeatureClient
+    from recmesh.features.wire import row_to_json
+    from recmesh.settings import RankerSettings
+
+    client = FeatureClient(args.addr or RankerSettings().feature_addr, "cli")
+    try:
+        resp = await client.get_features(args.user, args.item or [], args.as_of or 0, cap_s=5.0)
+    finally:
+        await client.close()
+    return {
+        "feature_version": resp.feature_version,
+        "as_of_ms": resp.as_of_ms,
+        "degraded": list(resp.degraded),
+        "user": {"user_id": resp.user.entity_id, "features": row_to_json(resp.user)},
+        "items": [{"item_id": r.entity_id, "features": row_to_json(r)} for r in resp.items],
+    }
+
+
+def _cmd_features_get(args: argparse.Namespace) -> int:
+    print(json.dumps(asyncio.run(_features_get(args)), indent=2))
+    return 0
+
+
+def _cmd_features_load_offline(args: argparse.Namespace) -> int:
+    from recmesh.features.offline import read_entities
+    from recmesh.redis_client import connect
+    from recmesh.settings import FeatureSettings
+    from services.feature.store import FeatureStore
+
+    async def load() -> tuple[int, int]:
+        client = connect(FeatureSettings().redis_url, 4)
+        try:
+            store = FeatureStore(client)
+            path = Path(args.path)
+            return await store.load_offline(read_entities(path, "user"), read_entities(path, "item"))
+        finally:
+            await client.aclose()
+
+    users, items = asyncio.run(load())
+    print(f"loaded {users} users and {items} items")
+    return 0
+
+
+def _cmd_events_send(args: argparse.Namespace) -> int:
+    from recmesh.demo.live import demo_events
+    from recmesh.events import parse_event
+    from recmesh.producer import produce
+    from recmesh.settings import KafkaSettings
+
+    if args.file:
+        events = [
+            parse_event(line.encode()) for line in Path(args.file).read_text().splitlines() if line.strip()
+        ]
+    else:
+        events = demo_events(args.demo, seed=args.seed)
+    kafka = KafkaSettings()
+    asyncio.run(produce(kafka.kafka_bootstrap, kafka.events_topic, events))
+    print(f"sent {len(events)} events to {kafka.events_topic}")
+    return 0
+
+
+def _cmd_init(args: argparse.Namespace) -> int:
+    """Topics and offline features for a mesh whose Redis and Kafka run elsewhere."""
+    from recmesh.embedded import ensure_topics
+    from recmesh.settings import UpSettings
+    from recmesh.up import Mesh
+
+    settings = UpSettings()
+    if settings.redis_url is None or settings.kafka_bootstrap is None:
+        print("recmesh init: set REDIS_URL and KAFKA_BOOTSTRAP", file=sys.stderr)
+        return 2
+    mesh = Mesh(settings)
+
+    async def init() -> None:
+        topics = {settings.events_topic: settings.topic_partitions, settings.dlq_topic: 1}
+        await ensure_topics(mesh.kafka, topics, timeout_s=args.wait)
+        await mesh.load_data()
+
+    asyncio.run(init())
+    print("topics created and offline features loaded")
+    return 0
+
+
+def _cmd_health(args: argparse.Namespace) -> int:
+    """Exit 0 when the target is ready: gRPC health SERVING, or HTTP 200."""
+    if args.http:
+        import httpx
+
+        try:
+            return 0 if httpx.get(args.http, timeout=args.timeout).status_code == 200 else 1
+        except httpx.HTTPError:
+            return 1
+    from recmesh.clients import GrpcClient
+
+    async def check() -> bool:
+        client = GrpcClient(args.grpc, "health")
+        try:
+            return await client.health(args.timeout)
+        finally:
+            await client.close()
+
+    return 0 if asyncio.run(check()) else 1
+
+
+def _cmd_demo_write(args: argparse.Namespace) -> int:
+    from recmesh.demo.generate import make_catalog, offline_rows
+    from recmesh.features.offline import write_csv
+
+    users, items = offline_rows(make_catalog())
+    out = Path(args.out)
+    print(write_csv(out, "user", users), write_csv(out, "item", items))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="recmesh", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    up = sub.add_parser("up", help="start the whole mesh on this machine")
+    up.add_argument("--demo-events", type=int, default=3000, help="demo events to send once ready (0: none)")
+    up.set_defaults(func=_cmd_up)
+
+    tr = sub.add_parser("train", help="train the CTR model and export ONNX + model card")
+    tr.add_argument("--model-dir", help="default: RECMESH_MODEL_DIR or .recmesh/models")
+    tr.add_argument("--seed", type=int, default=42)
+    tr.add_argument("--sessions", type=int, default=6000)
+    tr.add_argument("--epochs", type=int, default=300)
+    tr.add_argument("--json", action="store_true", help="print figures as JSON on the last line")
+    tr.set_defaults(func=_cmd_train)
+
+    feats = sub.add_parser("features", help="feature look-ups and loading").add_subparsers(
+        dest="features_command", required=True
+    )
+    get = feats.add_parser("get", help="print the features the ranker would see, as JSON")
+    get.add_argument("--user", required=True)
+    get.add_argument("--item", action="append", help="repeat for several items")
+    get.add_argument("--as-of", type=int, help="epoch ms (default: now)")
+    get.add_argument("--addr", help="feature service address (default: FEATURE_ADDR)")
+    get.set_defaults(func=_cmd_features_get)
+    load = feats.add_parser("load-offline", help="load users/items CSV or Parquet into Redis")
+    load.add_argument("path")
+    load.set_defaults(func=_cmd_features_load_offline)
+
+    events = sub.add_parser("events", help="produce events").add_subparsers(
+        dest="events_command", required=True
+    )
+    send = events.add_parser("send", help="send demo events, or events from a JSON-lines file")
+    send.add_argument("--demo", type=int, default=1000, help="number of demo events")
+    send.add_argument("--file", help="JSON lines, one event per line")
+    send.add_argument("--seed", type=int, default=1)
+    send.set_defaults(func=_cmd_events_send)
+
+    init = sub.add_parser("init", help="create topics and load offline features (external Redis/Kafka)")
+    init.add_argument("--wait", type=float, default=60.0, help="seconds to wait for the broker")
+    init.set_defaults(func=_cmd_init)
+
+    health = sub.add_parser("health", help="probe a service: exit 0 when ready")
+    target = health.add_mutually_exclusive_group(required=True)
+    target.add_argument("--grpc", help="host:port of a gRPC service (grpc.health.v1)")
+    target.add_argument("--http", help="URL that must answer 200, e.g. the gateway's /readyz")
+    health.add_argument("--timeout", type=float, default=2.0)
+    health.set_defaults(func=_cmd_health)
+
+    demo = sub.add_parser("demo", help="demo data").add_subparsers(dest="demo_command", required=True)
+    write = demo.add_parser("write-data", help="write the demo users.csv and items.csv")
+    write.add_argument("out")
+    write.set_defaults(func=_cmd_demo_write)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args))
+    except RecmeshError as err:
+        print(f"recmesh: {type(err).__name__}: {err}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

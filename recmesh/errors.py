@@ -1,0 +1,77 @@
+"""The recmesh error hierarchy.
+
+Each error knows its gRPC status code and HTTP status, so transports translate
+it once at their boundary: the gRPC server interceptor (telemetry.py), the
+gateway's exception handler, and the client wrappers (clients.py), which turn
+`grpc.aio.AioRpcError` back into these classes.
+"""
+
+from __future__ import annotations
+
+import grpc
+
+
+class RecmeshError(Exception):
+    """Base class; `str(err)` is the message shown to callers."""
+
+    grpc_code: grpc.StatusCode = grpc.StatusCode.INTERNAL
+    http_status: int = 500
+
+
+class InvalidArgument(RecmeshError):
+    """The caller sent something malformed; the message names the field."""
+
+    grpc_code = grpc.StatusCode.INVALID_ARGUMENT
+    http_status = 400
+
+
+class NotFound(RecmeshError):
+    grpc_code = grpc.StatusCode.NOT_FOUND
+    http_status = 404
+
+
+class FailedPrecondition(RecmeshError):
+    """The request is well formed but cannot be served as is (e.g. schema mismatch)."""
+
+    grpc_code = grpc.StatusCode.FAILED_PRECONDITION
+    http_status = 409
+
+
+class ResourceExhausted(RecmeshError):
+    """Shed for overload; callers may retry after a delay."""
+
+    grpc_code = grpc.StatusCode.RESOURCE_EXHAUSTED
+    http_status = 429
+
+
+class Unavailable(RecmeshError):
+    """A dependency could not be reached."""
+
+    grpc_code = grpc.StatusCode.UNAVAILABLE
+    http_status = 503
+
+
+class DeadlineExceeded(RecmeshError):
+    """The request's budget ran out before the work could be done."""
+
+    grpc_code = grpc.StatusCode.DEADLINE_EXCEEDED
+    http_status = 504
+
+
+_BY_GRPC_CODE: dict[grpc.StatusCode, type[RecmeshError]] = {
+    cls.grpc_code: cls
+    for cls in (
+        InvalidArgument,
+        NotFound,
+        FailedPrecondition,
+        ResourceExhausted,
+        Unavailable,
+        DeadlineExceeded,
+    )
+}
+
+
+def from_grpc(code: grpc.StatusCode, details: str | None) -> RecmeshError:
+    """Translate a gRPC status received from a downstream into our hierarchy."""
+    cls = _BY_GRPC_CODE.get(code, RecmeshError)
+    return cls(details or code.name)

@@ -1,0 +1,55 @@
+"""The user-behaviour event contract (topic `user_behavior`, key = user_id).
+
+Value: JSON {"event_id", "user_id", "item_id", "behavior", "event_time"
+(epoch ms)}; extra fields are allowed and ignored. The gateway validates on the
+way in (400 naming the field), the ingest consumer on the way out (bad records
+go to the dead-letter topic).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import orjson
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from recmesh.errors import InvalidArgument
+
+Behavior = Literal["view", "click", "add_to_cart", "purchase"]
+BEHAVIORS: tuple[str, ...] = ("view", "click", "add_to_cart", "purchase")
+
+
+class Event(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    event_id: str = Field(min_length=1, max_length=128)
+    user_id: str = Field(min_length=1, max_length=128, pattern=r"^[^|{}\s]+$")
+    item_id: str = Field(min_length=1, max_length=128, pattern=r"^[^|{}\s]+$")
+    behavior: Behavior
+    event_time: int = Field(gt=0, strict=True, description="epoch milliseconds")
+
+    def to_json(self) -> bytes:
+        return orjson.dumps(self.model_dump())
+
+
+def describe_validation_error(err: ValidationError, prefix: str = "") -> str:
+    """A one-line message naming each bad field, e.g. 'events[3].behavior: ...'."""
+    parts = []
+    for e in err.errors():
+        loc = prefix + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in e["loc"])
+        parts.append(f"{loc.lstrip('.')}: {e['msg']}")
+    return "; ".join(parts)
+
+
+def parse_event(raw: bytes) -> Event:
+    """Decode and validate one record value; raises InvalidArgument with the reason."""
+    try:
+        data = orjson.loads(raw)
+    except orjson.JSONDecodeError as err:
+        raise InvalidArgument(f"not JSON: {err}") from None
+    if not isinstance(data, dict):
+        raise InvalidArgument("event must be a JSON object")
+    try:
+        return Event.model_validate(data)
+    except ValidationError as err:
+        raise InvalidArgument(describe_validation_error(err)) from None

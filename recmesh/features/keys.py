@@ -1,0 +1,39 @@
+"""Redis key layout. Every key carries a hash tag, so all state of one user
+(or one item) lands in one Redis Cluster slot and multi-key operations on it
+stay valid in a cluster."""
+
+from __future__ import annotations
+
+
+def user_events(user_id: str) -> str:
+    """ZSET of the user's events: member 'event_id|item_id|behavior|category', score event time."""
+    return f"{{u:{user_id}}}:events"
+
+
+def user_viewed(user_id: str) -> str:
+    """ZSET of the user's view/click events: member 'event_id|item_id', score event time."""
+    return f"{{u:{user_id}}}:viewed"
+
+
+def user_profile(user_id: str) -> str:
+    """HASH of offline user features (JSON-encoded values)."""
+    return f"{{u:{user_id}}}:profile"
+
+
+def item_clicks(item_id: str) -> str:
+    """ZSET of click event ids on the item, score event time."""
+    return f"{{i:{item_id}}}:clicks"
+
+
+def item_views(item_id: str) -> str:
+    """ZSET of view event ids on the item, score event time."""
+    return f"{{i:{item_id}}}:views"
+
+
+def item_static(item_id: str) -> str:
+    """HASH of offline item features (JSON-encoded values)."""
+    return f"{{i:{item_id}}}:static"
+
+
+POPULARITY = "{catalog}:popularity"
+"""ZSET item_id -> offline popularity, the candidate source for recall."""

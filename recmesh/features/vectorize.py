@@ -1,0 +1,79 @@
+"""Feature rows -> model input columns, used by training and by the ranker.
+
+One function on both sides, so the model sees the same numbers offline and
+online. The column list is part of the model's input schema: the inference
+service refuses rows whose column names or feature-set version differ from
+what its model was trained on.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from recmesh.features.definitions import BY_NAME
+
+AGE_BANDS = ("unknown", "18-24", "25-34", "35-44", "45-54", "55+")
+
+# Columns built from real-time features (dropped by the offline-only baseline model).
+REALTIME_COLUMNS = (
+    "u_clicks_5m_log",
+    "u_cat_share_10m",
+    "u_item_recent",
+    "i_clicks_10m_log",
+    "i_views_10m_log",
+    "i_ctr_10m",
+)
+OFFLINE_COLUMNS = (
+    "u_interest_match",
+    "u_age_band",
+    "i_popularity_log",
+    "i_length_norm",
+    "i_author_level_norm",
+    "x_interest_popularity",
+)
+COLUMNS: tuple[str, ...] = REALTIME_COLUMNS + OFFLINE_COLUMNS
+
+
+def _get(row: Mapping[str, Any], name: str) -> Any:
+    value = row.get(name)
+    return BY_NAME[name].default if value is None else value
+
+
+def item_columns(user: Mapping[str, Any], item: Mapping[str, Any], item_id: str) -> list[float]:
+    category = str(_get(item, "category"))
+    cat_clicks: Mapping[str, int] = _get(user, "category_clicks_10m")
+    total = sum(cat_clicks.values())
+    i_clicks = int(_get(item, "clicks_10m"))
+    i_views = int(_get(item, "views_10m"))
+    interest = 1.0 if category in _get(user, "interest_tags") else 0.0
+    pop_log = math.log1p(float(_get(item, "popularity")))
+    age_band = str(_get(user, "age_band"))
+    return [
+        math.log1p(int(_get(user, "clicks_5m"))),
+        cat_clicks.get(category, 0) / total if total else 0.0,
+        1.0 if item_id in _get(user, "last_viewed_3") else 0.0,
+        math.log1p(i_clicks),
+        math.log1p(i_views),
+        (i_clicks + 1.0) / (i_views + 10.0),
+        interest,
+        AGE_BANDS.index(age_band) / (len(AGE_BANDS) - 1) if age_band in AGE_BANDS else 0.0,
+        pop_log,
+        min(int(_get(item, "length")), 3600) / 600.0,
+        int(_get(item, "author_level")) / 5.0,
+        interest * pop_log,
+    ]
+
+
+def build_matrix(
+    user: Mapping[str, Any], items: Sequence[tuple[str, Mapping[str, Any]]]
+) -> npt.NDArray[np.float32]:
+    """One row per (item_id, item features), columns as COLUMNS."""
+    matrix = np.empty((len(items), len(COLUMNS)), dtype=np.float32)
+    for i, (item_id, item) in enumerate(items):
+        matrix[i] = item_columns(user, item, item_id)
+    return matrix

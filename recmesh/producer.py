@@ -1,0 +1,21 @@
+"""Producing events to Kafka from the command line and `recmesh up`."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+
+from aiokafka import AIOKafkaProducer
+
+from recmesh.events import Event
+
+
+async def produce(bootstrap: str, topic: str, events: Sequence[Event]) -> None:
+    """Send with acks=all and wait for every acknowledgement."""
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=5)
+    await producer.start()
+    try:
+        futures = [await producer.send(topic, value=e.to_json(), key=e.user_id.encode()) for e in events]
+        await asyncio.gather(*futures)
+    finally:
+        await producer.stop()

@@ -1,0 +1,114 @@
+"""Typed settings for every process, read once from the environment.
+
+Addresses follow one scheme: a service listens on `BIND_HOST:<SVC>_PORT` and
+its clients dial `<SVC>_ADDR`. Settings that only recmesh knows carry a
+`RECMESH_` prefix. Telemetry uses the standard `OTEL_*` variables (telemetry.py).
+A bad value fails at start-up with pydantic's message naming the variable.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+STATE_DIR_DEFAULT = Path(".recmesh")
+
+
+class CommonSettings(BaseSettings):
+    model_config = SettingsConfigDict(extra="forbid", populate_by_name=True)
+
+    bind_host: str = "127.0.0.1"
+    log_level: str = Field("INFO", validation_alias="RECMESH_LOG_LEVEL")
+    log_format: Literal["json", "console"] = Field("json", validation_alias="RECMESH_LOG_FORMAT")
+    # Seconds a stopping server gives in-flight RPCs before cancelling them.
+    shutdown_grace_s: float = Field(3.0, validation_alias="RECMESH_SHUTDOWN_GRACE_S")
+
+
+class RedisSettings(BaseSettings):
+    model_config = SettingsConfigDict(extra="forbid", populate_by_name=True)
+
+    redis_url: str = "redis://127.0.0.1:6380/0"
+    redis_max_connections: int = Field(32, validation_alias="RECMESH_REDIS_MAX_CONNECTIONS")
+
+
+class KafkaSettings(BaseSettings):
+    model_config = SettingsConfigDict(extra="forbid", populate_by_name=True)
+
+    kafka_bootstrap: str = "127.0.0.1:9092"
+    events_topic: str = Field("user_behavior", validation_alias="RECMESH_EVENTS_TOPIC")
+    dlq_topic: str = Field("user_behavior.dlq", validation_alias="RECMESH_DLQ_TOPIC")
+
+
+class FeatureSettings(CommonSettings, RedisSettings):
+    feature_port: int = 50052
+    metrics_port: int = Field(9102, validation_alias="FEATURE_METRICS_PORT")
+    # Budget for the real-time read; past it the response falls back to
+    # offline features only (design notes: Redis read timeout 50 ms).
+    realtime_timeout_ms: float = Field(50.0, validation_alias="RECMESH_FEATURE_TIMEOUT_MS")
+    max_items: int = Field(500, validation_alias="RECMESH_FEATURE_MAX_ITEMS")
+
+
+class IngestSettings(CommonSettings, RedisSettings, KafkaSettings):
+    metrics_port: int = Field(9105, validation_alias="INGEST_METRICS_PORT")
+    consumer_group: str = Field("recmesh-feature-ingest", validation_alias="RECMESH_CONSUMER_GROUP")
+    max_batch: int = Field(2000, validation_alias="RECMESH_INGEST_MAX_BATCH")
+
+
+class InferenceSettings(CommonSettings):
+    inference_port: int = 50053
+    metrics_port: int = Field(9103, validation_alias="INFERENCE_METRICS_PORT")
+    model_dir: Path = Field(STATE_DIR_DEFAULT / "models", validation_alias="RECMESH_MODEL_DIR")
+    intra_op_threads: int = Field(1, validation_alias="RECMESH_ORT_THREADS")
+    max_rows: int = Field(2000, validation_alias="RECMESH_INFERENCE_MAX_ROWS")
+
+
+class RankerSettings(CommonSettings):
+    ranker_port: int = 50054
+    metrics_port: int = Field(9104, validation_alias="RANKER_METRICS_PORT")
+    feature_addr: str = "127.0.0.1:50052"
+    inference_addr: str = "127.0.0.1:50053"
+    # Candidates pulled from recall before scoring.
+    candidates: int = Field(200, validation_alias="RECMESH_RANKER_CANDIDATES")
+    # Time kept back from every downstream call so this hop can still answer.
+    hop_margin_ms: float = Field(5.0, validation_alias="RECMESH_HOP_MARGIN_MS")
+
+
+class GatewaySettings(CommonSettings, KafkaSettings):
+    gateway_http_port: int = 8000
+    gateway_grpc_port: int = 50051
+    ranker_addr: str = "127.0.0.1:50054"
+    feature_addr: str = "127.0.0.1:50052"
+    inference_addr: str = "127.0.0.1:50053"
+    default_slo_class: Literal["A", "B", "C"] = Field("B", validation_alias="RECMESH_DEFAULT_SLO_CLASS")
+    hop_margin_ms: float = Field(5.0, validation_alias="RECMESH_HOP_MARGIN_MS")
+    max_count: int = Field(100, validation_alias="RECMESH_MAX_COUNT")
+    max_events_per_request: int = Field(1000, validation_alias="RECMESH_MAX_EVENTS_PER_REQUEST")
+    produce_timeout_s: float = Field(5.0, validation_alias="RECMESH_PRODUCE_TIMEOUT_S")
+
+
+class UpSettings(CommonSettings):
+    """`recmesh up`: where the embedded parts listen and which external ones to use."""
+
+    redis_url: str | None = None  # set -> use this Redis instead of starting one
+    kafka_bootstrap: str | None = None  # set -> use this broker instead of starting one
+    embedded_redis_port: int = Field(6380, validation_alias="RECMESH_REDIS_PORT")
+    embedded_kafka_port: int = Field(9092, validation_alias="RECMESH_KAFKA_PORT")
+    state_dir: Path = Field(STATE_DIR_DEFAULT, validation_alias="RECMESH_STATE_DIR")
+    model_dir: Path | None = Field(None, validation_alias="RECMESH_MODEL_DIR")
+    offline_dir: Path | None = Field(None, validation_alias="RECMESH_OFFLINE_DIR")
+    events_topic: str = Field("user_behavior", validation_alias="RECMESH_EVENTS_TOPIC")
+    dlq_topic: str = Field("user_behavior.dlq", validation_alias="RECMESH_DLQ_TOPIC")
+    topic_partitions: int = Field(3, validation_alias="RECMESH_TOPIC_PARTITIONS")
+    gateway_http_port: int = 8000
+    gateway_grpc_port: int = 50051
+    feature_port: int = 50052
+    inference_port: int = 50053
+    ranker_port: int = 50054
+    feature_metrics_port: int = 9102
+    inference_metrics_port: int = 9103
+    ranker_metrics_port: int = 9104
+    ingest_metrics_port: int = 9105
+    ready_timeout_s: float = Field(90.0, validation_alias="RECMESH_READY_TIMEOUT_S")

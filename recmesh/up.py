@@ -1,0 +1,274 @@
+"""`recmesh up`: the whole mesh on one machine, the way `make run` starts it.
+
+Order: Redis and the broker (embedded unless REDIS_URL / KAFKA_BOOTSTRAP name
+existing ones) -> topics -> offline features -> a trained model (trained now if
+none) -> feature, ingest, inference, ranker, gateway -> wait until every one
+reports SERVING -> a burst of demo events so real-time features are live ->
+print endpoints. SIGINT/SIGTERM stop the children in reverse order; if one
+dies unexpectedly the rest are stopped and `up` exits non-zero.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+from recmesh.clients import GrpcClient
+from recmesh.embedded import (
+    ManagedProcess,
+    broker_process,
+    ensure_topics,
+    port_is_free,
+    redis_process,
+    wait_tcp,
+)
+from recmesh.settings import UpSettings
+
+DEMO_DATA_DIR = Path(__file__).parent / "demo" / "data"
+
+
+def say(msg: str) -> None:
+    print(f"[recmesh up] {msg}", flush=True)
+
+
+class Mesh:
+    def __init__(self, settings: UpSettings) -> None:
+        self.s = settings
+        self.state = settings.state_dir.resolve()
+        self.logs = self.state / "logs"
+        self.model_dir = (settings.model_dir or self.state / "models").resolve()
+        self.procs: list[ManagedProcess] = []
+        host = settings.bind_host
+        self.redis_url = settings.redis_url or f"redis://127.0.0.1:{settings.embedded_redis_port}/0"
+        self.kafka = settings.kafka_bootstrap or f"127.0.0.1:{settings.embedded_kafka_port}"
+        self.addr = {
+            "feature": f"{host}:{settings.feature_port}",
+            "inference": f"{host}:{settings.inference_port}",
+            "ranker": f"{host}:{settings.ranker_port}",
+            "gateway": f"{host}:{settings.gateway_grpc_port}",
+        }
+        self.http = f"http://{host}:{settings.gateway_http_port}"
+
+    def _child_env(self) -> dict[str, str]:
+        s = self.s
+        env = dict(os.environ)
+        env.update(
+            REDIS_URL=self.redis_url,
+            KAFKA_BOOTSTRAP=self.kafka,
+            BIND_HOST=s.bind_host,
+            FEATURE_ADDR=self.addr["feature"],
+            INFERENCE_ADDR=self.addr["inference"],
+            RANKER_ADDR=self.addr["ranker"],
+            FEATURE_PORT=str(s.feature_port),
+            INFERENCE_PORT=str(s.inference_port),
+            RANKER_PORT=str(s.ranker_port),
+            GATEWAY_HTTP_PORT=str(s.gateway_http_port),
+            GATEWAY_GRPC_PORT=str(s.gateway_grpc_port),
+            FEATURE_METRICS_PORT=str(s.feature_metrics_port),
+            INFERENCE_METRICS_PORT=str(s.inference_metrics_port),
+            RANKER_METRICS_PORT=str(s.ranker_metrics_port),
+            INGEST_METRICS_PORT=str(s.ingest_metrics_port),
+            RECMESH_MODEL_DIR=str(self.model_dir),
+            RECMESH_EVENTS_TOPIC=s.events_topic,
+            RECMESH_DLQ_TOPIC=s.dlq_topic,
+            PYTHONUNBUFFERED="1",
+        )
+        return env
+
+    def _check_ports(self) -> None:
+        s = self.s
+        wanted = [s.gateway_http_port, s.gateway_grpc_port, s.feature_port, s.inference_port,
+                  s.ranker_port, s.feature_metrics_port, s.inference_metrics_port,
+                  s.ranker_metrics_port, s.ingest_metrics_port]  # fmt: skip
+        if s.redis_url is None:
+            wanted.append(s.embedded_redis_port)
+        if s.kafka_bootstrap is None:
+            wanted.append(s.embedded_kafka_port)
+        busy = [p for p in wanted if not port_is_free(s.bind_host, p)]
+        if busy:
+            raise SystemExit(
+                f"ports already in use: {busy}. Is another mesh running? Stop it, or move this one "
+                "with the *_PORT variables (see README)."
+            )
+
+    def _spawn(self, proc: ManagedProcess) -> ManagedProcess:
+        proc.start()
+        self.procs.append(proc)
+        return proc
+
+    async def start_infra(self) -> None:
+        if self.s.redis_url is None:
+            port = self.s.embedded_redis_port
+            proc = self._spawn(redis_process(port, self.state / "redis", self.logs))
+            await wait_tcp("127.0.0.1", port, 10, proc)
+            say(f"redis-server on 127.0.0.1:{port} (embedded, pid {proc.pid})")
+        else:
+            say(f"using Redis at {self.redis_url}")
+        if self.s.kafka_bootstrap is None:
+            port = self.s.embedded_kafka_port
+            proc = self._spawn(broker_process(port, self.logs))
+            await wait_tcp("127.0.0.1", port, 10, proc)
+            say(f"Kafka-protocol broker (Tansu) on 127.0.0.1:{port} (embedded, pid {proc.pid})")
+        else:
+            say(f"using Kafka at {self.kafka}")
+        await ensure_topics(self.kafka, {self.s.events_topic: self.s.topic_partitions, self.s.dlq_topic: 1})
+        say(f"topics ready: {self.s.events_topic} ({self.s.topic_partitions} partitions), {self.s.dlq_topic}")
+
+    async def load_data(self) -> None:
+        from recmesh.features.offline import read_entities
+        from recmesh.redis_client import connect
+        from services.feature.store import FeatureStore
+
+        directory = self.s.offline_dir or DEMO_DATA_DIR
+        client = connect(self.redis_url, 4)
+        try:
+            n_users, n_items = await FeatureStore(client).load_offline(
+                read_entities(directory, "user"), read_entities(directory, "item")
+            )
+        finally:
+            await client.aclose()
+        say(f"offline features loaded from {directory}: {n_users} users, {n_items} items")
+
+    def ensure_model(self) -> None:
+        from recmesh.training.train import TrainConfig, current_model, train
+
+        path = current_model(self.model_dir)
+        if path is None:
+            say(f"no model in {self.model_dir}: training one (takes ~20 s) ...")
+            train(TrainConfig(), self.model_dir, progress=lambda m: say(f"  train: {m}"))
+            path = current_model(self.model_dir)
+        say(f"model: {path}")
+
+    def start_services(self) -> None:
+        env = self._child_env()
+        py = sys.executable
+        for name, module in (
+            ("feature", "services.feature"),
+            ("feature-ingest", "services.feature.ingest"),
+            ("inference", "services.inference"),
+            ("ranker", "services.ranker"),
+            ("gateway", "services.gateway"),
+        ):
+            child_env = dict(env, OTEL_SERVICE_NAME=env.get("OTEL_SERVICE_NAME_PREFIX", "recmesh-") + name)
+            self._spawn(ManagedProcess(name, [py, "-m", module], self.logs / f"{name}.log", child_env))
+
+    def dead_child(self) -> ManagedProcess | None:
+        return next((p for p in self.procs if p.exited() is not None), None)
+
+    async def wait_ready(self) -> float:
+        started = time.monotonic()
+        clients = {n: GrpcClient(a, "up") for n, a in self.addr.items()}
+        pending = set(clients)
+        try:
+            async with httpx.AsyncClient(timeout=2.0) as http:
+                while True:
+                    dead = self.dead_child()
+                    if dead is not None:
+                        raise RuntimeError(f"{dead.name} exited with {dead.exited()}:\n{dead.log_tail()}")
+                    for name in sorted(pending):
+                        if await clients[name].health(0.5):
+                            pending.discard(name)
+                            say(f"{name} SERVING on {self.addr[name]}")
+                    if not pending:
+                        try:
+                            if (await http.get(f"{self.http}/readyz")).status_code == 200:
+                                return time.monotonic() - started
+                        except httpx.HTTPError:
+                            pass
+                    if time.monotonic() - started > self.s.ready_timeout_s:
+                        waiting = sorted(pending) or ["gateway /readyz"]
+                        raise TimeoutError(f"not ready after {self.s.ready_timeout_s} s: {waiting}")
+                    await asyncio.sleep(0.1)
+        finally:
+            for c in clients.values():
+                await c.close()
+
+    async def send_demo_events(self, count: int) -> int:
+        from recmesh.demo.live import demo_events
+        from recmesh.producer import produce
+
+        events = demo_events(count, seed=int(time.time()) % 10_000)
+        await produce(self.kafka, self.s.events_topic, events)
+        return len(events)
+
+    def stop(self) -> None:
+        for proc in reversed(self.procs):
+            if proc.exited() is None:
+                proc.stop(timeout_s=10)
+        self.procs.clear()
+
+
+def banner(mesh: Mesh, ready_s: float) -> str:
+    http, a, s = mesh.http, mesh.addr, mesh.s
+    metrics_ports = (s.feature_metrics_port, s.inference_metrics_port, s.ranker_metrics_port,
+                     s.ingest_metrics_port)  # fmt: skip
+    others = " ".join(f":{p}" for p in metrics_ports)
+    return f"""
+recmesh is up (ready in {ready_s:.1f} s). Ctrl-C stops everything.
+
+  REST          {http}   (OpenAPI: {http}/docs)
+  gRPC          {mesh.addr["gateway"]}   recmesh.v1.Recommender/Recommend
+  services      feature {a["feature"]}  inference {a["inference"]}  ranker {a["ranker"]}
+  metrics       {http}/metrics  and  {others}  (feature, inference, ranker, ingest)
+  logs          {mesh.logs}/
+
+Try:
+  curl -s -X POST {http}/v1/recommend -H 'content-type: application/json' -H 'x-slo-class: A' \\
+       -d '{{"user_id": "u42", "count": 5}}'
+"""
+
+
+async def run(settings: UpSettings, demo_events: int) -> int:
+    mesh = Mesh(settings)
+    mesh._check_ports()
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    code = 0
+    try:
+        startup = asyncio.create_task(_start(mesh, demo_events))
+        stopper = asyncio.create_task(stop.wait())
+        done, _ = await asyncio.wait({startup, stopper}, return_when=asyncio.FIRST_COMPLETED)
+        if startup in done:
+            startup.result()
+            while not stop.is_set():
+                dead = mesh.dead_child()
+                if dead is not None:
+                    say(f"{dead.name} exited unexpectedly ({dead.exited()}); stopping the mesh")
+                    print(dead.log_tail(), file=sys.stderr)
+                    code = 1
+                    break
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), 0.5)
+        else:
+            startup.cancel()
+        stopper.cancel()
+    except (RuntimeError, TimeoutError, OSError) as err:
+        say(f"start-up failed: {err}")
+        code = 1
+    finally:
+        say("stopping ...")
+        await asyncio.to_thread(mesh.stop)
+        say("stopped")
+    return code
+
+
+async def _start(mesh: Mesh, demo_events: int) -> None:
+    t0 = time.monotonic()
+    await mesh.start_infra()
+    await mesh.load_data()
+    await asyncio.to_thread(mesh.ensure_model)
+    mesh.start_services()
+    ready_s = await mesh.wait_ready()
+    if demo_events:
+        n = await mesh.send_demo_events(demo_events)
+        say(f"sent {n} demo events to {mesh.s.events_topic} (real-time features are live)")
+    print(banner(mesh, time.monotonic() - t0 if ready_s else 0.0), flush=True)

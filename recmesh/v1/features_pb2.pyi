@@ -1,0 +1,113 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class FeatureSource(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    FEATURE_SOURCE_UNSPECIFIED: _ClassVar[FeatureSource]
+    FEATURE_SOURCE_REALTIME: _ClassVar[FeatureSource]
+    FEATURE_SOURCE_OFFLINE: _ClassVar[FeatureSource]
+    FEATURE_SOURCE_DEFAULT: _ClassVar[FeatureSource]
+FEATURE_SOURCE_UNSPECIFIED: FeatureSource
+FEATURE_SOURCE_REALTIME: FeatureSource
+FEATURE_SOURCE_OFFLINE: FeatureSource
+FEATURE_SOURCE_DEFAULT: FeatureSource
+
+class StringList(_message.Message):
+    __slots__ = ("values",)
+    VALUES_FIELD_NUMBER: _ClassVar[int]
+    values: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, values: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class CountMap(_message.Message):
+    __slots__ = ("counts",)
+    class CountsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    COUNTS_FIELD_NUMBER: _ClassVar[int]
+    counts: _containers.ScalarMap[str, int]
+    def __init__(self, counts: _Optional[_Mapping[str, int]] = ...) -> None: ...
+
+class FeatureValue(_message.Message):
+    __slots__ = ("number", "text", "strings", "counts", "source", "age_ms")
+    NUMBER_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    STRINGS_FIELD_NUMBER: _ClassVar[int]
+    COUNTS_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_FIELD_NUMBER: _ClassVar[int]
+    AGE_MS_FIELD_NUMBER: _ClassVar[int]
+    number: float
+    text: str
+    strings: StringList
+    counts: CountMap
+    source: FeatureSource
+    age_ms: int
+    def __init__(self, number: _Optional[float] = ..., text: _Optional[str] = ..., strings: _Optional[_Union[StringList, _Mapping]] = ..., counts: _Optional[_Union[CountMap, _Mapping]] = ..., source: _Optional[_Union[FeatureSource, str]] = ..., age_ms: _Optional[int] = ...) -> None: ...
+
+class FeatureRow(_message.Message):
+    __slots__ = ("entity_id", "features")
+    class FeaturesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: FeatureValue
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[_Union[FeatureValue, _Mapping]] = ...) -> None: ...
+    ENTITY_ID_FIELD_NUMBER: _ClassVar[int]
+    FEATURES_FIELD_NUMBER: _ClassVar[int]
+    entity_id: str
+    features: _containers.MessageMap[str, FeatureValue]
+    def __init__(self, entity_id: _Optional[str] = ..., features: _Optional[_Mapping[str, FeatureValue]] = ...) -> None: ...
+
+class GetFeaturesRequest(_message.Message):
+    __slots__ = ("user_id", "item_ids", "as_of_ms")
+    USER_ID_FIELD_NUMBER: _ClassVar[int]
+    ITEM_IDS_FIELD_NUMBER: _ClassVar[int]
+    AS_OF_MS_FIELD_NUMBER: _ClassVar[int]
+    user_id: str
+    item_ids: _containers.RepeatedScalarFieldContainer[str]
+    as_of_ms: int
+    def __init__(self, user_id: _Optional[str] = ..., item_ids: _Optional[_Iterable[str]] = ..., as_of_ms: _Optional[int] = ...) -> None: ...
+
+class GetFeaturesResponse(_message.Message):
+    __slots__ = ("user", "items", "feature_version", "as_of_ms", "degraded")
+    USER_FIELD_NUMBER: _ClassVar[int]
+    ITEMS_FIELD_NUMBER: _ClassVar[int]
+    FEATURE_VERSION_FIELD_NUMBER: _ClassVar[int]
+    AS_OF_MS_FIELD_NUMBER: _ClassVar[int]
+    DEGRADED_FIELD_NUMBER: _ClassVar[int]
+    user: FeatureRow
+    items: _containers.RepeatedCompositeFieldContainer[FeatureRow]
+    feature_version: str
+    as_of_ms: int
+    degraded: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, user: _Optional[_Union[FeatureRow, _Mapping]] = ..., items: _Optional[_Iterable[_Union[FeatureRow, _Mapping]]] = ..., feature_version: _Optional[str] = ..., as_of_ms: _Optional[int] = ..., degraded: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class GetPopularRequest(_message.Message):
+    __slots__ = ("limit",)
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    limit: int
+    def __init__(self, limit: _Optional[int] = ...) -> None: ...
+
+class ScoredItem(_message.Message):
+    __slots__ = ("item_id", "score")
+    ITEM_ID_FIELD_NUMBER: _ClassVar[int]
+    SCORE_FIELD_NUMBER: _ClassVar[int]
+    item_id: str
+    score: float
+    def __init__(self, item_id: _Optional[str] = ..., score: _Optional[float] = ...) -> None: ...
+
+class GetPopularResponse(_message.Message):
+    __slots__ = ("items",)
+    ITEMS_FIELD_NUMBER: _ClassVar[int]
+    items: _containers.RepeatedCompositeFieldContainer[ScoredItem]
+    def __init__(self, items: _Optional[_Iterable[_Union[ScoredItem, _Mapping]]] = ...) -> None: ...

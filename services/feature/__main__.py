@@ -1,0 +1,40 @@
+"""python -m services.feature: run the FeatureService gRPC server."""
+
+from __future__ import annotations
+
+import asyncio
+
+import structlog
+from prometheus_client import start_http_server
+from redis.exceptions import RedisError
+
+from recmesh.redis_client import connect
+from recmesh.resilience import retry_until
+from recmesh.settings import FeatureSettings
+from recmesh.telemetry import setup_logging, setup_tracing
+from services.feature.server import build_server
+from services.feature.store import FeatureStore
+
+
+async def main(settings: FeatureSettings) -> None:
+    from recmesh.grpcserver import wait_for_shutdown_signal
+
+    client = connect(settings.redis_url, settings.redis_max_connections)
+    store = FeatureStore(client)
+    server = build_server(settings, store)
+    await server.start()
+    # NOT_SERVING until Redis answers, so probes and `recmesh up` wait for it.
+    await retry_until(store.prepare, "redis", retry_on=(RedisError, OSError))
+    await server.set_serving()
+    await wait_for_shutdown_signal()
+    await server.stop(settings.shutdown_grace_s)
+    await client.aclose()
+
+
+if __name__ == "__main__":
+    cfg = FeatureSettings()
+    setup_logging("feature", cfg.log_level, cfg.log_format)
+    setup_tracing("feature")
+    start_http_server(cfg.metrics_port, addr=cfg.bind_host)
+    structlog.get_logger().info("starting", settings=cfg.model_dump(mode="json"))
+    asyncio.run(main(cfg))

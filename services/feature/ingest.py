@@ -1,0 +1,220 @@
+"""The ingest consumer: user_behavior events -> feature state in Redis.
+
+At-least-once with exact effect: a batch is written to Redis (idempotently,
+see store.py) and only then are its offsets committed. Malformed records go to
+the dead-letter topic with their reason, and their offsets are committed only
+once the dead-letter write is acknowledged. While Redis is down the consumer
+pauses its partitions and retries; it commits nothing until the write succeeds.
+Run as its own process (`python -m services.feature.ingest`) so it scales out
+with the topic's partitions, separately from look-ups.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import structlog
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
+from aiokafka.errors import CommitFailedError, KafkaError
+from prometheus_client import Counter, Gauge, Histogram
+from redis.exceptions import RedisError
+
+from recmesh.errors import InvalidArgument
+from recmesh.events import Event, parse_event
+from recmesh.resilience import retry_until
+from recmesh.settings import IngestSettings
+from recmesh.telemetry import LATENCY_BUCKETS
+from services.feature.store import FeatureStore
+
+_log = structlog.get_logger("recmesh.feature.ingest")
+
+EVENTS = Counter("recmesh_ingest_events_total", "Records consumed, by outcome.", ("outcome",))
+DLQ = Counter("recmesh_ingest_dlq_total", "Records sent to the dead-letter topic, by reason.", ("reason",))
+FRESHNESS = Histogram(
+    "recmesh_feature_freshness_seconds",
+    "Event time -> feature visible in Redis.",
+    buckets=(*LATENCY_BUCKETS, 10.0, 30.0, 60.0, 300.0),
+)
+LAG = Gauge("recmesh_ingest_consumer_lag", "Records behind the high watermark.", ("partition",))
+STORE_RETRIES = Counter("recmesh_ingest_store_retries_total", "Batches retried because Redis failed.")
+
+# An event this far ahead of the consumer's clock is rejected, not applied.
+MAX_FUTURE_MS = 60 * 60 * 1000
+
+
+@dataclass(frozen=True)
+class Rejected:
+    record: ConsumerRecord
+    reason: str
+    detail: str
+
+
+def classify(records: Sequence[ConsumerRecord], now_ms: int) -> tuple[list[Event], list[Rejected]]:
+    good: list[Event] = []
+    bad: list[Rejected] = []
+    for rec in records:
+        try:
+            event = parse_event(rec.value or b"")
+        except InvalidArgument as err:
+            reason = "not_json" if str(err).startswith("not JSON") else "invalid_event"
+            bad.append(Rejected(rec, reason, str(err)))
+            continue
+        if event.event_time > now_ms + MAX_FUTURE_MS:
+            bad.append(Rejected(rec, "event_time_in_future", f"event_time {event.event_time} > now + 1h"))
+            continue
+        good.append(event)
+    return good, bad
+
+
+class Ingestor:
+    def __init__(
+        self,
+        settings: IngestSettings,
+        store: FeatureStore,
+        consumer: AIOKafkaConsumer,
+        producer: AIOKafkaProducer,
+    ) -> None:
+        self._settings = settings
+        self._store = store
+        self._consumer = consumer
+        self._producer = producer
+        self.applied = 0
+
+    async def run(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            batches = await self._consumer.getmany(timeout_ms=200, max_records=self._settings.max_batch)
+            records = [r for recs in batches.values() for r in recs]
+            if records:
+                await self._process(records, stop)
+            await self._export_lag()
+
+    async def _process(self, records: list[ConsumerRecord], stop: asyncio.Event) -> None:
+        good, bad = classify(records, int(time.time() * 1000))
+        if bad:
+            await self._dead_letter(bad)
+        if good:
+            await self._apply_with_retry(good, stop)
+            applied_at = time.time()
+            for ev in good:
+                FRESHNESS.observe(max(0.0, applied_at - ev.event_time / 1000))
+        EVENTS.labels("applied").inc(len(good))
+        EVENTS.labels("dead_lettered").inc(len(bad))
+        self.applied += len(good)
+        offsets: dict[TopicPartition, int] = {}
+        for rec in records:
+            tp = TopicPartition(rec.topic, rec.partition)
+            offsets[tp] = max(offsets.get(tp, 0), rec.offset + 1)
+        try:
+            await self._consumer.commit(offsets)
+        except CommitFailedError as err:
+            # Partitions moved during a rebalance; their new owner re-reads them
+            # and the idempotent apply makes that harmless.
+            _log.warning("commit_failed", error=repr(err))
+
+    async def _apply_with_retry(self, events: list[Event], stop: asyncio.Event) -> None:
+        try:
+            await self._store.apply_events(events)
+            return
+        except (RedisError, OSError) as err:
+            _log.warning("store_unavailable_pausing", error=repr(err))
+        assigned = list(self._consumer.assignment())
+        self._consumer.pause(*assigned)
+
+        async def attempt() -> None:
+            STORE_RETRIES.inc()
+            # A poll on paused partitions fetches nothing but keeps group membership.
+            await self._consumer.getmany(timeout_ms=0)
+            await self._store.apply_events(events)
+
+        try:
+            await retry_until(attempt, "redis write", retry_on=(RedisError, OSError))
+        finally:
+            self._consumer.resume(*[tp for tp in assigned if tp in self._consumer.assignment()])
+        _log.info("store_back_resumed", events=len(events))
+
+    async def _dead_letter(self, rejected: list[Rejected]) -> None:
+        futures = []
+        for r in rejected:
+            headers: list[tuple[str, bytes]] = [
+                ("reason", r.reason.encode()),
+                ("detail", r.detail[:500].encode()),
+                ("source", f"{r.record.topic}/{r.record.partition}/{r.record.offset}".encode()),
+            ]
+            futures.append(
+                await self._producer.send(
+                    self._settings.dlq_topic,
+                    value=r.record.value,
+                    key=r.record.key,
+                    headers=headers,
+                )
+            )
+            DLQ.labels(r.reason).inc()
+        await asyncio.gather(*futures)
+        _log.info("dead_lettered", count=len(rejected), reasons=sorted({r.reason for r in rejected}))
+
+    async def _export_lag(self) -> None:
+        for tp in self._consumer.assignment():
+            high = self._consumer.highwater(tp)
+            if high is None:
+                continue
+            try:
+                pos = await self._consumer.position(tp)
+            except KafkaError:
+                continue
+            LAG.labels(str(tp.partition)).set(max(0, high - pos))
+
+
+def make_consumer(settings: IngestSettings, **overrides: Any) -> AIOKafkaConsumer:
+    return AIOKafkaConsumer(
+        settings.events_topic,
+        bootstrap_servers=settings.kafka_bootstrap,
+        group_id=settings.consumer_group,
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+        max_poll_records=settings.max_batch,
+        **overrides,
+    )
+
+
+def make_producer(settings: IngestSettings) -> AIOKafkaProducer:
+    return AIOKafkaProducer(bootstrap_servers=settings.kafka_bootstrap, acks="all", linger_ms=5)
+
+
+async def main(settings: IngestSettings) -> None:
+    from recmesh.grpcserver import wait_for_shutdown_signal
+    from recmesh.redis_client import connect
+
+    client = connect(settings.redis_url, settings.redis_max_connections)
+    store = FeatureStore(client)
+    await retry_until(store.ping, "redis", retry_on=(RedisError, OSError))
+    consumer = make_consumer(settings)
+    producer = make_producer(settings)
+    await retry_until(producer.start, "kafka producer", retry_on=(KafkaError, OSError))
+    await retry_until(consumer.start, "kafka consumer", retry_on=(KafkaError, OSError))
+    _log.info("consuming", topic=settings.events_topic, group=settings.consumer_group)
+    stop = asyncio.Event()
+    ingestor = Ingestor(settings, store, consumer, producer)
+    task = asyncio.create_task(ingestor.run(stop))
+    await wait_for_shutdown_signal()
+    stop.set()
+    await task  # finishes the batch in hand, commits it, then returns
+    await consumer.stop()
+    await producer.stop()
+    await client.aclose()
+    _log.info("stopped", applied=ingestor.applied)
+
+
+if __name__ == "__main__":
+    from prometheus_client import start_http_server
+
+    from recmesh.telemetry import setup_logging, setup_tracing
+
+    cfg = IngestSettings()
+    setup_logging("feature-ingest", cfg.log_level, cfg.log_format)
+    setup_tracing("feature-ingest")
+    start_http_server(cfg.metrics_port, addr=cfg.bind_host)
+    asyncio.run(main(cfg))

@@ -1,0 +1,85 @@
+"""gRPC FeatureService: batch look-ups and popular-item candidates."""
+
+from __future__ import annotations
+
+import time
+
+import grpc
+from prometheus_client import Counter, Gauge
+
+from recmesh.errors import InvalidArgument
+from recmesh.features.definitions import FEATURE_SET_VERSION
+from recmesh.features.wire import row_to_pb
+from recmesh.grpcserver import MeshServer, Registration
+from recmesh.resilience import current_slo_class, remaining_s
+from recmesh.settings import FeatureSettings
+from recmesh.telemetry import FALLBACKS
+from recmesh.v1 import features_pb2 as pb
+from recmesh.v1 import features_pb2_grpc
+from services.feature.store import FeatureStore
+
+LOOKUP_ITEMS = Counter("recmesh_feature_lookup_items_total", "Items looked up.", ("slo_class",))
+ITEM_CACHE_HIT_RATIO = Gauge(
+    "recmesh_feature_item_cache_hit_ratio", "Hit ratio of the in-process item feature cache."
+)
+
+
+class FeatureServicer(features_pb2_grpc.FeatureServiceServicer):
+    def __init__(self, store: FeatureStore, settings: FeatureSettings) -> None:
+        self._store = store
+        self._settings = settings
+
+    async def GetFeatures(
+        self, request: pb.GetFeaturesRequest, context: grpc.aio.ServicerContext
+    ) -> pb.GetFeaturesResponse:
+        if not request.user_id:
+            raise InvalidArgument("user_id is required")
+        if len(request.item_ids) > self._settings.max_items:
+            raise InvalidArgument(
+                f"item_ids has {len(request.item_ids)} entries; at most {self._settings.max_items}"
+            )
+        as_of = request.as_of_ms or int(time.time() * 1000)
+        timeout = self._settings.realtime_timeout_ms / 1000
+        left = remaining_s()
+        if left is not None:
+            # Keep a little of the caller's budget to build the answer.
+            timeout = max(0.001, min(timeout, left * 0.8))
+        item_ids = list(request.item_ids)
+        lookup = await self._store.lookup(request.user_id, item_ids, as_of, timeout)
+        slo = current_slo_class()
+        LOOKUP_ITEMS.labels(slo).inc(len(item_ids))
+        for reason in lookup.degraded:
+            FALLBACKS.labels("feature", reason, slo).inc()
+        cache = self._store.item_cache
+        total = cache.hits + cache.misses
+        if total:
+            ITEM_CACHE_HIT_RATIO.set(cache.hits / total)
+        return pb.GetFeaturesResponse(
+            user=row_to_pb(request.user_id, lookup.user),
+            items=[row_to_pb(i, v) for i, v in zip(item_ids, lookup.items, strict=True)],
+            feature_version=FEATURE_SET_VERSION,
+            as_of_ms=as_of,
+            degraded=lookup.degraded,
+        )
+
+    async def GetPopular(
+        self, request: pb.GetPopularRequest, context: grpc.aio.ServicerContext
+    ) -> pb.GetPopularResponse:
+        if not 0 < request.limit <= 10_000:
+            raise InvalidArgument("limit must be in 1..10000")
+        top = await self._store.popular(request.limit)
+        return pb.GetPopularResponse(items=[pb.ScoredItem(item_id=i, score=s) for i, s in top])
+
+
+def build_server(settings: FeatureSettings, store: FeatureStore) -> MeshServer:
+    return MeshServer(
+        "feature",
+        f"{settings.bind_host}:{settings.feature_port}",
+        [
+            Registration(
+                "recmesh.v1.FeatureService",
+                features_pb2_grpc.add_FeatureServiceServicer_to_server,
+                FeatureServicer(store, settings),
+            )
+        ],
+    )

@@ -1,0 +1,265 @@
+"""Feature state in Redis: how events are written and how look-ups read them.
+
+Real-time state is kept as raw events in per-entity sorted sets scored by event
+time, and every window is computed at read time as of the request's logical
+timestamp. That makes windows exact, lets late events land where they belong,
+and makes applying an event idempotent (ZADD of the same event id is a no-op),
+so redelivery never double counts. Trimming and TTLs bound the state.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+import orjson
+import redis.asyncio as redis
+import structlog
+from redis.exceptions import NoScriptError
+
+from recmesh.cache import TtlCache
+from recmesh.events import Event
+from recmesh.features import keys
+from recmesh.features.compute import VIEWING, UserEvent, item_realtime, user_realtime, window_lo
+from recmesh.features.definitions import (
+    MAX_EVENTS_PER_KEY,
+    STATE_RETENTION_MS,
+    STATE_TTL_S,
+    FeatureValue,
+    features_of,
+)
+
+_log = structlog.get_logger("recmesh.feature.store")
+
+# Counts and the newest event time of one item's two windows in one command;
+# both keys share the item's hash tag, so this is valid on a Redis Cluster.
+_ITEM_WINDOW_LUA = """
+local c = redis.call('ZCOUNT', KEYS[1], ARGV[1], ARGV[2])
+local v = redis.call('ZCOUNT', KEYS[2], ARGV[1], ARGV[2])
+local newest = -1
+local a = redis.call('ZREVRANGEBYSCORE', KEYS[1], ARGV[2], ARGV[1], 'WITHSCORES', 'LIMIT', 0, 1)
+if #a > 0 then newest = tonumber(a[2]) end
+local b = redis.call('ZREVRANGEBYSCORE', KEYS[2], ARGV[2], ARGV[1], 'WITHSCORES', 'LIMIT', 0, 1)
+if #b > 0 and tonumber(b[2]) > newest then newest = tonumber(b[2]) end
+return {c, v, newest}
+"""
+
+_ITEM_KEY_BY_BEHAVIOR = {"click": keys.item_clicks, "view": keys.item_views}
+
+Values = dict[str, tuple[FeatureValue, str, int]]  # name -> (value, source, age_ms)
+
+REALTIME, OFFLINE, DEFAULT = "realtime", "offline", "default"
+
+
+@dataclass
+class Lookup:
+    user: Values
+    items: list[Values]
+    degraded: list[str] = field(default_factory=list)
+
+
+def _decode_hash(raw: dict[bytes, bytes]) -> dict[str, FeatureValue]:
+    return {k.decode(): orjson.loads(v) for k, v in raw.items()}
+
+
+def _with_defaults(
+    entity: str,
+    realtime: dict[str, tuple[FeatureValue, int]] | None,
+    offline: dict[str, Any] | None,
+) -> Values:
+    out: Values = {}
+    for f in features_of(entity):  # type: ignore[arg-type]
+        if f.kind == "realtime":
+            if realtime is not None and f.name in realtime:
+                value, age = realtime[f.name]
+                out[f.name] = (value, REALTIME, age)
+            else:
+                out[f.name] = (f.default, DEFAULT, -1)
+        elif offline is not None and f.name in offline:
+            out[f.name] = (offline[f.name], OFFLINE, -1)
+        else:
+            out[f.name] = (f.default, DEFAULT, -1)
+    return out
+
+
+class FeatureStore:
+    def __init__(
+        self,
+        client: redis.Redis,
+        *,
+        static_ttl_s: float = 5.0,
+        profile_ttl_s: float = 60.0,
+        cache_entries: int = 200_000,
+    ) -> None:
+        self._redis = client
+        self._item_static: TtlCache[dict[str, Any]] = TtlCache(static_ttl_s, cache_entries)
+        self._user_profile: TtlCache[dict[str, Any]] = TtlCache(profile_ttl_s, cache_entries)
+        self._item_sha: str | None = None
+
+    @property
+    def item_cache(self) -> TtlCache[dict[str, Any]]:
+        return self._item_static
+
+    async def prepare(self) -> None:
+        self._item_sha = await self._redis.script_load(_ITEM_WINDOW_LUA)
+
+    async def ping(self) -> bool:
+        return bool(await self._redis.ping())
+
+    # --- writes (ingest, offline load) ------------------------------------
+
+    async def item_categories(self, item_ids: Iterable[str]) -> dict[str, str]:
+        """Category per item (from the in-process cache or Redis), for enriching events."""
+        wanted = sorted(set(item_ids))
+        out: dict[str, str] = {}
+        missing = []
+        for iid in wanted:
+            static = self._item_static.get_fresh(iid)
+            if static is None:
+                missing.append(iid)
+            else:
+                out[iid] = str(static.get("category", "unknown"))
+        if missing:
+            pipe = self._redis.pipeline(transaction=False)
+            for iid in missing:
+                pipe.hgetall(keys.item_static(iid))
+            for iid, raw in zip(missing, await pipe.execute(), strict=True):
+                static = _decode_hash(raw)
+                self._item_static.put(iid, static)
+                out[iid] = str(static.get("category", "unknown"))
+        return out
+
+    async def apply_events(self, events: Sequence[Event]) -> None:
+        """Write a batch of events. Idempotent: applying it twice changes nothing."""
+        if not events:
+            return
+        categories = await self.item_categories(e.item_id for e in events)
+        newest: dict[str, int] = {}
+        pipe = self._redis.pipeline(transaction=False)
+        for ev in events:
+            ue = UserEvent(ev.event_id, ev.item_id, ev.behavior, categories[ev.item_id], ev.event_time)
+            touched = [keys.user_events(ev.user_id)]
+            pipe.zadd(touched[0], {ue.encode(): ev.event_time})
+            if ev.behavior in VIEWING:
+                touched.append(keys.user_viewed(ev.user_id))
+                pipe.zadd(touched[-1], {f"{ev.event_id}|{ev.item_id}": ev.event_time})
+            item_key = _ITEM_KEY_BY_BEHAVIOR.get(ev.behavior)
+            if item_key is not None:
+                touched.append(item_key(ev.item_id))
+                pipe.zadd(touched[-1], {ev.event_id: ev.event_time})
+            for key in touched:
+                newest[key] = max(newest.get(key, 0), ev.event_time)
+        for key, t in newest.items():
+            # Trim relative to the key's own newest event, not the wall clock, so
+            # replays of old logs stay queryable at their own time.
+            pipe.zremrangebyscore(key, "-inf", f"({t - STATE_RETENTION_MS}")
+            pipe.zremrangebyrank(key, 0, -(MAX_EVENTS_PER_KEY + 1))
+            pipe.expire(key, STATE_TTL_S)
+        await pipe.execute()
+
+    async def load_offline(
+        self,
+        users: Iterable[tuple[str, dict[str, Any]]],
+        items: Iterable[tuple[str, dict[str, Any]]],
+    ) -> tuple[int, int]:
+        n_users = n_items = 0
+        pipe = self._redis.pipeline(transaction=False)
+        for uid, feats in users:
+            pipe.delete(keys.user_profile(uid))
+            pipe.hset(keys.user_profile(uid), mapping={k: orjson.dumps(v) for k, v in feats.items()})
+            n_users += 1
+            if len(pipe) >= 5000:
+                await pipe.execute()
+        for iid, feats in items:
+            pipe.delete(keys.item_static(iid))
+            pipe.hset(keys.item_static(iid), mapping={k: orjson.dumps(v) for k, v in feats.items()})
+            pipe.zadd(keys.POPULARITY, {iid: float(feats.get("popularity", 0.0))})
+            n_items += 1
+            if len(pipe) >= 5000:
+                await pipe.execute()
+        await pipe.execute()
+        return n_users, n_items
+
+    # --- reads --------------------------------------------------------------
+
+    async def popular(self, limit: int) -> list[tuple[str, float]]:
+        raw = await self._redis.zrevrange(keys.POPULARITY, 0, limit - 1, withscores=True)
+        return [(bytes(m).decode(), float(s)) for m, s in cast(list[tuple[bytes, float]], raw)]
+
+    async def lookup(self, user_id: str, item_ids: Sequence[str], as_of_ms: int, timeout_s: float) -> Lookup:
+        """Features of one user and the items, as of `as_of_ms`, in one Redis round trip.
+
+        When the round trip fails or exceeds `timeout_s`, real-time features take
+        their defaults and offline features come from the in-process cache (stale
+        if need be); the reason is in `degraded`.
+        """
+        now = time.monotonic()
+        profile = self._user_profile.get_fresh(user_id, now)
+        static_missing = [i for i in dict.fromkeys(item_ids) if self._item_static.get_fresh(i, now) is None]
+        lo10 = window_lo(as_of_ms, "category_clicks_10m")
+        lo1h = window_lo(as_of_ms, "last_viewed_3")
+        try:
+            async with asyncio.timeout(timeout_s):
+                results = await self._read(
+                    user_id, item_ids, static_missing, profile is None, lo10, lo1h, as_of_ms
+                )
+        except (TimeoutError, redis.RedisError, OSError) as err:
+            reason = (
+                "realtime_store_timeout" if isinstance(err, TimeoutError) else "realtime_store_unavailable"
+            )
+            _log.warning("feature_fallback", reason=reason, error=repr(err))
+            user = _with_defaults("user", None, self._user_profile.get_stale(user_id))
+            items = [_with_defaults("item", None, self._item_static.get_stale(i)) for i in item_ids]
+            return Lookup(user, items, [reason])
+        events_raw, viewed_raw, profile_raw, item_windows, statics = results
+        if profile_raw is not None:
+            profile = _decode_hash(profile_raw)
+            self._user_profile.put(user_id, profile, now)
+        for iid, raw in zip(static_missing, statics, strict=True):
+            self._item_static.put(iid, _decode_hash(raw), now)
+        events = [UserEvent.decode(m.decode(), int(s)) for m, s in events_raw]
+        viewed = [(m.decode().split("|", 1)[1], int(s)) for m, s in viewed_raw]
+        user = _with_defaults("user", user_realtime(events, viewed, as_of_ms), profile)
+        items = []
+        for iid, (clicks, views, newest) in zip(item_ids, item_windows, strict=True):
+            rt = item_realtime(int(clicks), int(views), None if newest < 0 else int(newest), as_of_ms)
+            items.append(_with_defaults("item", rt, self._item_static.get_stale(iid)))
+        return Lookup(user, items)
+
+    async def _read(
+        self,
+        user_id: str,
+        item_ids: Sequence[str],
+        static_missing: list[str],
+        want_profile: bool,
+        lo10: int,
+        lo1h: int,
+        as_of_ms: int,
+    ) -> tuple[Any, Any, Any, list[Any], list[Any]]:
+        if self._item_sha is None:
+            await self.prepare()
+        pipe = self._redis.pipeline(transaction=False)
+        pipe.zrangebyscore(keys.user_events(user_id), f"({lo10}", as_of_ms, withscores=True)
+        pipe.zrevrangebyscore(
+            keys.user_viewed(user_id), as_of_ms, f"({lo1h}", start=0, num=10, withscores=True
+        )
+        if want_profile:
+            pipe.hgetall(keys.user_profile(user_id))
+        for iid in item_ids:
+            pipe.evalsha(self._item_sha, 2, keys.item_clicks(iid), keys.item_views(iid), f"({lo10}", as_of_ms)  # type: ignore[arg-type]
+        for iid in static_missing:
+            pipe.hgetall(keys.item_static(iid))
+        try:
+            out = await pipe.execute()
+        except NoScriptError:
+            # The server lost its script cache (restart, failover): load and retry once.
+            await self.prepare()
+            return await self._read(user_id, item_ids, static_missing, want_profile, lo10, lo1h, as_of_ms)
+        events_raw, viewed_raw = out[0], out[1]
+        rest = out[2:]
+        profile_raw = rest.pop(0) if want_profile else None
+        n = len(item_ids)
+        return events_raw, viewed_raw, profile_raw, rest[:n], rest[n:]

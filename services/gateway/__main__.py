@@ -1,0 +1,63 @@
+"""python -m services.gateway: REST on GATEWAY_HTTP_PORT and gRPC on
+GATEWAY_GRPC_PORT, in one process and one event loop."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+import uvicorn
+
+from recmesh.clients import FeatureClient, InferenceClient, RankerClient
+from recmesh.grpcserver import wait_for_shutdown_signal
+from recmesh.settings import GatewaySettings
+from recmesh.telemetry import setup_logging, setup_tracing
+from services.gateway.app import GatewayDeps, create_app
+from services.gateway.events import EventPublisher
+from services.gateway.grpc_api import build_grpc_server
+from services.gateway.recommend import Recommender
+
+
+async def main(settings: GatewaySettings) -> None:
+    ranker = RankerClient(settings.ranker_addr, "gateway", settings.hop_margin_ms)
+    features = FeatureClient(settings.feature_addr, "gateway", settings.hop_margin_ms)
+    inference = InferenceClient(settings.inference_addr, "gateway", settings.hop_margin_ms)
+    publisher = EventPublisher(settings.kafka_bootstrap, settings.events_topic, settings.produce_timeout_s)
+    recommender = Recommender(ranker, features, settings.max_count)
+    deps = GatewayDeps(
+        recommender,
+        publisher,
+        {"ranker": ranker.health, "feature": features.health, "inference": inference.health},
+    )
+    app = create_app(settings, deps)
+    await publisher.start()
+    grpc_server = build_grpc_server(settings, recommender)
+    await grpc_server.start()
+    await grpc_server.set_serving()
+    http = uvicorn.Server(
+        uvicorn.Config(
+            app, host=settings.bind_host, port=settings.gateway_http_port,
+            log_level="warning", access_log=False, lifespan="off",
+        )
+    )  # fmt: skip
+    http.install_signal_handlers = lambda: None  # type: ignore[attr-defined]
+    http_task = asyncio.create_task(http.serve())
+    stop_task = asyncio.create_task(wait_for_shutdown_signal())
+    done, _ = await asyncio.wait({http_task, stop_task}, return_when=asyncio.FIRST_COMPLETED)
+    http.should_exit = True
+    await grpc_server.stop(settings.shutdown_grace_s)
+    with contextlib.suppress(asyncio.CancelledError):
+        await http_task
+    stop_task.cancel()
+    await publisher.stop()
+    for client in (ranker, features, inference):
+        await client.close()
+    if http_task in done and http_task.exception() is not None:
+        raise SystemExit(f"HTTP server failed: {http_task.exception()!r}")
+
+
+if __name__ == "__main__":
+    cfg = GatewaySettings()
+    setup_logging("gateway", cfg.log_level, cfg.log_format)
+    setup_tracing("gateway")
+    asyncio.run(main(cfg))

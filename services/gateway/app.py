@@ -1,0 +1,187 @@
+"""The FastAPI application: REST endpoints, health, metrics.
+
+Errors are translated once, here: RecmeshError -> its HTTP status with a JSON
+body {"error", "message"}; request validation -> 400 naming the bad field.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Annotated, Any
+
+from fastapi import FastAPI, Header, Request, Response
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from opentelemetry import propagate
+from opentelemetry.instrumentation.fastapi import FastAPIInstrumentor
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from pydantic import BaseModel, ConfigDict, Field
+
+from recmesh.errors import InvalidArgument, RecmeshError
+from recmesh.events import Event
+from recmesh.settings import GatewaySettings
+from recmesh.slo import DEFAULT_CLASSES, resolve_class
+from recmesh.telemetry import REQUEST_LATENCY
+from services.gateway.events import EventPublisher
+from services.gateway.recommend import Recommender
+
+HealthCheck = Callable[[], Awaitable[bool]]
+
+
+class RecommendBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    user_id: str = Field(min_length=1, max_length=128)
+    count: int = Field(10, ge=1, le=500, strict=True)
+    context: dict[str, str] = Field(default_factory=dict)
+
+
+class ScoredItemOut(BaseModel):
+    item_id: str
+    score: float
+
+
+class RecommendOut(BaseModel):
+    items: list[ScoredItemOut]
+    slo_class: str
+    trace_id: str
+    model_version: str
+    feature_version: str
+    degraded: list[str]
+
+
+class EventsBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    events: list[Event] = Field(min_length=1)
+
+
+class EventsOut(BaseModel):
+    accepted: int
+
+
+class ErrorOut(BaseModel):
+    error: str
+    message: str
+
+
+@dataclass
+class GatewayDeps:
+    recommender: Recommender
+    publisher: EventPublisher
+    downstream_health: dict[str, HealthCheck]
+
+
+def _loc(loc: tuple[Any, ...]) -> str:
+    parts = [p for p in loc if p != "body"]
+    return "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in parts).lstrip(".") or "body"
+
+
+def _trace_headers() -> dict[str, str]:
+    carrier: dict[str, str] = {}
+    propagate.inject(carrier)
+    return {k: v for k, v in carrier.items() if k == "traceparent"}
+
+
+def create_app(settings: GatewaySettings, deps: GatewayDeps) -> FastAPI:
+    app = FastAPI(
+        title="recmesh gateway",
+        version="1",
+        description="Real-time recommendations and event ingestion. Send `x-slo-class` "
+        "(A, B or C) and a W3C `traceparent` with every request.",
+    )
+    ready_cache: dict[str, Any] = {"at": 0.0, "body": None}
+
+    @app.exception_handler(RecmeshError)
+    async def recmesh_error(request: Request, err: RecmeshError) -> JSONResponse:
+        return JSONResponse(
+            {"error": type(err).__name__, "message": str(err)},
+            status_code=err.http_status,
+            headers=_trace_headers(),
+        )
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid_request(request: Request, err: RequestValidationError) -> JSONResponse:
+        message = "; ".join(f"{_loc(tuple(e['loc']))}: {e['msg']}" for e in err.errors())
+        return JSONResponse({"error": "InvalidArgument", "message": message}, status_code=400)
+
+    @app.middleware("http")
+    async def record_latency(
+        request: Request, call_next: Callable[[Request], Awaitable[Response]]
+    ) -> Response:
+        started = time.perf_counter()
+        response = await call_next(request)
+        route = request.scope.get("route")
+        path = getattr(route, "path", "unmatched")
+        slo = getattr(request.state, "slo_class", "none")
+        REQUEST_LATENCY.labels("gateway", f"{request.method} {path}", slo, str(response.status_code)).observe(
+            time.perf_counter() - started
+        )
+        return response
+
+    @app.post(
+        "/v1/recommend",
+        response_model=RecommendOut,
+        responses={400: {"model": ErrorOut}, 503: {"model": ErrorOut}},
+    )
+    async def recommend(
+        body: RecommendBody,
+        request: Request,
+        response: Response,
+        x_slo_class: Annotated[str | None, Header(description="SLO class: A, B or C")] = None,
+    ) -> RecommendOut:
+        request.state.slo_class = "invalid"
+        slo = resolve_class(x_slo_class, settings.default_slo_class, DEFAULT_CLASSES)
+        request.state.slo_class = slo.name
+        rec = await deps.recommender.recommend(body.user_id, body.count, body.context, slo)
+        response.headers.update(_trace_headers())
+        return RecommendOut(
+            items=[ScoredItemOut(item_id=i, score=s) for i, s in rec.items],
+            slo_class=rec.slo_class,
+            trace_id=rec.trace_id,
+            model_version=rec.model_version,
+            feature_version=rec.feature_version,
+            degraded=rec.degraded,
+        )
+
+    @app.post(
+        "/v1/events",
+        status_code=202,
+        response_model=EventsOut,
+        responses={400: {"model": ErrorOut}, 503: {"model": ErrorOut}},
+    )
+    async def events(body: EventsBody, response: Response) -> EventsOut:
+        if len(body.events) > settings.max_events_per_request:
+            raise InvalidArgument(f"at most {settings.max_events_per_request} events per request")
+        await deps.publisher.publish(body.events)
+        response.headers.update(_trace_headers())
+        return EventsOut(accepted=len(body.events))
+
+    @app.get("/healthz")
+    async def healthz() -> dict[str, str]:
+        return {"status": "alive"}
+
+    @app.get("/readyz")
+    async def readyz() -> JSONResponse:
+        now = time.monotonic()
+        if ready_cache["body"] is None or now - ready_cache["at"] > 1.0:
+            names = list(deps.downstream_health)
+            results = await asyncio.gather(*(deps.downstream_health[n]() for n in names))
+            checks = dict(zip(names, results, strict=True))
+            if not deps.publisher.ready:
+                await deps.publisher.start()
+            checks["event_broker"] = deps.publisher.ready
+            ready_cache.update(at=now, body=checks)
+        checks = ready_cache["body"]
+        ok = all(checks.values())
+        return JSONResponse({"ready": ok, "checks": checks}, status_code=200 if ok else 503)
+
+    @app.get("/metrics")
+    async def metrics() -> Response:
+        return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
+
+    FastAPIInstrumentor.instrument_app(app, excluded_urls="healthz,readyz,metrics")
+    return app

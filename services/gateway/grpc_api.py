@@ -1,0 +1,48 @@
+"""The public gRPC API: recmesh.v1.Recommender, the twin of POST /v1/recommend."""
+
+from __future__ import annotations
+
+import grpc
+
+from recmesh.grpcserver import MeshServer, Registration
+from recmesh.settings import GatewaySettings
+from recmesh.slo import DEFAULT_CLASSES, SLO_HEADER, resolve_class
+from recmesh.v1 import features_pb2, recommender_pb2, recommender_pb2_grpc
+from services.gateway.recommend import Recommender
+
+
+class RecommenderServicer(recommender_pb2_grpc.RecommenderServicer):
+    def __init__(self, recommender: Recommender, default_class: str) -> None:
+        self._recommender = recommender
+        self._default = default_class
+
+    async def Recommend(
+        self, request: recommender_pb2.RecommendRequest, context: grpc.aio.ServicerContext
+    ) -> recommender_pb2.RecommendResponse:
+        metadata = {k: v for k, v in (context.invocation_metadata() or ())}
+        slo = resolve_class(metadata.get(SLO_HEADER), self._default, DEFAULT_CLASSES)
+        rec = await self._recommender.recommend(
+            request.user_id, request.count or 10, dict(request.context), slo
+        )
+        return recommender_pb2.RecommendResponse(
+            items=[features_pb2.ScoredItem(item_id=i, score=s) for i, s in rec.items],
+            slo_class=rec.slo_class,
+            trace_id=rec.trace_id,
+            model_version=rec.model_version,
+            feature_version=rec.feature_version,
+            degraded=rec.degraded,
+        )
+
+
+def build_grpc_server(settings: GatewaySettings, recommender: Recommender) -> MeshServer:
+    return MeshServer(
+        "gateway",
+        f"{settings.bind_host}:{settings.gateway_grpc_port}",
+        [
+            Registration(
+                "recmesh.v1.Recommender",
+                recommender_pb2_grpc.add_RecommenderServicer_to_server,
+                RecommenderServicer(recommender, settings.default_slo_class),
+            )
+        ],
+    )

@@ -1,0 +1,81 @@
+"""The recommendation path shared by REST and gRPC.
+
+The gateway stamps the request's logical timestamp (as-of time) and turns the
+SLO class budget, or a tighter caller deadline, into the deadline every hop
+inherits. When the ranker cannot answer, the popular items from the feature
+service are served instead, flagged `ranker_unavailable`.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import structlog
+from opentelemetry import trace
+
+from recmesh.clients import FeatureClient, RankerClient
+from recmesh.errors import InvalidArgument, RecmeshError, Unavailable
+from recmesh.features.definitions import FEATURE_SET_VERSION
+from recmesh.resilience import remaining_s, request_scope
+from recmesh.slo import SloClass
+from recmesh.telemetry import FALLBACKS, current_trace_id
+
+_log = structlog.get_logger("recmesh.gateway")
+
+
+@dataclass
+class Recommendation:
+    items: list[tuple[str, float]]
+    slo_class: str
+    trace_id: str
+    model_version: str
+    feature_version: str
+    degraded: list[str] = field(default_factory=list)
+
+
+class Recommender:
+    def __init__(self, ranker: RankerClient, features: FeatureClient, max_count: int) -> None:
+        self._ranker = ranker
+        self._features = features
+        self._max_count = max_count
+
+    async def recommend(
+        self, user_id: str, count: int, context: dict[str, str], slo: SloClass
+    ) -> Recommendation:
+        if not user_id:
+            raise InvalidArgument("user_id is required")
+        if not 0 < count <= self._max_count:
+            raise InvalidArgument(f"count must be in 1..{self._max_count}")
+        as_of_ms = int(time.time() * 1000)
+        budget_s = slo.budget_ms / 1000
+        caller_left = remaining_s()
+        if caller_left is not None:
+            budget_s = min(budget_s, caller_left)
+        span = trace.get_current_span()
+        span.set_attribute("recmesh.slo_class", slo.name)
+        span.set_attribute("recmesh.as_of_ms", as_of_ms)
+        with request_scope(slo.name, budget_s):
+            try:
+                ranked = await self._ranker.rank(user_id, count, context, as_of_ms)
+                return Recommendation(
+                    [(i.item_id, i.score) for i in ranked.items],
+                    slo.name,
+                    current_trace_id(),
+                    ranked.model_version,
+                    ranked.feature_version,
+                    list(ranked.degraded),
+                )
+            except RecmeshError as err:
+                if isinstance(err, InvalidArgument):
+                    raise
+                FALLBACKS.labels("gateway", "ranker_unavailable", slo.name).inc()
+                _log.warning("fallback", reason="ranker_unavailable", error=str(err))
+                try:
+                    popular = await self._features.popular(count, cap_s=0.2)
+                except RecmeshError as err2:
+                    raise Unavailable(f"ranker and fallback both failed: {err}; {err2}") from err2
+                return Recommendation(
+                    popular, slo.name, current_trace_id(), "popularity", FEATURE_SET_VERSION,
+                    ["ranker_unavailable"],
+                )  # fmt: skip

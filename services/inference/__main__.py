@@ -1,0 +1,43 @@
+"""python -m services.inference: run the InferenceService gRPC server."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+
+import structlog
+from prometheus_client import start_http_server
+
+from recmesh.grpcserver import wait_for_shutdown_signal
+from recmesh.settings import InferenceSettings
+from recmesh.telemetry import setup_logging, setup_tracing
+from services.inference.model import ModelRegistry
+from services.inference.server import build_server
+
+_log = structlog.get_logger("recmesh.inference")
+
+
+async def main(settings: InferenceSettings, started: float) -> None:
+    registry = ModelRegistry(settings.model_dir, settings.intra_op_threads)
+    server = build_server(settings, registry)
+    await server.start()
+    model = await asyncio.to_thread(registry.load_current)
+    await server.set_serving()
+    _log.info("cold_start", seconds=round(time.perf_counter() - started, 3), version=model.version,
+              provider=model.provider)  # fmt: skip
+    follower = asyncio.create_task(registry.follow())
+    await wait_for_shutdown_signal()
+    follower.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await follower
+    await server.stop(settings.shutdown_grace_s)
+
+
+if __name__ == "__main__":
+    t0 = time.perf_counter()
+    cfg = InferenceSettings()
+    setup_logging("inference", cfg.log_level, cfg.log_format)
+    setup_tracing("inference")
+    start_http_server(cfg.metrics_port, addr=cfg.bind_host)
+    asyncio.run(main(cfg, t0))

@@ -1,0 +1,128 @@
+"""Loaded models and the model directory.
+
+Layout: MODEL_DIR/ctr/<version>/{model.onnx, card.json} and MODEL_DIR/ctr/CURRENT
+naming the served version. Writing a new CURRENT switches the served version
+without a restart: the new session is loaded and warmed before it replaces the
+old one, so no request sees a half-loaded model.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import onnxruntime as ort
+import structlog
+from prometheus_client import Gauge, Info
+
+from recmesh.errors import FailedPrecondition, Unavailable
+from recmesh.training.train import current_model
+
+_log = structlog.get_logger("recmesh.inference.model")
+
+PROVIDER_INFO = Info("recmesh_inference_execution_provider", "ONNX Runtime provider in use.")
+MODEL_INFO = Info("recmesh_inference_model", "Served model version and feature set.")
+LOAD_SECONDS = Gauge("recmesh_inference_model_load_seconds", "Time to load and warm the model.")
+
+
+def choose_providers() -> list[str]:
+    """CUDA when onnxruntime-gpu sees a GPU, CPU otherwise."""
+    available = ort.get_available_providers()
+    if "CUDAExecutionProvider" in available:
+        return ["CUDAExecutionProvider", "CPUExecutionProvider"]
+    return ["CPUExecutionProvider"]
+
+
+@dataclass(frozen=True)
+class LoadedModel:
+    version: str
+    feature_version: str
+    columns: tuple[str, ...]
+    input_name: str
+    session: ort.InferenceSession
+    provider: str
+    path: Path
+
+    def check_schema(self, feature_version: str, columns: list[str]) -> None:
+        if feature_version != self.feature_version:
+            raise FailedPrecondition(
+                f"feature set {feature_version!r} does not match model {self.version} "
+                f"(trained on {self.feature_version!r})"
+            )
+        if tuple(columns) != self.columns:
+            missing = sorted(set(self.columns) - set(columns))
+            extra = sorted(set(columns) - set(self.columns))
+            raise FailedPrecondition(
+                f"input columns do not match model {self.version}: missing {missing}, "
+                f"unexpected {extra}" + ("" if missing or extra else ", order differs")
+            )
+
+    def score(self, matrix: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
+        out = self.session.run(None, {self.input_name: matrix})[0]
+        return np.asarray(out, dtype=np.float32).reshape(-1)
+
+
+def load(path: Path, threads: int = 1) -> LoadedModel:
+    started = time.perf_counter()
+    card: dict[str, Any] = json.loads((path / "card.json").read_text())
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = threads
+    opts.inter_op_num_threads = 1
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    session = ort.InferenceSession(str(path / "model.onnx"), opts, providers=choose_providers())
+    model = LoadedModel(
+        version=card["version"],
+        feature_version=card["feature_set_version"],
+        columns=tuple(card["input"]["columns"]),
+        input_name=card["input"]["name"],
+        session=session,
+        provider=session.get_providers()[0],
+        path=path,
+    )
+    # Warm-up: the first runs allocate and pick kernels; do it before serving.
+    for rows in (1, 64, 512):
+        model.score(np.zeros((rows, len(model.columns)), dtype=np.float32))
+    LOAD_SECONDS.set(time.perf_counter() - started)
+    return model
+
+
+class ModelRegistry:
+    """The served model, following MODEL_DIR's CURRENT pointer."""
+
+    def __init__(self, model_dir: Path, threads: int = 1) -> None:
+        self._dir = model_dir
+        self._threads = threads
+        self._model: LoadedModel | None = None
+
+    @property
+    def model(self) -> LoadedModel:
+        if self._model is None:
+            raise Unavailable("no model loaded")
+        return self._model
+
+    def load_current(self) -> LoadedModel:
+        path = current_model(self._dir)
+        if path is None:
+            raise FileNotFoundError(f"no model in {self._dir} (run `recmesh train`)")
+        if self._model is None or self._model.path != path:
+            model = load(path, self._threads)
+            self._model = model
+            PROVIDER_INFO.info({"provider": model.provider})
+            MODEL_INFO.info({"version": model.version, "feature_set": model.feature_version})
+            _log.info("model_loaded", version=model.version, provider=model.provider)
+        return self._model
+
+    async def follow(self, interval_s: float = 2.0) -> None:
+        """Poll CURRENT and switch versions when it changes."""
+        while True:
+            await asyncio.sleep(interval_s)
+            try:
+                await asyncio.to_thread(self.load_current)
+            except Exception as err:  # keep serving the old model
+                _log.warning("model_reload_failed", error=repr(err))

@@ -1,0 +1,74 @@
+"""gRPC InferenceService: batch scoring with schema checks."""
+
+from __future__ import annotations
+
+import grpc
+import numpy as np
+from prometheus_client import Counter
+
+from recmesh.errors import FailedPrecondition, InvalidArgument
+from recmesh.grpcserver import MeshServer, Registration
+from recmesh.settings import InferenceSettings
+from recmesh.v1 import inference_pb2 as pb
+from recmesh.v1 import inference_pb2_grpc
+from services.inference.model import ModelRegistry
+
+ROWS = Counter("recmesh_inference_rows_total", "Rows scored.")
+SCHEMA_MISMATCH = Counter(
+    "recmesh_inference_schema_mismatch_total", "Requests refused for a feature schema mismatch."
+)
+
+
+class InferenceServicer(inference_pb2_grpc.InferenceServiceServicer):
+    def __init__(self, registry: ModelRegistry, settings: InferenceSettings) -> None:
+        self._registry = registry
+        self._settings = settings
+
+    async def Score(self, request: pb.ScoreRequest, context: grpc.aio.ServicerContext) -> pb.ScoreResponse:
+        model = self._registry.model
+        cols = len(request.feature_names)
+        if cols == 0:
+            raise InvalidArgument("feature_names is empty")
+        if len(request.values) % cols:
+            raise InvalidArgument(
+                f"values has {len(request.values)} entries, not a multiple of {cols} columns"
+            )
+        rows = len(request.values) // cols
+        if rows > self._settings.max_rows:
+            raise InvalidArgument(f"{rows} rows; at most {self._settings.max_rows} per request")
+        try:
+            model.check_schema(request.feature_version, list(request.feature_names))
+        except FailedPrecondition:
+            SCHEMA_MISMATCH.inc()
+            raise
+        if rows == 0:
+            return pb.ScoreResponse(model_version=model.version, level=request.level)
+        matrix = np.asarray(request.values, dtype=np.float32).reshape(rows, cols)
+        scores = model.score(matrix)
+        ROWS.inc(rows)
+        return pb.ScoreResponse(scores=scores.tolist(), model_version=model.version, level=request.level)
+
+    async def ModelInfo(
+        self, request: pb.ModelInfoRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ModelInfoResponse:
+        model = self._registry.model
+        return pb.ModelInfoResponse(
+            model_version=model.version,
+            feature_version=model.feature_version,
+            feature_names=list(model.columns),
+            execution_provider=model.provider,
+        )
+
+
+def build_server(settings: InferenceSettings, registry: ModelRegistry) -> MeshServer:
+    return MeshServer(
+        "inference",
+        f"{settings.bind_host}:{settings.inference_port}",
+        [
+            Registration(
+                "recmesh.v1.InferenceService",
+                inference_pb2_grpc.add_InferenceServiceServicer_to_server,
+                InferenceServicer(registry, settings),
+            )
+        ],
+    )

@@ -1,0 +1,36 @@
+"""python -m services.ranker: run the RankerService gRPC server."""
+
+from __future__ import annotations
+
+import asyncio
+
+from prometheus_client import start_http_server
+
+from recmesh.clients import FeatureClient, InferenceClient
+from recmesh.grpcserver import wait_for_shutdown_signal
+from recmesh.settings import RankerSettings
+from recmesh.telemetry import setup_logging, setup_tracing
+from services.ranker.pipeline import RankPipeline
+from services.ranker.server import build_server
+
+
+async def main(settings: RankerSettings) -> None:
+    features = FeatureClient(settings.feature_addr, "ranker", settings.hop_margin_ms)
+    inference = InferenceClient(settings.inference_addr, "ranker", settings.hop_margin_ms)
+    server = build_server(settings, RankPipeline(features, inference, settings.candidates))
+    await server.start()
+    # The ranker is useful as soon as it can answer (its fallbacks cover slow
+    # or missing downstreams), so it reports SERVING right away.
+    await server.set_serving()
+    await wait_for_shutdown_signal()
+    await server.stop(settings.shutdown_grace_s)
+    await features.close()
+    await inference.close()
+
+
+if __name__ == "__main__":
+    cfg = RankerSettings()
+    setup_logging("ranker", cfg.log_level, cfg.log_format)
+    setup_tracing("ranker")
+    start_http_server(cfg.metrics_port, addr=cfg.bind_host)
+    asyncio.run(main(cfg))

@@ -1,0 +1,61 @@
+"""Shared fixtures: real redis-server and Tansu broker processes, a trained model."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+import redis.asyncio as redis
+
+from recmesh.embedded import broker_process, ensure_topics, redis_process, wait_tcp
+from recmesh.training.train import TrainConfig, train
+from tests.helpers import free_port
+
+SMALL_TRAINING = TrainConfig(sessions=1500, hours=2.0, epochs=120)
+
+
+@pytest.fixture(scope="session")
+def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    port = free_port()
+    workdir = tmp_path_factory.mktemp("redis")
+    proc = redis_process(port, workdir, workdir)
+    proc.start()
+    asyncio.run(wait_tcp("127.0.0.1", port, 10, proc))
+    yield f"redis://127.0.0.1:{port}/0"
+    proc.stop()
+
+
+@pytest.fixture(scope="session")
+def kafka_bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    port = free_port()
+    proc = broker_process(port, tmp_path_factory.mktemp("broker"))
+    proc.start()
+    asyncio.run(wait_tcp("127.0.0.1", port, 10, proc))
+    yield f"127.0.0.1:{port}"
+    proc.stop()
+
+
+@pytest.fixture(scope="session")
+def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("models")
+    train(SMALL_TRAINING, out, progress=lambda _: None)
+    return out
+
+
+@pytest.fixture
+async def redis_client(redis_url: str) -> AsyncIterator[redis.Redis]:
+    client = redis.Redis.from_url(redis_url)
+    await client.flushdb()
+    yield client
+    await client.aclose()
+
+
+@pytest.fixture
+async def topics(kafka_bootstrap: str, request: pytest.FixtureRequest) -> dict[str, str]:
+    """Fresh topic names per test, so tests never see each other's records."""
+    suffix = f"{request.node.name}-{free_port()}".replace("[", "-").replace("]", "")
+    names = {"events": f"ub-{suffix}", "dlq": f"ub-{suffix}.dlq"}
+    await ensure_topics(kafka_bootstrap, {names["events"]: 3, names["dlq"]: 1})
+    return names

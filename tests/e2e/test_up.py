@@ -1,0 +1,196 @@
+"""`recmesh up` started as a user would, exercised over REST and gRPC, then
+stopped with SIGINT: every child must be gone and every port free."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+import httpx
+import pytest
+
+from recmesh.embedded import port_is_free
+from recmesh.v1 import recommender_pb2, recommender_pb2_grpc
+from tests.helpers import free_port, poll_until
+
+pytestmark = pytest.mark.e2e
+
+PORT_VARS = (
+    "GATEWAY_HTTP_PORT", "GATEWAY_GRPC_PORT", "FEATURE_PORT", "INFERENCE_PORT", "RANKER_PORT",
+    "FEATURE_METRICS_PORT", "INFERENCE_METRICS_PORT", "RANKER_METRICS_PORT", "INGEST_METRICS_PORT",
+    "RECMESH_REDIS_PORT", "RECMESH_KAFKA_PORT",
+)  # fmt: skip
+
+
+@dataclass
+class Running:
+    proc: subprocess.Popen[bytes]
+    ports: dict[str, int]
+    spans: Path
+    log: Path
+
+    @property
+    def http(self) -> str:
+        return f"http://127.0.0.1:{self.ports['GATEWAY_HTTP_PORT']}"
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                out.append(int(entry.name))
+    return out
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+@pytest.fixture(scope="module")
+def running(tmp_path_factory: pytest.TempPathFactory, model_dir: Path) -> Iterator[Running]:
+    state = tmp_path_factory.mktemp("state")
+    ports = {name: free_port() for name in PORT_VARS}
+    spans = state / "spans.jsonl"
+    env = dict(os.environ, RECMESH_STATE_DIR=str(state), RECMESH_MODEL_DIR=str(model_dir),
+               RECMESH_SPANS_FILE=str(spans), **{k: str(v) for k, v in ports.items()})  # fmt: skip
+    for var in ("REDIS_URL", "KAFKA_BOOTSTRAP"):
+        env.pop(var, None)
+    log = state / "up.log"
+    with log.open("wb") as fh:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "recmesh.cli", "up", "--demo-events", "500"],
+            stdout=fh, stderr=subprocess.STDOUT, env=env,
+        )  # fmt: skip
+    running = Running(proc, ports, spans, log)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            assert proc.poll() is None, f"recmesh up exited early:\n{log.read_text()}"
+            if "recmesh is up" in log.read_text():
+                break
+            time.sleep(0.2)
+        else:
+            raise AssertionError(f"mesh not up in 120 s:\n{log.read_text()}")
+        yield running
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+async def test_ready_events_and_recommendations(running: Running) -> None:
+    async with httpx.AsyncClient(base_url=running.http, timeout=5) as http:
+        ready = await http.get("/readyz")
+        assert ready.status_code == 200, ready.text
+        assert ready.json()["checks"] == {
+            "ranker": True,
+            "feature": True,
+            "inference": True,
+            "event_broker": True,
+        }
+
+        now = int(time.time() * 1000)
+        events = [{"event_id": f"e2e-{i}", "user_id": "e2e-user", "item_id": f"i{i}",
+                   "behavior": "click", "event_time": now - i * 1000} for i in range(3)]  # fmt: skip
+        posted = await http.post("/v1/events", json={"events": events})
+        assert posted.status_code == 202 and posted.json() == {"accepted": 3}
+
+        bad = await http.post("/v1/events", json={"events": [{**events[0], "behavior": "like"}]})
+        assert bad.status_code == 400 and "events[0].behavior" in bad.json()["message"]
+
+        async def seen() -> bool:
+            out = subprocess.run(  # noqa: ASYNC221 (the CLI, exactly as a user runs it)
+                [sys.executable, "-m", "recmesh.cli", "features", "get", "--user", "e2e-user",
+                 "--addr", f"127.0.0.1:{running.ports['FEATURE_PORT']}"],
+                capture_output=True, text=True, check=True,
+            )  # fmt: skip
+            feats = json.loads(out.stdout)["user"]["features"]
+            return bool(feats["clicks_5m"]["value"] == 3 and feats["clicks_5m"]["source"] == "realtime")
+
+        await poll_until(seen, "posted clicks visible as real-time features", timeout=15, interval=0.3)
+
+        trace_id = "4bf92f3577b34da6a3ce929d0e0e4736"
+        resp = await http.post(
+            "/v1/recommend",
+            json={"user_id": "e2e-user", "count": 10},
+            headers={"x-slo-class": "A", "traceparent": f"00-{trace_id}-00f067aa0ba902b7-01"},
+        )
+        assert resp.status_code == 200, resp.text
+        body = resp.json()
+        assert len(body["items"]) == 10 and len({i["item_id"] for i in body["items"]}) == 10
+        assert body["slo_class"] == "A" and body["trace_id"] == trace_id
+        assert body["model_version"].startswith("ctr-") and body["feature_version"] == "fs-v1"
+        assert body["degraded"] == []
+        assert resp.headers["traceparent"].split("-")[1] == trace_id
+        clicked = {e["item_id"] for e in events}
+        assert not clicked & {i["item_id"] for i in body["items"]}, "just-seen items are filtered"
+
+        unknown = await http.post("/v1/recommend", json={"user_id": "u1"}, headers={"x-slo-class": "Q"})
+        assert unknown.status_code == 400
+
+        metrics = (await http.get("/metrics")).text
+        assert (
+            'recmesh_request_duration_seconds_bucket{code="200",le="0.005",'
+            'method="POST /v1/recommend",service="gateway",slo_class="A"}' in metrics
+        )
+
+        def services_in_trace() -> set[str]:
+            if not running.spans.exists():
+                return set()
+            rows = [json.loads(line) for line in running.spans.read_text().splitlines() if line]
+            return {r["service"] for r in rows if r["trace_id"] == trace_id}
+
+        async def whole_trace() -> bool:
+            return services_in_trace() >= {
+                "recmesh-gateway",
+                "recmesh-ranker",
+                "recmesh-feature",
+                "recmesh-inference",
+            }
+
+        await poll_until(whole_trace, "one trace across gateway, ranker, feature and inference", timeout=10)
+
+
+async def test_grpc_recommender(running: Running) -> None:
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{running.ports['GATEWAY_GRPC_PORT']}") as channel:
+        stub = recommender_pb2_grpc.RecommenderStub(channel)
+        resp = await stub.Recommend(
+            recommender_pb2.RecommendRequest(user_id="u42", count=5),
+            metadata=(("x-slo-class", "B"),),
+            timeout=5,
+        )
+        assert len(resp.items) == 5 and resp.slo_class == "B" and len(resp.trace_id) == 32
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await stub.Recommend(recommender_pb2.RecommendRequest(user_id="u42", count=5),
+                                 metadata=(("x-slo-class", "Z"),), timeout=5)  # fmt: skip
+        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+
+
+def test_sigint_stops_every_child_and_frees_every_port(running: Running) -> None:
+    children = _children(running.proc.pid)
+    assert len(children) >= 7, f"expected redis, broker and 5 services, got {children}"
+    running.proc.send_signal(signal.SIGINT)
+    assert running.proc.wait(timeout=40) == 0, running.log.read_text()[-3000:]
+    deadline = time.monotonic() + 5
+    while any(_alive(p) for p in children) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not [p for p in children if _alive(p)], "orphaned children"
+    busy = [name for name, port in running.ports.items() if not port_is_free("127.0.0.1", port)]
+    assert not busy, f"ports still bound: {busy}"

@@ -1,0 +1,60 @@
+"""In-process services on real sockets, against real Redis and a trained model."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from recmesh.clients import FeatureClient, InferenceClient, RankerClient
+from recmesh.demo.generate import make_catalog, offline_rows
+from recmesh.grpcserver import MeshServer
+from recmesh.redis_client import connect
+from recmesh.settings import FeatureSettings, InferenceSettings, RankerSettings
+from services.feature.server import build_server as build_feature
+from services.feature.store import FeatureStore
+from services.inference.model import ModelRegistry
+from services.inference.server import build_server as build_inference
+from services.ranker.pipeline import RankPipeline
+from services.ranker.server import build_server as build_ranker
+from tests.helpers import free_port
+
+
+@dataclass
+class Mesh:
+    feature: MeshServer
+    inference: MeshServer
+    ranker: MeshServer
+    feature_client: FeatureClient
+    inference_client: InferenceClient
+    ranker_client: RankerClient
+    store: FeatureStore
+
+
+@pytest.fixture(scope="session")
+async def mesh(redis_url: str, model_dir: Path) -> AsyncIterator[Mesh]:
+    redis = connect(redis_url, 16)
+    store = FeatureStore(redis)
+    await store.prepare()
+    users, items = offline_rows(make_catalog())
+    await store.load_offline(users, items)
+    feature = build_feature(FeatureSettings(feature_port=free_port(), redis_url=redis_url), store)
+    registry = ModelRegistry(model_dir)
+    registry.load_current()
+    inference = build_inference(InferenceSettings(inference_port=free_port(), model_dir=model_dir), registry)
+    fc = FeatureClient(feature.address, "ranker")
+    ic = InferenceClient(inference.address, "ranker")
+    ranker = build_ranker(RankerSettings(ranker_port=free_port()), RankPipeline(fc, ic, 200))
+    servers = (feature, inference, ranker)
+    for s in servers:
+        await s.start()
+        await s.set_serving()
+    rc = RankerClient(ranker.address, "test")
+    yield Mesh(feature, inference, ranker, fc, ic, rc, store)
+    for c in (fc, ic, rc):
+        await c.close()
+    for s in servers:
+        await s.stop(0.5)
+    await redis.aclose()

@@ -1,0 +1,129 @@
+"""FeatureStore against a real redis-server: windows, idempotency, fallbacks,
+and parity with the offline replay."""
+
+from __future__ import annotations
+
+import random
+import time
+
+import redis.asyncio as redis
+
+from recmesh.demo.generate import generate_events, make_catalog, offline_rows
+from recmesh.events import Event
+from recmesh.features.backfill import ReplayState
+from recmesh.redis_client import connect
+from services.feature.store import FeatureStore
+
+MIN = 60_000
+T0 = 1_800_000_000_000
+
+
+def e(eid: str, user: str, item: str, behavior: str, t: int) -> Event:
+    return Event.model_validate(
+        {"event_id": eid, "user_id": user, "item_id": item, "behavior": behavior, "event_time": t}
+    )
+
+
+async def loaded_store(client: redis.Redis) -> FeatureStore:
+    store = FeatureStore(client)
+    await store.prepare()
+    await store.load_offline(
+        [("u1", {"age_band": "25-34", "interest_tags": ["news"]})],
+        [("i1", {"category": "news", "length": 60, "author_level": 2, "popularity": 5.0}),
+         ("i2", {"category": "food", "length": 90, "author_level": 3, "popularity": 1.0})],
+    )  # fmt: skip
+    return store
+
+
+async def test_windows_as_of_and_provenance(redis_client: redis.Redis) -> None:
+    store = await loaded_store(redis_client)
+    await store.apply_events([
+        e("a", "u1", "i1", "click", T0 - 11 * MIN),  # outside every 10-minute window
+        e("b", "u1", "i1", "view", T0 - 6 * MIN),
+        e("c", "u1", "i1", "click", T0 - 6 * MIN + 1000),
+        e("d", "u1", "i2", "click", T0 - 2 * MIN),
+        e("f", "u1", "i2", "view", T0 + MIN),  # after as_of: must not be seen
+    ])  # fmt: skip
+    got = await store.lookup("u1", ["i1", "i2", "i404"], T0, timeout_s=1.0)
+    assert got.degraded == []
+    assert got.user["clicks_5m"] == (1, "realtime", 2 * MIN)
+    assert got.user["category_clicks_10m"][0] == {"news": 1, "food": 1}
+    assert got.user["last_viewed_3"][0] == ["i2", "i1"]
+    assert got.user["age_band"] == ("25-34", "offline", -1)
+    i1, i2, missing = got.items
+    assert (i1["clicks_10m"][0], i1["views_10m"][0]) == (1, 1)
+    assert i1["category"] == ("news", "offline", -1)
+    assert (i2["clicks_10m"][0], i2["views_10m"][0]) == (1, 0)
+    assert missing["category"] == ("unknown", "default", -1)
+    assert missing["clicks_10m"] == (0, "realtime", -1)
+
+
+async def test_applying_a_batch_twice_changes_nothing(redis_client: redis.Redis) -> None:
+    store = await loaded_store(redis_client)
+    batch = [e(f"x{i}", "u1", "i1", "click", T0 - i * 1000) for i in range(20)]
+    await store.apply_events(batch)
+    once = await store.lookup("u1", ["i1"], T0, timeout_s=1.0)
+    await store.apply_events(batch)
+    await store.apply_events(batch[:5])
+    twice = await store.lookup("u1", ["i1"], T0, timeout_s=1.0)
+    assert once == twice
+    assert twice.items[0]["clicks_10m"][0] == 20
+
+
+async def test_online_equals_offline_replay_on_demo_traffic(redis_client: redis.Redis) -> None:
+    """The same events through the store and through the replay give the same
+    features at every as-of time probed, even when applied out of order."""
+    catalog = make_catalog()
+    users, items = offline_rows(catalog)
+    store = FeatureStore(redis_client)
+    await store.load_offline(users, items)
+    events = list(generate_events(catalog, T0, 40 * MIN, 300, seed=3))
+    shuffled = events[:]
+    random.Random(1).shuffle(shuffled)
+    for i in range(0, len(shuffled), 500):
+        await store.apply_events([Event.model_validate(x) for x in shuffled[i : i + 500]])
+    replay = ReplayState({iid: str(f["category"]) for iid, f in items})
+    for ev in events:
+        replay.apply(ev)
+    rng = random.Random(2)
+    probe_users = sorted({ev["user_id"] for ev in events})[:25]
+    probe_items = [ev["item_id"] for ev in rng.sample(events, 40)]
+    for as_of in (T0 + 10 * MIN, T0 + 25 * MIN + 123, T0 + 40 * MIN):
+        for user in probe_users:
+            got = await store.lookup(user, probe_items, as_of, timeout_s=2.0)
+            want_user = replay.user_features(user, as_of)
+            assert {k: got.user[k][0] for k in want_user} == {k: v for k, (v, _) in want_user.items()}
+            assert {k: got.user[k][2] for k in want_user} == {k: a for k, (_, a) in want_user.items()}
+            for iid, row in zip(probe_items, got.items, strict=True):
+                want = replay.item_features(iid, as_of)
+                assert {k: (row[k][0], row[k][2]) for k in want} == want, (iid, as_of)
+
+
+async def test_redis_down_falls_back_to_cached_offline_features(redis_client: redis.Redis) -> None:
+    store = await loaded_store(redis_client)
+    await store.lookup("u1", ["i1"], T0, timeout_s=1.0)  # warms the offline caches
+    dead = connect("redis://127.0.0.1:1/0", 4)
+    broken = FeatureStore(dead)
+    broken._user_profile = store._user_profile
+    broken._item_static = store._item_static
+    got = await broken.lookup("u1", ["i1", "i2"], T0, timeout_s=0.5)
+    assert got.degraded == ["realtime_store_unavailable"]
+    assert got.user["clicks_5m"] == (0, "default", -1)
+    assert got.user["age_band"] == ("25-34", "offline", -1)
+    assert got.items[0]["category"] == ("news", "offline", -1)
+    assert got.items[1]["category"] == ("unknown", "default", -1)
+    await dead.aclose()
+
+
+async def test_slow_redis_times_out_within_budget(redis_client: redis.Redis, redis_url: str) -> None:
+    await loaded_store(redis_client)
+    reader = connect(redis_url, 4)
+    slow = FeatureStore(reader)
+    await slow.prepare()
+    await redis_client.client_pause(300)
+    started = time.perf_counter()
+    got = await slow.lookup("u1", ["i1"], T0, timeout_s=0.05)
+    elapsed = time.perf_counter() - started
+    assert got.degraded == ["realtime_store_timeout"]
+    assert elapsed < 0.2
+    await reader.aclose()

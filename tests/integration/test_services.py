@@ -1,0 +1,116 @@
+"""The three internal services over real gRPC sockets."""
+
+from __future__ import annotations
+
+import time
+
+import grpc
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+
+from recmesh.clients import InferenceClient, RankerClient, open_channel
+from recmesh.errors import DeadlineExceeded, FailedPrecondition, InvalidArgument
+from recmesh.events import Event
+from recmesh.features.definitions import FEATURE_SET_VERSION
+from recmesh.features.vectorize import COLUMNS
+from recmesh.resilience import request_scope
+from recmesh.settings import RankerSettings
+from services.ranker.pipeline import RankPipeline
+from services.ranker.server import build_server as build_ranker
+from tests.helpers import free_port
+from tests.integration.conftest import Mesh
+
+
+async def test_health_and_reflection_are_standard(mesh: Mesh) -> None:
+    channel = open_channel(mesh.feature.address)
+    health = health_pb2_grpc.HealthStub(channel)
+    resp = await health.Check(health_pb2.HealthCheckRequest(service="recmesh.v1.FeatureService"))
+    assert resp.status == health_pb2.HealthCheckResponse.SERVING
+    refl = reflection_pb2_grpc.ServerReflectionStub(channel)
+    names: list[str] = []
+    async for r in refl.ServerReflectionInfo(
+        iter([reflection_pb2.ServerReflectionRequest(list_services="")])
+    ):
+        names.extend(s.name for s in r.list_services_response.service)
+    assert "recmesh.v1.FeatureService" in names and "grpc.health.v1.Health" in names
+    await channel.close()
+
+
+async def test_feature_lookup_over_grpc_sees_fresh_events(mesh: Mesh) -> None:
+    now = int(time.time() * 1000)
+    await mesh.store.apply_events([
+        Event(event_id="g1", user_id="u5", item_id="i3", behavior="click", event_time=now - 1000),
+    ])  # fmt: skip
+    resp = await mesh.feature_client.get_features("u5", ["i3", "i4"], now, cap_s=2.0)
+    assert resp.feature_version == FEATURE_SET_VERSION
+    assert resp.as_of_ms == now
+    assert resp.user.features["clicks_5m"].number >= 1
+    assert resp.user.features["clicks_5m"].age_ms == 1000
+    assert [r.entity_id for r in resp.items] == ["i3", "i4"]
+    assert resp.items[0].features["clicks_10m"].number >= 1
+
+
+async def test_bad_lookup_is_invalid_argument(mesh: Mesh) -> None:
+    with pytest.raises(InvalidArgument, match="user_id is required"):
+        await mesh.feature_client.get_features("", ["i1"], 0, cap_s=2.0)
+    with pytest.raises(InvalidArgument, match="at most 500"):
+        await mesh.feature_client.get_features("u1", [f"i{i}" for i in range(501)], 0, cap_s=2.0)
+
+
+async def test_score_checks_the_schema(mesh: Mesh) -> None:
+    ok = await mesh.inference_client.score(FEATURE_SET_VERSION, list(COLUMNS), [0.0] * len(COLUMNS) * 3)
+    assert len(ok.scores) == 3 and ok.model_version.startswith("ctr-")
+    with pytest.raises(FailedPrecondition, match="feature set 'fs-v0'"):
+        await mesh.inference_client.score("fs-v0", list(COLUMNS), [0.0] * len(COLUMNS))
+    with pytest.raises(FailedPrecondition, match="missing"):
+        await mesh.inference_client.score(FEATURE_SET_VERSION, list(COLUMNS[:-1]), [0.0] * (len(COLUMNS) - 1))
+    with pytest.raises(InvalidArgument, match="not a multiple"):
+        await mesh.inference_client.score(FEATURE_SET_VERSION, list(COLUMNS), [0.0] * 5)
+
+
+async def test_rank_returns_scored_items_in_order(mesh: Mesh) -> None:
+    with request_scope("A", 1.0):
+        resp = await mesh.ranker_client.rank("u42", 10, {}, int(time.time() * 1000))
+    assert len(resp.items) == 10
+    scores = [i.score for i in resp.items]
+    assert scores == sorted(scores, reverse=True)
+    assert len({i.item_id for i in resp.items}) == 10
+    assert resp.model_version.startswith("ctr-") and resp.degraded == []
+
+
+async def test_rank_falls_back_to_popularity_when_inference_is_down(mesh: Mesh) -> None:
+    dead = InferenceClient(f"127.0.0.1:{free_port()}", "ranker")
+    ranker = build_ranker(
+        RankerSettings(ranker_port=free_port()), RankPipeline(mesh.feature_client, dead, 200)
+    )
+    await ranker.start()
+    await ranker.set_serving()
+    client = RankerClient(ranker.address, "test")
+    try:
+        with request_scope("A", 1.0):
+            resp = await client.rank("u42", 5, {}, 0)
+        assert resp.degraded == ["scoring_unavailable"]
+        assert resp.model_version == "popularity"
+        popular = await mesh.feature_client.popular(5, cap_s=1.0)
+        assert [i.item_id for i in resp.items] == [i for i, _ in popular]
+    finally:
+        await client.close()
+        await dead.close()
+        await ranker.stop(0.1)
+
+
+async def test_expired_budget_is_refused_before_the_call(mesh: Mesh) -> None:
+    with request_scope("A", 0.001), pytest.raises(DeadlineExceeded):
+        await mesh.ranker_client.rank("u42", 5, {}, 0)
+
+
+async def test_server_refuses_work_whose_deadline_passed(mesh: Mesh) -> None:
+    channel = open_channel(mesh.ranker.address)
+    from recmesh.v1 import ranker_pb2, ranker_pb2_grpc
+
+    stub = ranker_pb2_grpc.RankerServiceStub(channel)
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await stub.Rank(ranker_pb2.RankRequest(user_id="u1", count=5), timeout=0.0001)
+    assert err.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+    await channel.close()

@@ -1,0 +1,30 @@
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from recmesh.features.vectorize import COLUMNS, build_matrix, item_columns
+
+
+def test_columns_from_features() -> None:
+    user = {"clicks_5m": 3, "category_clicks_10m": {"news": 3, "food": 1},
+            "last_viewed_3": ["i1"], "interest_tags": ["news"], "age_band": "25-34"}  # fmt: skip
+    item = {"category": "news", "clicks_10m": 4, "views_10m": 20, "popularity": 9.0,
+            "length": 600, "author_level": 5}  # fmt: skip
+    row = dict(zip(COLUMNS, item_columns(user, item, "i1"), strict=True))
+    assert row["u_clicks_5m_log"] == math.log1p(3)
+    assert row["u_cat_share_10m"] == 0.75
+    assert row["u_item_recent"] == 1.0
+    assert row["u_interest_match"] == 1.0
+    assert row["i_ctr_10m"] == 5 / 30
+    assert row["i_length_norm"] == 1.0
+    assert row["i_author_level_norm"] == 1.0
+    assert row["x_interest_popularity"] == math.log1p(9.0)
+
+
+def test_missing_features_take_their_defaults() -> None:
+    m = build_matrix({}, [("i1", {}), ("i2", {})])
+    assert m.shape == (2, len(COLUMNS))
+    assert float(m[0][COLUMNS.index("i_ctr_10m")]) == pytest.approx(0.1)
+    assert float(abs(m).sum()) == pytest.approx(0.2)  # only the smoothed CTR is non-zero
