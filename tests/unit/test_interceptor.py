@@ -1,0 +1,67 @@
+"""RequestInterceptor's per-request wrapper, driven with a stand-in context."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import grpc
+import pytest
+
+from recmesh.errors import InvalidArgument
+from recmesh.resilience import current_slo_class, remaining_s
+from recmesh.telemetry import RequestInterceptor
+
+
+class Aborted(Exception):
+    pass
+
+
+class Context:
+    def __init__(self, time_remaining: float | None, metadata: tuple[tuple[str, str], ...] = ()) -> None:
+        self._remaining = time_remaining
+        self._metadata = metadata
+        self.aborted: tuple[grpc.StatusCode, str] | None = None
+
+    def invocation_metadata(self) -> tuple[tuple[str, str], ...]:
+        return self._metadata
+
+    def time_remaining(self) -> float | None:
+        return self._remaining
+
+    async def abort(self, code: grpc.StatusCode, details: str) -> None:
+        self.aborted = (code, details)
+        raise Aborted
+
+    def code(self) -> grpc.StatusCode | None:
+        return None if self.aborted is None else self.aborted[0]
+
+
+async def test_expired_work_is_refused_before_the_handler_runs() -> None:
+    calls: list[Any] = []
+
+    async def handler(request: Any, context: Any) -> str:
+        calls.append(request)
+        return "done"
+
+    wrapped = RequestInterceptor("test")._wrap("Rank", handler)
+    ctx = Context(time_remaining=-0.01, metadata=(("x-slo-class", "A"),))
+    with pytest.raises(Aborted):
+        await wrapped("req", ctx)
+    assert calls == []
+    assert ctx.aborted is not None and ctx.aborted[0] == grpc.StatusCode.DEADLINE_EXCEEDED
+
+
+async def test_handler_sees_the_class_and_budget_and_errors_map_to_status() -> None:
+    seen: list[tuple[str, float | None]] = []
+
+    async def handler(request: Any, context: Any) -> str:
+        seen.append((current_slo_class(), remaining_s()))
+        raise InvalidArgument("count must be positive")
+
+    wrapped = RequestInterceptor("test")._wrap("Rank", handler)
+    ctx = Context(time_remaining=0.25, metadata=(("x-slo-class", "B"),))
+    with pytest.raises(Aborted):
+        await wrapped("req", ctx)
+    ((cls, left),) = seen
+    assert cls == "B" and left is not None and 0.2 < left <= 0.25
+    assert ctx.aborted == (grpc.StatusCode.INVALID_ARGUMENT, "count must be positive")
