@@ -47,7 +47,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
 async def _features_get(args: argparse.Namespace) -> dict[str, Any]:
     from recmesh.clients import FeatureClient
-    from recmesh.features.wire import row_to_json
+    from recmesh.features.wire import row_to_json, table_to_json
     from recmesh.settings import RankerSettings
 
     client = FeatureClient(args.addr or RankerSettings().feature_addr, "cli")
@@ -60,7 +60,7 @@ async def _features_get(args: argparse.Namespace) -> dict[str, Any]:
         "as_of_ms": resp.as_of_ms,
         "degraded": list(resp.degraded),
         "user": {"user_id": resp.user.entity_id, "features": row_to_json(resp.user)},
-        "items": [{"item_id": r.entity_id, "features": row_to_json(r)} for r in resp.items],
+        "items": table_to_json(resp.items),
     }
 
 

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from recmesh.features.definitions import FeatureValue
+from recmesh.features.definitions import BY_NAME, FeatureValue
 from recmesh.v1 import features_pb2 as pb
 
 SOURCE_TO_PB = {
@@ -65,3 +65,65 @@ def row_to_json(row: pb.FeatureRow) -> dict[str, Any]:
         }
         for name, fv in sorted(row.features.items())
     }
+
+
+def table_to_pb(
+    entity_ids: list[str], rows: Sequence[Mapping[str, tuple[FeatureValue, str, int]]]
+) -> pb.FeatureTable:
+    """Rows of (value, source, age) per feature -> one column per feature."""
+    table = pb.FeatureTable(entity_ids=entity_ids)
+    if not rows:
+        return table
+    for name in rows[0]:
+        col = table.columns.add(name=name)
+        values = [r[name][0] for r in rows]
+        col.sources.extend(SOURCE_TO_PB[r[name][1]] for r in rows)
+        col.age_ms.extend(r[name][2] for r in rows)
+        dtype = BY_NAME[name].dtype
+        if dtype in ("int", "float"):
+            col.numbers.extend(float(v) for v in values)  # type: ignore[arg-type]
+        elif dtype == "str":
+            col.texts.extend(str(v) for v in values)
+        elif dtype == "strings":
+            for v in values:
+                col.string_lists.add().values.extend(v)  # type: ignore[arg-type]
+        else:
+            for v in values:
+                col.count_maps.add().counts.update(v)  # type: ignore[arg-type]
+    return table
+
+
+def _column_values(col: pb.FeatureColumn) -> list[FeatureValue]:
+    if col.numbers:
+        dtype = BY_NAME[col.name].dtype if col.name in BY_NAME else "float"
+        return [int(v) for v in col.numbers] if dtype == "int" else list(col.numbers)
+    if col.texts:
+        return list(col.texts)
+    if col.string_lists:
+        return [list(s.values) for s in col.string_lists]
+    if col.count_maps:
+        return [dict(m.counts) for m in col.count_maps]
+    return [BY_NAME[col.name].default if col.name in BY_NAME else 0] * len(col.sources)
+
+
+def table_rows(table: pb.FeatureTable) -> dict[str, dict[str, FeatureValue]]:
+    """entity_id -> {feature: value}, for vectorising."""
+    rows: dict[str, dict[str, FeatureValue]] = {eid: {} for eid in table.entity_ids}
+    ids = list(table.entity_ids)
+    for col in table.columns:
+        for eid, value in zip(ids, _column_values(col), strict=True):
+            rows[eid][col.name] = value
+    return rows
+
+
+def table_to_json(table: pb.FeatureTable) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = [{"item_id": eid, "features": {}} for eid in table.entity_ids]
+    for col in sorted(table.columns, key=lambda c: c.name):
+        values = _column_values(col)
+        for i, row in enumerate(out):
+            row["features"][col.name] = {
+                "value": values[i],
+                "source": PB_TO_SOURCE.get(col.sources[i], "unknown"),
+                "age_ms": col.age_ms[i],
+            }
+    return out

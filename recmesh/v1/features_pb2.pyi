@@ -68,6 +68,32 @@ class FeatureRow(_message.Message):
     features: _containers.MessageMap[str, FeatureValue]
     def __init__(self, entity_id: _Optional[str] = ..., features: _Optional[_Mapping[str, FeatureValue]] = ...) -> None: ...
 
+class FeatureColumn(_message.Message):
+    __slots__ = ("name", "numbers", "texts", "string_lists", "count_maps", "sources", "age_ms")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    NUMBERS_FIELD_NUMBER: _ClassVar[int]
+    TEXTS_FIELD_NUMBER: _ClassVar[int]
+    STRING_LISTS_FIELD_NUMBER: _ClassVar[int]
+    COUNT_MAPS_FIELD_NUMBER: _ClassVar[int]
+    SOURCES_FIELD_NUMBER: _ClassVar[int]
+    AGE_MS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    numbers: _containers.RepeatedScalarFieldContainer[float]
+    texts: _containers.RepeatedScalarFieldContainer[str]
+    string_lists: _containers.RepeatedCompositeFieldContainer[StringList]
+    count_maps: _containers.RepeatedCompositeFieldContainer[CountMap]
+    sources: _containers.RepeatedScalarFieldContainer[FeatureSource]
+    age_ms: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, name: _Optional[str] = ..., numbers: _Optional[_Iterable[float]] = ..., texts: _Optional[_Iterable[str]] = ..., string_lists: _Optional[_Iterable[_Union[StringList, _Mapping]]] = ..., count_maps: _Optional[_Iterable[_Union[CountMap, _Mapping]]] = ..., sources: _Optional[_Iterable[_Union[FeatureSource, str]]] = ..., age_ms: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class FeatureTable(_message.Message):
+    __slots__ = ("entity_ids", "columns")
+    ENTITY_IDS_FIELD_NUMBER: _ClassVar[int]
+    COLUMNS_FIELD_NUMBER: _ClassVar[int]
+    entity_ids: _containers.RepeatedScalarFieldContainer[str]
+    columns: _containers.RepeatedCompositeFieldContainer[FeatureColumn]
+    def __init__(self, entity_ids: _Optional[_Iterable[str]] = ..., columns: _Optional[_Iterable[_Union[FeatureColumn, _Mapping]]] = ...) -> None: ...
+
 class GetFeaturesRequest(_message.Message):
     __slots__ = ("user_id", "item_ids", "as_of_ms")
     USER_ID_FIELD_NUMBER: _ClassVar[int]
@@ -86,11 +112,11 @@ class GetFeaturesResponse(_message.Message):
     AS_OF_MS_FIELD_NUMBER: _ClassVar[int]
     DEGRADED_FIELD_NUMBER: _ClassVar[int]
     user: FeatureRow
-    items: _containers.RepeatedCompositeFieldContainer[FeatureRow]
+    items: FeatureTable
     feature_version: str
     as_of_ms: int
     degraded: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, user: _Optional[_Union[FeatureRow, _Mapping]] = ..., items: _Optional[_Iterable[_Union[FeatureRow, _Mapping]]] = ..., feature_version: _Optional[str] = ..., as_of_ms: _Optional[int] = ..., degraded: _Optional[_Iterable[str]] = ...) -> None: ...
+    def __init__(self, user: _Optional[_Union[FeatureRow, _Mapping]] = ..., items: _Optional[_Union[FeatureTable, _Mapping]] = ..., feature_version: _Optional[str] = ..., as_of_ms: _Optional[int] = ..., degraded: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class GetPopularRequest(_message.Message):
     __slots__ = ("limit",)

@@ -34,17 +34,26 @@ from recmesh.features.definitions import (
 
 _log = structlog.get_logger("recmesh.feature.store")
 
-# Counts and the newest event time of one item's two windows in one command;
-# both keys share the item's hash tag, so this is valid on a Redis Cluster.
-_ITEM_WINDOW_LUA = """
-local c = redis.call('ZCOUNT', KEYS[1], ARGV[1], ARGV[2])
-local v = redis.call('ZCOUNT', KEYS[2], ARGV[1], ARGV[2])
-local newest = -1
-local a = redis.call('ZREVRANGEBYSCORE', KEYS[1], ARGV[2], ARGV[1], 'WITHSCORES', 'LIMIT', 0, 1)
-if #a > 0 then newest = tonumber(a[2]) end
-local b = redis.call('ZREVRANGEBYSCORE', KEYS[2], ARGV[2], ARGV[1], 'WITHSCORES', 'LIMIT', 0, 1)
-if #b > 0 and tonumber(b[2]) > newest then newest = tonumber(b[2]) end
-return {c, v, newest}
+# Window counts and the newest event time for many items in one command.
+# KEYS come in pairs (clicks, views) per item; the reply is flat:
+# clicks_1, views_1, newest_1, clicks_2, ... Each pair shares the item's hash
+# tag; a call spanning several items needs a single Redis (a cluster client
+# sends one call per slot instead).
+_ITEM_WINDOWS_LUA = """
+local out = {}
+for i = 1, #KEYS, 2 do
+  local c = redis.call('ZCOUNT', KEYS[i], ARGV[1], ARGV[2])
+  local v = redis.call('ZCOUNT', KEYS[i + 1], ARGV[1], ARGV[2])
+  local newest = -1
+  local a = redis.call('ZREVRANGEBYSCORE', KEYS[i], ARGV[2], ARGV[1], 'WITHSCORES', 'LIMIT', 0, 1)
+  if #a > 0 then newest = tonumber(a[2]) end
+  local b = redis.call('ZREVRANGEBYSCORE', KEYS[i + 1], ARGV[2], ARGV[1], 'WITHSCORES', 'LIMIT', 0, 1)
+  if #b > 0 and tonumber(b[2]) > newest then newest = tonumber(b[2]) end
+  out[#out + 1] = c
+  out[#out + 1] = v
+  out[#out + 1] = newest
+end
+return out
 """
 
 _ITEM_KEY_BY_BEHAVIOR = {"click": keys.item_clicks, "view": keys.item_views}
@@ -104,7 +113,7 @@ class FeatureStore:
         return self._item_static
 
     async def prepare(self) -> None:
-        self._item_sha = await self._redis.script_load(_ITEM_WINDOW_LUA)
+        self._item_sha = await self._redis.script_load(_ITEM_WINDOWS_LUA)
 
     async def ping(self) -> bool:
         return bool(await self._redis.ping())
@@ -248,8 +257,9 @@ class FeatureStore:
         )
         if want_profile:
             pipe.hgetall(keys.user_profile(user_id))
-        for iid in item_ids:
-            pipe.evalsha(self._item_sha, 2, keys.item_clicks(iid), keys.item_views(iid), f"({lo10}", as_of_ms)  # type: ignore[arg-type]
+        if item_ids:
+            window_keys = [k for iid in item_ids for k in (keys.item_clicks(iid), keys.item_views(iid))]
+            pipe.evalsha(self._item_sha, len(window_keys), *window_keys, f"({lo10}", as_of_ms)  # type: ignore[arg-type]
         for iid in static_missing:
             pipe.hgetall(keys.item_static(iid))
         try:
@@ -261,5 +271,6 @@ class FeatureStore:
         events_raw, viewed_raw = out[0], out[1]
         rest = out[2:]
         profile_raw = rest.pop(0) if want_profile else None
-        n = len(item_ids)
-        return events_raw, viewed_raw, profile_raw, rest[:n], rest[n:]
+        flat = rest.pop(0) if item_ids else []
+        windows = [tuple(flat[i : i + 3]) for i in range(0, len(flat), 3)]
+        return events_raw, viewed_raw, profile_raw, windows, rest

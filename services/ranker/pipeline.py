@@ -21,7 +21,7 @@ from recmesh.clients import FeatureClient, InferenceClient
 from recmesh.errors import RecmeshError, Unavailable
 from recmesh.features.definitions import FEATURE_SET_VERSION, FeatureValue
 from recmesh.features.vectorize import COLUMNS, build_matrix
-from recmesh.features.wire import row_values
+from recmesh.features.wire import row_values, table_rows
 from recmesh.resilience import current_slo_class
 from recmesh.telemetry import FALLBACKS
 from services.ranker.policy import drop_seen, top_n
@@ -85,7 +85,7 @@ class RankPipeline:
                 user_id, [c[0] for c in candidates], as_of_ms, cap_s=FEATURES_CAP_S
             )
             user = row_values(resp.user)
-            item_rows = {row.entity_id: row_values(row) for row in resp.items}
+            item_rows = table_rows(resp.items)
             feature_version = resp.feature_version
             degraded.extend(f"feature:{d}" for d in resp.degraded)
         except RecmeshError as err:

@@ -13,6 +13,7 @@ from recmesh.errors import DeadlineExceeded, FailedPrecondition, InvalidArgument
 from recmesh.events import Event
 from recmesh.features.definitions import FEATURE_SET_VERSION
 from recmesh.features.vectorize import COLUMNS
+from recmesh.features.wire import table_rows
 from recmesh.resilience import request_scope
 from recmesh.settings import RankerSettings
 from services.ranker.pipeline import RankPipeline
@@ -46,8 +47,10 @@ async def test_feature_lookup_over_grpc_sees_fresh_events(mesh: Mesh) -> None:
     assert resp.as_of_ms == now
     assert resp.user.features["clicks_5m"].number >= 1
     assert resp.user.features["clicks_5m"].age_ms == 1000
-    assert [r.entity_id for r in resp.items] == ["i3", "i4"]
-    assert resp.items[0].features["clicks_10m"].number >= 1
+    assert list(resp.items.entity_ids) == ["i3", "i4"]
+    items = table_rows(resp.items)
+    assert items["i3"]["clicks_10m"] == 1
+    assert items["i4"]["category"] != "unknown"
 
 
 async def test_bad_lookup_is_invalid_argument(mesh: Mesh) -> None:
