@@ -44,9 +44,15 @@ def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
+@pytest.fixture(scope="session")
+def scratch_redis_url(redis_url: str) -> str:
+    """Database 1 of the same server: tests that flush it never touch the mesh's database 0."""
+    return redis_url.rsplit("/", 1)[0] + "/1"
+
+
 @pytest.fixture
-async def redis_client(redis_url: str) -> AsyncIterator[redis.Redis]:
-    client = redis.Redis.from_url(redis_url)
+async def redis_client(scratch_redis_url: str) -> AsyncIterator[redis.Redis]:
+    client = redis.Redis.from_url(scratch_redis_url)
     await client.flushdb()
     yield client
     await client.aclose()

@@ -31,6 +31,7 @@ async def main(settings: GatewaySettings) -> None:
     )
     app = create_app(settings, deps)
     await publisher.start()
+    popular_task = asyncio.create_task(recommender.keep_popular_fresh())
     grpc_server = build_grpc_server(settings, recommender)
     await grpc_server.start()
     await grpc_server.set_serving()
@@ -49,6 +50,7 @@ async def main(settings: GatewaySettings) -> None:
     with contextlib.suppress(asyncio.CancelledError):
         await http_task
     stop_task.cancel()
+    popular_task.cancel()
     await publisher.stop()
     for client in (ranker, features, inference):
         await client.close()

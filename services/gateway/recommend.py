@@ -2,12 +2,15 @@
 
 The gateway stamps the request's logical timestamp (as-of time) and turns the
 SLO class budget, or a tighter caller deadline, into the deadline every hop
-inherits. When the ranker cannot answer, the popular items from the feature
-service are served instead, flagged `ranker_unavailable`.
+inherits. When the ranker cannot answer in time, the popular items the gateway
+holds in memory (refreshed from the feature service every few seconds) are
+served instead, flagged `ranker_unavailable`: the fallback needs no network
+call, so it still fits in a budget the ranker used up.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 from dataclasses import dataclass, field
 
@@ -22,6 +25,8 @@ from recmesh.slo import SloClass
 from recmesh.telemetry import FALLBACKS, current_trace_id
 
 _log = structlog.get_logger("recmesh.gateway")
+
+POPULAR_HELD = 500
 
 
 @dataclass
@@ -39,6 +44,20 @@ class Recommender:
         self._ranker = ranker
         self._features = features
         self._max_count = max_count
+        self._popular: list[tuple[str, float]] = []
+
+    async def refresh_popular(self) -> bool:
+        try:
+            self._popular = await self._features.popular(POPULAR_HELD, cap_s=1.0)
+        except RecmeshError as err:
+            _log.warning("popular_refresh_failed", error=str(err))
+            return False
+        return True
+
+    async def keep_popular_fresh(self, interval_s: float = 5.0) -> None:
+        while True:
+            await self.refresh_popular()
+            await asyncio.sleep(interval_s)
 
     async def recommend(
         self, user_id: str, count: int, context: dict[str, str], slo: SloClass
@@ -69,13 +88,12 @@ class Recommender:
             except RecmeshError as err:
                 if isinstance(err, InvalidArgument):
                     raise
+                if not self._popular:
+                    raise Unavailable(f"ranker failed and no fallback is held yet: {err}") from err
                 FALLBACKS.labels("gateway", "ranker_unavailable", slo.name).inc()
+                span.add_event("fallback", {"reason": "ranker_unavailable", "error": str(err)})
                 _log.warning("fallback", reason="ranker_unavailable", error=str(err))
-                try:
-                    popular = await self._features.popular(count, cap_s=0.2)
-                except RecmeshError as err2:
-                    raise Unavailable(f"ranker and fallback both failed: {err}; {err2}") from err2
                 return Recommendation(
-                    popular, slo.name, current_trace_id(), "popularity", FEATURE_SET_VERSION,
-                    ["ranker_unavailable"],
+                    self._popular[:count], slo.name, current_trace_id(), "popularity",
+                    FEATURE_SET_VERSION, ["ranker_unavailable"],
                 )  # fmt: skip

@@ -115,9 +115,9 @@ async def test_redis_down_falls_back_to_cached_offline_features(redis_client: re
     await dead.aclose()
 
 
-async def test_slow_redis_times_out_within_budget(redis_client: redis.Redis, redis_url: str) -> None:
+async def test_slow_redis_times_out_within_budget(redis_client: redis.Redis, scratch_redis_url: str) -> None:
     await loaded_store(redis_client)
-    reader = connect(redis_url, 4)
+    reader = connect(scratch_redis_url, 4)
     slow = FeatureStore(reader)
     await slow.prepare()
     await redis_client.client_pause(300)

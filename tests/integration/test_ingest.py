@@ -45,7 +45,7 @@ async def _dlq_records(
 
 
 async def test_good_events_land_bad_ones_are_dead_lettered_and_offsets_commit(
-    kafka_bootstrap: str, redis_url: str, redis_client: redis.Redis, topics: dict[str, str]
+    kafka_bootstrap: str, scratch_redis_url: str, redis_client: redis.Redis, topics: dict[str, str]
 ) -> None:
     now = int(time.time() * 1000)
     good = [
@@ -69,10 +69,10 @@ async def test_good_events_land_bad_ones_are_dead_lettered_and_offsets_commit(
     await _produce(kafka_bootstrap, topics["events"], records)
 
     settings = IngestSettings(
-        kafka_bootstrap=kafka_bootstrap, redis_url=redis_url, events_topic=topics["events"],
+        kafka_bootstrap=kafka_bootstrap, redis_url=scratch_redis_url, events_topic=topics["events"],
         dlq_topic=topics["dlq"], consumer_group=f"g-{topics['events']}",
     )  # fmt: skip
-    client = connect(redis_url, 4)
+    client = connect(scratch_redis_url, 4)
     store = FeatureStore(client)
     consumer, producer = make_consumer(settings), make_producer(settings)
     await consumer.start()
