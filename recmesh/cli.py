@@ -89,6 +89,34 @@ def _cmd_features_load_offline(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_features_backfill(args: argparse.Namespace) -> int:
+    from recmesh.features.backfill import backfill
+    from recmesh.features.offline import read_entities
+    from recmesh.up import DEMO_DATA_DIR
+
+    offline = Path(args.offline) if args.offline else DEMO_DATA_DIR
+    users = dict(read_entities(offline, "user"))
+    items = dict(read_entities(offline, "item"))
+    say = (lambda m: print(m, file=sys.stderr)) if args.json else print
+    figures = backfill(Path(args.events), Path(args.out), users, items, progress=say)
+    if args.json:
+        print(json.dumps(figures))
+    else:
+        print(f"wrote {figures['rows']} rows ({figures['positives']} positive) to {args.out} "
+              f"in {figures['seconds']} s")  # fmt: skip
+    return 0
+
+
+def _cmd_events_export_demo(args: argparse.Namespace) -> int:
+    from recmesh.demo.generate import generate_events, make_catalog
+    from recmesh.features.eventlog import write_events
+
+    start = args.start or 1_767_225_600_000
+    events = generate_events(make_catalog(), start, int(args.hours * 3_600_000), args.sessions, args.seed)
+    print(f"wrote {write_events(Path(args.out), events)} events to {args.out}")
+    return 0
+
+
 def _cmd_events_send(args: argparse.Namespace) -> int:
     from recmesh.demo.live import demo_events
     from recmesh.events import parse_event
@@ -185,6 +213,12 @@ def build_parser() -> argparse.ArgumentParser:
     get.add_argument("--as-of", type=int, help="epoch ms (default: now)")
     get.add_argument("--addr", help="feature service address (default: FEATURE_ADDR)")
     get.set_defaults(func=_cmd_features_get)
+    bf = feats.add_parser("backfill", help="point-in-time training rows from an event log (JSON lines)")
+    bf.add_argument("--events", required=True, help="JSON-lines event log, any order, any size")
+    bf.add_argument("--out", required=True, help="output JSON lines, one row per view")
+    bf.add_argument("--offline", help="directory with users/items offline features (default: demo data)")
+    bf.add_argument("--json", action="store_true")
+    bf.set_defaults(func=_cmd_features_backfill)
     load = feats.add_parser("load-offline", help="load users/items CSV or Parquet into Redis")
     load.add_argument("path")
     load.set_defaults(func=_cmd_features_load_offline)
@@ -197,6 +231,13 @@ def build_parser() -> argparse.ArgumentParser:
     send.add_argument("--file", help="JSON lines, one event per line")
     send.add_argument("--seed", type=int, default=1)
     send.set_defaults(func=_cmd_events_send)
+    export = events.add_parser("export-demo", help="write a demo event log as JSON lines")
+    export.add_argument("out")
+    export.add_argument("--sessions", type=int, default=2000)
+    export.add_argument("--hours", type=float, default=2.0)
+    export.add_argument("--start", type=int, help="epoch ms of the first event")
+    export.add_argument("--seed", type=int, default=11)
+    export.set_defaults(func=_cmd_events_export_demo)
 
     init = sub.add_parser("init", help="create topics and load offline features (external Redis/Kafka)")
     init.add_argument("--wait", type=float, default=60.0, help="seconds to wait for the broker")

@@ -48,6 +48,10 @@ class FeatureSettings(CommonSettings, RedisSettings):
     # Budget for the real-time read; past it the response falls back to
     # offline features only (design notes: Redis read timeout 50 ms).
     realtime_timeout_ms: float = Field(50.0, validation_alias="RECMESH_FEATURE_TIMEOUT_MS")
+    # Per SLO class overrides, e.g. RECMESH_FEATURE_TIMEOUT_MS_BY_CLASS='{"A": 30, "C": 200}'.
+    realtime_timeout_ms_by_class: dict[str, float] = Field(
+        default_factory=dict, validation_alias="RECMESH_FEATURE_TIMEOUT_MS_BY_CLASS"
+    )
     max_items: int = Field(500, validation_alias="RECMESH_FEATURE_MAX_ITEMS")
 
 
@@ -55,6 +59,7 @@ class IngestSettings(CommonSettings, RedisSettings, KafkaSettings):
     metrics_port: int = Field(9105, validation_alias="INGEST_METRICS_PORT")
     consumer_group: str = Field("recmesh-feature-ingest", validation_alias="RECMESH_CONSUMER_GROUP")
     max_batch: int = Field(2000, validation_alias="RECMESH_INGEST_MAX_BATCH")
+    allowed_lateness_ms: int = Field(10_000, validation_alias="RECMESH_ALLOWED_LATENESS_MS")
 
 
 class InferenceSettings(CommonSettings):

@@ -9,10 +9,14 @@ online look-up (compute.py). Nothing from an example's future can leak in.
 from __future__ import annotations
 
 import bisect
+import time
 from collections import defaultdict, deque
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
+
+import orjson
 
 from recmesh.features.compute import (
     VIEWING,
@@ -24,6 +28,7 @@ from recmesh.features.compute import (
     window_lo,
 )
 from recmesh.features.definitions import (
+    FEATURE_SET_VERSION,
     LAST_VIEWED_SCAN,
     STATE_RETENTION_MS,
     FeatureValue,
@@ -31,6 +36,7 @@ from recmesh.features.definitions import (
 )
 
 LABEL_WINDOW_MS = 10_000  # a view is a positive example if the click follows within 10 s
+SWEEP_EVERY = 100_000  # events between sweeps of idle entities
 
 
 @dataclass(frozen=True)
@@ -56,6 +62,7 @@ class ReplayState:
         self.user_events: dict[str, deque[UserEvent]] = defaultdict(deque)
         self.item_clicks: dict[str, list[int]] = defaultdict(list)
         self.item_views: dict[str, list[int]] = defaultdict(list)
+        self._applied = 0
 
     def apply(self, ev: Mapping[str, Any]) -> None:
         t = int(ev["event_time"])
@@ -67,7 +74,23 @@ class ReplayState:
             events.popleft()
         target = {"click": self.item_clicks, "view": self.item_views}.get(ev["behavior"])
         if target is not None:
-            bisect.insort(target[ev["item_id"]], t)
+            times = target[ev["item_id"]]
+            bisect.insort(times, t)
+            if times[0] < t - STATE_RETENTION_MS:
+                del times[: bisect.bisect_left(times, t - STATE_RETENTION_MS)]
+        self._applied += 1
+        if self._applied % SWEEP_EVERY == 0:
+            self.sweep(t)
+
+    def sweep(self, now_ms: int) -> None:
+        """Forget entities whose newest event is older than the state retention,
+        as the online store's TTLs do, so replay memory stays bounded."""
+        cutoff = now_ms - STATE_RETENTION_MS
+        for uid in [u for u, evs in self.user_events.items() if not evs or evs[-1].event_time_ms < cutoff]:
+            del self.user_events[uid]
+        for table in (self.item_clicks, self.item_views):
+            for iid in [i for i, ts in table.items() if not ts or ts[-1] < cutoff]:
+                del table[iid]
 
     def user_features(self, user_id: str, as_of_ms: int) -> dict[str, tuple[FeatureValue, int]]:
         """Walks the user's events newest first (replay applies them in time order)."""
@@ -115,22 +138,25 @@ def training_examples(
     """One example per view, labelled by a click on the same item within 10 s.
 
     `events` must be sorted by event time. Labels look ahead (that is what a
-    label is); features never do.
+    label is); features never do. Memory holds only the state retention window
+    and the views still waiting for their label.
     """
     state = ReplayState({iid: str(f.get("category", "unknown")) for iid, f in items.items()})
-    pending: deque[tuple[Mapping[str, Any], dict[str, FeatureValue], dict[str, FeatureValue]]] = deque()
-    clicks_after: dict[tuple[str, str], list[int]] = defaultdict(list)
+    pending: deque[_Pending] = deque()
+    waiting: dict[tuple[str, str], list[_Pending]] = defaultdict(list)
     users_off = {u: _offline("user", r) for u, r in users.items()}
     items_off = {i: _offline("item", r) for i, r in items.items()}
     no_user, no_item = _offline("user", None), _offline("item", None)
 
     def flush(now_ms: int | None) -> Iterator[Example]:
-        while pending and (now_ms is None or pending[0][0]["event_time"] + LABEL_WINDOW_MS < now_ms):
-            ev, uf, itf = pending.popleft()
-            t = int(ev["event_time"])
-            key = (ev["user_id"], ev["item_id"])
-            label = int(any(t < c <= t + LABEL_WINDOW_MS for c in clicks_after.get(key, ())))
-            yield Example(ev["user_id"], ev["item_id"], t - 1, uf, itf, label)
+        while pending and (now_ms is None or pending[0].t + LABEL_WINDOW_MS < now_ms):
+            p = pending.popleft()
+            key = (p.user_id, p.item_id)
+            queue = waiting[key]
+            queue.remove(p)
+            if not queue:
+                del waiting[key]
+            yield Example(p.user_id, p.item_id, p.t - 1, p.user, p.item, p.label)
 
     for ev in events:
         t = int(ev["event_time"])
@@ -141,8 +167,64 @@ def training_examples(
             itf = {k: v for k, (v, _) in state.item_features(ev["item_id"], as_of).items()}
             uf.update(users_off.get(ev["user_id"], no_user))
             itf.update(items_off.get(ev["item_id"], no_item))
-            pending.append((ev, uf, itf))
+            p = _Pending(ev["user_id"], ev["item_id"], t, uf, itf)
+            pending.append(p)
+            waiting[(p.user_id, p.item_id)].append(p)
         elif ev["behavior"] == "click":
-            clicks_after[(ev["user_id"], ev["item_id"])].append(t)
+            for p in waiting.get((ev["user_id"], ev["item_id"]), ()):
+                if p.t < t <= p.t + LABEL_WINDOW_MS:
+                    p.label = 1
         state.apply(ev)
     yield from flush(None)
+
+
+@dataclass(eq=False)
+class _Pending:
+    user_id: str
+    item_id: str
+    t: int
+    user: dict[str, FeatureValue]
+    item: dict[str, FeatureValue]
+    label: int = 0
+
+
+def backfill(
+    events_path: Path,
+    out_path: Path,
+    users: Mapping[str, Mapping[str, Any]],
+    items: Mapping[str, Mapping[str, Any]],
+    progress: Callable[[str], None] | None = None,
+    run_size: int = 200_000,
+) -> dict[str, Any]:
+    """Point-in-time training rows for an event log, as JSON lines:
+    {"user_id", "item_id", "as_of_ms", "label", "feature_version", "user": {...}, "item": {...}}."""
+    from recmesh.features.eventlog import sorted_events
+
+    started = time.perf_counter()
+    rows = positives = 0
+    with out_path.open("wb") as fh:
+        for ex in training_examples(sorted_events(events_path, run_size), users, items):
+            fh.write(
+                orjson.dumps(
+                    {
+                        "user_id": ex.user_id,
+                        "item_id": ex.item_id,
+                        "as_of_ms": ex.as_of_ms,
+                        "label": ex.label,
+                        "feature_version": FEATURE_SET_VERSION,
+                        "user": ex.user,
+                        "item": ex.item,
+                    }
+                )
+                + b"\n"
+            )
+            rows += 1
+            positives += ex.label
+            if progress is not None and rows % 20_000 == 0:
+                progress(f"{rows} rows ({rows / (time.perf_counter() - started):.0f} rows/s)")
+    return {
+        "rows": rows,
+        "positives": positives,
+        "seconds": round(time.perf_counter() - started, 2),
+        "feature_version": FEATURE_SET_VERSION,
+    }

@@ -25,6 +25,7 @@ from redis.exceptions import RedisError
 
 from recmesh.errors import InvalidArgument
 from recmesh.events import Event, parse_event
+from recmesh.features.definitions import STATE_RETENTION_MS
 from recmesh.resilience import retry_until
 from recmesh.settings import IngestSettings
 from recmesh.telemetry import LATENCY_BUCKETS
@@ -39,11 +40,51 @@ FRESHNESS = Histogram(
     "Event time -> feature visible in Redis.",
     buckets=(*LATENCY_BUCKETS, 10.0, 30.0, 60.0, 300.0),
 )
+STAGE = Histogram(
+    "recmesh_ingest_stage_seconds",
+    "Time spent between pipeline stages: produced -> consumed, consumed -> applied.",
+    ("stage",),
+    buckets=(*LATENCY_BUCKETS, 10.0, 30.0, 60.0),
+)
+LATE = Counter(
+    "recmesh_ingest_late_events_total",
+    "Events older than their partition's watermark minus the allowed lateness.",
+    ("outcome",),
+)
 LAG = Gauge("recmesh_ingest_consumer_lag", "Records behind the high watermark.", ("partition",))
 STORE_RETRIES = Counter("recmesh_ingest_store_retries_total", "Batches retried because Redis failed.")
 
 # An event this far ahead of the consumer's clock is rejected, not applied.
 MAX_FUTURE_MS = 60 * 60 * 1000
+
+
+class Watermarks:
+    """Per-partition event-time watermarks and the lateness rule.
+
+    The watermark of a partition is the newest event time seen on it. An event
+    older than `watermark - allowed_lateness` is *late*. Because windows are
+    computed at read time from events stored at their own event time, a late
+    event is still applied exactly where it belongs (it changes the windows of
+    as-of times after it) and is counted as `applied`. Only an event older than
+    `watermark - STATE_RETENTION_MS` is refused (dead-lettered as `too_late`):
+    state that old has been trimmed, so applying it could not be read back
+    consistently. Watermarks live in memory; after a restart or rebalance they
+    rebuild from the records read.
+    """
+
+    def __init__(self, allowed_lateness_ms: int, retention_ms: int) -> None:
+        self.allowed_lateness_ms = allowed_lateness_ms
+        self.retention_ms = retention_ms
+        self._marks: dict[int, int] = {}
+
+    def judge(self, partition: int, event_time_ms: int) -> str:
+        """'on_time', 'late' (apply) or 'too_late' (refuse); advances the watermark."""
+        mark = self._marks.get(partition, event_time_ms)
+        mark = max(mark, event_time_ms)
+        self._marks[partition] = mark
+        if event_time_ms >= mark - self.allowed_lateness_ms:
+            return "on_time"
+        return "late" if event_time_ms >= mark - self.retention_ms else "too_late"
 
 
 @dataclass(frozen=True)
@@ -53,7 +94,10 @@ class Rejected:
     detail: str
 
 
-def classify(records: Sequence[ConsumerRecord], now_ms: int) -> tuple[list[Event], list[Rejected]]:
+def classify(
+    records: Sequence[ConsumerRecord], now_ms: int, marks: Watermarks
+) -> tuple[list[Event], list[Rejected]]:
+    """Valid events sorted by event time, and the rejected records with reasons."""
     good: list[Event] = []
     bad: list[Rejected] = []
     for rec in records:
@@ -66,7 +110,15 @@ def classify(records: Sequence[ConsumerRecord], now_ms: int) -> tuple[list[Event
         if event.event_time > now_ms + MAX_FUTURE_MS:
             bad.append(Rejected(rec, "event_time_in_future", f"event_time {event.event_time} > now + 1h"))
             continue
+        verdict = marks.judge(rec.partition, event.event_time)
+        if verdict == "too_late":
+            LATE.labels("refused").inc()
+            bad.append(Rejected(rec, "too_late", "older than the partition watermark minus state retention"))
+            continue
+        if verdict == "late":
+            LATE.labels("applied").inc()
         good.append(event)
+    good.sort(key=lambda e: e.event_time)
     return good, bad
 
 
@@ -82,6 +134,7 @@ class Ingestor:
         self._store = store
         self._consumer = consumer
         self._producer = producer
+        self._marks = Watermarks(settings.allowed_lateness_ms, STATE_RETENTION_MS)
         self.applied = 0
 
     async def run(self, stop: asyncio.Event) -> None:
@@ -93,12 +146,16 @@ class Ingestor:
             await self._export_lag()
 
     async def _process(self, records: list[ConsumerRecord], stop: asyncio.Event) -> None:
-        good, bad = classify(records, int(time.time() * 1000))
+        consumed_at = time.time()
+        for rec in records:
+            STAGE.labels("produced_to_consumed").observe(max(0.0, consumed_at - rec.timestamp / 1000))
+        good, bad = classify(records, int(consumed_at * 1000), self._marks)
         if bad:
             await self._dead_letter(bad)
         if good:
             await self._apply_with_retry(good, stop)
             applied_at = time.time()
+            STAGE.labels("consumed_to_applied").observe(applied_at - consumed_at)
             for ev in good:
                 FRESHNESS.observe(max(0.0, applied_at - ev.event_time / 1000))
         EVENTS.labels("applied").inc(len(good))

@@ -39,14 +39,15 @@ class FeatureServicer(features_pb2_grpc.FeatureServiceServicer):
                 f"item_ids has {len(request.item_ids)} entries; at most {self._settings.max_items}"
             )
         as_of = request.as_of_ms or int(time.time() * 1000)
-        timeout = self._settings.realtime_timeout_ms / 1000
+        slo = current_slo_class()
+        timeout_ms = self._settings.realtime_timeout_ms_by_class.get(slo, self._settings.realtime_timeout_ms)
+        timeout = timeout_ms / 1000
         left = remaining_s()
         if left is not None:
             # Keep a little of the caller's budget to build the answer.
             timeout = max(0.001, min(timeout, left * 0.8))
         item_ids = list(request.item_ids)
         lookup = await self._store.lookup(request.user_id, item_ids, as_of, timeout)
-        slo = current_slo_class()
         LOOKUP_ITEMS.labels(slo).inc(len(item_ids))
         for reason in lookup.degraded:
             FALLBACKS.labels("feature", reason, slo).inc()
