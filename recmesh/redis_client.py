@@ -1,6 +1,10 @@
 """Redis connections with a bounded pool and socket timeouts (design notes:
 bound the Redis connection pool and timeouts).
 
+`REDIS_URL=redis://host:port/0` connects to one server;
+`REDIS_URL=redis+cluster://host:port` to a Redis Cluster through any of its
+nodes. Feature keys are hash-tagged, so one entity's keys share a slot.
+
 No client-side retries: callers hold a per-request budget (often 50 ms) and a
 fallback, so a retry inside the client would only spend the budget twice. The
 ingest consumer retries at its own layer, with backoff, around whole batches.
@@ -9,11 +13,28 @@ ingest consumer retries at its own layer, with backoff, around whole batches.
 from __future__ import annotations
 
 import redis.asyncio as redis
+from redis.asyncio.cluster import RedisCluster
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
+AnyRedis = redis.Redis | RedisCluster
 
-def connect(url: str, max_connections: int) -> redis.Redis:
+CLUSTER_SCHEMES = ("redis+cluster://", "rediss+cluster://")
+
+
+def is_cluster_url(url: str) -> bool:
+    return url.startswith(CLUSTER_SCHEMES)
+
+
+def connect(url: str, max_connections: int) -> AnyRedis:
+    if is_cluster_url(url):
+        return RedisCluster.from_url(
+            url.replace("+cluster", "", 1),
+            max_connections=max_connections,
+            socket_connect_timeout=1.0,
+            socket_timeout=2.0,
+            retry=Retry(NoBackoff(), 0),
+        )
     return redis.Redis.from_url(
         url,
         max_connections=max_connections,

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import redis.asyncio as redis
 
-from recmesh.embedded import broker_process, ensure_topics, redis_process, wait_tcp
+from recmesh.embedded import broker_process, ensure_topics, redis_process, start_redis_cluster, wait_tcp
 from recmesh.training.train import TrainConfig, train
 from tests.helpers import free_port
 
@@ -25,6 +25,16 @@ def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     asyncio.run(wait_tcp("127.0.0.1", port, 10, proc))
     yield f"redis://127.0.0.1:{port}/0"
     proc.stop()
+
+
+@pytest.fixture(scope="session")
+def redis_cluster_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A real 3-master Redis Cluster from redis-server processes."""
+    ports = [free_port(below=55536) for _ in range(3)]
+    procs = asyncio.run(start_redis_cluster(ports, tmp_path_factory.mktemp("cluster")))
+    yield f"redis+cluster://127.0.0.1:{ports[0]}"
+    for proc in procs:
+        proc.stop()
 
 
 @pytest.fixture(scope="session")

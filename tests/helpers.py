@@ -11,10 +11,14 @@ from typing import TypeVar
 T = TypeVar("T")
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+def free_port(below: int = 65536) -> int:
+    """A free loopback port under `below` (a Redis Cluster node also needs port + 10000)."""
+    while True:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind(("127.0.0.1", 0))
+            port = int(s.getsockname()[1])
+        if port < below:
+            return port
 
 
 async def poll_until(

@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 from typing import Any, cast
 
 import orjson
-import redis.asyncio as redis
 import structlog
-from redis.exceptions import NoScriptError
+from redis.asyncio.cluster import RedisCluster
+from redis.exceptions import NoScriptError, RedisError
 
 from recmesh.cache import TtlCache
 from recmesh.events import Event
@@ -31,6 +31,7 @@ from recmesh.features.definitions import (
     FeatureValue,
     features_of,
 )
+from recmesh.redis_client import AnyRedis
 
 _log = structlog.get_logger("recmesh.feature.store")
 
@@ -97,13 +98,14 @@ def _with_defaults(
 class FeatureStore:
     def __init__(
         self,
-        client: redis.Redis,
+        client: AnyRedis,
         *,
         static_ttl_s: float = 5.0,
         profile_ttl_s: float = 60.0,
         cache_entries: int = 200_000,
     ) -> None:
         self._redis = client
+        self._cluster = isinstance(client, RedisCluster)
         self._item_static: TtlCache[dict[str, Any]] = TtlCache(static_ttl_s, cache_entries)
         self._user_profile: TtlCache[dict[str, Any]] = TtlCache(profile_ttl_s, cache_entries)
         self._item_sha: str | None = None
@@ -215,7 +217,7 @@ class FeatureStore:
                 results = await self._read(
                     user_id, item_ids, static_missing, profile is None, lo10, lo1h, as_of_ms
                 )
-        except (TimeoutError, redis.RedisError, OSError) as err:
+        except (TimeoutError, RedisError, OSError) as err:
             reason = (
                 "realtime_store_timeout" if isinstance(err, TimeoutError) else "realtime_store_unavailable"
             )
@@ -248,7 +250,7 @@ class FeatureStore:
         lo1h: int,
         as_of_ms: int,
     ) -> tuple[Any, Any, Any, list[Any], list[Any]]:
-        if self._item_sha is None:
+        if self._item_sha is None and not self._cluster:
             await self.prepare()
         pipe = self._redis.pipeline(transaction=False)
         pipe.zrangebyscore(keys.user_events(user_id), f"({lo10}", as_of_ms, withscores=True)
@@ -257,9 +259,18 @@ class FeatureStore:
         )
         if want_profile:
             pipe.hgetall(keys.user_profile(user_id))
-        if item_ids:
-            window_keys = [k for iid in item_ids for k in (keys.item_clicks(iid), keys.item_views(iid))]
-            pipe.evalsha(self._item_sha, len(window_keys), *window_keys, f"({lo10}", as_of_ms)  # type: ignore[arg-type]
+        unique = list(dict.fromkeys(item_ids))
+        lo = f"({lo10}"
+        if self._cluster:
+            # redis-py refuses scripts in cluster pipelines; plain commands are
+            # grouped per node, one round trip per node in parallel.
+            for iid in unique:
+                for key in (keys.item_clicks(iid), keys.item_views(iid)):
+                    pipe.zcount(key, lo, as_of_ms)
+                    pipe.zrevrangebyscore(key, as_of_ms, lo, start=0, num=1, withscores=True)
+        elif unique:
+            window_keys = [k for iid in unique for k in (keys.item_clicks(iid), keys.item_views(iid))]
+            pipe.evalsha(self._item_sha, len(window_keys), *window_keys, lo, as_of_ms)  # type: ignore[arg-type]
         for iid in static_missing:
             pipe.hgetall(keys.item_static(iid))
         try:
@@ -271,6 +282,15 @@ class FeatureStore:
         events_raw, viewed_raw = out[0], out[1]
         rest = out[2:]
         profile_raw = rest.pop(0) if want_profile else None
-        flat = rest.pop(0) if item_ids else []
-        windows = [tuple(flat[i : i + 3]) for i in range(0, len(flat), 3)]
-        return events_raw, viewed_raw, profile_raw, windows, rest
+        by_item: dict[str, tuple[int, int, int]] = {}
+        if self._cluster:
+            for iid in unique:
+                clicks, newest_click, views, newest_view = rest[:4]
+                del rest[:4]
+                newest = max([int(s) for _, s in newest_click + newest_view], default=-1)
+                by_item[iid] = (int(clicks), int(views), newest)
+        elif unique:
+            flat = rest.pop(0)
+            for n, iid in enumerate(unique):
+                by_item[iid] = (int(flat[3 * n]), int(flat[3 * n + 1]), int(flat[3 * n + 2]))
+        return events_raw, viewed_raw, profile_raw, [by_item[i] for i in item_ids], rest

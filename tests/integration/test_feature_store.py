@@ -11,7 +11,7 @@ import redis.asyncio as redis
 from recmesh.demo.generate import generate_events, make_catalog, offline_rows
 from recmesh.events import Event
 from recmesh.features.backfill import ReplayState
-from recmesh.redis_client import connect
+from recmesh.redis_client import AnyRedis, connect
 from services.feature.store import FeatureStore
 
 MIN = 60_000
@@ -70,12 +70,12 @@ async def test_applying_a_batch_twice_changes_nothing(redis_client: redis.Redis)
     assert twice.items[0]["clicks_10m"][0] == 20
 
 
-async def test_online_equals_offline_replay_on_demo_traffic(redis_client: redis.Redis) -> None:
+async def check_parity_with_replay(client: AnyRedis) -> None:
     """The same events through the store and through the replay give the same
     features at every as-of time probed, even when applied out of order."""
     catalog = make_catalog()
     users, items = offline_rows(catalog)
-    store = FeatureStore(redis_client)
+    store = FeatureStore(client)
     await store.load_offline(users, items)
     events = list(generate_events(catalog, T0, 40 * MIN, 300, seed=3))
     shuffled = events[:]
@@ -91,12 +91,41 @@ async def test_online_equals_offline_replay_on_demo_traffic(redis_client: redis.
     for as_of in (T0 + 10 * MIN, T0 + 25 * MIN + 123, T0 + 40 * MIN):
         for user in probe_users:
             got = await store.lookup(user, probe_items, as_of, timeout_s=2.0)
+            assert got.degraded == []
             want_user = replay.user_features(user, as_of)
             assert {k: got.user[k][0] for k in want_user} == {k: v for k, (v, _) in want_user.items()}
             assert {k: got.user[k][2] for k in want_user} == {k: a for k, (_, a) in want_user.items()}
             for iid, row in zip(probe_items, got.items, strict=True):
                 want = replay.item_features(iid, as_of)
                 assert {k: (row[k][0], row[k][2]) for k in want} == want, (iid, as_of)
+
+
+async def test_online_equals_offline_replay_on_demo_traffic(redis_client: redis.Redis) -> None:
+    await check_parity_with_replay(redis_client)
+
+
+async def test_online_equals_offline_replay_on_a_redis_cluster(redis_cluster_url: str) -> None:
+    client = connect(redis_cluster_url, 16)
+    try:
+        await check_parity_with_replay(client)
+        nodes = client.get_primaries()  # type: ignore[union-attr]
+        assert len(nodes) == 3
+        # One user's keys share a slot (hash tags), so they live on one node.
+        from redis.crc import key_slot
+
+        from recmesh.features import keys as k
+
+        assert (
+            len(
+                {
+                    key_slot(x.encode())
+                    for x in (k.user_events("u1"), k.user_viewed("u1"), k.user_profile("u1"))
+                }
+            )
+            == 1
+        )
+    finally:
+        await client.aclose()
 
 
 async def test_redis_down_falls_back_to_cached_offline_features(redis_client: redis.Redis) -> None:
