@@ -1,0 +1,280 @@
+"""Faults with real processes: Redis stopped under the feature service and
+under the consumer, the consumer SIGKILLed mid-stream, the broker restarted."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+
+import httpx
+import orjson
+import pytest
+import redis.asyncio as redis
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+
+from recmesh.clients import FeatureClient, InferenceClient, RankerClient
+from recmesh.demo.generate import make_catalog, offline_rows
+from recmesh.embedded import ManagedProcess, broker_process, ensure_topics, redis_process, wait_tcp
+from recmesh.features import keys
+from recmesh.redis_client import connect
+from recmesh.settings import FeatureSettings, GatewaySettings, IngestSettings, RankerSettings
+from services.feature.ingest import Ingestor, make_consumer, make_producer
+from services.feature.server import build_server as build_feature
+from services.feature.store import FeatureStore
+from services.gateway.app import GatewayDeps, create_app
+from services.gateway.events import EventPublisher
+from services.gateway.recommend import Recommender
+from services.ranker.pipeline import RankPipeline
+from services.ranker.server import build_server as build_ranker
+from tests.helpers import free_port, poll_until
+from tests.integration.conftest import Mesh
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+class OwnRedis:
+    """A redis-server this test may stop and start again on the same port,
+    with an append-only file so its data survives the restart."""
+
+    def __init__(self, workdir: Path) -> None:
+        self.port = free_port()
+        self.dir = workdir
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.proc: ManagedProcess | None = None
+
+    async def start(self) -> None:
+        self.proc = redis_process(
+            self.port, self.dir, self.dir, ["--appendonly", "yes", "--appendfsync", "always"]
+        )
+        self.proc.start()
+        await wait_tcp("127.0.0.1", self.port, 10, self.proc)
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            self.proc.stop()
+            self.proc = None
+
+
+@pytest.fixture
+async def own_redis(tmp_path: Path) -> AsyncIterator[OwnRedis]:
+    r = OwnRedis(tmp_path)
+    await r.start()
+    yield r
+    r.stop()
+
+
+def _equals(get: Callable[[], Awaitable[int]], want: int) -> Callable[[], Awaitable[bool]]:
+    async def check() -> bool:
+        return await get() == want
+
+    return check
+
+
+def _clicks(n: int, items: int, prefix: str) -> list[tuple[bytes, bytes]]:
+    now = int(time.time() * 1000)
+    return [
+        (f"u{i % 50}".encode(), orjson.dumps({"event_id": f"{prefix}{i}", "user_id": f"u{i % 50}",
+         "item_id": f"i{i % items}", "behavior": "click", "event_time": now - (n - i)}))
+        for i in range(n)
+    ]  # fmt: skip
+
+
+async def _produce(bootstrap: str, topic: str, records: list[tuple[bytes, bytes]]) -> None:
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=5)
+    await producer.start()
+    try:
+        futures = [await producer.send(topic, key=k, value=v) for k, v in records]
+        await asyncio.gather(*futures)
+    finally:
+        await producer.stop()
+
+
+async def _item_clicks(client: redis.Redis, items: int) -> int:
+    pipe = client.pipeline(transaction=False)
+    for i in range(items):
+        pipe.zcard(keys.item_clicks(f"i{i}"))
+    return sum(await pipe.execute())
+
+
+async def _committed(bootstrap: str, topic: str, group: str) -> int:
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False)
+    await consumer.start()
+    try:
+        return sum([await consumer.committed(TopicPartition(topic, p)) or 0 for p in range(3)])
+    finally:
+        await consumer.stop()
+
+
+async def test_redis_down_while_serving_falls_back_without_5xx(own_redis: OwnRedis, mesh: Mesh) -> None:
+    client = connect(own_redis.url, 8)
+    store = FeatureStore(client)
+    await store.prepare()
+    users, items = offline_rows(make_catalog())
+    await store.load_offline(users, items)
+    feature = build_feature(FeatureSettings(feature_port=free_port(), redis_url=own_redis.url), store)
+    await feature.start()
+    await feature.set_serving()
+    fc = FeatureClient(feature.address, "ranker")
+    ic = InferenceClient(mesh.inference.address, "ranker")
+    ranker = build_ranker(RankerSettings(ranker_port=free_port()), RankPipeline(fc, ic, 200))
+    await ranker.start()
+    await ranker.set_serving()
+    rc, gw_fc = RankerClient(ranker.address, "gateway"), FeatureClient(feature.address, "gateway")
+    recommender = Recommender(rc, gw_fc, 100)
+    await recommender.refresh_popular()
+    app = create_app(GatewaySettings(), GatewayDeps(recommender, EventPublisher("127.0.0.1:1", "x", 0.1), {}))
+    try:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://gw") as http:
+            warm = await http.post(
+                "/v1/recommend", json={"user_id": "u1", "count": 5}, headers={"x-slo-class": "A"}
+            )
+            assert warm.status_code == 200 and warm.json()["degraded"] == []
+            own_redis.stop()
+            started = time.perf_counter()
+            resp = await http.post(
+                "/v1/recommend", json={"user_id": "u1", "count": 5}, headers={"x-slo-class": "A"}
+            )
+            elapsed = time.perf_counter() - started
+            assert resp.status_code == 200, resp.text
+            body = resp.json()
+            assert "feature:realtime_store_unavailable" in body["degraded"]
+            assert body["model_version"].startswith("ctr-"), "still scored, with offline features"
+            assert len(body["items"]) == 5
+            assert elapsed < 0.3, "inside class A's budget"
+    finally:
+        for c in (rc, gw_fc, fc, ic):
+            await c.close()
+        await ranker.stop(0.1)
+        await feature.stop(0.1)
+        await client.aclose()
+
+
+async def test_redis_down_while_consuming_commits_nothing_and_loses_nothing(
+    own_redis: OwnRedis, kafka_bootstrap: str, topics: dict[str, str]
+) -> None:
+    settings = IngestSettings(kafka_bootstrap=kafka_bootstrap, redis_url=own_redis.url,
+                              events_topic=topics["events"], dlq_topic=topics["dlq"],
+                              consumer_group=f"g-{topics['events']}")  # fmt: skip
+    client = connect(own_redis.url, 4)
+    consumer, producer = make_consumer(settings), make_producer(settings)
+    await consumer.start()
+    await producer.start()
+    ingestor = Ingestor(settings, FeatureStore(client), consumer, producer)
+    stop = asyncio.Event()
+    task = asyncio.create_task(ingestor.run(stop))
+    group = settings.consumer_group
+    try:
+        await _produce(kafka_bootstrap, topics["events"], _clicks(100, 10, "a"))
+        await poll_until(lambda: asyncio.sleep(0, ingestor.applied == 100), "first 100 applied", 20)
+        await poll_until(
+            _equals(lambda: _committed(kafka_bootstrap, topics["events"], group), 100), "commit 100", 10
+        )
+
+        own_redis.stop()
+        await _produce(kafka_bootstrap, topics["events"], _clicks(100, 10, "b"))
+        await asyncio.sleep(2.0)  # the consumer holds the batch and retries
+        assert ingestor.applied == 100
+        assert await _committed(kafka_bootstrap, topics["events"], group) == 100, (
+            "nothing committed while down"
+        )
+
+        await own_redis.start()
+        await poll_until(
+            lambda: asyncio.sleep(0, ingestor.applied == 200), "second batch applied after restart", 30
+        )
+        await poll_until(
+            _equals(lambda: _committed(kafka_bootstrap, topics["events"], group), 200), "commit 200", 10
+        )
+        fresh = redis.Redis.from_url(own_redis.url)
+        assert await _item_clicks(fresh, 10) == 200
+        await fresh.aclose()
+    finally:
+        stop.set()
+        await task
+        await consumer.stop()
+        await producer.stop()
+        await client.aclose()
+
+
+def _ingest_process(env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+    with log.open("ab") as fh:
+        return subprocess.Popen([sys.executable, "-m", "services.feature.ingest"], env=env, stdout=fh,
+                                stderr=subprocess.STDOUT, cwd=ROOT)  # fmt: skip
+
+
+async def test_consumer_killed_mid_stream_ends_exact(
+    own_redis: OwnRedis, kafka_bootstrap: str, topics: dict[str, str], tmp_path: Path
+) -> None:
+    n, items = 20_000, 20
+    await _produce(kafka_bootstrap, topics["events"], _clicks(n, items, "k"))
+    env = dict(os.environ, REDIS_URL=own_redis.url, KAFKA_BOOTSTRAP=kafka_bootstrap,
+               RECMESH_EVENTS_TOPIC=topics["events"], RECMESH_DLQ_TOPIC=topics["dlq"],
+               RECMESH_CONSUMER_GROUP=f"g-{topics['events']}", INGEST_METRICS_PORT=str(free_port()),
+               RECMESH_INGEST_MAX_BATCH="500")  # fmt: skip
+    client = redis.Redis.from_url(own_redis.url)
+    proc = _ingest_process(env, tmp_path / "ingest.log")
+    try:
+
+        async def under_way() -> bool:
+            return await _item_clicks(client, items) > 1000
+
+        await poll_until(under_way, "consumer under way", 30)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+        partial = await _item_clicks(client, items)
+        assert partial < n, "killed before it finished"
+        env["INGEST_METRICS_PORT"] = str(free_port())
+        proc = _ingest_process(env, tmp_path / "ingest.log")
+        await poll_until(_equals(lambda: _item_clicks(client, items), n), f"all {n} clicks applied once", 60)
+        group = env["RECMESH_CONSUMER_GROUP"]
+        committed = _equals(lambda: _committed(kafka_bootstrap, topics["events"], group), n)
+        await poll_until(committed, "offsets committed to the end", 20)
+        assert await _item_clicks(client, items) == n, "nothing counted twice"
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(15)
+        await client.aclose()
+
+
+async def test_broker_restart_consumer_carries_on(tmp_path: Path, own_redis: OwnRedis) -> None:
+    port = free_port()
+    bootstrap = f"127.0.0.1:{port}"
+    broker = broker_process(port, tmp_path)
+    broker.start()
+    await wait_tcp("127.0.0.1", port, 10, broker)
+    await ensure_topics(bootstrap, {"ub": 3, "ub.dlq": 1})
+    settings = IngestSettings(kafka_bootstrap=bootstrap, redis_url=own_redis.url, events_topic="ub",
+                              dlq_topic="ub.dlq", consumer_group="g-restart")  # fmt: skip
+    client = connect(own_redis.url, 4)
+    consumer, producer = make_consumer(settings, metadata_max_age_ms=1000), make_producer(settings)
+    await consumer.start()
+    await producer.start()
+    ingestor = Ingestor(settings, FeatureStore(client), consumer, producer)
+    stop = asyncio.Event()
+    task = asyncio.create_task(ingestor.run(stop))
+    try:
+        await _produce(bootstrap, "ub", _clicks(50, 5, "before"))
+        await poll_until(lambda: asyncio.sleep(0, ingestor.applied == 50), "applied before the restart", 20)
+        broker.stop()
+        broker = broker_process(port, tmp_path)  # memory storage: the topic comes back empty
+        broker.start()
+        await wait_tcp("127.0.0.1", port, 10, broker)
+        await ensure_topics(bootstrap, {"ub": 3, "ub.dlq": 1})
+        await _produce(bootstrap, "ub", _clicks(50, 5, "after"))
+        await poll_until(lambda: asyncio.sleep(0, ingestor.applied >= 100), "applied after the restart", 60)
+        fresh = redis.Redis.from_url(own_redis.url)
+        assert await _item_clicks(fresh, 5) == 100
+        await fresh.aclose()
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 30)
+        await consumer.stop()
+        await producer.stop()
+        await client.aclose()
+        broker.stop()
