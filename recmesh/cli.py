@@ -250,6 +250,19 @@ def build_parser() -> argparse.ArgumentParser:
     health.add_argument("--timeout", type=float, default=2.0)
     health.set_defaults(func=_cmd_health)
 
+    bench = sub.add_parser("bench", help="benchmarks that print figures").add_subparsers(
+        dest="bench_command", required=True
+    )
+    bf_bench = bench.add_parser("features", help="ingest throughput, look-up latency, freshness, memory")
+    bf_bench.add_argument("--events", type=int, default=100_000)
+    bf_bench.add_argument("--lookups", type=int, default=1000)
+    bf_bench.add_argument("--items", type=int, default=200)
+    bf_bench.add_argument("--concurrency", type=int, default=8)
+    bf_bench.add_argument("--rate", type=int, default=5000, help="events/s while measuring freshness")
+    bf_bench.add_argument("--seconds", type=float, default=8.0)
+    bf_bench.add_argument("--json", action="store_true")
+    bf_bench.set_defaults(func=lambda a: __import__("recmesh.bench.features", fromlist=["main"]).main(a))
+
     demo = sub.add_parser("demo", help="demo data").add_subparsers(dest="demo_command", required=True)
     write = demo.add_parser("write-data", help="write the demo users.csv and items.csv")
     write.add_argument("out")

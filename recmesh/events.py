@@ -22,7 +22,7 @@ BEHAVIORS: tuple[str, ...] = ("view", "click", "add_to_cart", "purchase")
 class Event(BaseModel):
     model_config = ConfigDict(extra="ignore", frozen=True)
 
-    event_id: str = Field(min_length=1, max_length=128)
+    event_id: str = Field(min_length=1, max_length=128, pattern=r"^\S+$")
     user_id: str = Field(min_length=1, max_length=128, pattern=r"^[^|{}\s]+$")
     item_id: str = Field(min_length=1, max_length=128, pattern=r"^[^|{}\s]+$")
     behavior: Behavior
@@ -44,12 +44,11 @@ def describe_validation_error(err: ValidationError, prefix: str = "") -> str:
 def parse_event(raw: bytes) -> Event:
     """Decode and validate one record value; raises InvalidArgument with the reason."""
     try:
-        data = orjson.loads(raw)
-    except orjson.JSONDecodeError as err:
-        raise InvalidArgument(f"not JSON: {err}") from None
-    if not isinstance(data, dict):
-        raise InvalidArgument("event must be a JSON object")
-    try:
-        return Event.model_validate(data)
+        return Event.model_validate_json(raw)
     except ValidationError as err:
+        first = err.errors()[0]
+        if first["type"] == "json_invalid":
+            raise InvalidArgument(f"not JSON: {first['msg']}") from None
+        if first["type"] == "model_type":
+            raise InvalidArgument("event must be a JSON object") from None
         raise InvalidArgument(describe_validation_error(err)) from None

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -51,6 +51,9 @@ LATE = Counter(
     "Events older than their partition's watermark minus the allowed lateness.",
     ("outcome",),
 )
+_PRODUCED_TO_CONSUMED = STAGE.labels("produced_to_consumed")
+_CONSUMED_TO_APPLIED = STAGE.labels("consumed_to_applied")
+_LATE_APPLIED, _LATE_REFUSED = LATE.labels("applied"), LATE.labels("refused")
 LAG = Gauge("recmesh_ingest_consumer_lag", "Records behind the high watermark.", ("partition",))
 STORE_RETRIES = Counter("recmesh_ingest_store_retries_total", "Batches retried because Redis failed.")
 
@@ -112,11 +115,11 @@ def classify(
             continue
         verdict = marks.judge(rec.partition, event.event_time)
         if verdict == "too_late":
-            LATE.labels("refused").inc()
+            _LATE_REFUSED.inc()
             bad.append(Rejected(rec, "too_late", "older than the partition watermark minus state retention"))
             continue
         if verdict == "late":
-            LATE.labels("applied").inc()
+            _LATE_APPLIED.inc()
         good.append(event)
     good.sort(key=lambda e: e.event_time)
     return good, bad
@@ -129,7 +132,9 @@ class Ingestor:
         store: FeatureStore,
         consumer: AIOKafkaConsumer,
         producer: AIOKafkaProducer,
+        on_applied: Callable[[list[Event], float], None] | None = None,
     ) -> None:
+        self._on_applied = on_applied
         self._settings = settings
         self._store = store
         self._consumer = consumer
@@ -148,16 +153,18 @@ class Ingestor:
     async def _process(self, records: list[ConsumerRecord], stop: asyncio.Event) -> None:
         consumed_at = time.time()
         for rec in records:
-            STAGE.labels("produced_to_consumed").observe(max(0.0, consumed_at - rec.timestamp / 1000))
+            _PRODUCED_TO_CONSUMED.observe(max(0.0, consumed_at - rec.timestamp / 1000))
         good, bad = classify(records, int(consumed_at * 1000), self._marks)
         if bad:
             await self._dead_letter(bad)
         if good:
             await self._apply_with_retry(good, stop)
             applied_at = time.time()
-            STAGE.labels("consumed_to_applied").observe(applied_at - consumed_at)
+            _CONSUMED_TO_APPLIED.observe(applied_at - consumed_at)
             for ev in good:
                 FRESHNESS.observe(max(0.0, applied_at - ev.event_time / 1000))
+            if self._on_applied is not None:
+                self._on_applied(good, applied_at)
         EVENTS.labels("applied").inc(len(good))
         EVENTS.labels("dead_lettered").inc(len(bad))
         self.applied += len(good)

@@ -1,0 +1,75 @@
+"""Shared pieces of the benchmarks: percentiles, infrastructure, printing."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import tempfile
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from recmesh.embedded import ManagedProcess, broker_process, ensure_topics, redis_process, wait_tcp
+
+
+def percentile(samples: Sequence[float], q: float) -> float:
+    """Nearest-rank percentile (q in 0..100) of unsorted samples."""
+    if not samples:
+        return float("nan")
+    ordered = sorted(samples)
+    rank = max(0, min(len(ordered) - 1, round(q / 100 * len(ordered) + 0.5) - 1))
+    return ordered[rank]
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class Infra:
+    redis_url: str
+    kafka_bootstrap: str
+    workdir: Path
+
+
+@contextlib.asynccontextmanager
+async def infrastructure(topics: dict[str, int]) -> AsyncIterator[Infra]:
+    """REDIS_URL / KAFKA_BOOTSTRAP when set, else embedded processes on free ports."""
+    procs: list[ManagedProcess] = []
+    with tempfile.TemporaryDirectory(prefix="recmesh-bench-") as tmp:
+        work = Path(tmp)
+        redis_url = os.environ.get("REDIS_URL")
+        kafka = os.environ.get("KAFKA_BOOTSTRAP")
+        try:
+            if not redis_url:
+                port = free_port()
+                proc = redis_process(port, work / "redis", work)
+                proc.start()
+                procs.append(proc)
+                await wait_tcp("127.0.0.1", port, 10, proc)
+                redis_url = f"redis://127.0.0.1:{port}/0"
+            if not kafka:
+                port = free_port()
+                proc = broker_process(port, work)
+                proc.start()
+                procs.append(proc)
+                await wait_tcp("127.0.0.1", port, 10, proc)
+                kafka = f"127.0.0.1:{port}"
+            await ensure_topics(kafka, topics)
+            yield Infra(redis_url, kafka, work)
+        finally:
+            for proc in reversed(procs):
+                await asyncio.to_thread(proc.stop)
+
+
+def emit(figures: dict[str, Any], as_json: bool, table: str) -> None:
+    print(table, flush=True)
+    if as_json:
+        print(json.dumps(figures), flush=True)
