@@ -46,10 +46,14 @@ for i = 1, #KEYS, 2 do
   local c = redis.call('ZCOUNT', KEYS[i], ARGV[1], ARGV[2])
   local v = redis.call('ZCOUNT', KEYS[i + 1], ARGV[1], ARGV[2])
   local newest = -1
-  local a = redis.call('ZREVRANGEBYSCORE', KEYS[i], ARGV[2], ARGV[1], 'WITHSCORES', 'LIMIT', 0, 1)
-  if #a > 0 then newest = tonumber(a[2]) end
-  local b = redis.call('ZREVRANGEBYSCORE', KEYS[i + 1], ARGV[2], ARGV[1], 'WITHSCORES', 'LIMIT', 0, 1)
-  if #b > 0 and tonumber(b[2]) > newest then newest = tonumber(b[2]) end
+  if c > 0 then
+    local a = redis.call('ZREVRANGEBYSCORE', KEYS[i], ARGV[2], ARGV[1], 'WITHSCORES', 'LIMIT', 0, 1)
+    newest = tonumber(a[2])
+  end
+  if v > 0 then
+    local b = redis.call('ZREVRANGEBYSCORE', KEYS[i + 1], ARGV[2], ARGV[1], 'WITHSCORES', 'LIMIT', 0, 1)
+    if tonumber(b[2]) > newest then newest = tonumber(b[2]) end
+  end
   out[#out + 1] = c
   out[#out + 1] = v
   out[#out + 1] = newest
