@@ -263,6 +263,14 @@ def build_parser() -> argparse.ArgumentParser:
     bf_bench.add_argument("--json", action="store_true")
     bf_bench.set_defaults(func=lambda a: __import__("recmesh.bench.features", fromlist=["main"]).main(a))
 
+    bi = bench.add_parser("inference", help="dynamic batching on vs off at the same load; cold start")
+    bi.add_argument("--model-dir", help="default: RECMESH_MODEL_DIR, or a small model trained for the run")
+    bi.add_argument("--rows", type=int, default=1, help="rows per request")
+    bi.add_argument("--concurrency", type=int, default=64)
+    bi.add_argument("--seconds", type=float, default=5.0)
+    bi.add_argument("--json", action="store_true")
+    bi.set_defaults(func=lambda a: __import__("recmesh.bench.inference", fromlist=["main"]).main(a))
+
     demo = sub.add_parser("demo", help="demo data").add_subparsers(dest="demo_command", required=True)
     write = demo.add_parser("write-data", help="write the demo users.csv and items.csv")
     write.add_argument("out")

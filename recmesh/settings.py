@@ -68,6 +68,10 @@ class InferenceSettings(CommonSettings):
     model_dir: Path = Field(STATE_DIR_DEFAULT / "models", validation_alias="RECMESH_MODEL_DIR")
     intra_op_threads: int = Field(1, validation_alias="RECMESH_ORT_THREADS")
     max_rows: int = Field(2000, validation_alias="RECMESH_INFERENCE_MAX_ROWS")
+    batching: bool = Field(True, validation_alias="RECMESH_INFERENCE_BATCHING")
+    batch_max_rows: int = Field(1024, validation_alias="RECMESH_BATCH_MAX_ROWS")
+    batch_max_delay_us: int = Field(500, validation_alias="RECMESH_BATCH_MAX_DELAY_US")
+    batch_max_queue: int = Field(256, validation_alias="RECMESH_BATCH_MAX_QUEUE")
 
 
 class RankerSettings(CommonSettings):

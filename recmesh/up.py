@@ -137,7 +137,8 @@ class Mesh:
         say(f"offline features loaded from {directory}: {n_users} users, {n_items} items")
 
     def ensure_model(self) -> None:
-        from recmesh.training.train import TrainConfig, current_model, train
+        from recmesh.modeldir import current_model
+        from recmesh.training.train import TrainConfig, train
 
         path = current_model(self.model_dir)
         if path is None:

@@ -22,9 +22,9 @@ from recmesh.demo.generate import generate_events, make_catalog
 from recmesh.features.backfill import training_examples
 from recmesh.features.definitions import FEATURE_SET_VERSION
 from recmesh.features.vectorize import COLUMNS, OFFLINE_COLUMNS, item_columns
+from recmesh.modeldir import MODEL_NAME
 from recmesh.training.mlp import auc, to_onnx, train_mlp
 
-MODEL_NAME = "ctr"
 HOUR_MS = 3_600_000
 
 
@@ -105,11 +105,3 @@ def train(cfg: TrainConfig, model_dir: Path, progress: Callable[[str], None] = p
     (model_dir / MODEL_NAME / "CURRENT").write_text(version + "\n")
     progress(f"exported {out / 'model.onnx'} in {card['train_seconds']} s")
     return card
-
-
-def current_model(model_dir: Path) -> Path | None:
-    pointer = model_dir / MODEL_NAME / "CURRENT"
-    if not pointer.exists():
-        return None
-    path = model_dir / MODEL_NAME / pointer.read_text().strip()
-    return path if (path / "model.onnx").exists() and (path / "card.json").exists() else None

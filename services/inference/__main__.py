@@ -13,14 +13,16 @@ from recmesh.grpcserver import wait_for_shutdown_signal
 from recmesh.settings import InferenceSettings
 from recmesh.telemetry import setup_logging, setup_tracing
 from services.inference.model import ModelRegistry
-from services.inference.server import build_server
+from services.inference.server import build_batcher, build_server
 
 _log = structlog.get_logger("recmesh.inference")
 
 
 async def main(settings: InferenceSettings, started: float) -> None:
     registry = ModelRegistry(settings.model_dir, settings.intra_op_threads)
-    server = build_server(settings, registry)
+    batcher = build_batcher(settings)
+    server = build_server(settings, registry, batcher)
+    batch_task = asyncio.create_task(batcher.run()) if batcher is not None else None
     await server.start()
     model = await asyncio.to_thread(registry.load_current)
     await server.set_serving()
@@ -32,6 +34,10 @@ async def main(settings: InferenceSettings, started: float) -> None:
     with contextlib.suppress(asyncio.CancelledError):
         await follower
     await server.stop(settings.shutdown_grace_s)
+    if batch_task is not None:
+        batch_task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await batch_task
 
 
 if __name__ == "__main__":

@@ -22,7 +22,7 @@ import structlog
 from prometheus_client import Gauge, Info
 
 from recmesh.errors import FailedPrecondition, Unavailable
-from recmesh.training.train import current_model
+from recmesh.modeldir import current_model
 
 _log = structlog.get_logger("recmesh.inference.model")
 

@@ -8,9 +8,11 @@ from prometheus_client import Counter
 
 from recmesh.errors import FailedPrecondition, InvalidArgument
 from recmesh.grpcserver import MeshServer, Registration
+from recmesh.resilience import remaining_s
 from recmesh.settings import InferenceSettings
 from recmesh.v1 import inference_pb2 as pb
 from recmesh.v1 import inference_pb2_grpc
+from services.inference.batcher import MicroBatcher
 from services.inference.model import ModelRegistry
 
 ROWS = Counter("recmesh_inference_rows_total", "Rows scored.")
@@ -20,9 +22,12 @@ SCHEMA_MISMATCH = Counter(
 
 
 class InferenceServicer(inference_pb2_grpc.InferenceServiceServicer):
-    def __init__(self, registry: ModelRegistry, settings: InferenceSettings) -> None:
+    def __init__(
+        self, registry: ModelRegistry, settings: InferenceSettings, batcher: MicroBatcher | None = None
+    ) -> None:
         self._registry = registry
         self._settings = settings
+        self._batcher = batcher
 
     async def Score(self, request: pb.ScoreRequest, context: grpc.aio.ServicerContext) -> pb.ScoreResponse:
         model = self._registry.model
@@ -44,7 +49,10 @@ class InferenceServicer(inference_pb2_grpc.InferenceServiceServicer):
         if rows == 0:
             return pb.ScoreResponse(model_version=model.version, level=request.level)
         matrix = np.asarray(request.values, dtype=np.float32).reshape(rows, cols)
-        scores = model.score(matrix)
+        if self._batcher is None:
+            scores = model.score(matrix)
+        else:
+            scores = await self._batcher.submit(model, matrix, remaining_s())
         ROWS.inc(rows)
         return pb.ScoreResponse(scores=scores.tolist(), model_version=model.version, level=request.level)
 
@@ -60,7 +68,20 @@ class InferenceServicer(inference_pb2_grpc.InferenceServiceServicer):
         )
 
 
-def build_server(settings: InferenceSettings, registry: ModelRegistry) -> MeshServer:
+def build_batcher(settings: InferenceSettings) -> MicroBatcher | None:
+    if not settings.batching:
+        return None
+    return MicroBatcher(
+        lambda model, rows: model.score(rows),
+        max_rows=settings.batch_max_rows,
+        max_delay_us=settings.batch_max_delay_us,
+        max_queue=settings.batch_max_queue,
+    )
+
+
+def build_server(
+    settings: InferenceSettings, registry: ModelRegistry, batcher: MicroBatcher | None = None
+) -> MeshServer:
     return MeshServer(
         "inference",
         f"{settings.bind_host}:{settings.inference_port}",
@@ -68,7 +89,7 @@ def build_server(settings: InferenceSettings, registry: ModelRegistry) -> MeshSe
             Registration(
                 "recmesh.v1.InferenceService",
                 inference_pb2_grpc.add_InferenceServiceServicer_to_server,
-                InferenceServicer(registry, settings),
+                InferenceServicer(registry, settings, batcher),
             )
         ],
     )

@@ -1,0 +1,145 @@
+"""Dynamic micro-batching: concurrent Score requests share one model run.
+
+Requests queue up (bounded: a full queue answers RESOURCE_EXHAUSTED at once);
+one worker takes the oldest, then keeps collecting until the batch holds
+`max_rows` rows or `max_delay_us` has passed since the first was taken.
+Requests whose deadline has passed are dropped before scoring
+(DEADLINE_EXCEEDED), so an overloaded queue never spends the model on answers
+nobody waits for. The decision of what goes into a batch is the pure function
+`take_batch`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+from prometheus_client import Counter, Gauge, Histogram
+
+from recmesh.errors import DeadlineExceeded, ResourceExhausted
+
+F32 = npt.NDArray[np.float32]
+
+BATCH_ROWS = Histogram(
+    "recmesh_inference_batch_rows",
+    "Rows per model run.",
+    buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048),
+)
+BATCH_REQUESTS = Histogram(
+    "recmesh_inference_batch_requests", "Requests per model run.", buckets=(1, 2, 4, 8, 16, 32, 64, 128)
+)
+QUEUE_DEPTH = Gauge("recmesh_inference_queue_depth", "Requests waiting to be batched.")
+EXPIRED = Counter("recmesh_inference_expired_total", "Requests dropped in the queue after their deadline.")
+REJECTED = Counter("recmesh_inference_rejected_total", "Requests refused because the queue was full.")
+
+
+@dataclass(eq=False)
+class Job:
+    model: Any  # what the request was validated against; a batch never mixes models
+    rows: F32
+    deadline: float | None  # time.monotonic() by which the caller stops waiting
+    future: asyncio.Future[F32] = field(default_factory=lambda: asyncio.get_running_loop().create_future())
+
+    @property
+    def n(self) -> int:
+        return int(self.rows.shape[0])
+
+
+def take_batch(queue: deque[Job], max_rows: int, now: float) -> tuple[list[Job], list[Job]]:
+    """Pop the next batch from the front: (to score, expired). Always takes at
+    least one live job, even if it alone exceeds max_rows; stops before the job
+    that would overflow the batch or that was validated against another model
+    (a version switch in flight)."""
+    batch: list[Job] = []
+    expired: list[Job] = []
+    rows = 0
+    while queue:
+        job = queue[0]
+        if job.deadline is not None and job.deadline <= now:
+            expired.append(queue.popleft())
+            continue
+        if batch and (rows + job.n > max_rows or job.model is not batch[0].model):
+            break
+        batch.append(queue.popleft())
+        rows += job.n
+    return batch, expired
+
+
+class MicroBatcher:
+    def __init__(
+        self,
+        score: Callable[[Any, F32], F32],
+        *,
+        max_rows: int = 1024,
+        max_delay_us: int = 500,
+        max_queue: int = 256,
+    ) -> None:
+        self._score = score
+        self._max_rows = max_rows
+        self._max_delay_s = max_delay_us / 1e6
+        self._max_queue = max_queue
+        self._queue: deque[Job] = deque()
+        self._wakeup = asyncio.Event()
+
+    @property
+    def depth(self) -> int:
+        return len(self._queue)
+
+    async def submit(self, model: Any, rows: F32, timeout_s: float | None) -> F32:
+        if len(self._queue) >= self._max_queue:
+            REJECTED.inc()
+            raise ResourceExhausted(f"inference queue full ({self._max_queue} requests)")
+        job = Job(model, rows, None if timeout_s is None else time.monotonic() + timeout_s)
+        self._queue.append(job)
+        QUEUE_DEPTH.set(len(self._queue))
+        self._wakeup.set()
+        return await job.future
+
+    async def run(self) -> None:
+        while True:
+            if not self._queue:
+                self._wakeup.clear()
+                await self._wakeup.wait()
+            first_seen = time.monotonic()
+            # Give concurrent requests up to max_delay to join, unless the batch is already full.
+            while sum(j.n for j in self._queue) < self._max_rows:
+                left = self._max_delay_s - (time.monotonic() - first_seen)
+                if left <= 0:
+                    break
+                self._wakeup.clear()
+                try:
+                    await asyncio.wait_for(self._wakeup.wait(), left)
+                except TimeoutError:
+                    break
+            batch, expired = take_batch(self._queue, self._max_rows, time.monotonic())
+            QUEUE_DEPTH.set(len(self._queue))
+            for job in expired:
+                EXPIRED.inc()
+                if not job.future.done():
+                    job.future.set_exception(DeadlineExceeded("deadline passed while queued for inference"))
+            if not batch:
+                continue
+            self._run_batch(batch)
+
+    def _run_batch(self, batch: list[Job]) -> None:
+        rows = batch[0].rows if len(batch) == 1 else np.concatenate([j.rows for j in batch])
+        BATCH_ROWS.observe(rows.shape[0])
+        BATCH_REQUESTS.observe(len(batch))
+        try:
+            scores = self._score(batch[0].model, rows)
+        except Exception as err:
+            for job in batch:
+                if not job.future.done():
+                    job.future.set_exception(err)
+            return
+        start = 0
+        for job in batch:
+            if not job.future.done():
+                job.future.set_result(scores[start : start + job.n])
+            start += job.n
