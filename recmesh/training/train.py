@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -38,12 +38,38 @@ class TrainConfig:
     # Training data ends this long before "now" (the demo start time is fixed
     # for determinism: 2026-01-01T00:00:00Z).
     start_ms: int = 1_767_225_600_000
+    # Leakage control: move impression units to random times (see shuffle_event_times).
+    shuffle_times: bool = False
+
+
+def shuffle_event_times(events: list[dict[str, Any]], seed: int) -> list[dict[str, Any]]:
+    """The leakage control: every impression unit (a view and the click, cart
+    and purchase that follow it) moves, intact, to a random time in the same
+    range. Labels survive; the temporal structure the real-time features
+    exploit (session interest, trending items) does not."""
+    rng = np.random.default_rng(seed)
+    units: dict[str, list[dict[str, Any]]] = {}
+    for e in events:
+        units.setdefault(e["event_id"][:-1], []).append(e)  # ids end in v/c/a/p per step
+    lo = min(e["event_time"] for e in events)
+    hi = max(e["event_time"] for e in events)
+    out: list[dict[str, Any]] = []
+    for unit in units.values():
+        base = unit[0]["event_time"]
+        start = int(rng.integers(lo, hi))
+        out.extend({**e, "event_time": start + e["event_time"] - base} for e in unit)
+    out.sort(key=lambda e: (e["event_time"], e["event_id"]))
+    return out
 
 
 def build_dataset(cfg: TrainConfig) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     catalog = make_catalog()
     duration = int(cfg.hours * HOUR_MS)
-    events = generate_events(catalog, cfg.start_ms, duration, cfg.sessions, seed=cfg.seed)
+    events: Iterable[dict[str, Any]] = generate_events(
+        catalog, cfg.start_ms, duration, cfg.sessions, seed=cfg.seed
+    )
+    if cfg.shuffle_times:
+        events = shuffle_event_times(list(events), cfg.seed)
     users = {u["user_id"]: u for u in catalog.users}
     items = {i["item_id"]: i for i in catalog.items}
     rows, labels, times = [], [], []
