@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import grpc
@@ -61,12 +62,26 @@ class GrpcClient:
         request: Any,
         cap_s: float | None = None,
     ) -> R:
+        response, _ = await self._call_with_trailers(method, rpc, request, cap_s, want_trailers=False)
+        return response
+
+    async def _call_with_trailers(
+        self,
+        method: str,
+        rpc: Callable[..., Awaitable[R]],
+        request: Any,
+        cap_s: float | None = None,
+        want_trailers: bool = True,
+    ) -> tuple[R, dict[str, str]]:
         timeout = call_timeout(self._margin_s, cap_s)
         slo = current_slo_class()
         started = time.perf_counter()
         code = "OK"
         try:
-            return await rpc(request, timeout=timeout, metadata=((SLO_HEADER, slo),))
+            call: Any = rpc(request, timeout=timeout, metadata=((SLO_HEADER, slo),))
+            response: R = await call
+            trailers = {k: str(v) for k, v in (await call.trailing_metadata() or ())} if want_trailers else {}
+            return response, trailers
         except grpc.aio.AioRpcError as err:
             code = err.code().name
             raise from_grpc(err.code(), f"{self.target}.{method}: {err.details()}") from None
@@ -110,6 +125,16 @@ class FeatureClient(GrpcClient):
         return [(i.item_id, i.score) for i in resp.items]
 
 
+SUGGESTED_LEVEL_KEY = "x-recmesh-suggested-level"
+
+
+@dataclass(frozen=True)
+class Scored:
+    scores: list[float]
+    model_version: str
+    suggested_level: int  # the inference service's degradation hint (trailing metadata)
+
+
 class InferenceClient(GrpcClient):
     target = "inference"
 
@@ -120,11 +145,12 @@ class InferenceClient(GrpcClient):
     async def score(
         self, feature_version: str, columns: list[str], values: list[float], level: int = 0,
         cap_s: float | None = None,
-    ) -> inference_pb2.ScoreResponse:  # fmt: skip
+    ) -> Scored:  # fmt: skip
         req = inference_pb2.ScoreRequest(
             feature_version=feature_version, feature_names=columns, values=values, level=level
         )
-        return await self._call("Score", self._stub.Score, req, cap_s)
+        resp, trailers = await self._call_with_trailers("Score", self._stub.Score, req, cap_s)
+        return Scored(list(resp.scores), resp.model_version, int(trailers.get(SUGGESTED_LEVEL_KEY, "0")))
 
     async def model_info(self) -> inference_pb2.ModelInfoResponse:
         return await self._call("ModelInfo", self._stub.ModelInfo, inference_pb2.ModelInfoRequest(), 2.0)

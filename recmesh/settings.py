@@ -72,6 +72,8 @@ class InferenceSettings(CommonSettings):
     batch_max_rows: int = Field(1024, validation_alias="RECMESH_BATCH_MAX_ROWS")
     batch_max_delay_us: int = Field(500, validation_alias="RECMESH_BATCH_MAX_DELAY_US")
     batch_max_queue: int = Field(256, validation_alias="RECMESH_BATCH_MAX_QUEUE")
+    # Queue depth from which callers are told to degrade (trailing metadata).
+    batch_queue_threshold: int = Field(128, validation_alias="RECMESH_BATCH_QUEUE_THRESHOLD")
 
 
 class RankerSettings(CommonSettings):

@@ -13,6 +13,7 @@ from recmesh.grpcserver import wait_for_shutdown_signal
 from recmesh.settings import InferenceSettings
 from recmesh.telemetry import setup_logging, setup_tracing
 from services.inference.model import ModelRegistry
+from services.inference.pressure import GpuProbe
 from services.inference.server import build_batcher, build_server
 
 _log = structlog.get_logger("recmesh.inference")
@@ -21,7 +22,7 @@ _log = structlog.get_logger("recmesh.inference")
 async def main(settings: InferenceSettings, started: float) -> None:
     registry = ModelRegistry(settings.model_dir, settings.intra_op_threads)
     batcher = build_batcher(settings)
-    server = build_server(settings, registry, batcher)
+    server = build_server(settings, registry, batcher, GpuProbe())
     batch_task = asyncio.create_task(batcher.run()) if batcher is not None else None
     await server.start()
     model = await asyncio.to_thread(registry.load_current)

@@ -14,6 +14,7 @@ from recmesh.v1 import inference_pb2 as pb
 from recmesh.v1 import inference_pb2_grpc
 from services.inference.batcher import MicroBatcher
 from services.inference.model import ModelRegistry
+from services.inference.pressure import SUGGESTED, SUGGESTED_LEVEL_KEY, GpuProbe, suggest_level
 
 ROWS = Counter("recmesh_inference_rows_total", "Rows scored.")
 SCHEMA_MISMATCH = Counter(
@@ -23,11 +24,27 @@ SCHEMA_MISMATCH = Counter(
 
 class InferenceServicer(inference_pb2_grpc.InferenceServiceServicer):
     def __init__(
-        self, registry: ModelRegistry, settings: InferenceSettings, batcher: MicroBatcher | None = None
+        self,
+        registry: ModelRegistry,
+        settings: InferenceSettings,
+        batcher: MicroBatcher | None = None,
+        gpu: GpuProbe | None = None,
     ) -> None:
         self._registry = registry
         self._settings = settings
         self._batcher = batcher
+        self._gpu = gpu
+
+    def _suggest(self, context: grpc.aio.ServicerContext) -> None:
+        depth = self._batcher.depth if self._batcher is not None else 0
+        level = suggest_level(
+            self._gpu.memory_ratio() if self._gpu is not None else None,
+            depth,
+            self._settings.batch_max_queue,
+            self._settings.batch_queue_threshold,
+        )
+        SUGGESTED.set(level)
+        context.set_trailing_metadata(((SUGGESTED_LEVEL_KEY, str(level)),))
 
     async def Score(self, request: pb.ScoreRequest, context: grpc.aio.ServicerContext) -> pb.ScoreResponse:
         model = self._registry.model
@@ -46,6 +63,7 @@ class InferenceServicer(inference_pb2_grpc.InferenceServiceServicer):
         except FailedPrecondition:
             SCHEMA_MISMATCH.inc()
             raise
+        self._suggest(context)
         if rows == 0:
             return pb.ScoreResponse(model_version=model.version, level=request.level)
         matrix = np.asarray(request.values, dtype=np.float32).reshape(rows, cols)
@@ -80,7 +98,10 @@ def build_batcher(settings: InferenceSettings) -> MicroBatcher | None:
 
 
 def build_server(
-    settings: InferenceSettings, registry: ModelRegistry, batcher: MicroBatcher | None = None
+    settings: InferenceSettings,
+    registry: ModelRegistry,
+    batcher: MicroBatcher | None = None,
+    gpu: GpuProbe | None = None,
 ) -> MeshServer:
     return MeshServer(
         "inference",
@@ -89,7 +110,7 @@ def build_server(
             Registration(
                 "recmesh.v1.InferenceService",
                 inference_pb2_grpc.add_InferenceServiceServicer_to_server,
-                InferenceServicer(registry, settings, batcher),
+                InferenceServicer(registry, settings, batcher, gpu),
             )
         ],
     )

@@ -48,6 +48,8 @@ class RankPipeline:
         self._features = features
         self._inference = inference
         self._n_candidates = candidates
+        # The inference service's latest degradation hint (for the ladder).
+        self.inference_suggested_level = 0
         self._candidate_cache: TtlCache[list[tuple[str, float]]] = TtlCache(5.0, 4)
 
     async def _candidates(self, degraded: list[str]) -> list[tuple[str, float]]:
@@ -99,8 +101,12 @@ class RankPipeline:
             scored = await self._inference.score(
                 feature_version, list(COLUMNS), matrix.ravel().tolist(), cap_s=SCORING_CAP_S
             )
-            items = top_n(ids, list(scored.scores), count)
+            items = top_n(ids, scored.scores, count)
             model_version = scored.model_version
+            self.inference_suggested_level = scored.suggested_level
+            trace.get_current_span().set_attribute(
+                "recmesh.inference_suggested_level", scored.suggested_level
+            )
         except RecmeshError as err:
             self._fallback(degraded, "scoring_unavailable", err)
             items = pool[:count]

@@ -96,3 +96,15 @@ async def test_version_switch_under_load_loses_no_request(
     assert len(versions) == 8 * 60, "every request answered"
     assert versions[0] == old and versions[-1] == new
     assert set(versions) == {old, new}
+
+
+async def test_score_answers_carry_the_suggested_level(
+    batched: tuple[MeshServer, ModelRegistry, Path],
+) -> None:
+    server, _, _ = batched
+    client = InferenceClient(server.address, "test")
+    try:
+        reply = await client.score(FEATURE_SET_VERSION, list(COLUMNS), [0.0] * D, cap_s=5)
+    finally:
+        await client.close()
+    assert reply.suggested_level == 0 and len(reply.scores) == 1
