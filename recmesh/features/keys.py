@@ -20,6 +20,10 @@ def user_profile(user_id: str) -> str:
     return f"{{u:{user_id}}}:profile"
 
 
+# The item window script in services/feature/store.py builds the two item keys
+# below from ids itself; the parity tests fail if the formats ever diverge.
+
+
 def item_clicks(item_id: str) -> str:
     """ZSET of click event ids on the item, score event time."""
     return f"{{i:{item_id}}}:clicks"

@@ -35,23 +35,25 @@ from recmesh.redis_client import AnyRedis
 
 _log = structlog.get_logger("recmesh.feature.store")
 
-# Window counts and the newest event time for many items in one command.
-# KEYS come in pairs (clicks, views) per item; the reply is flat:
-# clicks_1, views_1, newest_1, clicks_2, ... Each pair shares the item's hash
-# tag; a call spanning several items needs a single Redis (a cluster client
-# sends one call per slot instead).
+# Window counts and the newest event time for many items in one command:
+# ARGV = lo, hi, then one blob of newline-separated item ids; the reply is flat:
+# clicks_1, views_1, newest_1, clicks_2, ... The script builds the item keys
+# itself (passing 400 key names cost more to pack than the look-up itself), so
+# it is for a single Redis only; on a cluster the store reads the windows with
+# plain commands.
 _ITEM_WINDOWS_LUA = """
 local out = {}
-for i = 1, #KEYS, 2 do
-  local c = redis.call('ZCOUNT', KEYS[i], ARGV[1], ARGV[2])
-  local v = redis.call('ZCOUNT', KEYS[i + 1], ARGV[1], ARGV[2])
+for id in string.gmatch(ARGV[3], '[^\\n]+') do
+  local ck, vk = '{i:' .. id .. '}:clicks', '{i:' .. id .. '}:views'
+  local c = redis.call('ZCOUNT', ck, ARGV[1], ARGV[2])
+  local v = redis.call('ZCOUNT', vk, ARGV[1], ARGV[2])
   local newest = -1
   if c > 0 then
-    local a = redis.call('ZREVRANGEBYSCORE', KEYS[i], ARGV[2], ARGV[1], 'WITHSCORES', 'LIMIT', 0, 1)
+    local a = redis.call('ZREVRANGEBYSCORE', ck, ARGV[2], ARGV[1], 'WITHSCORES', 'LIMIT', 0, 1)
     newest = tonumber(a[2])
   end
   if v > 0 then
-    local b = redis.call('ZREVRANGEBYSCORE', KEYS[i + 1], ARGV[2], ARGV[1], 'WITHSCORES', 'LIMIT', 0, 1)
+    local b = redis.call('ZREVRANGEBYSCORE', vk, ARGV[2], ARGV[1], 'WITHSCORES', 'LIMIT', 0, 1)
     if tonumber(b[2]) > newest then newest = tonumber(b[2]) end
   end
   out[#out + 1] = c
@@ -101,23 +103,33 @@ def _decode_hash(raw: dict[bytes, bytes]) -> dict[str, FeatureValue]:
     return {k.decode(): orjson.loads(v) for k, v in raw.items()}
 
 
+# (name, default) of each entity's real-time and offline features, in registry order.
+_DEFS = {
+    entity: tuple(
+        tuple((f.name, f.default) for f in features_of(entity, kind)) for kind in ("realtime", "offline")
+    )
+    for entity in ("user", "item")
+}
+
+
 def _with_defaults(
     entity: str,
     realtime: dict[str, tuple[FeatureValue, int]] | None,
     offline: dict[str, Any] | None,
 ) -> Values:
+    rt_defs, off_defs = _DEFS[entity]
     out: Values = {}
-    for f in features_of(entity):  # type: ignore[arg-type]
-        if f.kind == "realtime":
-            if realtime is not None and f.name in realtime:
-                value, age = realtime[f.name]
-                out[f.name] = (value, REALTIME, age)
-            else:
-                out[f.name] = (f.default, DEFAULT, -1)
-        elif offline is not None and f.name in offline:
-            out[f.name] = (offline[f.name], OFFLINE, -1)
+    for name, default in rt_defs:
+        if realtime is not None and name in realtime:
+            value, age = realtime[name]
+            out[name] = (value, REALTIME, age)
         else:
-            out[f.name] = (f.default, DEFAULT, -1)
+            out[name] = (default, DEFAULT, -1)
+    for name, default in off_defs:
+        if offline is not None and name in offline:
+            out[name] = (offline[name], OFFLINE, -1)
+        else:
+            out[name] = (default, DEFAULT, -1)
     return out
 
 
@@ -336,8 +348,7 @@ class FeatureStore:
                     pipe.zcount(key, lo, as_of_ms)
                     pipe.zrevrangebyscore(key, as_of_ms, lo, start=0, num=1, withscores=True)
         elif unique:
-            window_keys = [k for iid in unique for k in (keys.item_clicks(iid), keys.item_views(iid))]
-            pipe.evalsha(self._item_sha, len(window_keys), *window_keys, lo, as_of_ms)  # type: ignore[arg-type]
+            pipe.evalsha(self._item_sha, 0, lo, as_of_ms, "\n".join(unique))  # type: ignore[arg-type]
         for iid in static_missing:
             pipe.hgetall(keys.item_static(iid))
         try:
