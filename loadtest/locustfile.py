@@ -8,13 +8,15 @@ Locust exits non-zero when any request failed.
 
 from __future__ import annotations
 
+import os
 import random
 import time
 import uuid
 
 from locust import FastHttpUser, between, task
 
-SYNTHETIC = {"baggage": "synthetic_request=true"}
+API_KEY = os.environ.get("RECMESH_LOAD_API_KEY", "demo-interactive")  # the key `recmesh up` configures
+SYNTHETIC = {"baggage": "synthetic_request=true", "x-api-key": API_KEY}
 USERS = [f"u{i}" for i in range(2000)]
 ITEMS = [f"i{i}" for i in range(3000)]
 

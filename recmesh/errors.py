@@ -25,6 +25,13 @@ class InvalidArgument(RecmeshError):
     http_status = 400
 
 
+class Unauthenticated(RecmeshError):
+    """An API key was sent but is not known."""
+
+    grpc_code = grpc.StatusCode.UNAUTHENTICATED
+    http_status = 401
+
+
 class NotFound(RecmeshError):
     grpc_code = grpc.StatusCode.NOT_FOUND
     http_status = 404
@@ -62,6 +69,7 @@ _BY_GRPC_CODE: dict[grpc.StatusCode, type[RecmeshError]] = {
     cls.grpc_code: cls
     for cls in (
         InvalidArgument,
+        Unauthenticated,
         NotFound,
         FailedPrecondition,
         ResourceExhausted,

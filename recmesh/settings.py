@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field
+from pydantic import BaseModel, ConfigDict, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 STATE_DIR_DEFAULT = Path(".recmesh")
@@ -87,6 +87,14 @@ class RankerSettings(CommonSettings):
     hop_margin_ms: float = Field(5.0, validation_alias="RECMESH_HOP_MARGIN_MS")
 
 
+class ApiKey(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    tenant: str
+    max_class: Literal["A", "B", "C"] = "B"
+    trusted_context: bool = False
+
+
 class GatewaySettings(CommonSettings, KafkaSettings):
     gateway_http_port: int = 8000
     gateway_grpc_port: int = 50051
@@ -94,7 +102,14 @@ class GatewaySettings(CommonSettings, KafkaSettings):
     feature_addr: str = "127.0.0.1:50052"
     inference_addr: str = "127.0.0.1:50053"
     default_slo_class: Literal["A", "B", "C"] = Field("B", validation_alias="RECMESH_DEFAULT_SLO_CLASS")
+    # API key -> {"tenant": ..., "max_class": "A"|"B"|"C", "trusted_context": bool}, as JSON.
+    api_keys: dict[str, ApiKey] = Field(default_factory=dict, validation_alias="RECMESH_API_KEYS")
+    # The most a request without a (known) key may get.
+    anonymous_max_class: Literal["A", "B", "C"] = Field("B", validation_alias="RECMESH_ANONYMOUS_MAX_CLASS")
     hop_margin_ms: float = Field(5.0, validation_alias="RECMESH_HOP_MARGIN_MS")
+    # Downstreams that may be scaled to zero: /readyz does not probe them (a
+    # probe would count as traffic and keep them warm, and fail while cold).
+    may_be_cold: list[str] = Field(default_factory=list, validation_alias="RECMESH_MAY_BE_COLD")
     max_count: int = Field(100, validation_alias="RECMESH_MAX_COUNT")
     max_events_per_request: int = Field(1000, validation_alias="RECMESH_MAX_EVENTS_PER_REQUEST")
     produce_timeout_s: float = Field(5.0, validation_alias="RECMESH_PRODUCE_TIMEOUT_S")

@@ -1,7 +1,8 @@
 """SLO classes: what each class may spend, and how a request's class is read.
 
-Pure logic; the gateway calls `resolve_class` once per request and every hop
-after that reads the class from gRPC metadata (`x-slo-class`).
+Pure logic; the gateway calls `decide_class` once per request (the header,
+capped by the caller's entitlement) and every hop after that reads the class
+from gRPC metadata (`x-slo-class`).
 """
 
 from __future__ import annotations
@@ -43,3 +44,85 @@ def resolve_class(
         allowed = ", ".join(sorted(classes))
         raise InvalidArgument(f"unknown {SLO_HEADER} {header!r}; expected one of {allowed}")
     return classes[name]
+
+
+# --- entitlement ------------------------------------------------------------
+
+API_KEY_HEADER = "x-api-key"
+TIER_HEADER = "x-user-tier"
+TOKEN_BUDGET_HEADER = "x-llm-token-budget"
+RANK = {"A": 0, "B": 1, "C": 2}  # lower is more important
+PROMOTING_TIERS = frozenset({"gold", "platinum", "diamond", "vip"})
+PROMOTING_TOKEN_BUDGET = 2048
+
+
+@dataclass(frozen=True)
+class Entitlement:
+    """What a caller (an API key, or the anonymous default) may ask for."""
+
+    tenant: str
+    max_class: str = "B"
+    # Server-side callers that vouch for their users' tier and token budget;
+    # only they can have a request promoted by them.
+    trusted_context: bool = False
+
+
+@dataclass(frozen=True)
+class ClassDecision:
+    slo: SloClass
+    requested: str | None
+    downgraded_from: str | None = None
+    promoted_by: str | None = None
+
+    @property
+    def notes(self) -> list[str]:
+        out = []
+        if self.downgraded_from:
+            out.append(f"slo_class_downgraded:{self.downgraded_from}->{self.slo.name}")
+        if self.promoted_by:
+            out.append(f"slo_class_promoted:{self.promoted_by}")
+        return out
+
+
+def decide_class(
+    header: str | None,
+    entitlement: Entitlement,
+    default: str,
+    user_tier: str | None = None,
+    token_budget: int | None = None,
+    classes: dict[str, SloClass] = DEFAULT_CLASSES,
+) -> ClassDecision:
+    """The class a request runs in.
+
+    1. An unknown header value is the caller's error (400 / INVALID_ARGUMENT).
+    2. Without a header the request gets `default`, promoted to A when a
+       trusted caller vouches for a user tier >= gold or an LLM token budget
+       above 2048 (the design notes' mapping).
+    3. Whatever was asked, the class is capped at the caller's entitlement; a
+       request above it is downgraded, never refused, and the decision says so.
+    """
+    requested = None if header is None or not header.strip() else resolve_class(header, default, classes).name
+    name = requested or default
+    promoted_by = None
+    if requested is None and entitlement.trusted_context:
+        if user_tier is not None and user_tier.strip().lower() in PROMOTING_TIERS:
+            name, promoted_by = "A", f"tier={user_tier.strip().lower()}"
+        elif token_budget is not None and token_budget > PROMOTING_TOKEN_BUDGET:
+            name, promoted_by = "A", f"token_budget={token_budget}"
+    downgraded_from = None
+    if RANK[name] < RANK[entitlement.max_class]:
+        downgraded_from, name = name, entitlement.max_class
+        promoted_by = None  # a promotion the caller may not have does not count
+    return ClassDecision(classes[name], requested, downgraded_from, promoted_by)
+
+
+def parse_token_budget(raw: str | None) -> int | None:
+    if raw is None or raw == "":
+        return None
+    try:
+        value = int(raw)
+    except ValueError:
+        raise InvalidArgument(f"{TOKEN_BUDGET_HEADER} must be an integer, got {raw!r}") from None
+    if value < 0:
+        raise InvalidArgument(f"{TOKEN_BUDGET_HEADER} must be >= 0")
+    return value

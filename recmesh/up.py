@@ -32,6 +32,8 @@ from recmesh.embedded import (
 from recmesh.settings import UpSettings
 
 DEMO_DATA_DIR = Path(__file__).parent / "demo" / "data"
+DEMO_API_KEY = "demo-interactive"
+DEMO_API_KEYS = '{"demo-interactive": {"tenant": "demo", "max_class": "A", "trusted_context": true}}'
 
 
 def say(msg: str) -> None:
@@ -80,6 +82,8 @@ class Mesh:
             RECMESH_DLQ_TOPIC=s.dlq_topic,
             PYTHONUNBUFFERED="1",
         )
+        # A demo caller entitled to class A, unless the user brought their own keys.
+        env.setdefault("RECMESH_API_KEYS", DEMO_API_KEYS)
         return env
 
     def _check_ports(self) -> None:
@@ -221,7 +225,8 @@ recmesh is up (ready in {ready_s:.1f} s). Ctrl-C stops everything.
   logs          {mesh.logs}/
 
 Try:
-  curl -s -X POST {http}/v1/recommend -H 'content-type: application/json' -H 'x-slo-class: A' \\
+  curl -s -X POST {http}/v1/recommend -H 'content-type: application/json' \\
+       -H 'x-api-key: {DEMO_API_KEY}' -H 'x-slo-class: A' \\
        -d '{{"user_id": "u42", "count": 5}}'
 """
 

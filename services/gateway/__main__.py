@@ -15,7 +15,7 @@ from recmesh.telemetry import setup_logging, setup_tracing
 from services.gateway.app import GatewayDeps, create_app
 from services.gateway.events import EventPublisher
 from services.gateway.grpc_api import build_grpc_server
-from services.gateway.recommend import Recommender
+from services.gateway.recommend import ClassPolicy, Recommender
 
 
 async def main(settings: GatewaySettings) -> None:
@@ -24,15 +24,18 @@ async def main(settings: GatewaySettings) -> None:
     inference = InferenceClient(settings.inference_addr, "gateway", settings.hop_margin_ms)
     publisher = EventPublisher(settings.kafka_bootstrap, settings.events_topic, settings.produce_timeout_s)
     recommender = Recommender(ranker, features, settings.max_count)
+    policy = ClassPolicy.from_settings(settings)
+    checks = {"ranker": ranker.health, "feature": features.health, "inference": inference.health}
     deps = GatewayDeps(
         recommender,
+        policy,
         publisher,
-        {"ranker": ranker.health, "feature": features.health, "inference": inference.health},
+        {name: check for name, check in checks.items() if name not in settings.may_be_cold},
     )
     app = create_app(settings, deps)
     await publisher.start()
     popular_task = asyncio.create_task(recommender.keep_popular_fresh())
-    grpc_server = build_grpc_server(settings, recommender)
+    grpc_server = build_grpc_server(settings, recommender, policy)
     await grpc_server.start()
     await grpc_server.set_serving()
     http = uvicorn.Server(

@@ -23,10 +23,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from recmesh.errors import InvalidArgument, RecmeshError
 from recmesh.events import Event
 from recmesh.settings import GatewaySettings
-from recmesh.slo import DEFAULT_CLASSES, resolve_class
 from recmesh.telemetry import REQUEST_LATENCY
 from services.gateway.events import EventPublisher
-from services.gateway.recommend import Recommender
+from services.gateway.recommend import ClassPolicy, Recommender
 
 HealthCheck = Callable[[], Awaitable[bool]]
 
@@ -71,6 +70,7 @@ class ErrorOut(BaseModel):
 @dataclass
 class GatewayDeps:
     recommender: Recommender
+    class_policy: ClassPolicy
     publisher: EventPublisher
     downstream_health: dict[str, HealthCheck]
 
@@ -132,12 +132,16 @@ def create_app(settings: GatewaySettings, deps: GatewayDeps) -> FastAPI:
         request: Request,
         response: Response,
         x_slo_class: Annotated[str | None, Header(description="SLO class: A, B or C")] = None,
+        x_api_key: Annotated[
+            str | None, Header(description="caller's API key (sets the class ceiling)")
+        ] = None,
     ) -> RecommendOut:
         request.state.slo_class = "invalid"
-        slo = resolve_class(x_slo_class, settings.default_slo_class, DEFAULT_CLASSES)
-        request.state.slo_class = slo.name
-        rec = await deps.recommender.recommend(body.user_id, body.count, body.context, slo)
+        decision = deps.class_policy.decide(request.headers)
+        request.state.slo_class = decision.slo.name
+        rec = await deps.recommender.recommend(body.user_id, body.count, body.context, decision)
         response.headers.update(_trace_headers())
+        response.headers["x-slo-class"] = decision.slo.name
         return RecommendOut(
             items=[ScoredItemOut(item_id=i, score=s) for i, s in rec.items],
             slo_class=rec.slo_class,

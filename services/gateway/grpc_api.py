@@ -6,23 +6,22 @@ import grpc
 
 from recmesh.grpcserver import MeshServer, Registration
 from recmesh.settings import GatewaySettings
-from recmesh.slo import DEFAULT_CLASSES, SLO_HEADER, resolve_class
 from recmesh.v1 import features_pb2, recommender_pb2, recommender_pb2_grpc
-from services.gateway.recommend import Recommender
+from services.gateway.recommend import ClassPolicy, Recommender
 
 
 class RecommenderServicer(recommender_pb2_grpc.RecommenderServicer):
-    def __init__(self, recommender: Recommender, default_class: str) -> None:
+    def __init__(self, recommender: Recommender, policy: ClassPolicy) -> None:
         self._recommender = recommender
-        self._default = default_class
+        self._policy = policy
 
     async def Recommend(
         self, request: recommender_pb2.RecommendRequest, context: grpc.aio.ServicerContext
     ) -> recommender_pb2.RecommendResponse:
         metadata = {k: v for k, v in (context.invocation_metadata() or ())}
-        slo = resolve_class(metadata.get(SLO_HEADER), self._default, DEFAULT_CLASSES)
+        decision = self._policy.decide(metadata)
         rec = await self._recommender.recommend(
-            request.user_id, request.count or 10, dict(request.context), slo
+            request.user_id, request.count or 10, dict(request.context), decision
         )
         return recommender_pb2.RecommendResponse(
             items=[features_pb2.ScoredItem(item_id=i, score=s) for i, s in rec.items],
@@ -34,7 +33,7 @@ class RecommenderServicer(recommender_pb2_grpc.RecommenderServicer):
         )
 
 
-def build_grpc_server(settings: GatewaySettings, recommender: Recommender) -> MeshServer:
+def build_grpc_server(settings: GatewaySettings, recommender: Recommender, policy: ClassPolicy) -> MeshServer:
     return MeshServer(
         "gateway",
         f"{settings.bind_host}:{settings.gateway_grpc_port}",
@@ -42,7 +41,7 @@ def build_grpc_server(settings: GatewaySettings, recommender: Recommender) -> Me
             Registration(
                 "recmesh.v1.Recommender",
                 recommender_pb2_grpc.add_RecommenderServicer_to_server,
-                RecommenderServicer(recommender, settings.default_slo_class),
+                RecommenderServicer(recommender, policy),
             )
         ],
     )

@@ -12,16 +12,27 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import structlog
 from opentelemetry import trace
 
 from recmesh.clients import FeatureClient, RankerClient
-from recmesh.errors import InvalidArgument, RecmeshError, Unavailable
+from recmesh.errors import InvalidArgument, RecmeshError, Unauthenticated, Unavailable
 from recmesh.features.definitions import FEATURE_SET_VERSION
 from recmesh.resilience import remaining_s, request_scope
-from recmesh.slo import SloClass
+from recmesh.settings import GatewaySettings
+from recmesh.slo import (
+    API_KEY_HEADER,
+    SLO_HEADER,
+    TIER_HEADER,
+    TOKEN_BUDGET_HEADER,
+    ClassDecision,
+    Entitlement,
+    decide_class,
+    parse_token_budget,
+)
 from recmesh.telemetry import FALLBACKS, current_trace_id
 
 _log = structlog.get_logger("recmesh.gateway")
@@ -37,6 +48,40 @@ class Recommendation:
     model_version: str
     feature_version: str
     degraded: list[str] = field(default_factory=list)
+
+
+class ClassPolicy:
+    """Turns a request's headers (or gRPC metadata) into its SLO class decision."""
+
+    def __init__(
+        self, default_class: str, api_keys: Mapping[str, Entitlement], anonymous: Entitlement
+    ) -> None:
+        self._default = default_class
+        self._keys = dict(api_keys)
+        self._anonymous = anonymous
+
+    @classmethod
+    def from_settings(cls, settings: GatewaySettings) -> ClassPolicy:
+        keys = {
+            k: Entitlement(v.tenant, v.max_class, v.trusted_context) for k, v in settings.api_keys.items()
+        }
+        return cls(settings.default_slo_class, keys, Entitlement("anonymous", settings.anonymous_max_class))
+
+    def decide(self, headers: Mapping[str, str]) -> ClassDecision:
+        key = headers.get(API_KEY_HEADER)
+        if key:
+            entitlement = self._keys.get(key)
+            if entitlement is None:
+                raise Unauthenticated(f"unknown {API_KEY_HEADER}")
+        else:
+            entitlement = self._anonymous
+        return decide_class(
+            headers.get(SLO_HEADER),
+            entitlement,
+            self._default,
+            user_tier=headers.get(TIER_HEADER),
+            token_budget=parse_token_budget(headers.get(TOKEN_BUDGET_HEADER)),
+        )
 
 
 class Recommender:
@@ -60,12 +105,14 @@ class Recommender:
             await asyncio.sleep(interval_s)
 
     async def recommend(
-        self, user_id: str, count: int, context: dict[str, str], slo: SloClass
+        self, user_id: str, count: int, context: dict[str, str], decision: ClassDecision
     ) -> Recommendation:
         if not user_id:
             raise InvalidArgument("user_id is required")
         if not 0 < count <= self._max_count:
             raise InvalidArgument(f"count must be in 1..{self._max_count}")
+        slo = decision.slo
+        notes = decision.notes
         as_of_ms = int(time.time() * 1000)
         budget_s = slo.budget_ms / 1000
         caller_left = remaining_s()
@@ -73,6 +120,8 @@ class Recommender:
             budget_s = min(budget_s, caller_left)
         span = trace.get_current_span()
         span.set_attribute("recmesh.slo_class", slo.name)
+        if decision.downgraded_from:
+            span.set_attribute("recmesh.slo_class_requested", decision.downgraded_from)
         span.set_attribute("recmesh.as_of_ms", as_of_ms)
         with request_scope(slo.name, budget_s):
             try:
@@ -83,7 +132,7 @@ class Recommender:
                     current_trace_id(),
                     ranked.model_version,
                     ranked.feature_version,
-                    list(ranked.degraded),
+                    [*notes, *ranked.degraded],
                 )
             except RecmeshError as err:
                 if isinstance(err, InvalidArgument):
@@ -95,5 +144,5 @@ class Recommender:
                 _log.warning("fallback", reason="ranker_unavailable", error=str(err))
                 return Recommendation(
                     self._popular[:count], slo.name, current_trace_id(), "popularity",
-                    FEATURE_SET_VERSION, ["ranker_unavailable"],
+                    FEATURE_SET_VERSION, [*notes, "ranker_unavailable"],
                 )  # fmt: skip

@@ -130,7 +130,11 @@ async def test_ready_events_and_recommendations(running: Running) -> None:
         resp = await http.post(
             "/v1/recommend",
             json={"user_id": "e2e-user", "count": 10},
-            headers={"x-slo-class": "A", "traceparent": f"00-{trace_id}-00f067aa0ba902b7-01"},
+            headers={
+                "x-slo-class": "A",
+                "x-api-key": "demo-interactive",
+                "traceparent": f"00-{trace_id}-00f067aa0ba902b7-01",
+            },
         )
         assert resp.status_code == 200, resp.text
         body = resp.json()
@@ -144,6 +148,12 @@ async def test_ready_events_and_recommendations(running: Running) -> None:
 
         unknown = await http.post("/v1/recommend", json={"user_id": "u1"}, headers={"x-slo-class": "Q"})
         assert unknown.status_code == 400
+
+        anonymous = await http.post("/v1/recommend", json={"user_id": "u1"}, headers={"x-slo-class": "A"})
+        assert anonymous.status_code == 200 and anonymous.json()["slo_class"] == "B", (
+            "no escalation by header"
+        )
+        assert "slo_class_downgraded:A->B" in anonymous.json()["degraded"]
 
         metrics = (await http.get("/metrics")).text
         assert (

@@ -29,7 +29,7 @@ from services.feature.server import build_server as build_feature
 from services.feature.store import FeatureStore
 from services.gateway.app import GatewayDeps, create_app
 from services.gateway.events import EventPublisher
-from services.gateway.recommend import Recommender
+from services.gateway.recommend import ClassPolicy, Recommender
 from services.ranker.pipeline import RankPipeline
 from services.ranker.server import build_server as build_ranker
 from tests.helpers import free_port, poll_until
@@ -128,7 +128,16 @@ async def test_redis_down_while_serving_falls_back_without_5xx(own_redis: OwnRed
     rc, gw_fc = RankerClient(ranker.address, "gateway"), FeatureClient(feature.address, "gateway")
     recommender = Recommender(rc, gw_fc, 100)
     await recommender.refresh_popular()
-    app = create_app(GatewaySettings(), GatewayDeps(recommender, EventPublisher("127.0.0.1:1", "x", 0.1), {}))
+    settings = GatewaySettings.model_validate({"RECMESH_ANONYMOUS_MAX_CLASS": "A"})
+    app = create_app(
+        settings,
+        GatewayDeps(
+            recommender,
+            ClassPolicy.from_settings(settings),
+            EventPublisher("127.0.0.1:1", "x", 0.1),
+            {},
+        ),
+    )
     try:
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://gw") as http:
             warm = await http.post(

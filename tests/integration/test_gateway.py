@@ -8,7 +8,7 @@ from recmesh.clients import FeatureClient, RankerClient
 from recmesh.settings import GatewaySettings
 from services.gateway.app import GatewayDeps, create_app
 from services.gateway.events import EventPublisher
-from services.gateway.recommend import Recommender
+from services.gateway.recommend import ClassPolicy, Recommender
 from tests.helpers import free_port
 from tests.integration.conftest import Mesh
 
@@ -19,14 +19,20 @@ async def test_dead_ranker_falls_back_to_held_popular_items(mesh: Mesh) -> None:
     recommender = Recommender(dead, features, max_count=100)
     assert await recommender.refresh_popular()
     publisher = EventPublisher(f"127.0.0.1:{free_port()}", "unused", 0.5)
-    app = create_app(GatewaySettings(), GatewayDeps(recommender, publisher, {"ranker": dead.health}))
+    app = create_app(
+        GatewaySettings(),
+        GatewayDeps(
+            recommender, ClassPolicy.from_settings(GatewaySettings()), publisher, {"ranker": dead.health}
+        ),
+    )
     try:
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://gw") as http:
             resp = await http.post("/v1/recommend", json={"user_id": "u1", "count": 5},
                                    headers={"x-slo-class": "A"})  # fmt: skip
             assert resp.status_code == 200, resp.text
             body = resp.json()
-            assert body["degraded"] == ["ranker_unavailable"] and body["model_version"] == "popularity"
+            assert body["degraded"] == ["slo_class_downgraded:A->B", "ranker_unavailable"]
+            assert body["model_version"] == "popularity"
             popular = await features.popular(5, cap_s=1.0)
             assert [i["item_id"] for i in body["items"]] == [i for i, _ in popular]
 
@@ -42,5 +48,43 @@ async def test_dead_ranker_falls_back_to_held_popular_items(mesh: Mesh) -> None:
             assert bad.status_code == 400 and "count" in bad.json()["message"]
     finally:
         await dead.close()
+        await features.close()
+        await publisher.stop()
+
+
+async def test_entitlement_caps_the_class_end_to_end(mesh: Mesh) -> None:
+    settings = GatewaySettings.model_validate(
+        {
+            "RECMESH_API_KEYS": {
+                "k-a": {"tenant": "app", "max_class": "A"},
+                "k-c": {"tenant": "batch", "max_class": "C"},
+            }
+        }
+    )
+    ranker = RankerClient(mesh.ranker.address, "gateway")
+    features = FeatureClient(mesh.feature.address, "gateway")
+    recommender = Recommender(ranker, features, max_count=100)
+    publisher = EventPublisher(f"127.0.0.1:{free_port()}", "unused", 0.5)
+    app = create_app(settings, GatewayDeps(recommender, ClassPolicy.from_settings(settings), publisher, {}))
+    body = {"user_id": "u3", "count": 3}
+    try:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://gw") as http:
+            ok = await http.post("/v1/recommend", json=body, headers={"x-slo-class": "A", "x-api-key": "k-a"})
+            assert (
+                ok.status_code == 200 and ok.json()["slo_class"] == "A" and ok.headers["x-slo-class"] == "A"
+            )
+            capped = await http.post(
+                "/v1/recommend", json=body, headers={"x-slo-class": "A", "x-api-key": "k-c"}
+            )
+            assert capped.json()["slo_class"] == "C"
+            assert "slo_class_downgraded:A->C" in capped.json()["degraded"]
+            anon = await http.post("/v1/recommend", json=body, headers={"x-slo-class": "A"})
+            assert anon.json()["slo_class"] == "B", "a header alone does not buy class A"
+            bad = await http.post("/v1/recommend", json=body, headers={"x-api-key": "stolen?"})
+            assert bad.status_code == 401 and bad.json()["error"] == "Unauthenticated"
+            metrics = (await http.get("/metrics")).text
+            assert 'method="POST /v1/recommend",service="gateway",slo_class="C"' in metrics
+    finally:
+        await ranker.close()
         await features.close()
         await publisher.stop()

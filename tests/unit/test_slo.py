@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 
 from recmesh.errors import InvalidArgument
-from recmesh.slo import DEFAULT_CLASSES, resolve_class
+from recmesh.slo import DEFAULT_CLASSES, Entitlement, decide_class, parse_token_budget, resolve_class
 
 
 def test_header_names_the_class_case_insensitively() -> None:
@@ -19,3 +19,46 @@ def test_missing_header_gets_the_default() -> None:
 def test_unknown_class_is_the_callers_error() -> None:
     with pytest.raises(InvalidArgument, match="unknown x-slo-class 'Z'"):
         resolve_class("Z", "B")
+
+
+ANON = Entitlement("anonymous", "B")
+PARTNER = Entitlement("partner", "A", trusted_context=True)
+BATCH = Entitlement("batch", "C")
+
+
+def test_header_above_entitlement_is_downgraded_and_says_so() -> None:
+    d = decide_class("A", ANON, "B")
+    assert d.slo.name == "B" and d.downgraded_from == "A"
+    assert d.notes == ["slo_class_downgraded:A->B"]
+    assert decide_class("B", BATCH, "C").slo.name == "C"
+
+
+def test_entitled_callers_get_what_they_ask_and_lower_is_always_allowed() -> None:
+    assert decide_class("A", PARTNER, "B").slo.name == "A"
+    assert decide_class("C", PARTNER, "B").notes == []
+    assert decide_class("C", PARTNER, "B").slo.name == "C"
+
+
+def test_trusted_tier_or_token_budget_promotes_to_a_without_a_header() -> None:
+    assert decide_class(None, PARTNER, "B", user_tier="Gold").promoted_by == "tier=gold"
+    assert decide_class(None, PARTNER, "B", token_budget=4096).slo.name == "A"
+    assert decide_class(None, PARTNER, "B", token_budget=2048).slo.name == "B"  # > 2048 only
+    assert decide_class(None, PARTNER, "B", user_tier="silver").slo.name == "B"
+
+
+def test_untrusted_callers_cannot_promote_themselves() -> None:
+    d = decide_class(None, ANON, "B", user_tier="vip", token_budget=10_000)
+    assert d.slo.name == "B" and d.promoted_by is None
+    capped = Entitlement("capped", "B", trusted_context=True)
+    d = decide_class(None, capped, "B", user_tier="vip")
+    assert d.slo.name == "B" and d.downgraded_from == "A" and d.promoted_by is None
+
+
+def test_explicit_header_is_not_overridden_by_promotion() -> None:
+    assert decide_class("C", PARTNER, "B", user_tier="gold").slo.name == "C"
+
+
+def test_bad_token_budget_is_a_clear_error() -> None:
+    with pytest.raises(InvalidArgument, match="x-llm-token-budget"):
+        parse_token_budget("lots")
+    assert parse_token_budget(None) is None and parse_token_budget("10") == 10
