@@ -1,0 +1,500 @@
+"""deploy/k8s: every overlay rendered without the kustomize binary, validated, and held to the design notes.
+
+Core kinds are validated by kubernetes-validate (strict: unknown fields fail), custom resources by the
+JSON Schemas vendored in deploy/k8s/schemas. The renderer below supports only what the kustomizations
+use (resources, patches by path, configMapGenerator without hash suffixes, images) and fails on the rest.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import importlib
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.unit.test_deploy_files import NEEDS
+
+# Neither ships type hints; a plain import would need a mypy override. A missing package fails here.
+kubernetes_validate: Any = importlib.import_module("kubernetes_validate")
+jsonschema: Any = importlib.import_module("jsonschema")
+
+ROOT = Path(__file__).resolve().parents[2]
+K8S = ROOT / "deploy" / "k8s"
+OVERLAYS = ("scale-to-zero", "warm")
+# The oldest Kubernetes docs/operations.md supports (gRPC probes are GA from 1.27) and a recent one.
+K8S_VERSIONS = ("1.27.0", "1.33.0")
+CRD_SCHEMAS = {
+    ("keda.sh/v1alpha1", "ScaledObject"): "scaledobject-keda-v1alpha1.json",
+    ("serving.knative.dev/v1", "Service"): "service-serving-v1.json",
+    ("kafka.strimzi.io/v1beta2", "Kafka"): "kafka-kafka-v1beta2.json",
+    ("kafka.strimzi.io/v1beta2", "KafkaNodePool"): "kafkanodepool-kafka-v1beta2.json",
+    ("kafka.strimzi.io/v1beta2", "KafkaTopic"): "kafkatopic-kafka-v1beta2.json",
+    ("monitoring.coreos.com/v1", "PrometheusRule"): "prometheusrule-monitoring-v1.json",
+}
+KNATIVE_ONLY = ("containerConcurrency", "timeoutSeconds", "responseStartTimeoutSeconds", "idleTimeoutSeconds")
+# Where each recmesh process serves gRPC and metrics (recmesh/settings.py defaults).
+GRPC_PORT = {"services.feature": 50052, "services.inference": 50053, "services.ranker": 50054}
+METRICS_PORT = {
+    "services.feature": 9102,
+    "services.inference": 9103,
+    "services.ranker": 9104,
+    "services.feature.ingest": 9105,
+    "services.gateway": 8000,
+}
+THIRD_PARTY_IMAGES = {"redis"}
+DESIGN_SCALE_TO_ZERO = {
+    "autoscaling.knative.dev/min-scale": "0",
+    "autoscaling.knative.dev/max-scale": "10",
+    "autoscaling.knative.dev/target": "10",
+    "autoscaling.knative.dev/window": "60s",
+    "autoscaling.knative.dev/scale-down-delay": "5m",
+}
+SCALE_DOWN_WINDOW_S = 300  # design notes: a 30 s scale-down window flapped, 5 minutes fixed it
+
+Doc = dict[str, Any]
+
+
+# --- a small kustomize ------------------------------------------------------------------------
+
+
+def _load(path: Path) -> list[Doc]:
+    return [d for d in yaml.safe_load_all(path.read_text()) if d]
+
+
+def _inside(directory: Path, entry: str) -> Path:
+    path = (directory / entry).resolve()
+    # kustomize's default load restrictor: files must lie under the kustomization's directory.
+    assert path.is_relative_to(directory.resolve()), f"{directory}: {entry} is outside the kustomization root"
+    return path
+
+
+def _key(doc: Doc) -> tuple[str, str, str, str]:
+    meta = doc["metadata"]
+    return doc["apiVersion"], doc["kind"], meta.get("namespace", ""), meta["name"]
+
+
+def _merge(target: Doc, patch: Doc) -> None:
+    """JSON merge patch (RFC 7386): maps merge, lists and scalars replace, null deletes."""
+    for k, v in patch.items():
+        if v is None:
+            target.pop(k, None)
+        elif isinstance(v, dict) and isinstance(target.get(k), dict):
+            _merge(target[k], v)
+        else:
+            target[k] = copy.deepcopy(v)
+
+
+def _render(directory: Path) -> list[Doc]:
+    kust = yaml.safe_load((directory / "kustomization.yaml").read_text())
+    unsupported = set(kust) - {"apiVersion", "kind", "resources", "patches", "configMapGenerator", "images"}
+    assert not unsupported, f"{directory}: the test's renderer does not support {unsupported}"
+    docs: list[Doc] = []
+    for entry in kust.get("resources", []):
+        path = (directory / entry).resolve()
+        docs += _render(path) if path.is_dir() else _load(_inside(directory, entry))
+    for gen in kust.get("configMapGenerator", []):
+        assert set(gen) <= {"name", "namespace", "files", "options"}, gen
+        assert gen.get("options") == {"disableNameSuffixHash": True}, "the renderer adds no hash suffixes"
+        data = {Path(f).name: _inside(directory, f).read_text() for f in gen["files"]}
+        meta = {"name": gen["name"], "namespace": gen["namespace"]}
+        docs.append({"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "data": data})
+    for patch in kust.get("patches", []):
+        assert set(patch) == {"path"}, f"only strategic-merge patch files are supported: {patch}"
+        for p in _load(_inside(directory, patch["path"])):
+            targets = [d for d in docs if _key(d) == _key(p)]
+            assert len(targets) == 1, f"patch {patch['path']} matches {len(targets)} resources"
+            _merge(targets[0], p)
+    for image in kust.get("images", []):
+        for _, pod in _pod_specs(docs):
+            for c in _containers(pod):
+                name, _, tag = c["image"].partition(":")
+                if name == image["name"]:
+                    c["image"] = f"{image.get('newName', name)}:{image.get('newTag', tag)}"
+    return docs
+
+
+@functools.cache
+def rendered(overlay: str) -> tuple[Doc, ...]:
+    return tuple(_render(K8S / "overlays" / overlay))
+
+
+def _pod_specs(docs: Any) -> Iterator[tuple[Doc, Doc]]:
+    """(resource, pod spec) for every resource that makes pods."""
+    for d in docs:
+        if d["kind"] in ("Deployment", "StatefulSet", "Job") or _is_knative(d):
+            yield d, d["spec"]["template"]["spec"]
+
+
+def _containers(pod: Doc) -> list[Doc]:
+    return [*pod.get("initContainers", []), *pod["containers"]]
+
+
+def _is_knative(doc: Doc) -> bool:
+    return bool(doc["apiVersion"] == "serving.knative.dev/v1" and doc["kind"] == "Service")
+
+
+def _one(docs: tuple[Doc, ...], kind: str, name: str) -> Doc:
+    found = [d for d in docs if d["kind"] == kind and d["metadata"]["name"] == name]
+    assert len(found) == 1, f"{len(found)} {kind}/{name}"
+    return found[0]
+
+
+def _module(container: Doc) -> str | None:
+    cmd = container.get("command", [])
+    return str(cmd[2]) if cmd[:2] == ["python", "-m"] and len(cmd) > 2 else None
+
+
+def _env(docs: tuple[Doc, ...], container: Doc) -> dict[str, str]:
+    env: dict[str, str] = {}
+    for source in container.get("envFrom", []):
+        env.update(_one(docs, "ConfigMap", source["configMapRef"]["name"])["data"])
+    env.update({e["name"]: e.get("value", "") for e in container.get("env", [])})
+    return env
+
+
+def _services(docs: tuple[Doc, ...]) -> Iterator[tuple[Doc, Doc, str]]:
+    """(resource, container, module) for every long-running recmesh process."""
+    for d, pod in _pod_specs(docs):
+        if d["kind"] == "Job":
+            continue
+        for c in pod["containers"]:
+            module = _module(c)
+            if module is not None:
+                yield d, c, module
+
+
+def _port(container: Doc, port: int | str) -> int:
+    if isinstance(port, int):
+        return port
+    return int(next(p["containerPort"] for p in container["ports"] if p.get("name") == port))
+
+
+# --- rendering and schemas --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_overlay_renders_one_namespace_without_duplicates(overlay: str) -> None:
+    docs = rendered(overlay)
+    keys = [_key(d) for d in docs]
+    assert len(keys) == len(set(keys))
+    assert _one(docs, "Namespace", "recmesh")
+    for d in docs:
+        if d["kind"] != "Namespace":
+            assert d["metadata"].get("namespace") == "recmesh", _key(d)
+
+
+@pytest.mark.parametrize("version", K8S_VERSIONS)
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_core_kinds_validate_against_kubernetes_schemas(overlay: str, version: str) -> None:
+    docs = rendered(overlay)
+    for d in docs:
+        if (d["apiVersion"], d["kind"]) not in CRD_SCHEMAS:
+            kubernetes_validate.validate(copy.deepcopy(d), version, strict=True)
+    for d in docs:
+        if _is_knative(d):
+            # A Knative revision template is a PodSpec plus Knative's own fields.
+            template = copy.deepcopy(d["spec"]["template"])
+            for field in KNATIVE_ONLY:
+                template["spec"].pop(field, None)
+            meta = {"name": d["metadata"]["name"], "namespace": "recmesh"}
+            pod = {"apiVersion": "v1", "kind": "PodTemplate", "metadata": meta, "template": template}
+            kubernetes_validate.validate(pod, version, strict=True)
+        if d["kind"] == "ScaledObject":
+            # KEDA hands advanced.horizontalPodAutoscalerConfig.behavior to the HPA it creates.
+            spec = d["spec"]
+            hpa = {
+                "apiVersion": "autoscaling/v2",
+                "kind": "HorizontalPodAutoscaler",
+                "metadata": {"name": d["metadata"]["name"]},
+                "spec": {
+                    "scaleTargetRef": spec["scaleTargetRef"],
+                    "minReplicas": max(1, spec["minReplicaCount"]),
+                    "maxReplicas": spec["maxReplicaCount"],
+                    "behavior": spec["advanced"]["horizontalPodAutoscalerConfig"]["behavior"],
+                },
+            }
+            kubernetes_validate.validate(hpa, version, strict=True)
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_custom_resources_validate_against_vendored_schemas(overlay: str) -> None:
+    used = set()
+    for d in rendered(overlay):
+        name = CRD_SCHEMAS.get((d["apiVersion"], d["kind"]))
+        if name is None:
+            continue
+        used.add(name)
+        schema = json.loads((K8S / "schemas" / name).read_text())
+        cls = jsonschema.validators.validator_for(schema)
+        cls.check_schema(schema)
+        cls(schema).validate(d)
+    assert used == set(CRD_SCHEMAS.values())
+    assert {p.name for p in (K8S / "schemas").glob("*.json")} == used
+
+
+def test_vendored_schemas_say_where_they_come_from() -> None:
+    for path in (K8S / "schemas").glob("*.json"):
+        schema = json.loads(path.read_text())
+        assert "subset of the openAPIV3Schema" in schema["description"], path.name
+        assert schema["properties"]["spec"].get("required") or path.name.startswith("prometheusrule")
+
+
+def test_renderer_merges_like_a_merge_patch() -> None:
+    target: Doc = {"a": {"b": 1, "c": [1, 2]}, "d": 1}
+    _merge(target, {"a": {"c": [3], "e": "x"}, "d": None})
+    assert target == {"a": {"b": 1, "c": [3], "e": "x"}}
+
+
+# --- containers -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_images_are_pinned_and_pods_run_as_non_root(overlay: str) -> None:
+    tags = set()
+    for d, pod in _pod_specs(rendered(overlay)):
+        pod_ctx = pod.get("securityContext", {})
+        for c in _containers(pod):
+            where = f"{d['kind']}/{d['metadata']['name']}/{c['name']}"
+            name, _, tag = c["image"].rpartition("/")[2].partition(":")
+            assert tag and tag != "latest" and "@" not in name, f"{where}: {c['image']} is not pinned"
+            ctx = c.get("securityContext", {})
+            assert {**pod_ctx, **ctx}.get("runAsNonRoot") is True, where
+            assert ctx.get("readOnlyRootFilesystem") is True, where
+            assert ctx.get("allowPrivilegeEscalation") is False, where
+            assert ctx.get("capabilities", {}).get("drop") == ["ALL"], where
+            assert c["resources"].get("requests") and c["resources"].get("limits"), where
+            if name == "recmesh":
+                tags.add(tag)
+                assert {**pod_ctx, **ctx}.get("runAsUser") == 10001, where  # USER 10001 in the Dockerfile
+            else:
+                assert name in THIRD_PARTY_IMAGES, f"{where}: unexpected image {c['image']}"
+    assert len(tags) == 1, f"one recmesh image tag for every container, got {tags}"
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_every_service_has_probes_and_drains(overlay: str) -> None:
+    for d, c, module in _services(rendered(overlay)):
+        where = f"{d['kind']}/{d['metadata']['name']}"
+        ready, live = c["readinessProbe"], c["livenessProbe"]
+        if module in GRPC_PORT:
+            assert ready["grpc"]["port"] == live["grpc"]["port"] == GRPC_PORT[module], where
+        elif module == "services.gateway":
+            assert ready["httpGet"]["path"] == "/readyz" and live["httpGet"]["path"] == "/healthz"
+            assert _port(c, ready["httpGet"]["port"]) == _port(c, live["httpGet"]["port"]) == 8000
+        else:
+            assert ready and live, where
+        if d["kind"] == "Deployment":
+            pod = d["spec"]["template"]["spec"]
+            sleep = c["lifecycle"]["preStop"]["exec"]["command"]
+            assert sleep[0] == "sleep" and 0 < int(sleep[1]) < pod["terminationGracePeriodSeconds"], where
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_every_process_gets_the_environment_its_settings_need(overlay: str) -> None:
+    docs = rendered(overlay)
+    seen = set()
+    for d, c, module in _services(docs):
+        assert module in NEEDS, module
+        seen.add(module)
+        env = _env(docs, c)
+        missing = NEEDS[module] - set(env)
+        assert not missing, f"{d['metadata']['name']} lacks {missing}"
+        assert env["BIND_HOST"] == "0.0.0.0"
+        assert env["OTEL_SERVICE_NAME"] == f"recmesh-{d['metadata']['name']}"
+        assert env["RECMESH_MODEL_DIR"] == "/opt/recmesh/models"  # baked into the image
+        annotations = d["spec"]["template"]["metadata"]["annotations"]
+        assert annotations["prometheus.io/scrape"] == "true"
+        assert annotations["prometheus.io/port"] == str(METRICS_PORT[module])
+    assert seen == set(NEEDS)
+    # The addresses name Services that exist, on the ports the processes listen on.
+    env = _one(docs, "ConfigMap", "recmesh-env")["data"]
+    for var, module in (("FEATURE_ADDR", "services.feature"), ("RANKER_ADDR", "services.ranker")):
+        host, port = env[var].split(":")
+        ports = {p["port"] for p in _one(docs, "Service", host)["spec"]["ports"]}
+        assert int(port) == GRPC_PORT[module] and int(port) in ports, var
+    assert env["INFERENCE_ADDR"] == "inference.recmesh.svc.cluster.local:80"  # the Knative route
+    _one(docs, "Service", "inference")
+    assert env["REDIS_URL"] == "redis+cluster://redis-cluster:6379"
+    kafka = _one(docs, "Kafka", "recmesh")
+    plain = next(li for li in kafka["spec"]["kafka"]["listeners"] if not li["tls"])
+    assert env["KAFKA_BOOTSTRAP"] == f"recmesh-kafka-bootstrap:{plain['port']}"
+
+
+def test_init_job_runs_recmesh_init_against_the_cluster() -> None:
+    docs = rendered("scale-to-zero")
+    pod = _one(docs, "Job", "recmesh-init")["spec"]["template"]["spec"]
+    (init,) = pod["containers"]
+    assert init["command"][:2] == ["recmesh", "init"]
+    env = _env(docs, init)
+    assert {"REDIS_URL", "KAFKA_BOOTSTRAP"} <= set(env)
+    topic = _one(docs, "KafkaTopic", "user-behavior")["spec"]
+    assert env["RECMESH_TOPIC_PARTITIONS"] == str(topic["partitions"])
+    waits = pod["initContainers"][0]["command"][2]
+    compile(waits, "wait-for-topics", "exec")
+    assert "list_topics" in waits
+
+
+# --- scaling ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_grpc_and_http_services_scale_on_cpu_with_a_long_scale_down_window(overlay: str) -> None:
+    docs = rendered(overlay)
+    for name in ("gateway", "ranker", "feature"):
+        hpa = _one(docs, "HorizontalPodAutoscaler", name)["spec"]
+        assert hpa["scaleTargetRef"] == {"apiVersion": "apps/v1", "kind": "Deployment", "name": name}
+        assert [m["resource"]["name"] for m in hpa["metrics"]] == ["cpu"]
+        assert hpa["behavior"]["scaleDown"]["stabilizationWindowSeconds"] >= SCALE_DOWN_WINDOW_S
+        assert 1 < hpa["minReplicas"] <= hpa["maxReplicas"]
+        pdb = _one(docs, "PodDisruptionBudget", name)["spec"]
+        labels = _one(docs, "Deployment", name)["spec"]["template"]["metadata"]["labels"]
+        assert pdb["selector"]["matchLabels"].items() <= labels.items()
+        assert pdb["minAvailable"] < hpa["minReplicas"], "a PDB must leave room to drain a node"
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_ingest_scales_on_consumer_lag_up_to_the_partition_count(overlay: str) -> None:
+    docs = rendered(overlay)
+    so = _one(docs, "ScaledObject", "feature-ingest")["spec"]
+    assert so["scaleTargetRef"]["name"] == "feature-ingest"
+    hpas = {d["metadata"]["name"] for d in docs if d["kind"] == "HorizontalPodAutoscaler"}
+    assert "feature-ingest" not in hpas, "KEDA creates the HPA; a second one would fight it"
+    (trigger,) = so["triggers"]
+    env = _one(docs, "ConfigMap", "recmesh-env")["data"]
+    meta = trigger["metadata"]
+    assert trigger["type"] == "kafka"
+    assert meta["consumerGroup"] == env["RECMESH_CONSUMER_GROUP"] == "recmesh-feature-ingest"
+    assert meta["topic"] == env["RECMESH_EVENTS_TOPIC"] == "user_behavior"
+    assert meta["bootstrapServers"].split(".")[0] == env["KAFKA_BOOTSTRAP"].split(":")[0]
+    assert int(meta["activationLagThreshold"]) < int(meta["lagThreshold"])
+    topics = {t["spec"]["topicName"]: t["spec"] for t in docs if t["kind"] == "KafkaTopic"}
+    partitions = topics[meta["topic"]]["partitions"]
+    assert so["minReplicaCount"] == 1
+    assert so["maxReplicaCount"] <= partitions
+    assert so["cooldownPeriod"] >= SCALE_DOWN_WINDOW_S
+    behavior = so["advanced"]["horizontalPodAutoscalerConfig"]["behavior"]
+    assert behavior["scaleDown"]["stabilizationWindowSeconds"] >= SCALE_DOWN_WINDOW_S
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_inference_is_a_knative_service_with_the_design_notes_autoscaling(overlay: str) -> None:
+    docs = rendered(overlay)
+    ksvc = _one(docs, "Service", "inference")
+    assert _is_knative(ksvc)
+    template = ksvc["spec"]["template"]
+    annotations = template["metadata"]["annotations"]
+    expected = dict(DESIGN_SCALE_TO_ZERO)
+    if overlay == "warm":
+        expected["autoscaling.knative.dev/min-scale"] = "1"
+    assert {k: annotations.get(k) for k in expected} == expected
+    scale = {k.rpartition("/")[2]: v for k, v in annotations.items()}
+    assert int(scale["min-scale"]) <= int(scale["max-scale"])
+    spec = template["spec"]
+    assert spec["containerConcurrency"] == 5
+    (c,) = spec["containers"]
+    assert c["ports"] == [{"name": "h2c", "containerPort": 50053}]
+    assert c["resources"]["requests"]["nvidia.com/gpu"] == c["resources"]["limits"]["nvidia.com/gpu"] == 1
+    assert spec["nodeSelector"]["recmesh.io/task"] == template["metadata"]["labels"]["recmesh.io/task"]
+
+
+def test_only_the_warm_overlay_keeps_an_inference_replica() -> None:
+    def min_scale(overlay: str) -> str:
+        ksvc = _one(rendered(overlay), "Service", "inference")
+        return str(ksvc["spec"]["template"]["metadata"]["annotations"]["autoscaling.knative.dev/min-scale"])
+
+    assert (min_scale("scale-to-zero"), min_scale("warm")) == ("0", "1")
+    base = _render(K8S / "base")
+    assert [d for d in rendered("warm") if not _is_knative(d)] == [d for d in base if not _is_knative(d)]
+
+
+# --- state: Redis Cluster and Kafka -----------------------------------------------------------
+
+
+def test_redis_cluster_is_three_masters_with_one_replica_each() -> None:
+    docs = rendered("scale-to-zero")
+    sts = _one(docs, "StatefulSet", "redis-cluster")
+    svc = _one(docs, "Service", "redis-cluster")
+    assert sts["spec"]["replicas"] == 6 and sts["spec"]["serviceName"] == "redis-cluster"
+    assert svc["spec"]["clusterIP"] == "None"
+    conf = _one(docs, "ConfigMap", "redis-cluster")["data"]["redis.conf"]
+    assert "cluster-enabled yes" in conf
+    job = _one(docs, "Job", "redis-cluster-create")["spec"]["template"]["spec"]
+    script = job["containers"][0]["command"][-1]
+    assert "--cluster create" in script and "--cluster-replicas 1" in script and "--cluster-yes" in script
+    assert "for i in 0 1 2 3 4 5;" in script  # one entry per StatefulSet pod
+    assert "cluster_state:ok" in script  # a re-run leaves a formed cluster alone
+
+
+def test_kafka_is_kraft_with_the_two_topics() -> None:
+    docs = rendered("scale-to-zero")
+    kafka = _one(docs, "Kafka", "recmesh")
+    annotations = kafka["metadata"]["annotations"]
+    assert annotations == {"strimzi.io/node-pools": "enabled", "strimzi.io/kraft": "enabled"}
+    pools = [d for d in docs if d["kind"] == "KafkaNodePool"]
+    assert all(p["metadata"]["labels"]["strimzi.io/cluster"] == "recmesh" for p in pools)
+    assert {r for p in pools for r in p["spec"]["roles"]} == {"controller", "broker"}
+    brokers = sum(p["spec"]["replicas"] for p in pools if "broker" in p["spec"]["roles"])
+    topics = {t["spec"]["topicName"]: t["spec"] for t in docs if t["kind"] == "KafkaTopic"}
+    day_ms = 86_400_000
+    assert topics["user_behavior"]["partitions"] == 6
+    assert topics["user_behavior"]["config"]["retention.ms"] == 7 * day_ms
+    assert topics["user_behavior.dlq"]["partitions"] == 1
+    assert topics["user_behavior.dlq"]["config"]["retention.ms"] == 14 * day_ms
+    for spec in topics.values():
+        assert spec["config"]["min.insync.replicas"] < spec["replicas"] <= brokers
+
+
+# --- Prometheus and the runbook ---------------------------------------------------------------
+
+
+def _alert_rules() -> dict[str, Any]:
+    data: dict[str, Any] = yaml.safe_load((ROOT / "deploy" / "prometheus" / "alerts.yml").read_text())
+    return data
+
+
+def _alert_names(groups: list[dict[str, Any]]) -> set[str]:
+    return {r["alert"] for g in groups for r in g["rules"] if "alert" in r}
+
+
+def test_prometheus_rule_holds_the_same_rules_as_alerts_yml() -> None:
+    rule = _one(rendered("scale-to-zero"), "PrometheusRule", "recmesh-alerts")
+    groups = _alert_rules()["groups"]
+    assert _alert_names(rule["spec"]["groups"]) == _alert_names(groups)
+    assert rule["spec"]["groups"] == groups
+    needed = {
+        "RecommendP95OverClassABudget",  # class A p95 over 300 ms
+        "FeatureFreshnessLagHigh",  # event -> feature lag over 60 s
+        "RequestsShedHigh",  # 429 / RESOURCE_EXHAUSTED
+        "RecommendFallbacksHigh",
+        "IngestConsumerLagHigh",
+    }
+    assert needed <= _alert_names(groups)
+
+
+def test_prometheus_scrapes_annotated_pods_by_kubernetes_sd() -> None:
+    scrape = _one(rendered("scale-to-zero"), "ConfigMap", "recmesh-prometheus-scrape")
+    (job,) = yaml.safe_load(scrape["data"]["scrape-configs.yml"])
+    (sd,) = job["kubernetes_sd_configs"]
+    assert sd == {"role": "pod", "namespaces": {"names": ["recmesh"]}}
+    sources = {tuple(r["source_labels"]) for r in job["relabel_configs"]}
+    assert ("__meta_kubernetes_pod_annotation_prometheus_io_scrape",) in sources
+    assert ("__meta_kubernetes_pod_ip", "__meta_kubernetes_pod_annotation_prometheus_io_port") in sources
+
+
+def test_operations_runbook_covers_deploying_and_every_alert() -> None:
+    text = (ROOT / "docs" / "operations.md").read_text()
+    for needed in (
+        "kubectl apply -k deploy/k8s/overlays/scale-to-zero",
+        "kubectl apply -k deploy/k8s/overlays/warm",
+        "docker build -t",
+        "recmesh-init",
+    ):
+        assert needed in text, needed
+    for alert in _alert_names(_alert_rules()["groups"]):
+        assert f"`{alert}`" in text, f"docs/operations.md does not explain {alert}"
