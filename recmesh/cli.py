@@ -271,6 +271,12 @@ def build_parser() -> argparse.ArgumentParser:
     bi.add_argument("--json", action="store_true")
     bi.set_defaults(func=lambda a: __import__("recmesh.bench.inference", fromlist=["main"]).main(a))
 
+    bc = bench.add_parser(
+        "coldstart", help="process start -> SERVING per service and model size; first request"
+    )
+    bc.add_argument("--json", action="store_true")
+    bc.set_defaults(func=lambda a: __import__("recmesh.bench.coldstart", fromlist=["main"]).main(a))
+
     demo = sub.add_parser("demo", help="demo data").add_subparsers(dest="demo_command", required=True)
     write = demo.add_parser("write-data", help="write the demo users.csv and items.csv")
     write.add_argument("out")

@@ -34,6 +34,7 @@ class TrainConfig:
     sessions: int = 6000
     hours: float = 4.0
     epochs: int = 300
+    hidden: int = 32  # MLP hidden units (model size)
     holdout_fraction: float = 0.2
     # Training data ends this long before "now" (the demo start time is fixed
     # for determinism: 2026-01-01T00:00:00Z).
@@ -90,12 +91,12 @@ def train(cfg: TrainConfig, model_dir: Path, progress: Callable[[str], None] = p
         f"{len(y)} rows, positive rate {y.mean():.3f}; holdout = last {cfg.holdout_fraction:.0%} by time"
     )
     progress("training full model (real-time + offline features) ...")
-    full = train_mlp(x[tr], y[tr], epochs=cfg.epochs, seed=cfg.seed)
+    full = train_mlp(x[tr], y[tr], hidden=cfg.hidden, epochs=cfg.epochs, seed=cfg.seed)
     auc_full = auc(y[ho], full.predict(x[ho]))
     progress(f"  holdout AUC {auc_full:.4f}")
     off_idx = [COLUMNS.index(c) for c in OFFLINE_COLUMNS]
     progress("training baseline (offline features only) ...")
-    base = train_mlp(x[tr][:, off_idx], y[tr], epochs=cfg.epochs, seed=cfg.seed)
+    base = train_mlp(x[tr][:, off_idx], y[tr], hidden=cfg.hidden, epochs=cfg.epochs, seed=cfg.seed)
     auc_base = auc(y[ho], base.predict(x[ho][:, off_idx]))
     progress(f"  holdout AUC {auc_base:.4f}")
 
