@@ -277,6 +277,12 @@ def build_parser() -> argparse.ArgumentParser:
     bc.add_argument("--json", action="store_true")
     bc.set_defaults(func=lambda a: __import__("recmesh.bench.coldstart", fromlist=["main"]).main(a))
 
+    tr_rep = sub.add_parser("trace-report", help="latency attribution per component from span files")
+    tr_rep.add_argument("files", nargs="+", help="JSON-lines span files (RECMESH_SPANS_FILE)")
+    tr_rep.add_argument("--slo-class", help="only traces of this class")
+    tr_rep.add_argument("--json", action="store_true")
+    tr_rep.set_defaults(func=lambda a: __import__("recmesh.tracereport", fromlist=["main"]).main(a))
+
     demo = sub.add_parser("demo", help="demo data").add_subparsers(dest="demo_command", required=True)
     write = demo.add_parser("write-data", help="write the demo users.csv and items.csv")
     write.add_argument("out")

@@ -176,11 +176,14 @@ def self_times(trace: Sequence[Span]) -> dict[str, int]:
     totals: dict[str, int] = defaultdict(int)
     for span in trace:
         kids = children.get(span.span_id, [])
-        own = span.duration_ns - _covered_ns(span.start_ns, span.end_ns, ((k.start_ns, k.end_ns) for k in kids))
+        own = span.duration_ns - _covered_ns(
+            span.start_ns, span.end_ns, ((k.start_ns, k.end_ns) for k in kids)
+        )
         component = span.component
         if span.kind == "CLIENT":
             callees = sorted(
-                (k for k in kids if k.kind == "SERVER" and k.service != span.service), key=lambda k: k.start_ns
+                (k for k in kids if k.kind == "SERVER" and k.service != span.service),
+                key=lambda k: k.start_ns,
             )
             if callees:
                 component = NETWORK_PREFIX + callees[0].component
