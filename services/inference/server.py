@@ -16,6 +16,10 @@ from services.inference.batcher import MicroBatcher
 from services.inference.model import ModelRegistry
 from services.inference.pressure import SUGGESTED, SUGGESTED_LEVEL_KEY, GpuProbe, suggest_level
 
+# Reduced-dimension model variants are not built yet: every request is served
+# by the full model, and the response says so whatever level was asked for.
+SERVED_LEVEL = 0
+
 ROWS = Counter("recmesh_inference_rows_total", "Rows scored.")
 SCHEMA_MISMATCH = Counter(
     "recmesh_inference_schema_mismatch_total", "Requests refused for a feature schema mismatch."
@@ -65,14 +69,14 @@ class InferenceServicer(inference_pb2_grpc.InferenceServiceServicer):
             raise
         self._suggest(context)
         if rows == 0:
-            return pb.ScoreResponse(model_version=model.version, level=request.level)
+            return pb.ScoreResponse(model_version=model.version, level=SERVED_LEVEL)
         matrix = np.asarray(request.values, dtype=np.float32).reshape(rows, cols)
         if self._batcher is None:
             scores = model.score(matrix)
         else:
             scores = await self._batcher.submit(model, matrix, remaining_s())
         ROWS.inc(rows)
-        return pb.ScoreResponse(scores=scores.tolist(), model_version=model.version, level=request.level)
+        return pb.ScoreResponse(scores=scores.tolist(), model_version=model.version, level=SERVED_LEVEL)
 
     async def ModelInfo(
         self, request: pb.ModelInfoRequest, context: grpc.aio.ServicerContext

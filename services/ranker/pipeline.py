@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 import structlog
 from opentelemetry import trace
+from prometheus_client import Counter
 
 from recmesh.cache import TtlCache
 from recmesh.clients import FeatureClient, InferenceClient
@@ -22,11 +23,16 @@ from recmesh.errors import RecmeshError, Unavailable
 from recmesh.features.definitions import FEATURE_SET_VERSION, FeatureValue
 from recmesh.features.vectorize import COLUMNS, build_matrix
 from recmesh.features.wire import row_values, table_rows
-from recmesh.resilience import current_slo_class
+from recmesh.resilience import current_slo_class, remaining_s
+from recmesh.slo import DEFAULT_CLASSES
 from recmesh.telemetry import FALLBACKS
-from services.ranker.policy import drop_seen, top_n
+from services.ranker.policy import LEVEL_NAMES, choose_level, drop_seen, sample_candidates, top_n
 
 _log = structlog.get_logger("recmesh.ranker")
+
+DEGRADATIONS = Counter(
+    "recmesh_ranker_degradations_total", "Requests ranked at a degradation level > 0.", ("level", "slo_class")
+)
 _tracer = trace.get_tracer("recmesh.ranker")
 
 FALLBACK_MODEL = "popularity"
@@ -76,15 +82,32 @@ class RankPipeline:
     async def rank(self, user_id: str, count: int, as_of_ms: int) -> Ranked:
         degraded: list[str] = []
         as_of_ms = as_of_ms or int(time.time() * 1000)
+        recall_started = time.perf_counter()
         with _tracer.start_as_current_span("recall"):
             candidates = await self._candidates(degraded)
+        recall_ms = (time.perf_counter() - recall_started) * 1000
+        slo = current_slo_class()
+        budget_ms = (
+            DEFAULT_CLASSES[slo].budget_ms if slo in DEFAULT_CLASSES else DEFAULT_CLASSES["C"].budget_ms
+        )
+        left = remaining_s()
+        level = choose_level(None if left is None else left * 1000, budget_ms, recall_ms,
+                             self.inference_suggested_level)  # fmt: skip
+        span = trace.get_current_span()
+        span.set_attribute("recmesh.degradation_level", level)
+        if level:
+            degraded.append(f"ladder:{LEVEL_NAMES[level]}")
+            DEGRADATIONS.labels(str(level), slo).inc()
+        if level == 3:
+            return Ranked(candidates[:count], FALLBACK_MODEL, FEATURE_SET_VERSION, degraded)
+        scored_pool = sample_candidates(candidates, level)
 
         user: dict[str, FeatureValue] = {}
         item_rows: dict[str, dict[str, FeatureValue]] = {}
         feature_version = FEATURE_SET_VERSION
         try:
             resp = await self._features.get_features(
-                user_id, [c[0] for c in candidates], as_of_ms, cap_s=FEATURES_CAP_S
+                user_id, [c[0] for c in scored_pool], as_of_ms, cap_s=FEATURES_CAP_S
             )
             user = row_values(resp.user)
             item_rows = table_rows(resp.items)
@@ -94,7 +117,9 @@ class RankPipeline:
             self._fallback(degraded, "features_unavailable", err)
 
         seen = user.get("last_viewed_3", [])
-        pool = drop_seen(candidates, seen if isinstance(seen, list) else [])
+        seen_ids = seen if isinstance(seen, list) else []
+        pool = drop_seen(scored_pool, seen_ids)
+        rest = drop_seen(candidates[len(scored_pool) :], seen_ids)
         ids = [c[0] for c in pool]
         matrix = build_matrix(user, [(i, item_rows.get(i, {})) for i in ids])
         try:
@@ -102,6 +127,7 @@ class RankPipeline:
                 feature_version, list(COLUMNS), matrix.ravel().tolist(), cap_s=SCORING_CAP_S
             )
             items = top_n(ids, scored.scores, count)
+            items += [(i, 0.0) for i, _ in rest[: count - len(items)]]
             model_version = scored.model_version
             self.inference_suggested_level = scored.suggested_level
             trace.get_current_span().set_attribute(
@@ -109,9 +135,8 @@ class RankPipeline:
             )
         except RecmeshError as err:
             self._fallback(degraded, "scoring_unavailable", err)
-            items = pool[:count]
+            items = (pool + rest)[:count]
             model_version = FALLBACK_MODEL
-        span = trace.get_current_span()
         span.set_attribute("recmesh.candidates", len(candidates))
         span.set_attribute("recmesh.degraded", ",".join(degraded))
         return Ranked(items, model_version, feature_version, degraded)

@@ -14,3 +14,42 @@ def top_n(item_ids: Sequence[str], scores: Sequence[float], n: int) -> list[tupl
     """The n best (item, score) pairs, best first; ties keep candidate order."""
     ranked = sorted(range(len(item_ids)), key=lambda i: (-scores[i], i))
     return [(item_ids[i], float(scores[i])) for i in ranked[:n]]
+
+
+# --- degradation ladder -------------------------------------------------------
+
+# Below this much budget after recall there is no time to fetch features and score.
+SCORING_FLOOR_MS = 15.0
+# Recall that used more than this share of the class budget skips fine ranking
+# (design notes: recall > 1.2 s of a 3 s budget -> skip fine ranking).
+RECALL_SKIP_SHARE = 0.4
+# Under this share of the class budget left after recall, sample features.
+LOW_BUDGET_SHARE = 0.3
+
+LEVEL_NAMES = {1: "L1_feature_sampling", 2: "L2_smaller_model", 3: "L3_skip_fine_ranking"}
+
+
+def choose_level(
+    remaining_ms: float | None, class_budget_ms: float, recall_ms: float, suggested_level: int
+) -> int:
+    """The ladder level for this request, 0 (full) to 3 (recall order only),
+    from what is left of the budget after recall, how long recall took, and
+    the inference service's own suggestion."""
+    level = max(0, min(3, suggested_level))
+    if recall_ms > RECALL_SKIP_SHARE * class_budget_ms:
+        return 3
+    if remaining_ms is not None:
+        if remaining_ms < SCORING_FLOOR_MS:
+            return 3
+        if remaining_ms < LOW_BUDGET_SHARE * class_budget_ms:
+            level = max(level, 1)
+    return level
+
+
+def sample_candidates(candidates: Sequence[tuple[str, float]], level: int) -> list[tuple[str, float]]:
+    """L1 and L2 score only the better half of the candidates (by recall
+    order); the rest follow in recall order. L2 would also ask inference for a
+    reduced-dimension model, which is not built yet, so it acts as L1."""
+    if level in (1, 2):
+        return list(candidates[: max(1, len(candidates) // 2)])
+    return list(candidates)

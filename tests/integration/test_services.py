@@ -105,3 +105,16 @@ async def test_rank_falls_back_to_popularity_when_inference_is_down(mesh: Mesh) 
 async def test_expired_budget_is_refused_before_the_call(mesh: Mesh) -> None:
     with request_scope("A", 0.001), pytest.raises(DeadlineExceeded):
         await mesh.ranker_client.rank("u42", 5, {}, 0)
+
+
+async def test_tight_budget_steps_down_the_ladder(mesh: Mesh) -> None:
+    with request_scope("A", 0.07):  # under 30% of class A's 300 ms: sample features
+        sampled = await mesh.ranker_client.rank("u42", 5, {}, 0)
+    assert "ladder:L1_feature_sampling" in sampled.degraded
+    assert sampled.model_version.startswith("ctr-") and len(sampled.items) == 5
+    with request_scope("A", 0.018):  # ~12 ms left after the hop margin: recall order only
+        skipped = await mesh.ranker_client.rank("u42", 5, {}, 0)
+    assert "ladder:L3_skip_fine_ranking" in skipped.degraded
+    assert skipped.model_version == "popularity"
+    popular = await mesh.feature_client.popular(5, cap_s=1.0)
+    assert [i.item_id for i in skipped.items] == [i for i, _ in popular]

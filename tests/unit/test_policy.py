@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from services.ranker.policy import drop_seen, top_n
+from services.ranker.policy import choose_level, drop_seen, sample_candidates, top_n
 
 
 def test_top_n_orders_by_score_and_keeps_ties_stable() -> None:
@@ -14,3 +14,30 @@ def test_top_n_orders_by_score_and_keeps_ties_stable() -> None:
 
 def test_drop_seen_keeps_order() -> None:
     assert drop_seen([("a", 3.0), ("b", 2.0), ("c", 1.0)], ["b"]) == [("a", 3.0), ("c", 1.0)]
+
+
+def test_ladder_full_service_with_budget_to_spare() -> None:
+    assert choose_level(280.0, 300.0, 5.0, 0) == 0
+    assert choose_level(None, 3000.0, 5.0, 0) == 0
+
+
+def test_ladder_follows_the_inference_suggestion() -> None:
+    assert choose_level(280.0, 300.0, 5.0, 2) == 2
+    assert choose_level(280.0, 300.0, 5.0, 7) == 3
+
+
+def test_ladder_samples_features_when_budget_runs_low() -> None:
+    assert choose_level(80.0, 300.0, 5.0, 0) == 1  # under 30% of the class budget left
+
+
+def test_ladder_skips_fine_ranking_when_recall_ran_long_or_no_time_is_left() -> None:
+    assert choose_level(2000.0, 3000.0, 1300.0, 0) == 3  # recall > 40% of the budget (1.2 s of 3 s)
+    assert choose_level(10.0, 300.0, 1.0, 0) == 3
+
+
+def test_sampling_keeps_the_better_half_in_recall_order() -> None:
+    cands = [(f"i{i}", float(10 - i)) for i in range(10)]
+    assert sample_candidates(cands, 1) == cands[:5]
+    assert sample_candidates(cands, 2) == cands[:5]
+    assert sample_candidates(cands, 0) == cands
+    assert sample_candidates(cands[:1], 1) == cands[:1]
