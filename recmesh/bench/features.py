@@ -32,7 +32,7 @@ from recmesh.events import Event
 from recmesh.features import keys
 from recmesh.redis_client import connect
 from recmesh.settings import IngestSettings
-from services.feature.ingest import Ingestor, make_consumer, make_producer
+from services.feature.ingest import running
 from services.feature.store import FeatureStore
 
 TOPIC, DLQ = "bench.user_behavior", "bench.user_behavior.dlq"
@@ -72,7 +72,6 @@ class _Ingest:
         self.first_batch = 0
         self.last = 0.0
         self.freshness: list[float] | None = None
-        self.stop = asyncio.Event()
 
     def on_applied(self, events: list[Event], applied_at: float) -> None:
         if self.first is None:
@@ -81,22 +80,6 @@ class _Ingest:
         self.applied += len(events)
         if self.freshness is not None:
             self.freshness.extend(applied_at - e.event_time / 1000 for e in events)
-
-    async def __aenter__(self) -> _Ingest:
-        self.consumer, self.producer = make_consumer(self.settings), make_producer(self.settings)
-        await self.consumer.start()
-        await self.producer.start()
-        ingestor = Ingestor(
-            self.settings, self.store, self.consumer, self.producer, on_applied=self.on_applied
-        )
-        self.task = asyncio.create_task(ingestor.run(self.stop))
-        return self
-
-    async def __aexit__(self, *_: object) -> None:
-        self.stop.set()
-        await self.task
-        await self.consumer.stop()
-        await self.producer.stop()
 
     async def wait_for(self, n: int, timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s
@@ -147,7 +130,8 @@ async def run(
         now = int(time.time() * 1000)
         batch = _synthetic(events, rng, now, 9 * 60_000)
         produce_rate = await _produce(infra.kafka_bootstrap, batch)
-        async with _Ingest(infra, store) as ingest:
+        ingest = _Ingest(infra, store)
+        async with running(ingest.settings, store, on_applied=ingest.on_applied):
             await ingest.wait_for(events, 300)
             assert ingest.first is not None
             ingest_rate = (events - ingest.first_batch) / max(1e-9, ingest.last - ingest.first)

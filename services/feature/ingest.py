@@ -12,8 +12,9 @@ with the topic's partitions, separately from look-ups.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -142,6 +143,10 @@ class Ingestor:
         self._marks = Watermarks(settings.allowed_lateness_ms, STATE_RETENTION_MS)
         self.applied = 0
 
+    @property
+    def consumer(self) -> AIOKafkaConsumer:
+        return self._consumer
+
     async def run(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
             batches = await self._consumer.getmany(timeout_ms=200, max_records=self._settings.max_batch)
@@ -248,6 +253,32 @@ def make_producer(settings: IngestSettings) -> AIOKafkaProducer:
     return AIOKafkaProducer(bootstrap_servers=settings.kafka_bootstrap, acks="all", linger_ms=5)
 
 
+@contextlib.asynccontextmanager
+async def running(
+    settings: IngestSettings,
+    store: FeatureStore,
+    on_applied: Callable[[list[Event], float], None] | None = None,
+    **consumer_overrides: Any,
+) -> AsyncIterator[Ingestor]:
+    """An Ingestor consuming in the background until the block exits; on exit it
+    finishes the batch in hand, commits it, and closes its Kafka clients."""
+    consumer = make_consumer(settings, **consumer_overrides)
+    producer = make_producer(settings)
+    await retry_until(producer.start, "kafka producer", retry_on=(KafkaError, OSError))
+    await retry_until(consumer.start, "kafka consumer", retry_on=(KafkaError, OSError))
+    _log.info("consuming", topic=settings.events_topic, group=settings.consumer_group)
+    stop = asyncio.Event()
+    ingestor = Ingestor(settings, store, consumer, producer, on_applied=on_applied)
+    task = asyncio.create_task(ingestor.run(stop))
+    try:
+        yield ingestor
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 60)
+        await consumer.stop()
+        await producer.stop()
+
+
 async def main(settings: IngestSettings) -> None:
     from recmesh.grpcserver import wait_for_shutdown_signal
     from recmesh.redis_client import connect
@@ -255,19 +286,8 @@ async def main(settings: IngestSettings) -> None:
     client = connect(settings.redis_url, settings.redis_max_connections)
     store = FeatureStore(client)
     await retry_until(store.ping, "redis", retry_on=(RedisError, OSError))
-    consumer = make_consumer(settings)
-    producer = make_producer(settings)
-    await retry_until(producer.start, "kafka producer", retry_on=(KafkaError, OSError))
-    await retry_until(consumer.start, "kafka consumer", retry_on=(KafkaError, OSError))
-    _log.info("consuming", topic=settings.events_topic, group=settings.consumer_group)
-    stop = asyncio.Event()
-    ingestor = Ingestor(settings, store, consumer, producer)
-    task = asyncio.create_task(ingestor.run(stop))
-    await wait_for_shutdown_signal()
-    stop.set()
-    await task  # finishes the batch in hand, commits it, then returns
-    await consumer.stop()
-    await producer.stop()
+    async with running(settings, store) as ingestor:
+        await wait_for_shutdown_signal()
     await client.aclose()
     _log.info("stopped", applied=ingestor.applied)
 

@@ -24,7 +24,7 @@ from recmesh.embedded import ManagedProcess, broker_process, ensure_topics, redi
 from recmesh.features import keys
 from recmesh.redis_client import connect
 from recmesh.settings import FeatureSettings, GatewaySettings, IngestSettings, RankerSettings
-from services.feature.ingest import Ingestor, make_consumer, make_producer
+from services.feature.ingest import running
 from services.feature.server import build_server as build_feature
 from services.feature.store import FeatureStore
 from services.gateway.app import GatewayDeps, create_app
@@ -171,43 +171,34 @@ async def test_redis_down_while_consuming_commits_nothing_and_loses_nothing(
                               events_topic=topics["events"], dlq_topic=topics["dlq"],
                               consumer_group=f"g-{topics['events']}")  # fmt: skip
     client = connect(own_redis.url, 4)
-    consumer, producer = make_consumer(settings), make_producer(settings)
-    await consumer.start()
-    await producer.start()
-    ingestor = Ingestor(settings, FeatureStore(client), consumer, producer)
-    stop = asyncio.Event()
-    task = asyncio.create_task(ingestor.run(stop))
     group = settings.consumer_group
     try:
-        await _produce(kafka_bootstrap, topics["events"], _clicks(100, 10, "a"))
-        await poll_until(lambda: asyncio.sleep(0, ingestor.applied == 100), "first 100 applied", 20)
-        await poll_until(
-            _equals(lambda: _committed(kafka_bootstrap, topics["events"], group), 100), "commit 100", 10
-        )
+        async with running(settings, FeatureStore(client)) as ingestor:
+            await _produce(kafka_bootstrap, topics["events"], _clicks(100, 10, "a"))
+            await poll_until(lambda: asyncio.sleep(0, ingestor.applied == 100), "first 100 applied", 20)
+            await poll_until(
+                _equals(lambda: _committed(kafka_bootstrap, topics["events"], group), 100), "commit 100", 10
+            )
 
-        own_redis.stop()
-        await _produce(kafka_bootstrap, topics["events"], _clicks(100, 10, "b"))
-        await asyncio.sleep(2.0)  # the consumer holds the batch and retries
-        assert ingestor.applied == 100
-        assert await _committed(kafka_bootstrap, topics["events"], group) == 100, (
-            "nothing committed while down"
-        )
+            own_redis.stop()
+            await _produce(kafka_bootstrap, topics["events"], _clicks(100, 10, "b"))
+            await asyncio.sleep(2.0)  # the consumer holds the batch and retries
+            assert ingestor.applied == 100
+            assert await _committed(kafka_bootstrap, topics["events"], group) == 100, (
+                "nothing committed while down"
+            )
 
-        await own_redis.start()
-        await poll_until(
-            lambda: asyncio.sleep(0, ingestor.applied == 200), "second batch applied after restart", 30
-        )
-        await poll_until(
-            _equals(lambda: _committed(kafka_bootstrap, topics["events"], group), 200), "commit 200", 10
-        )
-        fresh = redis.Redis.from_url(own_redis.url)
-        assert await _item_clicks(fresh, 10) == 200
-        await fresh.aclose()
+            await own_redis.start()
+            await poll_until(
+                lambda: asyncio.sleep(0, ingestor.applied == 200), "second batch applied after restart", 30
+            )
+            await poll_until(
+                _equals(lambda: _committed(kafka_bootstrap, topics["events"], group), 200), "commit 200", 10
+            )
+            fresh = redis.Redis.from_url(own_redis.url)
+            assert await _item_clicks(fresh, 10) == 200
+            await fresh.aclose()
     finally:
-        stop.set()
-        await task
-        await consumer.stop()
-        await producer.stop()
         await client.aclose()
 
 
@@ -261,29 +252,24 @@ async def test_broker_restart_consumer_carries_on(tmp_path: Path, own_redis: Own
     settings = IngestSettings(kafka_bootstrap=bootstrap, redis_url=own_redis.url, events_topic="ub",
                               dlq_topic="ub.dlq", consumer_group="g-restart")  # fmt: skip
     client = connect(own_redis.url, 4)
-    consumer, producer = make_consumer(settings, metadata_max_age_ms=1000), make_producer(settings)
-    await consumer.start()
-    await producer.start()
-    ingestor = Ingestor(settings, FeatureStore(client), consumer, producer)
-    stop = asyncio.Event()
-    task = asyncio.create_task(ingestor.run(stop))
     try:
-        await _produce(bootstrap, "ub", _clicks(50, 5, "before"))
-        await poll_until(lambda: asyncio.sleep(0, ingestor.applied == 50), "applied before the restart", 20)
-        broker.stop()
-        broker = broker_process(port, tmp_path)  # memory storage: the topic comes back empty
-        broker.start()
-        await wait_tcp("127.0.0.1", port, 10, broker)
-        await ensure_topics(bootstrap, {"ub": 3, "ub.dlq": 1})
-        await _produce(bootstrap, "ub", _clicks(50, 5, "after"))
-        await poll_until(lambda: asyncio.sleep(0, ingestor.applied >= 100), "applied after the restart", 60)
-        fresh = redis.Redis.from_url(own_redis.url)
-        assert await _item_clicks(fresh, 5) == 100
-        await fresh.aclose()
+        async with running(settings, FeatureStore(client), metadata_max_age_ms=1000) as ingestor:
+            await _produce(bootstrap, "ub", _clicks(50, 5, "before"))
+            await poll_until(
+                lambda: asyncio.sleep(0, ingestor.applied == 50), "applied before the restart", 20
+            )
+            broker.stop()
+            broker = broker_process(port, tmp_path)  # memory storage: the topic comes back empty
+            broker.start()
+            await wait_tcp("127.0.0.1", port, 10, broker)
+            await ensure_topics(bootstrap, {"ub": 3, "ub.dlq": 1})
+            await _produce(bootstrap, "ub", _clicks(50, 5, "after"))
+            await poll_until(
+                lambda: asyncio.sleep(0, ingestor.applied >= 100), "applied after the restart", 60
+            )
+            fresh = redis.Redis.from_url(own_redis.url)
+            assert await _item_clicks(fresh, 5) == 100
+            await fresh.aclose()
     finally:
-        stop.set()
-        await asyncio.wait_for(task, 30)
-        await consumer.stop()
-        await producer.stop()
         await client.aclose()
         broker.stop()

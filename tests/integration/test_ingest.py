@@ -11,7 +11,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from recmesh.redis_client import connect
 from recmesh.settings import IngestSettings
-from services.feature.ingest import Ingestor, make_consumer, make_producer
+from services.feature.ingest import running
 from services.feature.store import FeatureStore
 from tests.helpers import poll_until
 
@@ -74,27 +74,16 @@ async def test_good_events_land_bad_ones_are_dead_lettered_and_offsets_commit(
     )  # fmt: skip
     client = connect(scratch_redis_url, 4)
     store = FeatureStore(client)
-    consumer, producer = make_consumer(settings), make_producer(settings)
-    await consumer.start()
-    await producer.start()
-    ingestor = Ingestor(settings, store, consumer, producer)
-    stop = asyncio.Event()
-    task = asyncio.create_task(ingestor.run(stop))
-    try:
+    async with running(settings, store) as ingestor:
         await poll_until(lambda: asyncio.sleep(0, ingestor.applied == 50), "50 events applied", 15)
         parts = [TopicPartition(topics["events"], p) for p in range(3)]
 
         async def committed_all() -> bool:
-            ends = await consumer.end_offsets(parts)
-            committed = [await consumer.committed(p) or 0 for p in parts]
+            ends = await ingestor.consumer.end_offsets(parts)
+            committed = [await ingestor.consumer.committed(p) or 0 for p in parts]
             return bool(sum(committed) == sum(ends.values()) == len(records))
 
         await poll_until(committed_all, "offsets committed to the end", 10)
-    finally:
-        stop.set()
-        await task
-        await consumer.stop()
-        await producer.stop()
 
     lookup = await store.lookup("u1", ["i1"], now, timeout_s=1.0)
     assert lookup.items[0]["clicks_10m"][0] == 50

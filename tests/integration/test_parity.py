@@ -19,7 +19,7 @@ from recmesh.features.eventlog import write_events
 from recmesh.features.wire import row_values, table_rows
 from recmesh.redis_client import connect
 from recmesh.settings import FeatureSettings, IngestSettings
-from services.feature.ingest import Ingestor, make_consumer, make_producer
+from services.feature.ingest import running
 from services.feature.server import build_server
 from services.feature.store import FeatureStore
 from tests.helpers import free_port, poll_until
@@ -50,17 +50,8 @@ async def test_kafka_to_online_equals_backfill(
     settings = IngestSettings(kafka_bootstrap=kafka_bootstrap, redis_url=scratch_redis_url,
                               events_topic=topics["events"], dlq_topic=topics["dlq"],
                               consumer_group=f"g-{topics['events']}")  # fmt: skip
-    consumer, dlq = make_consumer(settings), make_producer(settings)
-    await consumer.start()
-    await dlq.start()
-    ingestor = Ingestor(settings, store, consumer, dlq)
-    stop = asyncio.Event()
-    task = asyncio.create_task(ingestor.run(stop))
-    await poll_until(lambda: asyncio.sleep(0, ingestor.applied == len(events)), "all events applied", 30)
-    stop.set()
-    await task
-    await consumer.stop()
-    await dlq.stop()
+    async with running(settings, store) as ingestor:
+        await poll_until(lambda: asyncio.sleep(0, ingestor.applied == len(events)), "all events applied", 30)
 
     # Offline: the backfill over the same log.
     log, out = tmp_path / "events.jsonl", tmp_path / "rows.jsonl"
