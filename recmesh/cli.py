@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -188,6 +190,16 @@ def _cmd_demo_write(args: argparse.Namespace) -> int:
     return 0
 
 
+def _lazy(module: str) -> Callable[[argparse.Namespace], int]:
+    """A command whose module (and its heavy imports) loads only when it runs."""
+
+    def run(args: argparse.Namespace) -> int:
+        main: Callable[[argparse.Namespace], int] = importlib.import_module(module).main
+        return main(args)
+
+    return run
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="recmesh", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -261,7 +273,7 @@ def build_parser() -> argparse.ArgumentParser:
     bf_bench.add_argument("--rate", type=int, default=5000, help="events/s while measuring freshness")
     bf_bench.add_argument("--seconds", type=float, default=8.0)
     bf_bench.add_argument("--json", action="store_true")
-    bf_bench.set_defaults(func=lambda a: __import__("recmesh.bench.features", fromlist=["main"]).main(a))
+    bf_bench.set_defaults(func=_lazy("recmesh.bench.features"))
 
     bi = bench.add_parser("inference", help="dynamic batching on vs off at the same load; cold start")
     bi.add_argument("--model-dir", help="default: RECMESH_MODEL_DIR, or a small model trained for the run")
@@ -269,19 +281,19 @@ def build_parser() -> argparse.ArgumentParser:
     bi.add_argument("--concurrency", type=int, default=64)
     bi.add_argument("--seconds", type=float, default=5.0)
     bi.add_argument("--json", action="store_true")
-    bi.set_defaults(func=lambda a: __import__("recmesh.bench.inference", fromlist=["main"]).main(a))
+    bi.set_defaults(func=_lazy("recmesh.bench.inference"))
 
     bc = bench.add_parser(
         "coldstart", help="process start -> SERVING per service and model size; first request"
     )
     bc.add_argument("--json", action="store_true")
-    bc.set_defaults(func=lambda a: __import__("recmesh.bench.coldstart", fromlist=["main"]).main(a))
+    bc.set_defaults(func=_lazy("recmesh.bench.coldstart"))
 
     tr_rep = sub.add_parser("trace-report", help="latency attribution per component from span files")
     tr_rep.add_argument("files", nargs="+", help="JSON-lines span files (RECMESH_SPANS_FILE)")
     tr_rep.add_argument("--slo-class", help="only traces of this class")
     tr_rep.add_argument("--json", action="store_true")
-    tr_rep.set_defaults(func=lambda a: __import__("recmesh.tracereport", fromlist=["main"]).main(a))
+    tr_rep.set_defaults(func=_lazy("recmesh.tracereport"))
 
     demo = sub.add_parser("demo", help="demo data").add_subparsers(dest="demo_command", required=True)
     write = demo.add_parser("write-data", help="write the demo users.csv and items.csv")

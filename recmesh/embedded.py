@@ -85,6 +85,16 @@ class ManagedProcess:
             return ""
 
 
+def free_port(below: int = 65536) -> int:
+    """A free loopback port under `below` (a Redis Cluster node also needs port + 10000)."""
+    while True:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind(("127.0.0.1", 0))
+            port = int(s.getsockname()[1])
+        if port < below:
+            return port
+
+
 def port_is_free(host: str, port: int) -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

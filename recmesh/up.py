@@ -273,8 +273,8 @@ async def _start(mesh: Mesh, demo_events: int) -> None:
     await mesh.load_data()
     await asyncio.to_thread(mesh.ensure_model)
     mesh.start_services()
-    ready_s = await mesh.wait_ready()
+    await mesh.wait_ready()
     if demo_events:
         n = await mesh.send_demo_events(demo_events)
         say(f"sent {n} demo events to {mesh.s.events_topic} (real-time features are live)")
-    print(banner(mesh, time.monotonic() - t0 if ready_s else 0.0), flush=True)
+    print(banner(mesh, time.monotonic() - t0), flush=True)

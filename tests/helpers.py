@@ -1,24 +1,17 @@
-"""Test helpers: free ports and polling (no fixed sleeps)."""
+"""Test helpers: free ports (re-exported from recmesh.embedded) and polling (no fixed sleeps)."""
 
 from __future__ import annotations
 
 import asyncio
-import socket
 import time
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
+from recmesh.embedded import free_port
+
+__all__ = ["free_port", "poll_until"]
+
 T = TypeVar("T")
-
-
-def free_port(below: int = 65536) -> int:
-    """A free loopback port under `below` (a Redis Cluster node also needs port + 10000)."""
-    while True:
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            s.bind(("127.0.0.1", 0))
-            port = int(s.getsockname()[1])
-        if port < below:
-            return port
 
 
 async def poll_until(

@@ -12,7 +12,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from recmesh.embedded import ManagedProcess, broker_process, ensure_topics, redis_process, wait_tcp
+from recmesh.embedded import (
+    ManagedProcess,
+    broker_process,
+    ensure_topics,
+    free_port,
+    redis_process,
+    wait_tcp,
+)
 
 
 def percentile(samples: Sequence[float], q: float) -> float:
@@ -24,19 +31,14 @@ def percentile(samples: Sequence[float], q: float) -> float:
     return ordered[rank]
 
 
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @dataclass
 class Infra:
     redis_url: str
     kafka_bootstrap: str
     workdir: Path
+
+
+__all__ = ["Infra", "emit", "free_port", "infrastructure", "percentile"]
 
 
 @contextlib.asynccontextmanager
