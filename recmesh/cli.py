@@ -289,6 +289,16 @@ def build_parser() -> argparse.ArgumentParser:
     bc.add_argument("--json", action="store_true")
     bc.set_defaults(func=_lazy("recmesh.bench.coldstart"))
 
+    br = bench.add_parser("ranker", help="Rank latency p50/p95/p99 against a running ranker")
+    br.add_argument("--addr", help="ranker address (default: RANKER_ADDR)")
+    br.add_argument("--calls", type=int, default=300)
+    br.add_argument("--warmup", type=int, default=30)
+    br.add_argument("--slo-class", default="A", choices=("A", "B", "C"))
+    br.add_argument("--count", type=int, default=10)
+    br.add_argument("--users", type=int, default=2000, help="demo users u0..u(N-1)")
+    br.add_argument("--json", action="store_true")
+    br.set_defaults(func=_lazy("recmesh.bench.ranker"))
+
     tr_rep = sub.add_parser("trace-report", help="latency attribution per component from span files")
     tr_rep.add_argument("files", nargs="+", help="JSON-lines span files (RECMESH_SPANS_FILE)")
     tr_rep.add_argument("--slo-class", help="only traces of this class")

@@ -24,12 +24,16 @@ class RankerServicer(ranker_pb2_grpc.RankerServiceServicer):
             raise InvalidArgument("user_id is required")
         if not 0 < request.count <= MAX_COUNT:
             raise InvalidArgument(f"count must be in 1..{MAX_COUNT}")
-        ranked = await self._pipeline.rank(request.user_id, request.count, request.as_of_ms)
+        ranked = await self._pipeline.rank(
+            request.user_id, request.count, request.as_of_ms, dict(request.context)
+        )
         return ranker_pb2.RankResponse(
             items=[features_pb2.ScoredItem(item_id=i, score=s) for i, s in ranked.items],
             model_version=ranked.model_version,
             feature_version=ranked.feature_version,
             degraded=ranked.degraded,
+            recall_counts=ranked.recall_counts,
+            sigma=ranked.sigma,
         )
 
 
