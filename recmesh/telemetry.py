@@ -31,7 +31,7 @@ from opentelemetry.sdk.trace.export import (
     SpanExporter,
     SpanExportResult,
 )
-from prometheus_client import Counter, Histogram
+from prometheus_client import Counter, Gauge, Histogram
 
 from recmesh.errors import DeadlineExceeded, RecmeshError
 from recmesh.resilience import UNKNOWN_CLASS, remaining_s, request_scope
@@ -59,6 +59,23 @@ FALLBACKS = Counter(
     "recmesh_fallbacks_total",
     "Requests served through a fallback, by service and reason.",
     ("service", "reason", "slo_class"),
+)
+
+CIRCUIT_STATE = Gauge(
+    "recmesh_circuit_state",
+    "Circuit breaker per downstream: 0 closed, 1 half-open, 2 open.",
+    ("service", "target"),
+)
+CIRCUIT_OPENED = Counter("recmesh_circuit_opened_total", "Times a breaker opened.", ("service", "target"))
+EXTRA_ATTEMPTS = Counter(
+    "recmesh_downstream_extra_attempts_total",
+    "Retries and hedged requests sent (kind), or denied by the retry budget (kind=*_denied).",
+    ("service", "target", "method", "kind"),
+)
+DEADLINES_EXPIRED = Counter(
+    "recmesh_deadline_expired_total",
+    "Work refused because the request's deadline had passed: on arrival at a server, or before a call.",
+    ("service", "where", "slo_class"),
 )
 
 _log = structlog.get_logger("recmesh.telemetry")
@@ -204,11 +221,15 @@ class RequestInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
                 try:
                     left = remaining_s()
                     if left is not None and left <= 0:
+                        DEADLINES_EXPIRED.labels(service, "arrival", slo_class).inc()
                         raise DeadlineExceeded("deadline already passed on arrival")
                     return await behavior(request, context)
                 except RecmeshError as err:
                     code = err.grpc_code.name
                     _log.info("request_failed", method=method, code=code, error=str(err))
+                    retry_after = getattr(err, "retry_after_s", None)
+                    if retry_after is not None:
+                        context.set_trailing_metadata((("retry-after", str(retry_after)),))
                     await context.abort(err.grpc_code, str(err))
                 except Exception as err:
                     if isinstance(err, grpc.aio.AbortError):
