@@ -10,7 +10,7 @@ travels on every hop.
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -61,8 +61,11 @@ class GrpcClient:
         rpc: Callable[..., Awaitable[R]],
         request: Any,
         cap_s: float | None = None,
+        metadata: tuple[tuple[str, str], ...] = (),
     ) -> R:
-        response, _ = await self._call_with_trailers(method, rpc, request, cap_s, want_trailers=False)
+        response, _ = await self._call_with_trailers(
+            method, rpc, request, cap_s, want_trailers=False, metadata=metadata
+        )
         return response
 
     async def _call_with_trailers(
@@ -72,13 +75,14 @@ class GrpcClient:
         request: Any,
         cap_s: float | None = None,
         want_trailers: bool = True,
+        metadata: tuple[tuple[str, str], ...] = (),
     ) -> tuple[R, dict[str, str]]:
         timeout = call_timeout(self._margin_s, cap_s)
         slo = current_slo_class()
         started = time.perf_counter()
         code = "OK"
         try:
-            call: Any = rpc(request, timeout=timeout, metadata=((SLO_HEADER, slo),))
+            call: Any = rpc(request, timeout=timeout, metadata=((SLO_HEADER, slo), *metadata))
             response: R = await call
             trailers = {k: str(v) for k, v in (await call.trailing_metadata() or ())} if want_trailers else {}
             return response, trailers
@@ -126,6 +130,9 @@ class FeatureClient(GrpcClient):
 
 
 SUGGESTED_LEVEL_KEY = "x-recmesh-suggested-level"
+# Request metadata: comma-separated dependencies the callee must not call, e.g.
+# "inference" when the gateway presumes it scaled to zero (services/gateway/cold.py).
+SKIP_HEADER = "x-recmesh-skip"
 
 
 @dataclass(frozen=True)
@@ -164,13 +171,17 @@ class RankerClient(GrpcClient):
         self._stub = ranker_pb2_grpc.RankerServiceStub(self.channel)
 
     async def rank(
-        self, user_id: str, count: int, context: dict[str, str], as_of_ms: int
-    ) -> ranker_pb2.RankResponse:
+        self, user_id: str, count: int, context: dict[str, str], as_of_ms: int,
+        skip: Collection[str] = (),
+    ) -> ranker_pb2.RankResponse:  # fmt: skip
+        """`skip`: dependencies the ranker must not call (sent as SKIP_HEADER)."""
         req = ranker_pb2.RankRequest(user_id=user_id, count=count, context=context, as_of_ms=as_of_ms)
-        return await self._call("Rank", self._stub.Rank, req)
+        metadata = ((SKIP_HEADER, ",".join(sorted(skip))),) if skip else ()
+        return await self._call("Rank", self._stub.Rank, req, metadata=metadata)
 
 
 __all__ = [
+    "SKIP_HEADER",
     "FeatureClient",
     "GrpcClient",
     "InferenceClient",
