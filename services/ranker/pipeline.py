@@ -80,6 +80,10 @@ FEATURES_CAP_S = 0.5
 SCORING_CAP_S = 0.5
 
 
+class InferenceSkipped(Unavailable):
+    """Scoring not attempted because the caller said inference may be cold."""
+
+
 @dataclass
 class Ranked:
     items: list[tuple[str, float]]
@@ -207,8 +211,15 @@ class RankPipeline:
         return got, user
 
     async def rank(
-        self, user_id: str, count: int, as_of_ms: int, context: Mapping[str, str] | None = None
+        self,
+        user_id: str,
+        count: int,
+        as_of_ms: int,
+        context: Mapping[str, str] | None = None,
+        skip_scoring: bool = False,
     ) -> Ranked:
+        """`skip_scoring`: the caller presumes inference cold (scaled to zero) and
+        this request may not wait for it: the recall order stands (`inference_cold`)."""
         degraded: list[str] = []
         as_of_ms = as_of_ms or int(time.time() * 1000)
         span = trace.get_current_span()
@@ -247,7 +258,7 @@ class RankPipeline:
         pool = sample_candidates(candidates, level)
         rest = candidates[len(pool) :]
         ranked, model_version, feature_version, categories = await self._score(
-            user_id, user, pool, as_of_ms, degraded
+            user_id, user, pool, as_of_ms, degraded, skip_scoring
         )
         ranked += [(i, 0.0) for i, _ in rest]
         items = cap_per_category(ranked, categories, self._settings.max_per_category, count)
@@ -262,6 +273,7 @@ class RankPipeline:
         pool: list[tuple[str, float]],
         as_of_ms: int,
         degraded: list[str],
+        skip_scoring: bool = False,
     ) -> tuple[list[tuple[str, float]], str, str, dict[str, str]]:
         """Features and scores of the pool: (ordered items, model, feature version, categories)."""
         item_rows: dict[str, dict[str, FeatureValue]] = {}
@@ -280,11 +292,14 @@ class RankPipeline:
         matrix = build_matrix(user, [(i, item_rows.get(i, {})) for i in ids])
         with _tracer.start_as_current_span("scoring"):
             try:
+                if skip_scoring:
+                    raise InferenceSkipped("the caller presumes inference cold")
                 scored = await self._inference.score(
                     feature_version, list(COLUMNS), matrix.ravel().tolist(), cap_s=SCORING_CAP_S
                 )
             except RecmeshError as err:
-                self._fallback(degraded, "scoring_unavailable", err)
+                reason = "inference_cold" if isinstance(err, InferenceSkipped) else "scoring_unavailable"
+                self._fallback(degraded, reason, err)
                 return list(pool), FALLBACK_MODEL, feature_version, categories
         self.inference_suggested_level = scored.suggested_level
         trace.get_current_span().set_attribute("recmesh.inference_suggested_level", scored.suggested_level)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import grpc
 
+from recmesh.clients import SKIP_HEADER
 from recmesh.errors import InvalidArgument
 from recmesh.grpcserver import MeshServer, Registration
 from recmesh.settings import RankerSettings
@@ -24,8 +25,13 @@ class RankerServicer(ranker_pb2_grpc.RankerServiceServicer):
             raise InvalidArgument("user_id is required")
         if not 0 < request.count <= MAX_COUNT:
             raise InvalidArgument(f"count must be in 1..{MAX_COUNT}")
+        skip = _skipped(context.invocation_metadata())
         ranked = await self._pipeline.rank(
-            request.user_id, request.count, request.as_of_ms, dict(request.context)
+            request.user_id,
+            request.count,
+            request.as_of_ms,
+            dict(request.context),
+            skip_scoring="inference" in skip,
         )
         return ranker_pb2.RankResponse(
             items=[features_pb2.ScoredItem(item_id=i, score=s) for i, s in ranked.items],
@@ -35,6 +41,14 @@ class RankerServicer(ranker_pb2_grpc.RankerServiceServicer):
             recall_counts=ranked.recall_counts,
             sigma=ranked.sigma,
         )
+
+
+def _skipped(metadata: object) -> set[str]:
+    """The dependencies the caller asked this request not to call (SKIP_HEADER)."""
+    for key, value in metadata or ():  # type: ignore[attr-defined]
+        if key == SKIP_HEADER:
+            return {part.strip() for part in str(value).split(",") if part.strip()}
+    return set()
 
 
 def build_server(settings: RankerSettings, pipeline: RankPipeline) -> MeshServer:
