@@ -190,6 +190,23 @@ def _cmd_demo_write(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_pipeline_show(args: argparse.Namespace) -> int:
+    from recmesh.settings import RankerSettings
+    from services.ranker.graph import PipelineGraphError, to_dot, to_text
+    from services.ranker.pipeline import load_graph
+
+    settings = RankerSettings()
+    if args.file:
+        settings = settings.model_copy(update={"pipeline_graph": Path(args.file)})
+    try:
+        graph = load_graph(settings)
+    except PipelineGraphError as err:
+        print(f"recmesh pipeline show: {err}", file=sys.stderr)
+        return 2
+    print(to_dot(graph) if args.format == "dot" else to_text(graph))
+    return 0
+
+
 def _lazy(module: str) -> Callable[[argparse.Namespace], int]:
     """A command whose module (and its heavy imports) loads only when it runs."""
 
@@ -304,6 +321,14 @@ def build_parser() -> argparse.ArgumentParser:
     tr_rep.add_argument("--slo-class", help="only traces of this class")
     tr_rep.add_argument("--json", action="store_true")
     tr_rep.set_defaults(func=_lazy("recmesh.tracereport"))
+
+    pipe = sub.add_parser("pipeline", help="the ranker's declared ranking graph").add_subparsers(
+        dest="pipeline_command", required=True
+    )
+    show = pipe.add_parser("show", help="validate and print the ranking graph (text or Graphviz dot)")
+    show.add_argument("--file", help="a graph TOML (default: RECMESH_RANKER_PIPELINE or the shipped one)")
+    show.add_argument("--format", choices=("text", "dot"), default="text")
+    show.set_defaults(func=_cmd_pipeline_show)
 
     demo = sub.add_parser("demo", help="demo data").add_subparsers(dest="demo_command", required=True)
     write = demo.add_parser("write-data", help="write the demo users.csv and items.csv")

@@ -103,12 +103,12 @@ class RankerSettings(CommonSettings):
     )
     # Candidates each recall source returns (the fused list is cut to `candidates`).
     recall_per_source: int = Field(100, gt=0, le=1000, validation_alias="RECMESH_RANKER_RECALL_PER_SOURCE")
-    # Deadline of one recall source (also capped by the request's remaining budget).
-    recall_timeout_ms: float = Field(60.0, gt=0, validation_alias="RECMESH_RANKER_RECALL_TIMEOUT_MS")
     # How many of the user's categories the affinity source draws from.
     affinity_categories: int = Field(3, gt=0, validation_alias="RECMESH_RANKER_AFFINITY_CATEGORIES")
     # Diversity: at most this many items of one category in an answer (0 = no cap).
     max_per_category: int = Field(3, ge=0, validation_alias="RECMESH_RANKER_MAX_PER_CATEGORY")
+    # The ranking graph (TOML, see services/ranker/graph.py); unset: the shipped default.
+    pipeline_graph: Path | None = Field(None, validation_alias="RECMESH_RANKER_PIPELINE")
     # Where the item vectors for the semantic source live (MODEL_DIR/item_vectors).
     model_dir: Path = Field(STATE_DIR_DEFAULT / "models", validation_alias="RECMESH_MODEL_DIR")
 

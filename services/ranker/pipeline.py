@@ -1,25 +1,32 @@
-"""The ranking stages and what each falls back to.
+"""The ranking pipeline: the declared graph (graph.py) run per request.
 
-- user features: one look-up of the user alone (recent views, 10-minute
-  category clicks, interests), which the personal recall sources need; on
-  failure they recall nothing (`user_features_unavailable`);
-- recall: the sources of recall.py, run concurrently, each under its own
-  deadline; a failed or late source contributes nothing (`recall:<name>_<why>`),
-  popularity falls back to its last list (`candidates_stale`); no candidates at
-  all is the only error;
-- fuse + filter: the hybrid rule of fusion.py, then items the user just saw go;
-- features: one batch look-up as of the request's logical timestamp; on failure
-  every feature takes its declared default (`features_unavailable`);
-- scoring: the inference service; on failure the recall order stands
-  (`scoring_unavailable`, model `recall`);
-- re-rank: at most `max_per_category` items per category.
+Every node starts as soon as its inputs are done, so independent nodes (the
+user look-up and popularity; then the personal recall sources) run
+concurrently. Each node runs under its own deadline, its budget share of the
+class budget (capped by what is left of the request's). Before a node starts,
+the ladder (policy.choose_level, from the remaining budget, the time spent so
+far and the inference service's suggestion) is re-evaluated; the level only
+rises within a request. A skippable node is skipped once the level reaches its
+`skip_at_level` (`skipped:<node>`), and a skippable node that fails or runs
+late gives its neutral answer with the reason in `degraded`; a required node
+that fails fails the request. What the default graph's kinds fall back to:
+
+- user look-up fails -> the personal recall sources recall nothing
+  (`user_features_unavailable`);
+- a recall source fails or is late -> it contributes nothing
+  (`recall:<node>_unavailable` / `_timeout`); popularity serves its last list
+  (`candidates_stale`); no candidates at all is the only error;
+- item features fail -> every feature takes its declared default
+  (`features_unavailable`);
+- scoring fails -> the recall order stands (`scoring_unavailable`, model
+  `recall`); a caller that presumes inference cold skips it (`inference_cold`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import structlog
@@ -27,36 +34,51 @@ from opentelemetry import trace
 from prometheus_client import Counter, Histogram
 
 from recmesh.clients import FeatureClient, InferenceClient
-from recmesh.errors import DeadlineExceeded, RecmeshError, Unavailable
-from recmesh.features.definitions import FEATURE_SET_VERSION, FeatureValue
-from recmesh.features.vectorize import COLUMNS, build_matrix
-from recmesh.features.wire import row_values, table_rows
+from recmesh.errors import DeadlineExceeded, RecmeshError
+from recmesh.features.definitions import FEATURE_SET_VERSION
 from recmesh.resilience import current_slo_class, remaining_s
 from recmesh.settings import RankerSettings
 from recmesh.slo import DEFAULT_CLASSES
 from recmesh.telemetry import FALLBACKS, LATENCY_BUCKETS
-from services.ranker.fusion import cap_per_category, contributions, drop_items, fuse, role_weights
-from services.ranker.policy import LEVEL_NAMES, choose_level, sample_candidates, top_n
+from services.ranker import graph as graphs
+from services.ranker.graph import Graph, NodeSpec, PipelineGraphError
+from services.ranker.policy import LEVEL_NAMES, choose_level
 from services.ranker.recall import (
     CategorySource,
     CovisitSource,
     PopularSource,
-    RecallContext,
-    Recalled,
     RecallSource,
     SemanticSource,
-    last_viewed,
 )
 from services.ranker.semantic import IndexHolder
+from services.ranker.stages import (
+    FINAL_TYPES,
+    KIND_SPECS,
+    KINDS,
+    UNSCORED_MODEL,
+    Candidates,
+    Env,
+    Ordered,
+    RequestState,
+    SourceOut,
+    is_inference_skip,
+)
 
 _log = structlog.get_logger("recmesh.ranker")
 
 DEGRADATIONS = Counter(
     "recmesh_ranker_degradations_total", "Requests ranked at a degradation level > 0.", ("level", "slo_class")
 )
+STAGE_LATENCY = Histogram(
+    "recmesh_ranker_stage_seconds",
+    "Latency of one node of the ranking graph, by node, kind, resource, SLO class and outcome "
+    "(ok, fallback, skipped).",
+    ("stage", "kind", "resource", "slo_class", "outcome"),
+    buckets=LATENCY_BUCKETS,
+)
 RECALL_LATENCY = Histogram(
     "recmesh_ranker_recall_seconds",
-    "Latency of one recall source, by source, SLO class and outcome (ok, empty, timeout, error).",
+    "Latency of one recall source, by source, SLO class and outcome (ok, empty, timeout, error, skipped).",
     ("source", "slo_class", "outcome"),
     buckets=LATENCY_BUCKETS,
 )
@@ -73,15 +95,7 @@ SEMANTIC_SIGMA = Histogram(
 )
 _tracer = trace.get_tracer("recmesh.ranker")
 
-FALLBACK_MODEL = "recall"
-# Upper bounds per stage for requests that arrive without a deadline.
-USER_FEATURES_CAP_S = 0.1
-FEATURES_CAP_S = 0.5
-SCORING_CAP_S = 0.5
-
-
-class InferenceSkipped(Unavailable):
-    """Scoring not attempted because the caller said inference may be cold."""
+FALLBACK_MODEL = UNSCORED_MODEL
 
 
 @dataclass
@@ -94,121 +108,126 @@ class Ranked:
     sigma: float = 0.0
 
 
+def load_graph(settings: RankerSettings) -> Graph:
+    """The configured graph (RECMESH_RANKER_PIPELINE, else the shipped one), validated."""
+    graph = graphs.load(settings.pipeline_graph, KIND_SPECS)
+    final = graph.nodes[graph.output]
+    if KIND_SPECS[final.kind].produces not in FINAL_TYPES:
+        raise PipelineGraphError(
+            f"the final node '{final.name}' ({final.kind}) must produce a ranked list "
+            f"({' or '.join(FINAL_TYPES)}), not '{KIND_SPECS[final.kind].produces}'"
+        )
+    return graph
+
+
 def build_pipeline(
     settings: RankerSettings, features: FeatureClient, inference: InferenceClient
 ) -> RankPipeline:
-    """The default sources: popularity, co-visitation, category affinity and,
-    when item vectors exist under MODEL_DIR, embedding similarity."""
+    """The graph from the settings, and the recall sources its kinds use: popularity,
+    co-visitation, category affinity and, when item vectors exist under
+    MODEL_DIR, embedding similarity. Raises PipelineGraphError for a bad graph."""
+    graph = load_graph(settings)
     holder = IndexHolder(settings.model_dir)
     holder.refresh()
-    sources: list[RecallSource] = [
-        PopularSource(features),
-        CovisitSource(features),
-        CategorySource(features, settings.affinity_categories),
-        SemanticSource(holder),
-    ]
-    return RankPipeline(features, inference, settings, sources, holder)
+    sources: dict[str, RecallSource] = {
+        "popular": PopularSource(features),
+        "covisit": CovisitSource(features),
+        "category": CategorySource(features, settings.affinity_categories),
+        "semantic": SemanticSource(holder),
+    }
+    return RankPipeline(Env(features, inference, settings, sources), graph, holder)
 
 
 class RankPipeline:
-    def __init__(
-        self,
-        features: FeatureClient,
-        inference: InferenceClient,
-        settings: RankerSettings,
-        sources: Sequence[RecallSource],
-        index: IndexHolder | None = None,
-    ) -> None:
-        self._features = features
-        self._inference = inference
-        self._settings = settings
-        self._sources = list(sources)
-        self._roles = {s.name: s.role for s in sources}
+    def __init__(self, env: Env, graph: Graph, index: IndexHolder | None = None) -> None:
+        self._env = env
+        self.graph = graph
+        self._nodes = graph.nodes
         self._index = index
         # The inference service's latest degradation hint (for the ladder).
         self.inference_suggested_level = 0
 
-    @property
-    def sources(self) -> list[str]:
-        return [s.name for s in self._sources]
-
-    def _fallback(self, degraded: list[str], reason: str, err: Exception) -> None:
-        degraded.append(reason)
+    def _fallback(self, req: RequestState, reason: str, err: Exception) -> None:
+        req.degraded.append(reason)
         FALLBACKS.labels("ranker", reason, current_slo_class()).inc()
         trace.get_current_span().add_event("fallback", {"reason": reason, "error": str(err)})
         _log.warning("fallback", reason=reason, error=str(err))
 
-    def _stage_cap(self, cap_s: float) -> float:
+    def _climb_ladder(self, req: RequestState, started: float, budget_ms: float) -> None:
         left = remaining_s()
-        return cap_s if left is None else max(0.0, min(cap_s, left))
+        elapsed_ms = (time.perf_counter() - started) * 1000
+        level = choose_level(None if left is None else left * 1000, budget_ms, elapsed_ms,
+                             self.inference_suggested_level)  # fmt: skip
+        req.level = max(req.level, level)
 
-    async def _user_features(
-        self, user_id: str, as_of_ms: int, degraded: list[str]
-    ) -> dict[str, FeatureValue]:
-        with _tracer.start_as_current_span("user_features"):
-            try:
-                resp = await self._features.get_features(user_id, [], as_of_ms, cap_s=USER_FEATURES_CAP_S)
-            except RecmeshError as err:
-                self._fallback(degraded, "user_features_unavailable", err)
-                return {}
-            return row_values(resp.user)
-
-    async def _run_source(self, source: RecallSource, ctx: RecallContext, degraded: list[str]) -> Recalled:
+    async def _run_node(
+        self,
+        node: NodeSpec,
+        req: RequestState,
+        upstream: list[asyncio.Future[object]],
+        started: float,
+        budget_ms: float,
+    ) -> object:
+        values = await asyncio.gather(*upstream)
+        inputs = dict(zip(node.inputs, values, strict=True))
+        kind = KINDS[node.kind]
         slo = current_slo_class()
-        started = time.perf_counter()
+        self._climb_ladder(req, started, budget_ms)
+        t0 = time.perf_counter()
         outcome = "ok"
-        with _tracer.start_as_current_span(f"recall.{source.name}") as span:
-            span.set_attribute("recmesh.source", source.name)
-            try:
-                async with asyncio.timeout(ctx.cap_s):
-                    got = await source.fetch(ctx)
-            except (TimeoutError, DeadlineExceeded) as err:
-                outcome = "timeout"
-                self._fallback(degraded, f"recall:{source.name}_timeout", err)
-                got = Recalled([])
-            except RecmeshError as err:
-                outcome = "error"
-                self._fallback(degraded, f"recall:{source.name}_unavailable", err)
-                got = Recalled([])
-            if got.stale:
-                degraded.append(
-                    "candidates_stale" if source.name == "popular" else f"recall:{source.name}_stale"
-                )
-            if outcome == "ok" and not got.items:
-                outcome = "empty"
-            span.set_attribute("recmesh.candidates", len(got.items))
+        with _tracer.start_as_current_span(f"stage.{node.name}") as span:
+            span.set_attributes({"recmesh.stage": node.name, "recmesh.kind": node.kind,
+                                 "recmesh.resource": node.resource,
+                                 "recmesh.degradation_level": req.level})  # fmt: skip
+            if node.skippable and req.level >= node.skip_at_level:
+                outcome = "skipped"
+                req.degraded.append(f"skipped:{node.name}")
+                out = kind.neutral(self._env, req, node, inputs)
+            else:
+                share_s = node.budget_share * budget_ms / 1000
+                left = remaining_s()
+                cap_s = share_s if left is None else max(0.0, min(share_s, left))
+                try:
+                    async with asyncio.timeout(cap_s):
+                        out = await kind.run(self._env, req, node, inputs, cap_s)
+                except (TimeoutError, RecmeshError) as err:
+                    if not node.skippable:
+                        raise
+                    outcome = "fallback"
+                    late = isinstance(err, TimeoutError | DeadlineExceeded)
+                    reason = kind.fallback.format(node=node.name)
+                    if is_inference_skip(err):
+                        reason = "inference_cold"
+                    elif late and reason.startswith("recall:"):
+                        reason = reason.replace("_unavailable", "_timeout")
+                    self._fallback(req, reason, err)
+                    out = kind.neutral(self._env, req, node, inputs)
             span.set_attribute("recmesh.outcome", outcome)
-            if source.role == "semantic":
-                span.set_attribute("recmesh.sigma", got.sigma)
-            for k, v in got.attributes.items():
-                span.set_attribute(f"recmesh.{k}", v)
-        RECALL_LATENCY.labels(source.name, slo, outcome).observe(time.perf_counter() - started)
-        RECALL_CANDIDATES.labels(source.name, slo).observe(len(got.items))
-        return got
+            if isinstance(out, SourceOut):
+                self._observe_source(span, out, slo, outcome, time.perf_counter() - t0)
+            elif isinstance(out, Candidates):
+                span.set_attribute("recmesh.candidates", len(out.items))
+        STAGE_LATENCY.labels(node.name, node.kind, node.resource, slo, outcome).observe(
+            time.perf_counter() - t0
+        )
+        return out
 
-    async def recall(
-        self, user_id: str, as_of_ms: int, context: Mapping[str, str], degraded: list[str]
-    ) -> tuple[dict[str, Recalled], dict[str, FeatureValue]]:
-        """Every source's answer (popularity concurrently with the user look-up
-        the personal sources need), and the user's features."""
-        if self._index is not None:
-            self._index.refresh()
-        cap = self._stage_cap(self._settings.recall_timeout_ms / 1000)
-        limit = self._settings.recall_per_source
-        independent = [s for s in self._sources if s.name == "popular"]
-        personal = [s for s in self._sources if s.name != "popular"]
-        bare = RecallContext(user_id, {}, context, max(limit, self._settings.candidates), cap)
-        early = [asyncio.ensure_future(self._run_source(s, bare, degraded)) for s in independent]
-        try:
-            user = await self._user_features(user_id, as_of_ms, degraded)
-            ctx = RecallContext(user_id, user, context, limit, self._stage_cap(cap))
-            late = await asyncio.gather(*(self._run_source(s, ctx, degraded) for s in personal))
-            first = await asyncio.gather(*early)
-        finally:
-            for task in early:
-                task.cancel()
-        got = dict(zip([s.name for s in independent + personal], [*first, *late], strict=True))
-        return got, user
+    def _observe_source(
+        self, span: trace.Span, out: SourceOut, slo: str, outcome: str, seconds: float
+    ) -> None:
+        got = out.recalled
+        if outcome == "ok" and not got.items:
+            outcome = "empty"
+        elif outcome == "fallback":
+            outcome = "error"
+        span.set_attribute("recmesh.source", out.name)
+        span.set_attribute("recmesh.candidates", len(got.items))
+        if out.role == "semantic":
+            span.set_attribute("recmesh.sigma", got.sigma)
+        for k, v in got.attributes.items():
+            span.set_attribute(f"recmesh.{k}", v)
+        RECALL_LATENCY.labels(out.name, slo, outcome).observe(seconds)
+        RECALL_CANDIDATES.labels(out.name, slo).observe(len(got.items))
 
     async def rank(
         self,
@@ -220,87 +239,35 @@ class RankPipeline:
     ) -> Ranked:
         """`skip_scoring`: the caller presumes inference cold (scaled to zero) and
         this request may not wait for it: the recall order stands (`inference_cold`)."""
-        degraded: list[str] = []
-        as_of_ms = as_of_ms or int(time.time() * 1000)
-        span = trace.get_current_span()
-        recall_started = time.perf_counter()
-        with _tracer.start_as_current_span("recall") as recall_span:
-            got, user = await self.recall(user_id, as_of_ms, context or {}, degraded)
-            sigma = max((r.sigma for r in got.values()), default=0.0)
-            weights = role_weights(self._settings.fusion_weights, self._roles, sigma)
-            fused = fuse({name: r.items for name, r in got.items()}, weights)
-            seen = set(last_viewed(user))
-            fused = drop_items(fused, seen)[: self._settings.candidates]
-            SEMANTIC_SIGMA.observe(sigma)
-            recall_span.set_attribute("recmesh.sigma", sigma)
-            recall_span.set_attribute("recmesh.candidates", len(fused))
-            counts = contributions(fused)
-            for name, n in counts.items():
-                recall_span.set_attribute(f"recmesh.candidates.{name}", n)
-        if not fused:
-            raise Unavailable("no candidates from any recall source")
-        candidates = [(f.item_id, f.score) for f in fused]
-        recall_ms = (time.perf_counter() - recall_started) * 1000
+        req = RequestState(user_id, count, as_of_ms or int(time.time() * 1000), context or {}, skip_scoring)
         slo = current_slo_class()
-        budget_ms = (
-            DEFAULT_CLASSES[slo].budget_ms if slo in DEFAULT_CLASSES else DEFAULT_CLASSES["C"].budget_ms
-        )
-        left = remaining_s()
-        level = choose_level(None if left is None else left * 1000, budget_ms, recall_ms,
-                             self.inference_suggested_level)  # fmt: skip
-        span.set_attribute("recmesh.degradation_level", level)
-        span.set_attribute("recmesh.sigma", sigma)
-        if level:
-            degraded.append(f"ladder:{LEVEL_NAMES[level]}")
-            DEGRADATIONS.labels(str(level), slo).inc()
-        if level == 3:
-            return Ranked(candidates[:count], FALLBACK_MODEL, FEATURE_SET_VERSION, degraded, counts, sigma)
-        pool = sample_candidates(candidates, level)
-        rest = candidates[len(pool) :]
-        ranked, model_version, feature_version, categories = await self._score(
-            user_id, user, pool, as_of_ms, degraded, skip_scoring
-        )
-        ranked += [(i, 0.0) for i, _ in rest]
-        items = cap_per_category(ranked, categories, self._settings.max_per_category, count)
-        span.set_attribute("recmesh.candidates", len(candidates))
-        span.set_attribute("recmesh.degraded", ",".join(degraded))
-        return Ranked(items, model_version, feature_version, degraded, counts, sigma)
-
-    async def _score(
-        self,
-        user_id: str,
-        user: dict[str, FeatureValue],
-        pool: list[tuple[str, float]],
-        as_of_ms: int,
-        degraded: list[str],
-        skip_scoring: bool = False,
-    ) -> tuple[list[tuple[str, float]], str, str, dict[str, str]]:
-        """Features and scores of the pool: (ordered items, model, feature version, categories)."""
-        item_rows: dict[str, dict[str, FeatureValue]] = {}
-        feature_version = FEATURE_SET_VERSION
-        ids = [c[0] for c in pool]
-        with _tracer.start_as_current_span("features"):
-            try:
-                resp = await self._features.get_features(user_id, ids, as_of_ms, cap_s=FEATURES_CAP_S)
-                user = row_values(resp.user) or user
-                item_rows = table_rows(resp.items)
-                feature_version = resp.feature_version
-                degraded.extend(f"feature:{d}" for d in resp.degraded)
-            except RecmeshError as err:
-                self._fallback(degraded, "features_unavailable", err)
-        categories = {i: str(r.get("category", "unknown")) for i, r in item_rows.items()}
-        matrix = build_matrix(user, [(i, item_rows.get(i, {})) for i in ids])
-        with _tracer.start_as_current_span("scoring"):
-            try:
-                if skip_scoring:
-                    raise InferenceSkipped("the caller presumes inference cold")
-                scored = await self._inference.score(
-                    feature_version, list(COLUMNS), matrix.ravel().tolist(), cap_s=SCORING_CAP_S
-                )
-            except RecmeshError as err:
-                reason = "inference_cold" if isinstance(err, InferenceSkipped) else "scoring_unavailable"
-                self._fallback(degraded, reason, err)
-                return list(pool), FALLBACK_MODEL, feature_version, categories
-        self.inference_suggested_level = scored.suggested_level
-        trace.get_current_span().set_attribute("recmesh.inference_suggested_level", scored.suggested_level)
-        return top_n(ids, scored.scores, len(ids)), scored.model_version, feature_version, categories
+        budget_ms = (DEFAULT_CLASSES[slo] if slo in DEFAULT_CLASSES else DEFAULT_CLASSES["C"]).budget_ms
+        if self._index is not None:
+            self._index.refresh()
+        started = time.perf_counter()
+        tasks: dict[str, asyncio.Future[object]] = {}
+        for name in self.graph.order:
+            node = self._nodes[name]
+            upstream = [tasks[i] for i in node.inputs]
+            tasks[name] = asyncio.ensure_future(self._run_node(node, req, upstream, started, budget_ms))
+        try:
+            out = await tasks[self.graph.output]
+        finally:
+            for task in tasks.values():
+                task.cancel()
+            await asyncio.gather(*tasks.values(), return_exceptions=True)
+        assert isinstance(out, Ordered)  # load_graph checked the final node's type
+        if req.suggested_level is not None:
+            self.inference_suggested_level = req.suggested_level
+        span = trace.get_current_span()
+        if req.level:
+            req.degraded.insert(0, f"ladder:{LEVEL_NAMES[req.level]}")
+            DEGRADATIONS.labels(str(req.level), slo).inc()
+        SEMANTIC_SIGMA.observe(req.sigma)
+        span.set_attributes({"recmesh.degradation_level": req.level, "recmesh.sigma": req.sigma,
+                             "recmesh.degraded": ",".join(req.degraded)})  # fmt: skip
+        for name, n in req.recall_counts.items():
+            span.set_attribute(f"recmesh.candidates.{name}", n)
+        version = out.feature_version or FEATURE_SET_VERSION
+        items = out.items[:count]
+        return Ranked(items, out.model_version, version, req.degraded, req.recall_counts, req.sigma)

@@ -9,6 +9,9 @@ reads the real ones, through a real faiss HNSW index.
 
 from __future__ import annotations
 
+import asyncio
+import os
+import sys
 import time
 from collections import Counter
 from pathlib import Path
@@ -82,3 +85,80 @@ async def test_without_vectors_the_semantic_source_is_absent(mesh: Mesh) -> None
     assert resp.sigma == 0.0
     assert dict(resp.recall_counts).get("semantic", 0) == 0
     assert dict(resp.recall_counts)["popular"] > 0 and dict(resp.recall_counts)["category"] > 0
+
+
+CUSTOM_GRAPH = """
+description = "popularity and category affinity only; scoring is dropped from ladder level 1"
+[[node]]
+name = "me"
+kind = "user_features"
+resource = "io"
+budget_share = 0.1
+skippable = true
+[[node]]
+name = "popular"
+kind = "recall.popular"
+budget_share = 0.2
+[[node]]
+name = "category"
+kind = "recall.category"
+budget_share = 0.2
+skippable = true
+inputs = ["me"]
+[[node]]
+name = "fuse"
+kind = "fuse"
+budget_share = 0.05
+inputs = ["popular", "category"]
+[[node]]
+name = "features"
+kind = "item_features"
+budget_share = 0.3
+skippable = true
+inputs = ["fuse", "me"]
+[[node]]
+name = "score"
+kind = "score"
+resource = "gpu"
+budget_share = 0.3
+skippable = true
+skip_at_level = 1
+inputs = ["features"]
+"""
+
+
+async def test_a_graph_from_a_file_changes_the_pipeline_without_code(mesh: Mesh, tmp_path: Path) -> None:
+    path = tmp_path / "graph.toml"
+    path.write_text(CUSTOM_GRAPH)
+    settings = RankerSettings(ranker_port=free_port(), model_dir=tmp_path, pipeline_graph=path)
+    ranker = build_ranker(settings, build_pipeline(settings, mesh.feature_client, mesh.inference_client))
+    await ranker.start()
+    await ranker.set_serving()
+    client = RankerClient(ranker.address, "test")
+    try:
+        with request_scope("A", 0.3):
+            full = await client.rank("u1998", 10, {}, 0)
+        with request_scope("A", 0.07):  # under 30% of class A's budget: ladder level 1
+            tight = await client.rank("u1998", 10, {}, 0)
+    finally:
+        await client.close()
+        await ranker.stop(0.1)
+    assert set(full.recall_counts) == {"popular", "category"}
+    assert full.model_version.startswith("ctr-") and full.degraded == []
+    assert "ladder:L1_feature_sampling" in tight.degraded and "skipped:score" in tight.degraded
+    assert tight.model_version == "recall" and len(tight.items) == 10
+
+
+async def test_a_bad_graph_stops_the_ranker_at_start(tmp_path: Path) -> None:
+    path = tmp_path / "graph.toml"
+    path.write_text(CUSTOM_GRAPH.replace('inputs = ["popular", "category"]', 'inputs = ["popular", "nope"]'))
+    env = dict(os.environ, RECMESH_RANKER_PIPELINE=str(path), RANKER_PORT=str(free_port()),
+               RANKER_METRICS_PORT=str(free_port()), RECMESH_MODEL_DIR=str(tmp_path))  # fmt: skip
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "services.ranker", env=env,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    _, err = await asyncio.wait_for(proc.communicate(), 30)
+    assert proc.returncode == 1
+    message = err.decode()
+    assert "bad ranking graph" in message and "node 'fuse' reads nope, which no node produces" in message
