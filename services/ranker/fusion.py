@@ -29,7 +29,7 @@ RRF_K = 60.0
 INTEREST_TAG_CLICKS = 1.0
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Fused:
     item_id: str
     score: float
@@ -53,20 +53,22 @@ def fuse(lists: Mapping[str, Sequence[tuple[str, float]]], weights: Mapping[str,
     scores over the sources that returned it. Best first; ties by item id.
     A source without a weight (or with weight 0) does not contribute."""
     score: dict[str, float] = {}
-    sources: dict[str, list[str]] = {}
+    sources: dict[str, tuple[str, ...]] = {}
     for name, items in lists.items():
         w = weights.get(name, 0.0)
         if w <= 0.0:
             continue
-        seen: set[str] = set()
-        for rank, (item_id, _) in enumerate(items):
-            if item_id in seen:
-                continue
-            seen.add(item_id)
-            score[item_id] = score.get(item_id, 0.0) + w * rank_score(rank)
-            sources.setdefault(item_id, []).append(name)
-    ordered = sorted(score.items(), key=lambda kv: (-kv[1], kv[0]))
-    return [Fused(i, s, tuple(sources[i])) for i, s in ordered]
+        for rank, item_id in enumerate(dict.fromkeys(i for i, _ in items)):
+            s = w * RRF_K / (RRF_K + rank)
+            prev = score.get(item_id)
+            if prev is None:
+                score[item_id] = s
+                sources[item_id] = (name,)
+            else:
+                score[item_id] = prev + s
+                sources[item_id] += (name,)
+    ordered = sorted(score, key=lambda i: (-score[i], i))
+    return [Fused(i, score[i], sources[i]) for i in ordered]
 
 
 def contributions(fused: Sequence[Fused]) -> dict[str, int]:
