@@ -111,6 +111,12 @@ class Ranked:
 def load_graph(settings: RankerSettings) -> Graph:
     """The configured graph (RECMESH_RANKER_PIPELINE, else the shipped one), validated."""
     graph = graphs.load(settings.pipeline_graph, KIND_SPECS)
+    for node in graph.nodes.values():
+        if node.kind.startswith("recall.") and settings.fusion_weights.get(node.name, 0.0) <= 0.0:
+            raise PipelineGraphError(
+                f"recall node '{node.name}' has no positive weight in RECMESH_RANKER_FUSION_WEIGHTS "
+                f"({settings.fusion_weights}); it would never contribute"
+            )
     final = graph.nodes[graph.output]
     if KIND_SPECS[final.kind].produces not in FINAL_TYPES:
         raise PipelineGraphError(
@@ -192,6 +198,8 @@ class RankPipeline:
                         out = await kind.run(self._env, req, node, inputs, cap_s)
                 except (TimeoutError, RecmeshError) as err:
                     if not node.skippable:
+                        if isinstance(err, TimeoutError):
+                            raise DeadlineExceeded(f"node '{node.name}' ran past its budget") from err
                         raise
                     outcome = "fallback"
                     late = isinstance(err, TimeoutError | DeadlineExceeded)
@@ -243,7 +251,7 @@ class RankPipeline:
         slo = current_slo_class()
         budget_ms = (DEFAULT_CLASSES[slo] if slo in DEFAULT_CLASSES else DEFAULT_CLASSES["C"]).budget_ms
         if self._index is not None:
-            self._index.refresh()
+            self._index.refresh_in_background()
         started = time.perf_counter()
         tasks: dict[str, asyncio.Future[object]] = {}
         for name in self.graph.order:

@@ -122,3 +122,13 @@ def test_a_missing_file_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(PipelineGraphError, match="cannot read the ranking graph"):
         load_graph(RankerSettings(pipeline_graph=tmp_path / "nope.toml"))
     assert DEFAULT_GRAPH.exists()
+
+
+def test_a_recall_node_without_a_fusion_weight_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "g.toml"
+    renamed = MINIMAL.replace('name = "popular"', 'name = "trending"')
+    path.write_text(renamed.replace('["popular"]', '["trending"]'))
+    with pytest.raises(PipelineGraphError, match="recall node 'trending' has no positive weight"):
+        load_graph(RankerSettings(pipeline_graph=path))
+    weighted = RankerSettings(pipeline_graph=path, fusion_weights={"trending": 1.0})
+    assert load_graph(weighted).order[0] == "trending"

@@ -7,6 +7,7 @@ that the embedding step writes; the index does not care where they come from.
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import numpy as np
@@ -63,3 +64,16 @@ def test_index_is_rebuilt_when_the_vectors_change(tmp_path: Path) -> None:
     _write(tmp_path, n_per_cat=20, seed=1)
     assert holder.refresh() is True
     assert holder.index is not None and len(holder.index) == 120
+
+
+async def test_new_vectors_are_picked_up_in_the_background(tmp_path: Path) -> None:
+    holder = IndexHolder(tmp_path, check_every_s=0.0)
+    holder.refresh_in_background()
+    assert holder.index is None
+    _write(tmp_path, n_per_cat=10)
+    holder.refresh_in_background()
+    for _ in range(200):
+        if holder.index is not None:
+            break
+        await asyncio.sleep(0.01)
+    assert holder.index is not None and len(holder.index) == 60
