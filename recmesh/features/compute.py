@@ -95,6 +95,17 @@ def item_realtime(
     return {"clicks_10m": (clicks, age), "views_10m": (views, age)}
 
 
+def item_realtime_columns(
+    clicks: Sequence[int], views: Sequence[int], newest_ms: Sequence[int], as_of_ms: int
+) -> dict[str, tuple[list[FeatureValue], list[int]]]:
+    """`item_realtime` for many items at once, column-wise (newest_ms < 0: no
+    event in the window): name -> (values, ages) in input order. The look-up
+    of hundreds of candidates uses it so that no per-item objects are built.
+    """
+    ages = [-1 if t < 0 else as_of_ms - t for t in newest_ms]
+    return {"clicks_10m": (list(clicks), ages), "views_10m": (list(views), ages[:])}
+
+
 def merge_newest(*times: Iterable[int | None]) -> int | None:
     vals = [t for group in times for t in group if t is not None]
     return max(vals) if vals else None

@@ -9,7 +9,7 @@ from prometheus_client import Counter, Gauge
 
 from recmesh.errors import InvalidArgument
 from recmesh.features.definitions import FEATURE_SET_VERSION
-from recmesh.features.wire import row_to_pb, table_to_pb
+from recmesh.features.wire import columns_to_pb, row_to_pb
 from recmesh.grpcserver import MeshServer, Registration
 from recmesh.resilience import current_slo_class, remaining_s
 from recmesh.settings import FeatureSettings
@@ -57,7 +57,7 @@ class FeatureServicer(features_pb2_grpc.FeatureServiceServicer):
             ITEM_CACHE_HIT_RATIO.set(cache.hits / total)
         return pb.GetFeaturesResponse(
             user=row_to_pb(request.user_id, lookup.user),
-            items=table_to_pb(item_ids, lookup.items),
+            items=columns_to_pb(item_ids, lookup.item_columns),
             feature_version=FEATURE_SET_VERSION,
             as_of_ms=as_of,
             degraded=lookup.degraded,
