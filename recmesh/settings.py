@@ -60,6 +60,10 @@ class IngestSettings(CommonSettings, RedisSettings, KafkaSettings):
     consumer_group: str = Field("recmesh-feature-ingest", validation_alias="RECMESH_CONSUMER_GROUP")
     max_batch: int = Field(2000, validation_alias="RECMESH_INGEST_MAX_BATCH")
     allowed_lateness_ms: int = Field(10_000, validation_alias="RECMESH_ALLOWED_LATENESS_MS")
+    # State-drift sampler: a pass over the keyspace every this many seconds (0 = off),
+    # scanning at most this many keys per second (services/feature/drift.py).
+    state_sample_s: float = Field(15.0, validation_alias="RECMESH_STATE_SAMPLE_S")
+    state_scan_keys_per_s: int = Field(20_000, validation_alias="RECMESH_STATE_SCAN_KEYS_PER_S")
 
 
 class InferenceSettings(CommonSettings):

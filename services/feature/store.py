@@ -196,6 +196,10 @@ class FeatureStore:
         self._apply_sha: str | None = None
 
     @property
+    def redis(self) -> AnyRedis:
+        return self._redis
+
+    @property
     def item_cache(self) -> TtlCache[dict[str, Any]]:
         return self._item_static
 
