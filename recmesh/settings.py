@@ -42,7 +42,7 @@ class KafkaSettings(BaseSettings):
     dlq_topic: str = Field("user_behavior.dlq", validation_alias="RECMESH_DLQ_TOPIC")
 
 
-class FeatureSettings(CommonSettings, RedisSettings):
+class FeatureSettings(CommonSettings, RedisSettings, KafkaSettings):
     feature_port: int = 50052
     metrics_port: int = Field(9102, validation_alias="FEATURE_METRICS_PORT")
     # Budget for the real-time read; past it the response falls back to
@@ -53,6 +53,12 @@ class FeatureSettings(CommonSettings, RedisSettings):
         default_factory=dict, validation_alias="RECMESH_FEATURE_TIMEOUT_MS_BY_CLASS"
     )
     max_items: int = Field(500, validation_alias="RECMESH_FEATURE_MAX_ITEMS")
+    # Served-feature log (services/feature/served_log.py): the share of look-ups whose
+    # served vectors go to the topic (0 = off, 1 = all), and the queue bound past
+    # which records are dropped rather than slowing look-ups.
+    served_log_rate: float = Field(0.01, ge=0.0, le=1.0, validation_alias="RECMESH_SERVED_LOG_RATE")
+    served_topic: str = Field("served_features", validation_alias="RECMESH_SERVED_TOPIC")
+    served_log_queue: int = Field(1000, ge=1, validation_alias="RECMESH_SERVED_LOG_QUEUE")
 
 
 class IngestSettings(CommonSettings, RedisSettings, KafkaSettings):
@@ -131,6 +137,7 @@ class UpSettings(CommonSettings):
     offline_dir: Path | None = Field(None, validation_alias="RECMESH_OFFLINE_DIR")
     events_topic: str = Field("user_behavior", validation_alias="RECMESH_EVENTS_TOPIC")
     dlq_topic: str = Field("user_behavior.dlq", validation_alias="RECMESH_DLQ_TOPIC")
+    served_topic: str = Field("served_features", validation_alias="RECMESH_SERVED_TOPIC")
     topic_partitions: int = Field(3, validation_alias="RECMESH_TOPIC_PARTITIONS")
     gateway_http_port: int = 8000
     gateway_grpc_port: int = 50051
