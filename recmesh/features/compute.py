@@ -78,6 +78,14 @@ def user_realtime(
     }
 
 
+def freshness(age_ms: int, tau_s: float) -> float:
+    """2^(-age/tau): 1.0 for an event at the as-of time, 0.5 one tau older;
+    0.0 when no event is behind the value (age < 0)."""
+    if age_ms < 0:
+        return 0.0
+    return float(2.0 ** (-age_ms / (tau_s * 1000.0)))
+
+
 def count_in_window(sorted_times: Sequence[int], lo_exclusive: int, hi_inclusive: int) -> int:
     """Events with lo < t <= hi in an ascending list: the offline twin of ZCOUNT '(lo' 'hi'."""
     return bisect.bisect_right(sorted_times, hi_inclusive) - bisect.bisect_right(sorted_times, lo_exclusive)

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import pytest
+
 from recmesh.features.compute import (
     UserEvent,
     count_in_window,
+    freshness,
     item_realtime,
     item_realtime_columns,
     newest_at_or_before,
@@ -65,3 +68,10 @@ def test_item_columns_agree_with_the_per_item_function() -> None:
     for i in range(3):
         one = item_realtime(clicks[i], views[i], None if newest[i] < 0 else newest[i], as_of)
         assert {name: (vals[i], ages[i]) for name, (vals, ages) in cols.items()} == one
+
+
+def test_freshness_halves_every_tau() -> None:
+    assert freshness(0, 60.0) == 1.0
+    assert freshness(60_000, 60.0) == pytest.approx(0.5)
+    assert freshness(90_000, 30.0) == pytest.approx(0.125)
+    assert freshness(-1, 60.0) == 0.0  # no event behind the value
