@@ -81,7 +81,7 @@ async def run(model_dir: Path | None, rows: int, concurrency: int, seconds: floa
         work = Path(tmp)
         if model_dir is None or current_model(model_dir) is None:
             model_dir = work / "models"
-            train(TrainConfig(sessions=1500, hours=2.0, epochs=100), model_dir, progress=lambda _: None)
+            train(TrainConfig(sessions=1500, hours=2.0, epochs=3), model_dir, progress=lambda _: None)
         results: dict[str, dict[str, float]] = {}
         cold: list[float] = []
         for mode in ("off", "on"):
