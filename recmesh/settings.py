@@ -15,6 +15,15 @@ from pydantic import BaseModel, ConfigDict, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 STATE_DIR_DEFAULT = Path(".recmesh")
+SloName = Literal["A", "B", "C"]
+
+
+def _default_shares() -> dict[SloName, float]:
+    return {"A": 1.0, "B": 0.8, "C": 0.5}
+
+
+def _default_queue() -> dict[SloName, int]:
+    return {"A": 64, "B": 16, "C": 0}
 
 
 class CommonSettings(BaseSettings):
@@ -95,6 +104,32 @@ class ApiKey(BaseModel):
     trusted_context: bool = False
 
 
+class AdmissionSettings(BaseSettings):
+    """Per-class admission at the gateway and the controller that tunes it."""
+
+    model_config = SettingsConfigDict(extra="forbid", populate_by_name=True)
+
+    enabled: bool = Field(True, validation_alias="RECMESH_ADMISSION")
+    initial_limit: float = Field(32, gt=0, validation_alias="RECMESH_ADMISSION_INITIAL_LIMIT")
+    min_limit: float = Field(4, gt=0, validation_alias="RECMESH_ADMISSION_MIN_LIMIT")
+    max_limit: float = Field(256, gt=0, validation_alias="RECMESH_ADMISSION_MAX_LIMIT")
+    latency_target_ms: float = Field(150.0, gt=0, validation_alias="RECMESH_ADMISSION_LATENCY_TARGET_MS")
+    # Share of the limit each class may fill, e.g. '{"A": 1.0, "B": 0.8, "C": 0.5}'.
+    shares: dict[SloName, float] = Field(
+        default_factory=_default_shares,
+        validation_alias="RECMESH_ADMISSION_SHARES",
+    )
+    # Requests per class that may wait for a slot, e.g. '{"A": 64, "B": 16, "C": 0}'.
+    queue: dict[SloName, int] = Field(
+        default_factory=_default_queue,
+        validation_alias="RECMESH_ADMISSION_QUEUE",
+    )
+    retry_after_s: int = Field(1, ge=0, validation_alias="RECMESH_ADMISSION_RETRY_AFTER_S")
+    # The feedback controller: window length (0 turns it off) and class A's P95 target.
+    controller_window_s: float = Field(10.0, ge=0, validation_alias="RECMESH_CONTROLLER_WINDOW_S")
+    target_p95_ms: float = Field(200.0, gt=0, validation_alias="RECMESH_CONTROLLER_TARGET_P95_MS")
+
+
 class GatewaySettings(CommonSettings, KafkaSettings):
     gateway_http_port: int = 8000
     gateway_grpc_port: int = 50051
@@ -110,9 +145,25 @@ class GatewaySettings(CommonSettings, KafkaSettings):
     # Downstreams that may be scaled to zero: /readyz does not probe them (a
     # probe would count as traffic and keep them warm, and fail while cold).
     may_be_cold: list[str] = Field(default_factory=list, validation_alias="RECMESH_MAY_BE_COLD")
+    # How long a request of class B or C waits for a presumed-cold dependency
+    # before taking its fallback (services/gateway/cold.py). Class A has no
+    # entry on purpose: it never waits for a cold dependency.
+    cold_wait_s_by_class: dict[Literal["B", "C"], float] = Field(
+        default_factory=lambda: {"B": 0.5, "C": 2.5},  # type: ignore[arg-type, unused-ignore]
+        validation_alias="RECMESH_COLD_WAIT_S_BY_CLASS",
+    )
+    # A may-be-cold dependency not seen serving for this long is presumed cold
+    # (Knative keeps a revision at least window + scale-down delay after traffic).
+    cold_after_s: float = Field(60.0, gt=0, validation_alias="RECMESH_COLD_AFTER_S")
+    # Budget a request keeps back, after a cold wait, for the rest of its path.
+    cold_reserve_ms: float = Field(150.0, ge=0, validation_alias="RECMESH_COLD_RESERVE_MS")
+    # Bound of the background wake-up a class-A fallback starts.
+    cold_wake_timeout_s: float = Field(30.0, gt=0, validation_alias="RECMESH_COLD_WAKE_TIMEOUT_S")
     max_count: int = Field(100, validation_alias="RECMESH_MAX_COUNT")
     max_events_per_request: int = Field(1000, validation_alias="RECMESH_MAX_EVENTS_PER_REQUEST")
     produce_timeout_s: float = Field(5.0, validation_alias="RECMESH_PRODUCE_TIMEOUT_S")
+    # Overload protection (recmesh/admission.py, recmesh/controller.py).
+    admission: AdmissionSettings = Field(default_factory=AdmissionSettings)
 
 
 class UpSettings(CommonSettings):
