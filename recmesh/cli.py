@@ -236,7 +236,7 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--model-dir", help="default: RECMESH_MODEL_DIR or .recmesh/models")
     tr.add_argument("--seed", type=int, default=42)
     tr.add_argument("--sessions", type=int, default=6000)
-    tr.add_argument("--epochs", type=int, default=300)
+    tr.add_argument("--epochs", type=int, default=4, help="passes over the training rows")
     tr.add_argument("--json", action="store_true", help="print figures as JSON on the last line")
     tr.set_defaults(func=_cmd_train)
 
@@ -322,6 +322,15 @@ def build_parser() -> argparse.ArgumentParser:
     bi.add_argument("--seconds", type=float, default=5.0)
     bi.add_argument("--json", action="store_true")
     bi.set_defaults(func=_lazy("recmesh.bench.inference"))
+
+    bd = bench.add_parser(
+        "degrade", help="degradation variants: AUC change, p99 scoring latency, memory saved"
+    )
+    bd.add_argument("--model-dir", help="default: RECMESH_MODEL_DIR, else a model trained for the run")
+    bd.add_argument("--rows", type=int, default=200, help="rows per request")
+    bd.add_argument("--repeats", type=int, default=500, help="requests per level")
+    bd.add_argument("--json", action="store_true")
+    bd.set_defaults(func=_lazy("recmesh.bench.degrade"))
 
     bc = bench.add_parser(
         "coldstart", help="process start -> SERVING per service and model size; first request"

@@ -285,6 +285,7 @@ class Scored:
     scores: list[float]
     model_version: str
     suggested_level: int  # the inference service's degradation hint (trailing metadata)
+    level: int = 0  # the degradation level the inference service actually served
 
 
 class InferenceClient(GrpcClient):
@@ -304,7 +305,8 @@ class InferenceClient(GrpcClient):
             feature_version=feature_version, feature_names=columns, values=values, level=level
         )
         resp, trailers = await self._call_with_trailers("Score", self._stub.Score, req, cap_s, retry=True)
-        return Scored(list(resp.scores), resp.model_version, int(trailers.get(SUGGESTED_LEVEL_KEY, "0")))
+        suggested = int(trailers.get(SUGGESTED_LEVEL_KEY, "0"))
+        return Scored(list(resp.scores), resp.model_version, suggested, resp.level)
 
     async def model_info(self) -> inference_pb2.ModelInfoResponse:
         return await self._call("ModelInfo", self._stub.ModelInfo, inference_pb2.ModelInfoRequest(), 2.0)
