@@ -74,6 +74,19 @@ class InferenceSettings(CommonSettings):
     batch_max_queue: int = Field(256, validation_alias="RECMESH_BATCH_MAX_QUEUE")
     # Queue depth from which callers are told to degrade (trailing metadata).
     batch_queue_threshold: int = Field(128, validation_alias="RECMESH_BATCH_QUEUE_THRESHOLD")
+    # Text models (Embed / Generate), each in its own lane: a concurrency limit
+    # (= worker threads) and a bounded wait queue, separate from Score.
+    text_backend: Literal["auto", "onnx", "vllm"] = Field("auto", validation_alias="RECMESH_TEXT_BACKEND")
+    embed_concurrency: int = Field(1, ge=1, validation_alias="RECMESH_EMBED_CONCURRENCY")
+    embed_max_queue: int = Field(8, ge=0, validation_alias="RECMESH_EMBED_MAX_QUEUE")
+    embed_max_texts: int = Field(64, ge=1, validation_alias="RECMESH_EMBED_MAX_TEXTS")
+    embed_max_chars: int = Field(8000, ge=1, validation_alias="RECMESH_EMBED_MAX_CHARS")
+    embed_ort_threads: int = Field(1, ge=1, validation_alias="RECMESH_EMBED_ORT_THREADS")
+    generate_concurrency: int = Field(4, ge=1, validation_alias="RECMESH_GENERATE_CONCURRENCY")
+    generate_max_queue: int = Field(16, ge=0, validation_alias="RECMESH_GENERATE_MAX_QUEUE")
+    # Local directory of generative weights for vLLM (no hub downloads); None: no generation.
+    generation_model_dir: Path | None = Field(None, validation_alias="RECMESH_GENERATION_MODEL_DIR")
+    vllm_gpu_memory_utilization: float = Field(0.8, validation_alias="RECMESH_VLLM_GPU_MEMORY_UTILIZATION")
 
 
 class RankerSettings(CommonSettings):
