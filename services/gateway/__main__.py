@@ -13,6 +13,7 @@ from recmesh.controller import build_overload
 from recmesh.grpcserver import wait_for_shutdown_signal
 from recmesh.settings import GatewaySettings
 from recmesh.telemetry import setup_logging, setup_tracing
+from services.gateway.aitools import AiTools
 from services.gateway.app import GatewayDeps, create_app
 from services.gateway.events import EventPublisher
 from services.gateway.grpc_api import build_grpc_server
@@ -23,6 +24,9 @@ async def main(settings: GatewaySettings) -> None:
     ranker = RankerClient(settings.ranker_addr, "gateway", settings.hop_margin_ms)
     features = FeatureClient(settings.feature_addr, "gateway", settings.hop_margin_ms)
     inference = InferenceClient(settings.inference_addr, "gateway", settings.hop_margin_ms)
+    # AI tools get their own client (own breaker and retry budget) and their own admission gate.
+    tool_inference = InferenceClient(settings.inference_addr, "gateway_ai_tool", settings.hop_margin_ms)
+    ai_tools = AiTools(tool_inference, settings.ai_tool)
     publisher = EventPublisher(settings.kafka_bootstrap, settings.events_topic, settings.produce_timeout_s)
     gate, controller = build_overload(settings.admission)
     recommender = Recommender(ranker, features, settings.max_count, gate)
@@ -33,6 +37,7 @@ async def main(settings: GatewaySettings) -> None:
         policy,
         publisher,
         {name: check for name, check in checks.items() if name not in settings.may_be_cold},
+        ai_tools,
     )
     app = create_app(settings, deps)
     await publisher.start()
@@ -60,7 +65,7 @@ async def main(settings: GatewaySettings) -> None:
     if controller_task is not None:
         controller_task.cancel()
     await publisher.stop()
-    for client in (ranker, features, inference):
+    for client in (ranker, features, inference, tool_inference):
         await client.close()
     if http_task in done and http_task.exception() is not None:
         raise SystemExit(f"HTTP server failed: {http_task.exception()!r}")
