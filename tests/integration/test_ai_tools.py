@@ -136,7 +136,7 @@ async def test_action_follows_schema_and_constraints(http: httpx.AsyncClient) ->
     body = resp.json()
     assert body["backend"] == "template (no generative model)" and body["attempts"] == 0
     assert body["checks"] == ["json_schema", "must_include_cta", "avoid_price_mention"]
-    assert actions.violations(body["output"], SCHEMA, payload["constraints"]) == []
+    assert actions.violations(body["output"], SCHEMA, ["must_include_cta", "avoid_price_mention"]) == []
     assert body["output"]["cta"]["url"] == "https://example.org/trial"
 
     metrics = (await http.get("/metrics")).text
