@@ -15,6 +15,7 @@ from recmesh.settings import GatewaySettings
 from recmesh.telemetry import setup_logging, setup_tracing
 from services.gateway.aitools import AiTools
 from services.gateway.app import GatewayDeps, create_app
+from services.gateway.cold import build_cold_guard
 from services.gateway.events import EventPublisher
 from services.gateway.grpc_api import build_grpc_server
 from services.gateway.recommend import ClassPolicy, Recommender
@@ -29,7 +30,8 @@ async def main(settings: GatewaySettings) -> None:
     ai_tools = AiTools(tool_inference, settings.ai_tool)
     publisher = EventPublisher(settings.kafka_bootstrap, settings.events_topic, settings.produce_timeout_s)
     gate, controller = build_overload(settings.admission)
-    recommender = Recommender(ranker, features, settings.max_count, gate)
+    cold = build_cold_guard(settings, {"ranker": ranker.health, "inference": inference.health})
+    recommender = Recommender(ranker, features, settings.max_count, gate, cold)
     policy = ClassPolicy.from_settings(settings)
     checks = {"ranker": ranker.health, "feature": features.health, "inference": inference.health}
     deps = GatewayDeps(
@@ -65,6 +67,8 @@ async def main(settings: GatewaySettings) -> None:
     if controller_task is not None:
         controller_task.cancel()
     await publisher.stop()
+    if cold is not None:
+        await cold.close()
     for client in (ranker, features, inference, tool_inference):
         await client.close()
     if http_task in done and http_task.exception() is not None:
