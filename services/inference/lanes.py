@@ -1,5 +1,6 @@
 """Hard isolation per task type inside the inference service (design notes:
 separate queues and concurrency limits per task type).
+Each lane's threads may also run at a lower CPU priority (LaneLimits.nice).
 
 A `Lane` owns a bounded wait queue, a concurrency limit and its own worker
 threads: embedding (and generation) work runs on the lane's threads, never on
@@ -13,6 +14,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -36,6 +39,16 @@ LANE_SHED = Counter(
 class LaneLimits:
     concurrency: int  # requests running at once (= worker threads)
     max_queue: int  # requests allowed to wait for a slot
+    # Linux niceness of the lane's threads (0-19): with a positive value the
+    # kernel gives CPU to the event loop (Score) first when cores are scarce.
+    nice: int = 0
+
+
+def _lower_priority(nice: int) -> None:
+    if nice > 0 and hasattr(os, "setpriority"):
+        # On Linux PRIO_PROCESS with a thread id sets that thread alone.
+        with contextlib.suppress(OSError):
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), nice)
 
 
 def admit(waiting: int, running: int, limits: LaneLimits) -> bool:
@@ -50,7 +63,12 @@ class Lane:
         self.name = name
         self.limits = limits
         self._slots = asyncio.Semaphore(limits.concurrency)
-        self._pool = ThreadPoolExecutor(limits.concurrency, thread_name_prefix=f"lane-{name}")
+        self._pool = ThreadPoolExecutor(
+            limits.concurrency,
+            thread_name_prefix=f"lane-{name}",
+            initializer=_lower_priority,
+            initargs=(limits.nice,),
+        )
         self.waiting = 0
         self.running = 0
 

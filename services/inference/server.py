@@ -43,9 +43,12 @@ class InferenceServicer(inference_pb2_grpc.InferenceServiceServicer):
         self._batcher = batcher
         self._gpu = gpu
         self._text = text or TextModels()
-        self.embed_lane = Lane("embed", LaneLimits(settings.embed_concurrency, settings.embed_max_queue))
+        self.embed_lane = Lane(
+            "embed", LaneLimits(settings.embed_concurrency, settings.embed_max_queue, settings.text_nice)
+        )
         self.generate_lane = Lane(
-            "generate", LaneLimits(settings.generate_concurrency, settings.generate_max_queue)
+            "generate",
+            LaneLimits(settings.generate_concurrency, settings.generate_max_queue, settings.text_nice),
         )
 
     def _suggest(self, context: grpc.aio.ServicerContext) -> None:

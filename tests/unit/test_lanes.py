@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 
 import pytest
@@ -50,4 +51,13 @@ async def test_work_runs_off_the_event_loop() -> None:
     await lane.run(lambda: threading.Event().wait(0.15), 1.0)
     await ticking
     assert ticks == 20  # the loop kept running while the lane's thread was busy
+    lane.close()
+
+
+async def test_lane_threads_run_at_the_configured_niceness() -> None:
+    lane = Lane("t3", LaneLimits(concurrency=1, max_queue=0, nice=7))
+    base = os.getpriority(os.PRIO_PROCESS, 0)
+    got = await lane.run(lambda: os.getpriority(os.PRIO_PROCESS, threading.get_native_id()), 1.0)
+    assert got == max(7, base)  # raising niceness needs no privilege; lowering it would
+    assert os.getpriority(os.PRIO_PROCESS, 0) == base  # the event loop's thread is untouched
     lane.close()
