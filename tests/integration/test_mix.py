@@ -52,8 +52,8 @@ async def gateway_url(
         "FEATURE_METRICS_PORT", "INFERENCE_METRICS_PORT", "RANKER_METRICS_PORT")}  # fmt: skip
     env = dict(
         os.environ, REDIS_URL=redis_url, KAFKA_BOOTSTRAP=kafka_bootstrap, RECMESH_MODEL_DIR=str(own),
-        FEATURE_ADDR=f"127.0.0.1:{ports['FEATURE_PORT']}", INFERENCE_ADDR=f"127.0.0.1:{ports['INFERENCE_PORT']}",
-        RANKER_ADDR=f"127.0.0.1:{ports['RANKER_PORT']}", RECMESH_API_KEYS=KEYS, RECMESH_TEXT_BACKEND="onnx",
+        **{f"{svc}_ADDR": f"127.0.0.1:{ports[f'{svc}_PORT']}" for svc in ("FEATURE", "INFERENCE", "RANKER")},
+        RECMESH_API_KEYS=KEYS, RECMESH_TEXT_BACKEND="onnx",
         # A small tool gate (2 running, 2 waiting in class B) so this short run saturates the tool path.
         RECMESH_AI_TOOL_CONCURRENCY="2", RECMESH_AI_TOOL_QUEUE='{"A": 0, "B": 2, "C": 0}',
         **{k: str(v) for k, v in ports.items()},
