@@ -2,7 +2,7 @@
 which runtime serves them: `Embedder` (sentence vectors) and `Generator`
 (text, optionally JSON-schema guided). The CPU path is ONNX Runtime for
 embeddings and no generator; the GPU path (vllm_backend.py, `gpu` extra) is
-chosen by RECMESH_TEXT_BACKEND and only when vLLM imports.
+chosen by RECMESH_TEXT_BACKEND and only when vLLM imports (the `llm` extra).
 """
 
 from __future__ import annotations

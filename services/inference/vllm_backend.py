@@ -1,4 +1,4 @@
-"""vLLM text models for a GPU machine (`pip install -e '.[gpu]'`; see README).
+"""vLLM text models for a GPU machine (`pip install -e '.[gpu,llm]'`; see README).
 
 Importing this module fails without vLLM, which is how textmodels.py falls back
 to the CPU path. Embeddings: the packaged all-MiniLM-L6-v2 directory through
