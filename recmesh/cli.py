@@ -291,6 +291,14 @@ def build_parser() -> argparse.ArgumentParser:
     be.add_argument("--json", action="store_true")
     be.set_defaults(func=_lazy("recmesh.bench.embed"))
 
+    ba = bench.add_parser(
+        "ai-tools", help="per-call latency of /v2/ai-tool/* vs /v1/recommend (running mesh)"
+    )
+    ba.add_argument("--url", default="http://127.0.0.1:8000")
+    ba.add_argument("--n", type=int, default=100)
+    ba.add_argument("--json", action="store_true")
+    ba.set_defaults(func=_lazy("recmesh.bench.aitools"))
+
     bc = bench.add_parser(
         "coldstart", help="process start -> SERVING per service and model size; first request"
     )

@@ -259,7 +259,7 @@ Try:
   curl -s -X POST {http}/v1/recommend -H 'content-type: application/json' \\
        -H 'x-api-key: {DEMO_API_KEY}' -H 'x-slo-class: A' \\
        -d '{{"user_id": "u42", "count": 5}}'
-  curl -s -X POST {http}/v2/ai-tool/summarize -H 'content-type: application/json' \
+  curl -s -X POST {http}/v2/ai-tool/summarize -H 'content-type: application/json' \\
        -d '{{"text": "First point. Second point. Third point.", "max_sentences": 1}}'
 """
 
