@@ -21,7 +21,7 @@ LONG = " ".join(
     f"Sentence {i} tells readers about the {t} and what happened next."
     for i, t in enumerate(["mountain hike", "jazz quartet", "smartphone launch", "pasta dinner"] * 4)
 )
-ACTION = {
+ACTION: dict[str, Any] = {
     "intent": "drive_trial_conversion",
     "constraints": ["must_include_cta", "avoid_price_mention"],
     "output_schema": {
@@ -60,7 +60,7 @@ def _measure(
 
 
 def main(args: argparse.Namespace) -> int:
-    cases = {
+    cases: dict[str, tuple[str, dict[str, Any], dict[str, str]]] = {
         "recommend_A (baseline)": (
             "/v1/recommend",
             {"user_id": "u42", "count": 10},
