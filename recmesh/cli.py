@@ -332,6 +332,22 @@ def build_parser() -> argparse.ArgumentParser:
     bd.add_argument("--json", action="store_true")
     bd.set_defaults(func=_lazy("recmesh.bench.degrade"))
 
+    be = bench.add_parser("embed", help="CPU sentence-embedding throughput, batch 1 vs batch N")
+    be.add_argument("--model-dir", help="with an exported encoder (default: export to a temp dir)")
+    be.add_argument("--batch", type=int, default=32)
+    be.add_argument("--threads", type=int, default=1, help="ONNX Runtime intra-op threads")
+    be.add_argument("--seconds", type=float, default=5.0)
+    be.add_argument("--json", action="store_true")
+    be.set_defaults(func=_lazy("recmesh.bench.embed"))
+
+    ba = bench.add_parser(
+        "ai-tools", help="per-call latency of /v2/ai-tool/* vs /v1/recommend (running mesh)"
+    )
+    ba.add_argument("--url", default="http://127.0.0.1:8000")
+    ba.add_argument("--n", type=int, default=100)
+    ba.add_argument("--json", action="store_true")
+    ba.set_defaults(func=_lazy("recmesh.bench.aitools"))
+
     bc = bench.add_parser(
         "coldstart", help="process start -> SERVING per service and model size; first request"
     )
@@ -343,6 +359,10 @@ def build_parser() -> argparse.ArgumentParser:
     tr_rep.add_argument("--slo-class", help="only traces of this class")
     tr_rep.add_argument("--json", action="store_true")
     tr_rep.set_defaults(func=_lazy("recmesh.tracereport"))
+
+    from recmesh.embedding.cli import add_commands as add_embed_commands
+
+    add_embed_commands(sub)
 
     demo = sub.add_parser("demo", help="demo data").add_subparsers(dest="demo_command", required=True)
     write = demo.add_parser("write-data", help="write the demo users.csv and items.csv")
