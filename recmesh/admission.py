@@ -176,6 +176,19 @@ class AdmissionGate:
     def _queued(self) -> dict[str, int]:
         return {c: len(q) for c, q in self._waiters.items()}
 
+    def would_shed(self, slo_class: str) -> bool:
+        """What `slot` would do right now, without taking anything."""
+        return (
+            decide(slo_class, self.in_flight, self.limiter.limit, self._queued(), self.config) is Verdict.SHED
+        )
+
+    def refuse(self, slo_class: str) -> ResourceExhausted:
+        """Count a refusal decided by `would_shed` and return the error to answer with."""
+        return self._shed(slo_class, self._shed_reason(slo_class))
+
+    def _shed_reason(self, slo_class: str) -> str:
+        return "queue_full" if self.config.queue_caps.get(slo_class) else "limit"
+
     def _shed(self, slo_class: str, reason: str) -> ResourceExhausted:
         SHED.labels(self._service, slo_class, reason).inc()
         trace.get_current_span().set_attribute("recmesh.shed_reason", reason)
@@ -207,7 +220,7 @@ class AdmissionGate:
         """Hold one admission slot for the body; raise ResourceExhausted if none is given."""
         verdict = decide(slo_class, self.in_flight, self.limiter.limit, self._queued(), self.config)
         if verdict is Verdict.SHED:
-            raise self._shed(slo_class, "queue_full" if self.config.queue_caps.get(slo_class) else "limit")
+            raise self._shed(slo_class, self._shed_reason(slo_class))
         if verdict is Verdict.QUEUE:
             await self._wait(slo_class, budget_s)
         else:
