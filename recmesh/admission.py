@@ -58,16 +58,16 @@ QUEUED = Gauge("recmesh_admission_queued", "Requests waiting for a slot, by clas
 @dataclass(frozen=True)
 class AdmissionConfig:
     initial_limit: float = 32
-    min_limit: float = 4
+    min_limit: float = 8
     max_limit: float = 256
-    latency_target_ms: float = 150.0
+    latency_target_ms: float = 200.0
     backoff: float = 0.9
     # Share of the limit each class may fill.
     shares: Mapping[str, float] = field(default_factory=lambda: {"A": 1.0, "B": 0.8, "C": 0.5})
     # Waiting room per class once its share is used up; 0 sheds at once.
     queue_caps: Mapping[str, int] = field(default_factory=lambda: {"A": 64, "B": 16, "C": 0})
     # A queued request waits at most this share of its remaining budget.
-    queue_wait_fraction: float = 0.25
+    queue_wait_fraction: float = 0.5
     retry_after_s: int = 1
 
 

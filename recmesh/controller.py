@@ -139,9 +139,15 @@ def build_overload(settings: AdmissionSettings) -> tuple[AdmissionGate | None, C
             shares={str(k): v for k, v in settings.shares.items()},
             queue_caps={str(k): v for k, v in settings.queue.items()},
             retry_after_s=settings.retry_after_s,
+            queue_wait_fraction=settings.queue_wait_fraction,
         )
     )
     if settings.controller_window_s <= 0:
         return gate, None
-    controller = LatencyTargetController(settings.latency_target_ms, target_p95_ms=settings.target_p95_ms)
+    controller = LatencyTargetController(
+        settings.latency_target_ms,
+        target_p95_ms=settings.target_p95_ms,
+        lo_ms=settings.controller_min_ms,
+        hi_ms=settings.controller_max_ms,
+    )
     return gate, ControllerLoop(gate, controller, settings.controller_window_s)

@@ -66,9 +66,10 @@ class _Conn:
     async def request(self, payload: bytes) -> tuple[int, dict[bytes, bytes], bytes]:
         self.writer.write(payload)
         status_line = await self.reader.readline()
-        if not status_line:
-            raise ConnectionError("closed")
-        status = int(status_line.split(b" ", 2)[1])
+        parts = status_line.split(b" ", 2)
+        if len(parts) < 2 or not parts[1].isdigit():
+            raise ConnectionError(f"no HTTP status line: {status_line[:40]!r}")
+        status = int(parts[1])
         headers: dict[bytes, bytes] = {}
         while True:
             line = await self.reader.readline()
@@ -76,6 +77,8 @@ class _Conn:
                 break
             name, _, value = line.partition(b":")
             headers[name.strip().lower()] = value.strip()
+        if b"content-length" not in headers:
+            raise ConnectionError("response without content-length (chunked is not supported)")
         body = await self.reader.readexactly(int(headers.get(b"content-length", b"0")))
         return status, headers, body
 

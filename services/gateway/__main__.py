@@ -13,7 +13,7 @@ from recmesh.controller import build_overload
 from recmesh.grpcserver import wait_for_shutdown_signal
 from recmesh.settings import GatewaySettings
 from recmesh.telemetry import setup_logging, setup_tracing
-from services.gateway.app import GatewayDeps, create_app
+from services.gateway.app import GatewayDeps, create_app, with_shed_front
 from services.gateway.events import EventPublisher
 from services.gateway.grpc_api import build_grpc_server
 from services.gateway.recommend import ClassPolicy, Recommender
@@ -43,7 +43,7 @@ async def main(settings: GatewaySettings) -> None:
     await grpc_server.set_serving()
     http = uvicorn.Server(
         uvicorn.Config(
-            app, host=settings.bind_host, port=settings.gateway_http_port,
+            with_shed_front(app, deps), host=settings.bind_host, port=settings.gateway_http_port,
             log_level="warning", access_log=False, lifespan="off",
         )
     )  # fmt: skip

@@ -90,11 +90,14 @@ def _trace_headers() -> dict[str, str]:
 
 
 class ShedFront:
-    """Pure ASGI middleware: a recommendation the admission gate would shed
-    anyway is answered 429 (+ Retry-After) before FastAPI parses and validates
-    it, so refusing work stays much cheaper than doing it. Everything else,
-    including requests with a bad class or key (the endpoint answers those),
-    passes through; admitted requests take their slot in `Recommender`."""
+    """Pure ASGI wrapper around the whole app: a recommendation the admission
+    gate would shed anyway is answered 429 (+ Retry-After) before the
+    OpenTelemetry middleware and FastAPI parse and validate it, so refusing work
+    stays much cheaper than doing it (such refusals are counted in
+    `recmesh_admission_shed_total` and the latency histogram, not traced).
+    Everything else, including requests with a bad class or key (the endpoint
+    answers those), passes through; admitted requests take their slot in
+    `Recommender`."""
 
     def __init__(self, app: ASGIApp, gate: AdmissionGate, policy: ClassPolicy) -> None:
         self._app = app
@@ -118,13 +121,20 @@ class ShedFront:
         err = self._gate.refuse(slo)
         body = orjson.dumps({"error": "ResourceExhausted", "message": str(err)})
         response_headers = [(b"content-type", b"application/json"), (b"x-slo-class", slo.encode()),
-                            (b"retry-after", str(err.retry_after_s or 1).encode())]  # fmt: skip
+                            (b"retry-after", str(err.retry_after_s or 1).encode()),
+                            (b"content-length", str(len(body)).encode())]  # fmt: skip
         response_headers += [(k.encode(), v.encode()) for k, v in _trace_headers().items()]
         await send({"type": "http.response.start", "status": 429, "headers": response_headers})
         await send({"type": "http.response.body", "body": body})
         REQUEST_LATENCY.labels("gateway", "POST /v1/recommend", slo, "429").observe(
             time.perf_counter() - started
         )
+
+
+def with_shed_front(app: ASGIApp, deps: GatewayDeps) -> ASGIApp:
+    """The app behind ShedFront when the recommender has an admission gate."""
+    gate = deps.recommender.gate
+    return app if gate is None else ShedFront(app, gate, deps.class_policy)
 
 
 def create_app(settings: GatewaySettings, deps: GatewayDeps) -> FastAPI:
@@ -236,7 +246,5 @@ def create_app(settings: GatewaySettings, deps: GatewayDeps) -> FastAPI:
     async def metrics() -> Response:
         return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
 
-    if deps.recommender.gate is not None:
-        app.add_middleware(ShedFront, gate=deps.recommender.gate, policy=deps.class_policy)
     FastAPIInstrumentor.instrument_app(app, excluded_urls="healthz,readyz,metrics")
     return app
