@@ -52,6 +52,9 @@ LATENCY_TARGET = Gauge(
     ("service",),
 )
 IN_FLIGHT = Gauge("recmesh_admission_in_flight", "Requests admitted and not yet finished.", ("service",))
+LOOP_LAG = Gauge(
+    "recmesh_event_loop_lag_seconds", "How late a 10 ms timer fires in this process (smoothed).", ("service",)
+)
 QUEUED = Gauge("recmesh_admission_queued", "Requests waiting for a slot, by class.", ("service", "slo_class"))
 
 
@@ -60,7 +63,7 @@ class AdmissionConfig:
     initial_limit: float = 32
     min_limit: float = 8
     max_limit: float = 256
-    latency_target_ms: float = 200.0
+    latency_target_ms: float = 100.0
     backoff: float = 0.9
     # Share of the limit each class may fill.
     shares: Mapping[str, float] = field(default_factory=lambda: {"A": 1.0, "B": 0.8, "C": 0.5})
@@ -69,6 +72,10 @@ class AdmissionConfig:
     # A queued request waits at most this share of its remaining budget.
     queue_wait_fraction: float = 0.5
     retry_after_s: int = 1
+    # Event-loop lag of the gateway process itself (work queued in front of the
+    # gate, which in-flight counts cannot see): past it class C is shed, past
+    # twice it class B too; class A is never shed for lag. 0 turns it off.
+    loop_lag_limit_ms: float = 25.0
 
 
 class AimdLimit:
@@ -109,10 +116,18 @@ def decide(
     limit: float,
     queued: Mapping[str, int],
     config: AdmissionConfig,
+    loop_lag_ms: float = 0.0,
 ) -> Verdict:
     """Admit when the class's share of the limit has room and nobody more
-    important is waiting; else queue while its waiting room has space; else shed."""
+    important is waiting; else queue while its waiting room has space; else shed.
+    A lagging event loop sheds C (lag past the limit) and B (past twice it) first."""
     rank = PRIORITY.index(slo_class) if slo_class in PRIORITY else len(PRIORITY)
+    if (
+        config.loop_lag_limit_ms > 0
+        and rank > 0
+        and loop_lag_ms > config.loop_lag_limit_ms * (3 - min(rank, 2))
+    ):
+        return Verdict.SHED
     someone_ahead = any(queued.get(c, 0) for c in PRIORITY[: rank + 1])
     if in_flight < class_ceiling(limit, slo_class, config.shares) and not someone_ahead:
         return Verdict.ADMIT
@@ -162,6 +177,7 @@ class AdmissionGate:
         self._clock = clock
         self._waiters: dict[str, deque[asyncio.Future[None]]] = {c: deque() for c in PRIORITY}
         self.window = ClassWindow()
+        self.loop_lag_ms = 0.0
         LIMIT.labels(service).set(self.limiter.limit)
         LATENCY_TARGET.labels(service).set(self.limiter.target_ms / 1000)
 
@@ -176,17 +192,32 @@ class AdmissionGate:
     def _queued(self) -> dict[str, int]:
         return {c: len(q) for c, q in self._waiters.items()}
 
+    def _decide(self, slo_class: str) -> Verdict:
+        queued = self._queued()
+        return decide(slo_class, self.in_flight, self.limiter.limit, queued, self.config, self.loop_lag_ms)
+
     def would_shed(self, slo_class: str) -> bool:
         """What `slot` would do right now, without taking anything."""
-        return (
-            decide(slo_class, self.in_flight, self.limiter.limit, self._queued(), self.config) is Verdict.SHED
-        )
+        return self._decide(slo_class) is Verdict.SHED
+
+    def record_loop_lag(self, lag_ms: float) -> None:
+        self.loop_lag_ms = 0.7 * self.loop_lag_ms + 0.3 * max(0.0, lag_ms)
+        LOOP_LAG.labels(self._service).set(self.loop_lag_ms / 1000)
+
+    async def watch_loop_lag(self, interval_s: float = 0.01) -> None:
+        """Measure this event loop's lag forever (a background task)."""
+        while True:
+            started = time.perf_counter()
+            await asyncio.sleep(interval_s)
+            self.record_loop_lag((time.perf_counter() - started - interval_s) * 1000)
 
     def refuse(self, slo_class: str) -> ResourceExhausted:
         """Count a refusal decided by `would_shed` and return the error to answer with."""
         return self._shed(slo_class, self._shed_reason(slo_class))
 
     def _shed_reason(self, slo_class: str) -> str:
+        if decide(slo_class, 0, self.limiter.limit, {}, self.config, self.loop_lag_ms) is Verdict.SHED:
+            return "loop_lag"  # it would be shed even with nothing in flight
         return "queue_full" if self.config.queue_caps.get(slo_class) else "limit"
 
     def _shed(self, slo_class: str, reason: str) -> ResourceExhausted:
@@ -218,7 +249,7 @@ class AdmissionGate:
     @contextlib.asynccontextmanager
     async def slot(self, slo_class: str, budget_s: float | None) -> AsyncIterator[None]:
         """Hold one admission slot for the body; raise ResourceExhausted if none is given."""
-        verdict = decide(slo_class, self.in_flight, self.limiter.limit, self._queued(), self.config)
+        verdict = self._decide(slo_class)
         if verdict is Verdict.SHED:
             raise self._shed(slo_class, self._shed_reason(slo_class))
         if verdict is Verdict.QUEUE:

@@ -140,6 +140,7 @@ def build_overload(settings: AdmissionSettings) -> tuple[AdmissionGate | None, C
             queue_caps={str(k): v for k, v in settings.queue.items()},
             retry_after_s=settings.retry_after_s,
             queue_wait_fraction=settings.queue_wait_fraction,
+            loop_lag_limit_ms=settings.loop_lag_limit_ms,
         )
     )
     if settings.controller_window_s <= 0:

@@ -224,3 +224,27 @@ def summarise(
         )
     result.total_ok_rps = sum(c.ok for c in result.classes.values()) / seconds
     return result
+
+
+async def closed_loop(
+    host: str, port: int, concurrency: int, seconds: float, slo_class: str, api_key: str | None
+) -> float:
+    """Answered requests/s with `concurrency` callers sending back to back: the capacity estimate."""
+    rng = random.Random(0)
+    payloads = [encode_request(host, slo_class, f"u{rng.randrange(2000)}", 10, api_key) for _ in range(64)]
+    pool = _Pool(host, port, concurrency)
+    done = 0
+    deadline = time.perf_counter() + seconds
+
+    async def caller(k: int) -> None:
+        nonlocal done
+        i = k
+        while time.perf_counter() < deadline:
+            status, _, _ = await pool.send(payloads[i % len(payloads)])
+            done += status == 200
+            i += concurrency
+
+    started = time.perf_counter()
+    await asyncio.gather(*(caller(k) for k in range(concurrency)))
+    pool.close()
+    return done / (time.perf_counter() - started)

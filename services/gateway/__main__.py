@@ -38,6 +38,7 @@ async def main(settings: GatewaySettings) -> None:
     await publisher.start()
     popular_task = asyncio.create_task(recommender.keep_popular_fresh())
     controller_task = asyncio.create_task(controller.run()) if controller else None
+    lag_task = asyncio.create_task(gate.watch_loop_lag()) if gate else None
     grpc_server = build_grpc_server(settings, recommender, policy)
     await grpc_server.start()
     await grpc_server.set_serving()
@@ -57,8 +58,9 @@ async def main(settings: GatewaySettings) -> None:
         await http_task
     stop_task.cancel()
     popular_task.cancel()
-    if controller_task is not None:
-        controller_task.cancel()
+    for task in (controller_task, lag_task):
+        if task is not None:
+            task.cancel()
     await publisher.stop()
     for client in (ranker, features, inference):
         await client.close()

@@ -113,3 +113,28 @@ async def test_a_queued_request_gives_up_after_its_share_of_the_budget() -> None
     release.set()
     await holder
     assert gate.in_flight == 0 and gate._queued() == {"A": 0, "B": 0, "C": 0}
+
+
+def test_a_lagging_event_loop_sheds_c_then_b_never_a() -> None:
+    config = AdmissionConfig(loop_lag_limit_ms=20.0)
+    verdicts = {
+        lag: tuple(decide(c, 0, 100, EMPTY, config, loop_lag_ms=lag) for c in ("A", "B", "C"))
+        for lag in (10.0, 30.0, 50.0, 500.0)
+    }
+    assert verdicts[10.0] == (Verdict.ADMIT,) * 3
+    assert verdicts[30.0] == (Verdict.ADMIT, Verdict.ADMIT, Verdict.SHED)
+    assert verdicts[50.0] == (Verdict.ADMIT, Verdict.SHED, Verdict.SHED)
+    assert verdicts[500.0][0] is Verdict.ADMIT
+    off = AdmissionConfig(loop_lag_limit_ms=0.0)
+    assert decide("C", 0, 100, EMPTY, off, loop_lag_ms=500.0) is Verdict.ADMIT
+
+
+async def test_gate_smooths_lag_and_names_the_reason() -> None:
+    gate = AdmissionGate(AdmissionConfig(loop_lag_limit_ms=20.0), service="test")
+    gate.record_loop_lag(200.0)
+    assert 20.0 < gate.loop_lag_ms < 200.0, "smoothed, not the raw sample"
+    assert gate.would_shed("C") and not gate.would_shed("A")
+    assert "loop_lag" in str(gate.refuse("C"))
+    for _ in range(30):
+        gate.record_loop_lag(0.0)
+    assert not gate.would_shed("C")
