@@ -67,6 +67,10 @@ class AdmissionConfig:
     backoff: float = 0.9
     # Share of the limit each class may fill.
     shares: Mapping[str, float] = field(default_factory=lambda: {"A": 1.0, "B": 0.8, "C": 0.5})
+    # In-flight slots a class may always use whatever the adaptive limit says:
+    # the limit exists to shed the others for A, not to queue A behind itself
+    # when latency is high for reasons concurrency does not explain (CPU steal).
+    floors: Mapping[str, int] = field(default_factory=lambda: {"A": 32})
     # Waiting room per class once its share is used up; 0 sheds at once.
     queue_caps: Mapping[str, int] = field(default_factory=lambda: {"A": 64, "B": 16, "C": 0})
     # A queued request waits at most this share of its remaining budget.
@@ -105,9 +109,12 @@ class Verdict(Enum):
     SHED = "shed"
 
 
-def class_ceiling(limit: float, slo_class: str, shares: Mapping[str, float]) -> int:
+def class_ceiling(
+    limit: float, slo_class: str, shares: Mapping[str, float], floors: Mapping[str, int] | None = None
+) -> int:
     """How many requests may be in flight when one of `slo_class` asks to enter."""
-    return max(1, math.floor(limit * shares.get(slo_class, min(shares.values()))))
+    share = math.floor(limit * shares.get(slo_class, min(shares.values())))
+    return max(1, share, (floors or {}).get(slo_class, 0))
 
 
 def decide(
@@ -129,7 +136,7 @@ def decide(
     ):
         return Verdict.SHED
     someone_ahead = any(queued.get(c, 0) for c in PRIORITY[: rank + 1])
-    if in_flight < class_ceiling(limit, slo_class, config.shares) and not someone_ahead:
+    if in_flight < class_ceiling(limit, slo_class, config.shares, config.floors) and not someone_ahead:
         return Verdict.ADMIT
     if queued.get(slo_class, 0) < config.queue_caps.get(slo_class, 0):
         return Verdict.QUEUE
@@ -237,7 +244,8 @@ class AdmissionGate:
     def _wake(self) -> None:
         for slo_class in PRIORITY:
             queue = self._waiters[slo_class]
-            while queue and self.in_flight < class_ceiling(self.limiter.limit, slo_class, self.config.shares):
+            ceiling = class_ceiling(self.limiter.limit, slo_class, self.config.shares, self.config.floors)
+            while queue and self.in_flight < ceiling:
                 waiter = queue.popleft()
                 if not waiter.done():
                     self._enter()

@@ -138,6 +138,7 @@ def build_overload(settings: AdmissionSettings) -> tuple[AdmissionGate | None, C
             latency_target_ms=settings.latency_target_ms,
             shares={str(k): v for k, v in settings.shares.items()},
             queue_caps={str(k): v for k, v in settings.queue.items()},
+            floors={str(k): v for k, v in settings.floors.items()},
             retry_after_s=settings.retry_after_s,
             queue_wait_fraction=settings.queue_wait_fraction,
             loop_lag_limit_ms=settings.loop_lag_limit_ms,

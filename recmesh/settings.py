@@ -22,6 +22,10 @@ def _default_shares() -> dict[SloName, float]:
     return {"A": 1.0, "B": 0.8, "C": 0.5}
 
 
+def _default_floors() -> dict[SloName, int]:
+    return {"A": 32}
+
+
 def _default_queue() -> dict[SloName, int]:
     return {"A": 64, "B": 16, "C": 0}
 
@@ -118,6 +122,10 @@ class AdmissionSettings(BaseSettings):
     shares: dict[SloName, float] = Field(
         default_factory=_default_shares,
         validation_alias="RECMESH_ADMISSION_SHARES",
+    )
+    # In-flight slots a class keeps whatever the adaptive limit, e.g. '{"A": 32}'.
+    floors: dict[SloName, int] = Field(
+        default_factory=_default_floors, validation_alias="RECMESH_ADMISSION_FLOORS"
     )
     # Requests per class that may wait for a slot, e.g. '{"A": 64, "B": 16, "C": 0}'.
     queue: dict[SloName, int] = Field(
