@@ -1,29 +1,58 @@
 # One image for every recmesh service; the command picks the service:
 #   python -m services.feature | services.feature.ingest | services.inference
-#   | services.ranker | services.gateway
-# Dependencies come from requirements.lock; the default model is trained at
-# build time and baked in, so a starting container downloads nothing.
+#   | services.ranker | services.gateway      (and `recmesh init` for the init Job)
+#
+# Variants (build arg VARIANT):
+#   cpu (default)  onnxruntime, from requirements-runtime.lock        -> recmesh:<version>
+#   gpu            onnxruntime-gpu[cuda,cudnn] + nvidia-ml-py, from
+#                  requirements-gpu.lock (CUDA and cuDNN come from pip,
+#                  the host only needs the NVIDIA driver)              -> recmesh:<version>-gpu
+#   `make images` builds both.
+#
+# Dependencies are installed from hash-pinned lock files at build time only.
+# The model directory (model.onnx, its card, item_vectors/ and any embedding
+# weights) is trained at build time and baked in, so a starting container
+# downloads nothing. To bake a model made elsewhere instead, pass its folder
+# as the `models` build context (it replaces the stage of that name):
+#   docker build --build-context models=/path/to/model-dir -t recmesh:0.1.0 .
+# or mount a volume at RECMESH_MODEL_DIR (docs/operations.md, "Images").
 
 FROM python:3.11.11-slim-bookworm AS build
+ARG VARIANT=cpu
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 WORKDIR /src
 RUN python -m venv /opt/venv
-COPY requirements-runtime.lock ./
-RUN /opt/venv/bin/pip install --require-hashes -r requirements-runtime.lock
+COPY requirements-runtime.lock requirements-gpu.lock ./
+RUN case "$VARIANT" in \
+      cpu) lock=requirements-runtime.lock ;; \
+      gpu) lock=requirements-gpu.lock ;; \
+      *) echo "VARIANT must be cpu or gpu, got '$VARIANT'" >&2; exit 1 ;; \
+    esac \
+ && /opt/venv/bin/pip install --require-hashes -r "$lock"
 COPY pyproject.toml README.md ./
 COPY recmesh ./recmesh
 COPY services ./services
-RUN /opt/venv/bin/pip install --no-deps . \
- && /opt/venv/bin/recmesh train --model-dir /opt/recmesh/models --json
+RUN /opt/venv/bin/pip install --no-deps .
+
+FROM build AS trained
+RUN /opt/venv/bin/recmesh train --model-dir /opt/recmesh/models --json
+
+# The model directory alone, at the root of this stage (what --build-context models=... replaces).
+FROM scratch AS models
+COPY --from=trained /opt/recmesh/models /
 
 FROM python:3.11.11-slim-bookworm AS runtime
 RUN useradd --uid 10001 --no-create-home --shell /usr/sbin/nologin recmesh
 COPY --from=build /opt/venv /opt/venv
-COPY --from=build --chown=recmesh:recmesh /opt/recmesh/models /opt/recmesh/models
+COPY --from=models --chown=10001:10001 / /opt/recmesh/models
+# HF_HUB_OFFLINE / TRANSFORMERS_OFFLINE: should an embedding library be used, it reads
+# the baked-in weights and never tries the network.
 ENV PATH=/opt/venv/bin:$PATH \
     PYTHONUNBUFFERED=1 \
     BIND_HOST=0.0.0.0 \
-    RECMESH_MODEL_DIR=/opt/recmesh/models
+    RECMESH_MODEL_DIR=/opt/recmesh/models \
+    HF_HUB_OFFLINE=1 \
+    TRANSFORMERS_OFFLINE=1
 USER 10001
 EXPOSE 8000 50051 50052 50053 50054 9102 9103 9104 9105
 CMD ["python", "-m", "services.gateway"]

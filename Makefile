@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 UV_VERSION := 0.13.9
 
-.PHONY: venv run test lint typecheck unit integration e2e proto proto-check load lock clean
+.PHONY: venv run test lint typecheck unit integration e2e proto proto-check load lock images clean
 
 $(STAMP): requirements.lock pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "need $(PYTHON) (Python 3.11) on PATH"; exit 1; }
@@ -56,6 +56,19 @@ lock: venv
 	  --no-emit-package recmesh -o requirements.lock pyproject.toml
 	$(BIN)/uv pip compile --quiet --python-version 3.11 --generate-hashes \
 	  --no-emit-package recmesh -o requirements-runtime.lock pyproject.toml
+	$(BIN)/uv pip compile --quiet --python-version 3.11 --extra gpu --generate-hashes \
+	  --no-emit-package recmesh --no-emit-package onnxruntime -o requirements-gpu.lock pyproject.toml
+
+## Build the images (recmesh:VERSION and recmesh:VERSION-gpu) where a Docker engine answers.
+IMAGE   ?= recmesh
+VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
+images:
+	@command -v docker >/dev/null 2>&1 || { echo "make images: no docker CLI on PATH: no image built." \
+	  "(tests/unit/test_deploy_files.py checks the Dockerfile's structure without an engine.)"; exit 2; }
+	@docker info >/dev/null 2>&1 || { echo "make images: the docker CLI is here but no Docker engine" \
+	  "answers (DOCKER_HOST=$${DOCKER_HOST:-unix:///var/run/docker.sock}): no image built."; exit 2; }
+	docker build --build-arg VARIANT=cpu -t $(IMAGE):$(VERSION) .
+	docker build --build-arg VARIANT=gpu -t $(IMAGE):$(VERSION)-gpu .
 
 clean:
 	rm -rf $(VENV) .recmesh .mypy_cache .ruff_cache .pytest_cache

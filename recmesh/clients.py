@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -114,9 +114,10 @@ class GrpcClient:
         *,
         retry: bool = False,
         hedge: bool = False,
+        metadata: tuple[tuple[str, str], ...] = (),
     ) -> R:
         response, _ = await self._call_with_trailers(
-            method, rpc, request, cap_s, want_trailers=False, retry=retry, hedge=hedge
+            method, rpc, request, cap_s, want_trailers=False, retry=retry, hedge=hedge, metadata=metadata
         )
         return response
 
@@ -130,11 +131,12 @@ class GrpcClient:
         *,
         retry: bool = False,
         hedge: bool = False,
+        metadata: tuple[tuple[str, str], ...] = (),
     ) -> tuple[R, dict[str, str]]:
         self.retry_budget.on_request()
 
         def attempt() -> Awaitable[tuple[R, dict[str, str]]]:
-            return self._attempt(method, rpc, request, cap_s, want_trailers)
+            return self._attempt(method, rpc, request, cap_s, want_trailers, metadata)
 
         tracker = self._latency.setdefault(method, LatencyTracker())
         delay = tracker.quantile(self.policy.hedge_quantile) if hedge else None
@@ -185,6 +187,7 @@ class GrpcClient:
         request: Any,
         cap_s: float | None,
         want_trailers: bool,
+        metadata: tuple[tuple[str, str], ...] = (),
     ) -> tuple[R, dict[str, str]]:
         slo = current_slo_class()
         try:
@@ -199,7 +202,7 @@ class GrpcClient:
         started = time.perf_counter()
         code = "OK"
         try:
-            call: Any = rpc(request, timeout=timeout, metadata=((SLO_HEADER, slo),))
+            call: Any = rpc(request, timeout=timeout, metadata=((SLO_HEADER, slo), *metadata))
             response: R = await call
             trailers = {k: str(v) for k, v in (await call.trailing_metadata() or ())} if want_trailers else {}
             self._latency[method].add(time.perf_counter() - started)
@@ -272,6 +275,9 @@ class FeatureClient(GrpcClient):
 
 
 SUGGESTED_LEVEL_KEY = "x-recmesh-suggested-level"
+# Request metadata: comma-separated dependencies the callee must not call, e.g.
+# "inference" when the gateway presumes it scaled to zero (services/gateway/cold.py).
+SKIP_HEADER = "x-recmesh-skip"
 
 
 @dataclass(frozen=True)
@@ -314,14 +320,18 @@ class RankerClient(GrpcClient):
         self._stub = ranker_pb2_grpc.RankerServiceStub(self.channel)
 
     async def rank(
-        self, user_id: str, count: int, context: dict[str, str], as_of_ms: int
-    ) -> ranker_pb2.RankResponse:
+        self, user_id: str, count: int, context: dict[str, str], as_of_ms: int,
+        skip: Collection[str] = (),
+    ) -> ranker_pb2.RankResponse:  # fmt: skip
+        """`skip`: dependencies the ranker must not call (sent as SKIP_HEADER)."""
         req = ranker_pb2.RankRequest(user_id=user_id, count=count, context=context, as_of_ms=as_of_ms)
-        return await self._call("Rank", self._stub.Rank, req)
+        metadata = ((SKIP_HEADER, ",".join(sorted(skip))),) if skip else ()
+        return await self._call("Rank", self._stub.Rank, req, metadata=metadata)
 
 
 __all__ = [
     "BREAKER_FAILURES",
+    "SKIP_HEADER",
     "FeatureClient",
     "GrpcClient",
     "InferenceClient",

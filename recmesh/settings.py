@@ -160,6 +160,20 @@ class GatewaySettings(CommonSettings, KafkaSettings):
     # Downstreams that may be scaled to zero: /readyz does not probe them (a
     # probe would count as traffic and keep them warm, and fail while cold).
     may_be_cold: list[str] = Field(default_factory=list, validation_alias="RECMESH_MAY_BE_COLD")
+    # How long a request of class B or C waits for a presumed-cold dependency
+    # before taking its fallback (services/gateway/cold.py). Class A has no
+    # entry on purpose: it never waits for a cold dependency.
+    cold_wait_s_by_class: dict[Literal["B", "C"], float] = Field(
+        default_factory=lambda: {"B": 0.5, "C": 2.5},  # type: ignore[arg-type, unused-ignore]
+        validation_alias="RECMESH_COLD_WAIT_S_BY_CLASS",
+    )
+    # A may-be-cold dependency not seen serving for this long is presumed cold
+    # (Knative keeps a revision at least window + scale-down delay after traffic).
+    cold_after_s: float = Field(60.0, gt=0, validation_alias="RECMESH_COLD_AFTER_S")
+    # Budget a request keeps back, after a cold wait, for the rest of its path.
+    cold_reserve_ms: float = Field(150.0, ge=0, validation_alias="RECMESH_COLD_RESERVE_MS")
+    # Bound of the background wake-up a class-A fallback starts.
+    cold_wake_timeout_s: float = Field(30.0, gt=0, validation_alias="RECMESH_COLD_WAKE_TIMEOUT_S")
     max_count: int = Field(100, validation_alias="RECMESH_MAX_COUNT")
     max_events_per_request: int = Field(1000, validation_alias="RECMESH_MAX_EVENTS_PER_REQUEST")
     produce_timeout_s: float = Field(5.0, validation_alias="RECMESH_PRODUCE_TIMEOUT_S")

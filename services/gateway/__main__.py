@@ -14,6 +14,7 @@ from recmesh.grpcserver import wait_for_shutdown_signal
 from recmesh.settings import GatewaySettings
 from recmesh.telemetry import setup_logging, setup_tracing
 from services.gateway.app import GatewayDeps, create_app, with_shed_front
+from services.gateway.cold import build_cold_guard
 from services.gateway.events import EventPublisher
 from services.gateway.grpc_api import build_grpc_server
 from services.gateway.recommend import ClassPolicy, Recommender
@@ -25,7 +26,8 @@ async def main(settings: GatewaySettings) -> None:
     inference = InferenceClient(settings.inference_addr, "gateway", settings.hop_margin_ms)
     publisher = EventPublisher(settings.kafka_bootstrap, settings.events_topic, settings.produce_timeout_s)
     gate, controller = build_overload(settings.admission)
-    recommender = Recommender(ranker, features, settings.max_count, gate)
+    cold = build_cold_guard(settings, {"ranker": ranker.health, "inference": inference.health})
+    recommender = Recommender(ranker, features, settings.max_count, gate, cold)
     policy = ClassPolicy.from_settings(settings)
     checks = {"ranker": ranker.health, "feature": features.health, "inference": inference.health}
     deps = GatewayDeps(
@@ -62,6 +64,8 @@ async def main(settings: GatewaySettings) -> None:
         if task is not None:
             task.cancel()
     await publisher.stop()
+    if cold is not None:
+        await cold.close()
     for client in (ranker, features, inference):
         await client.close()
     if http_task in done and http_task.exception() is not None:

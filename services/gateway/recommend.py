@@ -35,6 +35,8 @@ from recmesh.slo import (
     parse_token_budget,
 )
 from recmesh.telemetry import FALLBACKS, current_trace_id
+from recmesh.v1 import ranker_pb2
+from services.gateway.cold import ColdGuard
 
 _log = structlog.get_logger("recmesh.gateway")
 
@@ -92,11 +94,13 @@ class Recommender:
         features: FeatureClient,
         max_count: int,
         gate: AdmissionGate | None = None,
+        cold: ColdGuard | None = None,
     ) -> None:
         self._ranker = ranker
         self._features = features
         self._max_count = max_count
         self.gate = gate  # per-class admission; None admits everything
+        self._cold = cold
         self._popular: list[tuple[str, float]] = []
 
     async def refresh_popular(self) -> bool:
@@ -149,26 +153,51 @@ class Recommender:
     ) -> Recommendation:
         slo = decision.slo
         span = trace.get_current_span()
+        skip: frozenset[str] = frozenset()
+        if self._cold is not None:
+            cold = await self._cold.prepare(slo.name)
+            skip, notes = cold.skip, [*notes, *cold.notes]
+            if "ranker" in skip:
+                return self._popular_fallback(count, slo.name, notes)
         try:
-            ranked = await self._ranker.rank(user_id, count, context, as_of_ms)
+            ranked = await self._ranker.rank(user_id, count, context, as_of_ms, skip=skip)
+            self._observe(ranked, skip)
             return Recommendation(
                 [(i.item_id, i.score) for i in ranked.items],
                 slo.name,
                 current_trace_id(),
                 ranked.model_version,
                 ranked.feature_version,
-                [*notes, *ranked.degraded],
+                list(dict.fromkeys([*notes, *ranked.degraded])),
             )
         except RecmeshError as err:
             if isinstance(err, InvalidArgument):
                 raise
+            if self._cold is not None:
+                self._cold.observed("ranker", False)
             if not self._popular:
                 raise Unavailable(f"ranker failed and no fallback is held yet: {err}") from err
             FALLBACKS.labels("gateway", "ranker_unavailable", slo.name).inc()
             span.add_event("fallback", {"reason": "ranker_unavailable", "error": str(err)})
             span.set_attribute("recmesh.fallback_reason", "ranker_unavailable")
             _log.warning("fallback", reason="ranker_unavailable", error=str(err))
-            return Recommendation(
-                self._popular[:count], slo.name, current_trace_id(), "popularity",
-                FEATURE_SET_VERSION, [*notes, "ranker_unavailable"],
-            )  # fmt: skip
+            return self._popular_fallback(count, slo.name, [*notes, "ranker_unavailable"])
+
+    def _popular_fallback(self, count: int, slo_class: str, degraded: list[str]) -> Recommendation:
+        if not self._popular:
+            raise Unavailable("ranker not called and no fallback is held yet")
+        return Recommendation(
+            self._popular[:count], slo_class, current_trace_id(), "popularity", FEATURE_SET_VERSION, degraded
+        )
+
+    def _observe(self, ranked: ranker_pb2.RankResponse, skipped: frozenset[str]) -> None:
+        """What the ranker's answer shows about the may-be-cold dependencies."""
+        if self._cold is None:
+            return
+        self._cold.observed("ranker", True)
+        if "inference" in skipped:
+            return
+        if "scoring_unavailable" in ranked.degraded:
+            self._cold.observed("inference", False)
+        elif ranked.model_version != "popularity":
+            self._cold.observed("inference", True)

@@ -35,6 +35,14 @@ def choose_providers() -> list[str]:
     """CUDA when onnxruntime-gpu sees a GPU, CPU otherwise."""
     available = ort.get_available_providers()
     if "CUDAExecutionProvider" in available:
+        # The GPU image gets CUDA and cuDNN from pip (onnxruntime-gpu[cuda,cudnn]), not from
+        # the base image: load them from site-packages before the first session.
+        preload = getattr(ort, "preload_dlls", None)
+        if preload is not None:
+            try:
+                preload()
+            except Exception as err:  # no driver or no pip CUDA libs: the session falls back to CPU
+                _log.warning("cuda_preload_failed", error=repr(err))
         return ["CUDAExecutionProvider", "CPUExecutionProvider"]
     return ["CPUExecutionProvider"]
 

@@ -41,6 +41,10 @@ FEATURES_CAP_S = 0.5
 SCORING_CAP_S = 0.5
 
 
+class InferenceSkipped(Unavailable):
+    """Scoring not attempted because the caller said inference may be cold."""
+
+
 @dataclass
 class Ranked:
     items: list[tuple[str, float]]
@@ -79,7 +83,9 @@ class RankPipeline:
         trace.get_current_span().add_event("fallback", {"reason": reason, "error": str(err)})
         _log.warning("fallback", reason=reason, error=str(err))
 
-    async def rank(self, user_id: str, count: int, as_of_ms: int) -> Ranked:
+    async def rank(self, user_id: str, count: int, as_of_ms: int, skip_scoring: bool = False) -> Ranked:
+        """`skip_scoring`: the caller presumes inference cold (scaled to zero) and
+        this request may not wait for it: the popularity order stands (`inference_cold`)."""
         degraded: list[str] = []
         as_of_ms = as_of_ms or int(time.time() * 1000)
         recall_started = time.perf_counter()
@@ -123,6 +129,8 @@ class RankPipeline:
         ids = [c[0] for c in pool]
         matrix = build_matrix(user, [(i, item_rows.get(i, {})) for i in ids])
         try:
+            if skip_scoring:
+                raise InferenceSkipped("the caller presumes inference cold")
             scored = await self._inference.score(
                 feature_version, list(COLUMNS), matrix.ravel().tolist(), cap_s=SCORING_CAP_S
             )
@@ -134,7 +142,8 @@ class RankPipeline:
                 "recmesh.inference_suggested_level", scored.suggested_level
             )
         except RecmeshError as err:
-            self._fallback(degraded, "scoring_unavailable", err)
+            reason = "inference_cold" if isinstance(err, InferenceSkipped) else "scoring_unavailable"
+            self._fallback(degraded, reason, err)
             items = (pool + rest)[:count]
             model_version = FALLBACK_MODEL
         span.set_attribute("recmesh.candidates", len(candidates))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import grpc
 
+from recmesh.clients import SKIP_HEADER
 from recmesh.errors import InvalidArgument
 from recmesh.grpcserver import MeshServer, Registration
 from recmesh.settings import RankerSettings
@@ -24,13 +25,24 @@ class RankerServicer(ranker_pb2_grpc.RankerServiceServicer):
             raise InvalidArgument("user_id is required")
         if not 0 < request.count <= MAX_COUNT:
             raise InvalidArgument(f"count must be in 1..{MAX_COUNT}")
-        ranked = await self._pipeline.rank(request.user_id, request.count, request.as_of_ms)
+        skip = _skipped(context.invocation_metadata())
+        ranked = await self._pipeline.rank(
+            request.user_id, request.count, request.as_of_ms, skip_scoring="inference" in skip
+        )
         return ranker_pb2.RankResponse(
             items=[features_pb2.ScoredItem(item_id=i, score=s) for i, s in ranked.items],
             model_version=ranked.model_version,
             feature_version=ranked.feature_version,
             degraded=ranked.degraded,
         )
+
+
+def _skipped(metadata: object) -> set[str]:
+    """The dependencies the caller asked this request not to call (SKIP_HEADER)."""
+    for key, value in metadata or ():  # type: ignore[attr-defined]
+        if key == SKIP_HEADER:
+            return {part.strip() for part in str(value).split(",") if part.strip()}
+    return set()
 
 
 def build_server(settings: RankerSettings, pipeline: RankPipeline) -> MeshServer:

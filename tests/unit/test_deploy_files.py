@@ -70,11 +70,82 @@ def test_prometheus_scrapes_every_recmesh_process() -> None:
     assert {"RecommendP99OverClassABudget", "FeatureFreshnessLagHigh"} <= alerts
 
 
+def dockerfile_stages() -> list[tuple[str, str, list[tuple[str, str]]]]:
+    """(base, stage name, [(instruction, arguments)]) per stage, continuation lines joined."""
+    text = (ROOT / "Dockerfile").read_text().replace("\\\n", " ")
+    stages: list[tuple[str, str, list[tuple[str, str]]]] = []
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        instruction, _, args = line.partition(" ")
+        if instruction == "FROM":
+            words = args.split()
+            name = words[2] if len(words) == 3 and words[1].upper() == "AS" else ""
+            stages.append((words[0], name, []))
+        else:
+            stages[-1][2].append((instruction, args))
+    return stages
+
+
 def test_dockerfile_is_multistage_pinned_and_non_root() -> None:
-    text = (ROOT / "Dockerfile").read_text()
-    froms = [line.split()[1] for line in text.splitlines() if line.startswith("FROM ")]
-    assert len(froms) >= 2 and all(":" in f and not f.endswith(":latest") for f in froms)
-    assert "USER 10001" in text and "--require-hashes" in text
+    stages = dockerfile_stages()
+    names = {name for _, name, _ in stages}
+    external = [base for base, _, _ in stages if base not in names and base != "scratch"]
+    assert len(stages) >= 2 and external
+    for base in external:
+        _, _, tag = base.partition(":")
+        pinned_by_digest = "@sha256:" in base
+        assert pinned_by_digest or (tag and tag != "latest" and tag[0].isdigit() and tag.count(".") >= 2), (
+            f"{base}: pin the base image by digest or an exact version tag"
+        )
+    base, _, final = stages[-1]
+    assert base in external, "the runtime stage starts from a clean base, not from the build stage"
+    assert ("USER", "10001") in final, "the runtime stage runs as the non-root uid the manifests use"
+    assert any(i == "RUN" and "useradd --uid 10001" in a for i, a in final)
+
+
+def test_nothing_is_fetched_at_run_time() -> None:
+    *_, (_, _, final) = dockerfile_stages()
+    fetchers = ("pip install", "apt-get", "curl", "wget", "git clone", "huggingface-cli")
+    for instruction, args in final:
+        if instruction in ("RUN", "CMD", "ENTRYPOINT"):
+            assert not any(f in args for f in fetchers), f"{instruction} {args} fetches in the runtime image"
+    env = " ".join(a for i, a in final if i == "ENV")
+    assert "RECMESH_MODEL_DIR=/opt/recmesh/models" in env
+    assert "HF_HUB_OFFLINE=1" in env and "TRANSFORMERS_OFFLINE=1" in env
+    copies = [a for i, a in final if i == "COPY"]
+    # The model directory (model, card, item vectors, embedding weights) comes baked in from the
+    # `models` stage, which `--build-context models=DIR` can replace with a model made elsewhere.
+    assert any(a.startswith("--from=models") and a.endswith("/opt/recmesh/models") for a in copies)
+    assert all(a.startswith("--from=") for a in copies), "the runtime stage copies only from build stages"
+    stages = {name: body for _, name, body in dockerfile_stages()}
+    assert any("recmesh train --model-dir /opt/recmesh/models" in a for _, a in stages["trained"])
+
+
+def test_dependencies_come_from_hash_pinned_locks_per_variant() -> None:
+    stages = {name: body for _, name, body in dockerfile_stages()}
+    install = next(a for i, a in stages["build"] if i == "RUN" and "--require-hashes" in a)
+    assert "cpu) lock=requirements-runtime.lock" in install and "gpu) lock=requirements-gpu.lock" in install
+    assert ("ARG", "VARIANT=cpu") in stages["build"]
+
+    def pins(lock: str) -> set[str]:
+        lines = (ROOT / lock).read_text().splitlines()
+        return {line.split("==")[0] for line in lines if "==" in line and not line.startswith(" ")}
+
+    cpu, gpu = pins("requirements-runtime.lock"), pins("requirements-gpu.lock")
+    assert "onnxruntime" in cpu and "onnxruntime-gpu" not in cpu
+    # Both packages install the module `onnxruntime`; the GPU lock must carry only the GPU one.
+    assert "onnxruntime-gpu" in gpu and "onnxruntime" not in gpu and "nvidia-ml-py" in gpu
+    assert {p for p in gpu if p.startswith("nvidia-cudnn")}, "CUDA libraries come from pip, not the base"
+
+
+def test_make_images_builds_both_variants_and_says_when_no_engine() -> None:
+    makefile = (ROOT / "Makefile").read_text()
+    target = makefile[makefile.index("\nimages:") :].split("\n\n")[0]
+    assert "docker info" in target and "no Docker engine" in target and "no docker CLI" in target
+    assert "--build-arg VARIANT=cpu -t $(IMAGE):$(VERSION) " in target
+    assert "--build-arg VARIANT=gpu -t $(IMAGE):$(VERSION)-gpu " in target
 
 
 def test_locustfile_marks_traffic_synthetic() -> None:

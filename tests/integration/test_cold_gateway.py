@@ -1,0 +1,121 @@
+"""The gateway meets an inference service that is scaled to zero, then starts.
+
+Real parts: the feature service and a ranker in-process on sockets, the
+gateway app over ASGI, and inference as its own process started late, the way
+Knative starts a replica from zero. Class A gets the popularity fallback at
+once (no wait); a class-C request waits while inference comes up and is scored
+by the model; after that class A is scored too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+
+from recmesh.clients import FeatureClient, InferenceClient, RankerClient
+from recmesh.settings import GatewaySettings, RankerSettings
+from recmesh.slo import ClassDecision, SloClass
+from services.gateway.app import GatewayDeps, create_app
+from services.gateway.cold import COLD_DECISIONS, build_cold_guard
+from services.gateway.events import EventPublisher
+from services.gateway.recommend import ClassPolicy, Recommender
+from services.ranker.pipeline import RankPipeline
+from services.ranker.server import build_server as build_ranker
+from tests.helpers import free_port
+from tests.integration.conftest import Mesh
+
+# Class C's real budget is 3 s and inference starts in about 1.2 s here; the
+# test widens C (budget and tolerated wait) so a loaded CI machine cannot turn
+# a slow process start into a flaky failure. Class A keeps its real 300 ms.
+PATIENT_C = ClassDecision(SloClass("C", 20_000, "best effort, patient for this test"), "C")
+
+
+CLASS_A = {"x-slo-class": "A", "x-api-key": "k-a"}
+
+
+def _count(action: str, slo_class: str) -> float:
+    value = COLD_DECISIONS.labels("inference", action, slo_class)._value.get()
+    return float(value)
+
+
+async def test_class_a_falls_back_at_once_and_class_c_waits_for_a_late_inference(
+    mesh: Mesh, model_dir: Path, tmp_path: Path
+) -> None:
+    inference_port = free_port()
+    inference_addr = f"127.0.0.1:{inference_port}"
+    ranker_features = FeatureClient(mesh.feature.address, "ranker")
+    ranker_inference = InferenceClient(inference_addr, "ranker")
+    ranker = build_ranker(
+        RankerSettings(ranker_port=free_port()), RankPipeline(ranker_features, ranker_inference, 200)
+    )
+    await ranker.start()
+    await ranker.set_serving()
+
+    settings = GatewaySettings.model_validate(
+        {
+            "RECMESH_MAY_BE_COLD": ["inference"],
+            "RECMESH_COLD_WAIT_S_BY_CLASS": {"B": 0.0, "C": 15.0},
+            "RECMESH_COLD_WAKE_TIMEOUT_S": 1.0,
+            "RECMESH_API_KEYS": {"k-a": {"tenant": "app", "max_class": "A"}},
+        }
+    )
+    rc = RankerClient(ranker.address, "gateway")
+    fc = FeatureClient(mesh.feature.address, "gateway")
+    ic = InferenceClient(inference_addr, "gateway")
+    cold = build_cold_guard(settings, {"ranker": rc.health, "inference": ic.health})
+    assert cold is not None
+    recommender = Recommender(rc, fc, 100, cold=cold)
+    assert await recommender.refresh_popular()
+    publisher = EventPublisher(f"127.0.0.1:{free_port()}", "unused", 0.5)
+    app = create_app(settings, GatewayDeps(recommender, ClassPolicy.from_settings(settings), publisher, {}))
+    env = dict(
+        os.environ,
+        INFERENCE_PORT=str(inference_port),
+        INFERENCE_METRICS_PORT=str(free_port()),
+        RECMESH_MODEL_DIR=str(model_dir),
+        RECMESH_LOG_LEVEL="WARNING",
+    )
+    proc: subprocess.Popen[bytes] | None = None
+    body = {"user_id": "u1", "count": 5}
+    a_fallbacks, c_waits = _count("fallback", "A"), _count("waited", "C")
+    try:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://gw") as http:
+            # Inference is not running: class A takes the fallback without waiting.
+            first_a = await http.post("/v1/recommend", json=body, headers=CLASS_A)
+            assert first_a.status_code == 200, first_a.text
+            assert first_a.json()["slo_class"] == "A"
+            assert "inference_cold" in first_a.json()["degraded"]
+            assert first_a.json()["model_version"] == "popularity"
+            assert _count("fallback", "A") == a_fallbacks + 1
+            await asyncio.sleep(1.2)  # let the bounded background wake-up give up (1 s)
+
+            # Inference starts now; the class-C request is sent at the same moment and waits for it.
+            with (tmp_path / "inference.log").open("wb") as log:
+                proc = subprocess.Popen(  # noqa: ASYNC220 (returns at once)
+                    [sys.executable, "-m", "services.inference"], env=env, stdout=log, stderr=log
+                )
+            assert not await ic.health(0.2), "inference must not be serving before class C asks"
+            c = await recommender.recommend("u1", 5, {}, PATIENT_C)
+            assert proc.poll() is None, (tmp_path / "inference.log").read_text()
+            assert "inference_cold" not in c.degraded and "scoring_unavailable" not in c.degraded, c.degraded
+            assert c.model_version != "popularity"
+            assert _count("waited", "C") == c_waits + 1
+
+            # Seen serving by the class-C request: class A is scored now.
+            second_a = await http.post("/v1/recommend", json=body, headers=CLASS_A)
+            assert second_a.status_code == 200, second_a.text
+            assert "inference_cold" not in second_a.json()["degraded"], "routed to inference, not skipped"
+    finally:
+        if proc is not None:
+            proc.terminate()
+            proc.wait(10)
+        await cold.close()
+        await publisher.stop()
+        for client in (rc, fc, ic, ranker_features, ranker_inference):
+            await client.close()
+        await ranker.stop(0.5)
