@@ -354,6 +354,16 @@ def build_parser() -> argparse.ArgumentParser:
     bc.add_argument("--json", action="store_true")
     bc.set_defaults(func=_lazy("recmesh.bench.coldstart"))
 
+    be = bench.add_parser("e2e", help="recommend latency, goodput and shed per class as offered load rises")
+    be.add_argument("--gateway", help="URL of a running gateway (default: start a mesh like `recmesh up`)")
+    be.add_argument("--rates", default="100,200,400,600,800,1200", help="offered requests/s, one step each")
+    be.add_argument("--seconds", type=float, default=8.0, help="seconds per step")
+    be.add_argument("--mix", default="A:0.3,B:0.2,C:0.5", help="share of requests per class")
+    be.add_argument("--api-key", default="demo-interactive", help="x-api-key sent with class A requests")
+    be.add_argument("--plot", default=".recmesh/bench-e2e.png", help="PNG of latency and goodput vs load")
+    be.add_argument("--json", action="store_true")
+    be.set_defaults(func=_lazy("recmesh.bench.e2e"))
+
     tr_rep = sub.add_parser("trace-report", help="latency attribution per component from span files")
     tr_rep.add_argument("files", nargs="+", help="JSON-lines span files (RECMESH_SPANS_FILE)")
     tr_rep.add_argument("--slo-class", help="only traces of this class")

@@ -22,6 +22,10 @@ def _default_shares() -> dict[SloName, float]:
     return {"A": 1.0, "B": 0.8, "C": 0.5}
 
 
+def _default_floors() -> dict[SloName, int]:
+    return {"A": 32}
+
+
 def _default_queue() -> dict[SloName, int]:
     return {"A": 64, "B": 16, "C": 0}
 
@@ -136,13 +140,17 @@ class AdmissionSettings(BaseSettings):
 
     enabled: bool = Field(True, validation_alias="RECMESH_ADMISSION")
     initial_limit: float = Field(32, gt=0, validation_alias="RECMESH_ADMISSION_INITIAL_LIMIT")
-    min_limit: float = Field(4, gt=0, validation_alias="RECMESH_ADMISSION_MIN_LIMIT")
+    min_limit: float = Field(8, gt=0, validation_alias="RECMESH_ADMISSION_MIN_LIMIT")
     max_limit: float = Field(256, gt=0, validation_alias="RECMESH_ADMISSION_MAX_LIMIT")
-    latency_target_ms: float = Field(150.0, gt=0, validation_alias="RECMESH_ADMISSION_LATENCY_TARGET_MS")
+    latency_target_ms: float = Field(100.0, gt=0, validation_alias="RECMESH_ADMISSION_LATENCY_TARGET_MS")
     # Share of the limit each class may fill, e.g. '{"A": 1.0, "B": 0.8, "C": 0.5}'.
     shares: dict[SloName, float] = Field(
         default_factory=_default_shares,
         validation_alias="RECMESH_ADMISSION_SHARES",
+    )
+    # In-flight slots a class keeps whatever the adaptive limit, e.g. '{"A": 32}'.
+    floors: dict[SloName, int] = Field(
+        default_factory=_default_floors, validation_alias="RECMESH_ADMISSION_FLOORS"
     )
     # Requests per class that may wait for a slot, e.g. '{"A": 64, "B": 16, "C": 0}'.
     queue: dict[SloName, int] = Field(
@@ -150,9 +158,16 @@ class AdmissionSettings(BaseSettings):
         validation_alias="RECMESH_ADMISSION_QUEUE",
     )
     retry_after_s: int = Field(1, ge=0, validation_alias="RECMESH_ADMISSION_RETRY_AFTER_S")
-    # The feedback controller: window length (0 turns it off) and class A's P95 target.
+    # Gateway event-loop lag past which class C is shed (B past twice it); 0: off.
+    loop_lag_limit_ms: float = Field(25.0, ge=0, validation_alias="RECMESH_ADMISSION_LOOP_LAG_MS")
+    # A queued request waits at most this share of its budget for a slot.
+    queue_wait_fraction: float = Field(0.5, gt=0, le=1, validation_alias="RECMESH_ADMISSION_QUEUE_WAIT")
+    # The feedback controller: window length (0 turns it off), class A's P95 target,
+    # and the range it may move the latency target in.
     controller_window_s: float = Field(10.0, ge=0, validation_alias="RECMESH_CONTROLLER_WINDOW_S")
     target_p95_ms: float = Field(200.0, gt=0, validation_alias="RECMESH_CONTROLLER_TARGET_P95_MS")
+    controller_min_ms: float = Field(50.0, gt=0, validation_alias="RECMESH_CONTROLLER_MIN_MS")
+    controller_max_ms: float = Field(1000.0, gt=0, validation_alias="RECMESH_CONTROLLER_MAX_MS")
 
 
 def _default_tool_queue() -> dict[SloName, int]:
