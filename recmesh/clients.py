@@ -9,19 +9,35 @@ travels on every hop.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import grpc
+import structlog
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from opentelemetry.instrumentation.grpc import aio_client_interceptors
 
-from recmesh.errors import RecmeshError, Unavailable, from_grpc
-from recmesh.resilience import call_timeout, current_slo_class
+from recmesh.errors import CircuitOpen, DeadlineExceeded, RecmeshError, Unavailable, from_grpc
+from recmesh.resilience import (
+    BreakerState,
+    CircuitBreaker,
+    LatencyTracker,
+    RetryBudget,
+    call_timeout,
+    current_slo_class,
+    remaining_s,
+)
 from recmesh.slo import SLO_HEADER
-from recmesh.telemetry import DOWNSTREAM_LATENCY
+from recmesh.telemetry import (
+    CIRCUIT_OPENED,
+    CIRCUIT_STATE,
+    DEADLINES_EXPIRED,
+    DOWNSTREAM_LATENCY,
+    EXTRA_ATTEMPTS,
+)
 from recmesh.v1 import (
     features_pb2,
     features_pb2_grpc,
@@ -32,6 +48,7 @@ from recmesh.v1 import (
 )
 
 R = TypeVar("R")
+_log = structlog.get_logger("recmesh.clients")
 
 CHANNEL_OPTIONS = (
     ("grpc.max_receive_message_length", 16 * 1024 * 1024),
@@ -45,15 +62,48 @@ def open_channel(address: str) -> grpc.aio.Channel:
     return grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS, interceptors=aio_client_interceptors())
 
 
+# Codes that say the downstream is unhealthy (they count against its breaker);
+# anything else (a bad request, a schema mismatch) means it answered.
+BREAKER_FAILURES = frozenset(
+    {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.INTERNAL,
+     grpc.StatusCode.RESOURCE_EXHAUSTED, grpc.StatusCode.UNKNOWN}
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class ResiliencePolicy:
+    """How a client protects its caller: breaker thresholds and the retry budget."""
+
+    failure_threshold: int = 5
+    open_s: float = 2.0
+    retry_ratio: float = 0.1  # retries + hedges <= 10% of requests (plus a small initial allowance)
+    hedge_quantile: float = 0.95  # hedge an idempotent read once it is slower than this
+
+
 class GrpcClient:
+    """One downstream. Retries happen here and only here (the channel's own
+    retries are off, and the gateway never retries the ranker): an idempotent
+    call that fails UNAVAILABLE is tried once more if the retry budget allows,
+    and a hedged read sends a second copy once the first is slower than the
+    observed p95. A circuit breaker fails calls fast while the target is down,
+    so callers go straight to their fallback."""
+
     target = "unknown"
 
-    def __init__(self, address: str, caller: str, margin_ms: float = 5.0) -> None:
+    def __init__(
+        self, address: str, caller: str, margin_ms: float = 5.0, policy: ResiliencePolicy | None = None
+    ) -> None:
         self.address = address
         self._caller = caller
         self._margin_s = margin_ms / 1000
+        self.policy = policy or ResiliencePolicy()
         self.channel = open_channel(address)
         self._health = health_pb2_grpc.HealthStub(self.channel)
+        self.breaker = CircuitBreaker(self.policy.failure_threshold, self.policy.open_s)
+        self.retry_budget = RetryBudget(self.policy.retry_ratio)
+        self._latency: dict[str, LatencyTracker] = {}
+        self._published = BreakerState.CLOSED
+        CIRCUIT_STATE.labels(caller, self.target).set(0)
 
     async def _call(
         self,
@@ -61,10 +111,13 @@ class GrpcClient:
         rpc: Callable[..., Awaitable[R]],
         request: Any,
         cap_s: float | None = None,
+        *,
+        retry: bool = False,
+        hedge: bool = False,
         metadata: tuple[tuple[str, str], ...] = (),
     ) -> R:
         response, _ = await self._call_with_trailers(
-            method, rpc, request, cap_s, want_trailers=False, metadata=metadata
+            method, rpc, request, cap_s, want_trailers=False, retry=retry, hedge=hedge, metadata=metadata
         )
         return response
 
@@ -75,27 +128,116 @@ class GrpcClient:
         request: Any,
         cap_s: float | None = None,
         want_trailers: bool = True,
+        *,
+        retry: bool = False,
+        hedge: bool = False,
         metadata: tuple[tuple[str, str], ...] = (),
     ) -> tuple[R, dict[str, str]]:
-        timeout = call_timeout(self._margin_s, cap_s)
+        self.retry_budget.on_request()
+
+        def attempt() -> Awaitable[tuple[R, dict[str, str]]]:
+            return self._attempt(method, rpc, request, cap_s, want_trailers, metadata)
+
+        tracker = self._latency.setdefault(method, LatencyTracker())
+        delay = tracker.quantile(self.policy.hedge_quantile) if hedge else None
+        try:
+            if delay is not None:
+                return await self._hedged(method, attempt, delay)
+            return await attempt()
+        except Unavailable as err:
+            if not retry or isinstance(err, CircuitOpen) or not self._spend(method, "retry"):
+                raise
+            return await attempt()
+
+    def _spend(self, method: str, kind: str) -> bool:
+        ok = self.retry_budget.try_spend()
+        EXTRA_ATTEMPTS.labels(self._caller, self.target, method, kind if ok else f"{kind}_denied").inc()
+        return ok
+
+    async def _hedged(
+        self, method: str, attempt: Callable[[], Awaitable[tuple[R, dict[str, str]]]], delay_s: float
+    ) -> tuple[R, dict[str, str]]:
+        first = asyncio.ensure_future(attempt())
+        pending: set[asyncio.Future[tuple[R, dict[str, str]]]] = {first}
+        try:
+            done, _ = await asyncio.wait(pending, timeout=delay_s)
+            left = remaining_s()
+            # A second copy only pays when it can still finish in time.
+            no_time = left is not None and left - self._margin_s <= delay_s
+            if done or no_time or not self._spend(method, "hedge"):
+                return await first
+            pending.add(asyncio.ensure_future(attempt()))
+            error: BaseException | None = None
+            while pending:
+                finished, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                for task in finished:
+                    if task.exception() is None:
+                        return task.result()
+                    error = task.exception()
+            assert error is not None
+            raise error
+        finally:
+            for task in pending:
+                task.cancel()
+
+    async def _attempt(
+        self,
+        method: str,
+        rpc: Callable[..., Awaitable[R]],
+        request: Any,
+        cap_s: float | None,
+        want_trailers: bool,
+        metadata: tuple[tuple[str, str], ...] = (),
+    ) -> tuple[R, dict[str, str]]:
         slo = current_slo_class()
+        try:
+            timeout = call_timeout(self._margin_s, cap_s)
+        except DeadlineExceeded:
+            DEADLINES_EXPIRED.labels(self._caller, "before_call", slo).inc()
+            raise
+        if not self.breaker.allow():
+            DOWNSTREAM_LATENCY.labels(self._caller, self.target, method, slo, "CIRCUIT_OPEN").observe(0)
+            raise CircuitOpen(f"{self.target}.{method}: circuit open after {self.breaker.failures} failures")
+        self._publish_state()
         started = time.perf_counter()
         code = "OK"
         try:
             call: Any = rpc(request, timeout=timeout, metadata=((SLO_HEADER, slo), *metadata))
             response: R = await call
             trailers = {k: str(v) for k, v in (await call.trailing_metadata() or ())} if want_trailers else {}
+            self._latency[method].add(time.perf_counter() - started)
+            self.breaker.record_success()
             return response, trailers
         except grpc.aio.AioRpcError as err:
             code = err.code().name
+            if err.code() in BREAKER_FAILURES:
+                self.breaker.record_failure()
+            else:
+                self.breaker.record_success()
             raise from_grpc(err.code(), f"{self.target}.{method}: {err.details()}") from None
         except RecmeshError as err:
             code = err.grpc_code.name
             raise
+        except asyncio.CancelledError:
+            code = "CANCELLED"  # e.g. the slower copy of a hedged read
+            raise
         finally:
+            self._publish_state()
             DOWNSTREAM_LATENCY.labels(self._caller, self.target, method, slo, code).observe(
                 time.perf_counter() - started
             )
+
+    def _publish_state(self) -> None:
+        state = self.breaker.state
+        if state is self._published:
+            return
+        if state is BreakerState.OPEN:
+            CIRCUIT_OPENED.labels(self._caller, self.target).inc()
+            _log.warning("circuit_opened", target=self.target, failures=self.breaker.failures)
+        elif self._published is not BreakerState.CLOSED and state is BreakerState.CLOSED:
+            _log.info("circuit_closed", target=self.target)
+        CIRCUIT_STATE.labels(self._caller, self.target).set(state.value)
+        self._published = state
 
     async def health(self, timeout_s: float = 1.0) -> bool:
         """True when the server reports SERVING for its whole server."""
@@ -112,19 +254,22 @@ class GrpcClient:
 class FeatureClient(GrpcClient):
     target = "feature"
 
-    def __init__(self, address: str, caller: str, margin_ms: float = 5.0) -> None:
-        super().__init__(address, caller, margin_ms)
+    def __init__(
+        self, address: str, caller: str, margin_ms: float = 5.0, policy: ResiliencePolicy | None = None
+    ) -> None:
+        super().__init__(address, caller, margin_ms, policy)
         self._stub = features_pb2_grpc.FeatureServiceStub(self.channel)
 
     async def get_features(
         self, user_id: str, item_ids: list[str], as_of_ms: int, cap_s: float | None = None
     ) -> features_pb2.GetFeaturesResponse:
         req = features_pb2.GetFeaturesRequest(user_id=user_id, item_ids=item_ids, as_of_ms=as_of_ms)
-        return await self._call("GetFeatures", self._stub.GetFeatures, req, cap_s)
+        return await self._call("GetFeatures", self._stub.GetFeatures, req, cap_s, retry=True, hedge=True)
 
     async def popular(self, limit: int, cap_s: float | None = None) -> list[tuple[str, float]]:
+        req = features_pb2.GetPopularRequest(limit=limit)
         resp: features_pb2.GetPopularResponse = await self._call(
-            "GetPopular", self._stub.GetPopular, features_pb2.GetPopularRequest(limit=limit), cap_s
+            "GetPopular", self._stub.GetPopular, req, cap_s, retry=True
         )
         return [(i.item_id, i.score) for i in resp.items]
 
@@ -145,8 +290,10 @@ class Scored:
 class InferenceClient(GrpcClient):
     target = "inference"
 
-    def __init__(self, address: str, caller: str, margin_ms: float = 5.0) -> None:
-        super().__init__(address, caller, margin_ms)
+    def __init__(
+        self, address: str, caller: str, margin_ms: float = 5.0, policy: ResiliencePolicy | None = None
+    ) -> None:
+        super().__init__(address, caller, margin_ms, policy)
         self._stub = inference_pb2_grpc.InferenceServiceStub(self.channel)
 
     async def score(
@@ -156,7 +303,7 @@ class InferenceClient(GrpcClient):
         req = inference_pb2.ScoreRequest(
             feature_version=feature_version, feature_names=columns, values=values, level=level
         )
-        resp, trailers = await self._call_with_trailers("Score", self._stub.Score, req, cap_s)
+        resp, trailers = await self._call_with_trailers("Score", self._stub.Score, req, cap_s, retry=True)
         return Scored(list(resp.scores), resp.model_version, int(trailers.get(SUGGESTED_LEVEL_KEY, "0")))
 
     async def model_info(self) -> inference_pb2.ModelInfoResponse:
@@ -166,8 +313,10 @@ class InferenceClient(GrpcClient):
 class RankerClient(GrpcClient):
     target = "ranker"
 
-    def __init__(self, address: str, caller: str, margin_ms: float = 5.0) -> None:
-        super().__init__(address, caller, margin_ms)
+    def __init__(
+        self, address: str, caller: str, margin_ms: float = 5.0, policy: ResiliencePolicy | None = None
+    ) -> None:
+        super().__init__(address, caller, margin_ms, policy)
         self._stub = ranker_pb2_grpc.RankerServiceStub(self.channel)
 
     async def rank(
@@ -181,11 +330,13 @@ class RankerClient(GrpcClient):
 
 
 __all__ = [
+    "BREAKER_FAILURES",
     "SKIP_HEADER",
     "FeatureClient",
     "GrpcClient",
     "InferenceClient",
     "RankerClient",
+    "ResiliencePolicy",
     "Unavailable",
     "open_channel",
 ]

@@ -45,10 +45,14 @@ class FailedPrecondition(RecmeshError):
 
 
 class ResourceExhausted(RecmeshError):
-    """Shed for overload; callers may retry after a delay."""
+    """Shed for overload; callers may retry after `retry_after_s` (Retry-After)."""
 
     grpc_code = grpc.StatusCode.RESOURCE_EXHAUSTED
     http_status = 429
+
+    def __init__(self, message: str, retry_after_s: int | None = None) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
 
 
 class Unavailable(RecmeshError):
@@ -56,6 +60,10 @@ class Unavailable(RecmeshError):
 
     grpc_code = grpc.StatusCode.UNAVAILABLE
     http_status = 503
+
+
+class CircuitOpen(Unavailable):
+    """The client's circuit breaker for this downstream is open: not even tried."""
 
 
 class DeadlineExceeded(RecmeshError):

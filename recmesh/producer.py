@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from aiokafka import AIOKafkaProducer
 
 from recmesh.events import Event
+from recmesh.telemetry import kafka_produce_span, kafka_trace_headers
 
 
 async def produce(bootstrap: str, topic: str, events: Sequence[Event]) -> None:
@@ -15,7 +16,12 @@ async def produce(bootstrap: str, topic: str, events: Sequence[Event]) -> None:
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=5)
     await producer.start()
     try:
-        futures = [await producer.send(topic, value=e.to_json(), key=e.user_id.encode()) for e in events]
-        await asyncio.gather(*futures)
+        with kafka_produce_span(topic, len(events)):
+            headers = kafka_trace_headers()
+            futures = [
+                await producer.send(topic, value=e.to_json(), key=e.user_id.encode(), headers=headers)
+                for e in events
+            ]
+            await asyncio.gather(*futures)
     finally:
         await producer.stop()

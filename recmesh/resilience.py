@@ -1,4 +1,6 @@
-"""Per-request budget and class, carried in context variables.
+"""Per-request budget and class, carried in context variables; the pure
+resilience policies every client applies (circuit breaker, retry budget,
+hedging delay).
 
 The gateway (or a gRPC server interceptor, from the incoming deadline) opens a
 request scope; every outbound call derives its timeout from what is left, minus
@@ -10,9 +12,11 @@ from __future__ import annotations
 import asyncio
 import random
 import time
+from collections import deque
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
+from enum import Enum
 from typing import TypeVar
 
 import structlog
@@ -92,3 +96,90 @@ async def retry_until(
                 raise
             await asyncio.sleep(delay * (0.5 + random.random()))
             delay = min(max_s, delay * 2)
+
+
+# --- circuit breaker, retry budget, hedging delay (pure, clock passed in) ----
+
+
+class BreakerState(Enum):
+    CLOSED = 0
+    HALF_OPEN = 1
+    OPEN = 2
+
+
+class CircuitBreaker:
+    """Consecutive failures open it; after `open_s` one probe is let through
+    (half-open): its success closes the breaker, its failure opens it again.
+    A probe that never reports (cancelled) is replaced after another `open_s`.
+    """
+
+    def __init__(
+        self, failure_threshold: int = 5, open_s: float = 2.0, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        if failure_threshold < 1 or open_s <= 0:
+            raise ValueError("failure_threshold >= 1 and open_s > 0")
+        self.failure_threshold = failure_threshold
+        self.open_s = open_s
+        self._clock = clock
+        self.state = BreakerState.CLOSED
+        self.failures = 0
+        self._since = 0.0  # when it opened, or when the probe went out
+
+    def allow(self) -> bool:
+        now = self._clock()
+        if self.state is BreakerState.CLOSED:
+            return True
+        if now - self._since < self.open_s:
+            return False
+        self.state, self._since = BreakerState.HALF_OPEN, now  # this call is the probe
+        return True
+
+    def record_success(self) -> None:
+        self.state, self.failures = BreakerState.CLOSED, 0
+
+    def record_failure(self) -> None:
+        self.failures += 1
+        if self.state is BreakerState.HALF_OPEN or self.failures >= self.failure_threshold:
+            self.state, self._since = BreakerState.OPEN, self._clock()
+
+
+class RetryBudget:
+    """Retries (and hedges) may spend at most `ratio` of the requests made.
+
+    A token bucket: each request deposits `ratio` tokens, each retry takes one;
+    the bucket starts with `initial` tokens and holds at most `cap`. Over any
+    run, retries <= ratio * requests + initial.
+    """
+
+    def __init__(self, ratio: float = 0.1, initial: float = 2.0, cap: float = 20.0) -> None:
+        if not 0 <= ratio <= 1:
+            raise ValueError("ratio must be in [0, 1]")
+        self.ratio = ratio
+        self.tokens = initial
+        self.cap = cap
+
+    def on_request(self) -> None:
+        self.tokens = min(self.cap, self.tokens + self.ratio)
+
+    def try_spend(self) -> bool:
+        if self.tokens < 1:
+            return False
+        self.tokens -= 1
+        return True
+
+
+class LatencyTracker:
+    """The last `size` latencies of one call; `quantile` once `min_samples` are in."""
+
+    def __init__(self, size: int = 256, min_samples: int = 20) -> None:
+        self._samples: deque[float] = deque(maxlen=size)
+        self._min = min_samples
+
+    def add(self, seconds: float) -> None:
+        self._samples.append(seconds)
+
+    def quantile(self, q: float) -> float | None:
+        if len(self._samples) < self._min:
+            return None
+        ordered = sorted(self._samples)
+        return ordered[min(len(ordered) - 1, int(q * len(ordered)))]

@@ -15,6 +15,15 @@ from pydantic import BaseModel, ConfigDict, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 STATE_DIR_DEFAULT = Path(".recmesh")
+SloName = Literal["A", "B", "C"]
+
+
+def _default_shares() -> dict[SloName, float]:
+    return {"A": 1.0, "B": 0.8, "C": 0.5}
+
+
+def _default_queue() -> dict[SloName, int]:
+    return {"A": 64, "B": 16, "C": 0}
 
 
 class CommonSettings(BaseSettings):
@@ -95,6 +104,32 @@ class ApiKey(BaseModel):
     trusted_context: bool = False
 
 
+class AdmissionSettings(BaseSettings):
+    """Per-class admission at the gateway and the controller that tunes it."""
+
+    model_config = SettingsConfigDict(extra="forbid", populate_by_name=True)
+
+    enabled: bool = Field(True, validation_alias="RECMESH_ADMISSION")
+    initial_limit: float = Field(32, gt=0, validation_alias="RECMESH_ADMISSION_INITIAL_LIMIT")
+    min_limit: float = Field(4, gt=0, validation_alias="RECMESH_ADMISSION_MIN_LIMIT")
+    max_limit: float = Field(256, gt=0, validation_alias="RECMESH_ADMISSION_MAX_LIMIT")
+    latency_target_ms: float = Field(150.0, gt=0, validation_alias="RECMESH_ADMISSION_LATENCY_TARGET_MS")
+    # Share of the limit each class may fill, e.g. '{"A": 1.0, "B": 0.8, "C": 0.5}'.
+    shares: dict[SloName, float] = Field(
+        default_factory=_default_shares,
+        validation_alias="RECMESH_ADMISSION_SHARES",
+    )
+    # Requests per class that may wait for a slot, e.g. '{"A": 64, "B": 16, "C": 0}'.
+    queue: dict[SloName, int] = Field(
+        default_factory=_default_queue,
+        validation_alias="RECMESH_ADMISSION_QUEUE",
+    )
+    retry_after_s: int = Field(1, ge=0, validation_alias="RECMESH_ADMISSION_RETRY_AFTER_S")
+    # The feedback controller: window length (0 turns it off) and class A's P95 target.
+    controller_window_s: float = Field(10.0, ge=0, validation_alias="RECMESH_CONTROLLER_WINDOW_S")
+    target_p95_ms: float = Field(200.0, gt=0, validation_alias="RECMESH_CONTROLLER_TARGET_P95_MS")
+
+
 class GatewaySettings(CommonSettings, KafkaSettings):
     gateway_http_port: int = 8000
     gateway_grpc_port: int = 50051
@@ -127,6 +162,8 @@ class GatewaySettings(CommonSettings, KafkaSettings):
     max_count: int = Field(100, validation_alias="RECMESH_MAX_COUNT")
     max_events_per_request: int = Field(1000, validation_alias="RECMESH_MAX_EVENTS_PER_REQUEST")
     produce_timeout_s: float = Field(5.0, validation_alias="RECMESH_PRODUCE_TIMEOUT_S")
+    # Overload protection (recmesh/admission.py, recmesh/controller.py).
+    admission: AdmissionSettings = Field(default_factory=AdmissionSettings)
 
 
 class UpSettings(CommonSettings):

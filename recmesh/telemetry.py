@@ -16,13 +16,14 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Awaitable, Callable, MutableMapping, Sequence
+from collections.abc import Awaitable, Callable, Iterator, MutableMapping, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import grpc
 import orjson
 import structlog
-from opentelemetry import trace
+from opentelemetry import propagate, trace
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import (
@@ -31,10 +32,11 @@ from opentelemetry.sdk.trace.export import (
     SpanExporter,
     SpanExportResult,
 )
-from prometheus_client import Counter, Histogram
+from opentelemetry.trace import Link, Span, SpanKind
+from prometheus_client import Counter, Gauge, Histogram
 
 from recmesh.errors import DeadlineExceeded, RecmeshError
-from recmesh.resilience import UNKNOWN_CLASS, remaining_s, request_scope
+from recmesh.resilience import UNKNOWN_CLASS, current_slo_class, remaining_s, request_scope
 from recmesh.slo import SLO_HEADER
 
 LATENCY_BUCKETS = (
@@ -59,6 +61,23 @@ FALLBACKS = Counter(
     "recmesh_fallbacks_total",
     "Requests served through a fallback, by service and reason.",
     ("service", "reason", "slo_class"),
+)
+
+CIRCUIT_STATE = Gauge(
+    "recmesh_circuit_state",
+    "Circuit breaker per downstream: 0 closed, 1 half-open, 2 open.",
+    ("service", "target"),
+)
+CIRCUIT_OPENED = Counter("recmesh_circuit_opened_total", "Times a breaker opened.", ("service", "target"))
+EXTRA_ATTEMPTS = Counter(
+    "recmesh_downstream_extra_attempts_total",
+    "Retries and hedged requests sent (kind), or denied by the retry budget (kind=*_denied).",
+    ("service", "target", "method", "kind"),
+)
+DEADLINES_EXPIRED = Counter(
+    "recmesh_deadline_expired_total",
+    "Work refused because the request's deadline had passed: on arrival at a server, or before a call.",
+    ("service", "where", "slo_class"),
 )
 
 _log = structlog.get_logger("recmesh.telemetry")
@@ -130,6 +149,7 @@ class JsonLinesSpanExporter(SpanExporter):
                         "end_ns": span.end_time,
                         "status": span.status.status_code.name,
                         "attributes": dict(span.attributes or {}),
+                        "links": [format(link.context.trace_id, "032x") for link in span.links],
                     },
                     default=str,
                 )
@@ -152,7 +172,71 @@ def setup_tracing(service: str) -> TracerProvider:
     if spans_file:
         provider.add_span_processor(SimpleSpanProcessor(JsonLinesSpanExporter(spans_file)))
     trace.set_tracer_provider(provider)
+    instrument_redis()
     return provider
+
+
+def _redis_request_hook(span: Span, instance: Any, args: Any, kwargs: Any) -> None:
+    if span.is_recording():
+        span.set_attribute("recmesh.slo_class", current_slo_class())
+
+
+def _redis_response_hook(span: Span, instance: Any, response: Any) -> None:
+    # Pipelines call only the response hook.
+    if span.is_recording():
+        span.set_attribute("recmesh.slo_class", current_slo_class())
+
+
+def instrument_redis() -> None:
+    """One CLIENT span per Redis command or pipeline (db.system=redis), with the request's class."""
+    from opentelemetry.instrumentation.redis import RedisInstrumentor
+
+    instrumentor = RedisInstrumentor()
+    if not instrumentor.is_instrumented_by_opentelemetry:
+        instrumentor.instrument(request_hook=_redis_request_hook, response_hook=_redis_response_hook)
+
+
+# --- Kafka spans (aiokafka has no instrumentation matching our OTel version) --
+
+_kafka_tracer = trace.get_tracer("recmesh.kafka")
+MAX_LINKS = 32
+
+
+def kafka_trace_headers() -> list[tuple[str, bytes]]:
+    """The current trace context as Kafka record headers (traceparent)."""
+    carrier: dict[str, str] = {}
+    propagate.inject(carrier)
+    return [(k, v.encode()) for k, v in carrier.items()]
+
+
+@contextmanager
+def kafka_produce_span(topic: str, count: int) -> Iterator[Span]:
+    """A PRODUCER span around sending `count` records (and waiting for their acks)."""
+    with _kafka_tracer.start_as_current_span(f"{topic} publish", kind=SpanKind.PRODUCER) as span:
+        span.set_attribute("messaging.system", "kafka")
+        span.set_attribute("messaging.destination.name", topic)
+        span.set_attribute("messaging.operation.type", "publish")
+        span.set_attribute("messaging.batch.message_count", count)
+        span.set_attribute("recmesh.slo_class", current_slo_class())
+        yield span
+
+
+@contextmanager
+def kafka_consume_span(records: Sequence[Any]) -> Iterator[Span]:
+    """A CONSUMER span around processing one batch, linked to the traces that produced it."""
+    links = []
+    for rec in records[:MAX_LINKS]:
+        carrier = {k: v.decode("latin-1") for k, v in (getattr(rec, "headers", None) or ())}
+        ctx = trace.get_current_span(propagate.extract(carrier)).get_span_context()
+        if ctx.is_valid:
+            links.append(Link(ctx))
+    topic = records[0].topic if records else "unknown"
+    with _kafka_tracer.start_as_current_span(f"{topic} process", kind=SpanKind.CONSUMER, links=links) as span:
+        span.set_attribute("messaging.system", "kafka")
+        span.set_attribute("messaging.destination.name", topic)
+        span.set_attribute("messaging.operation.type", "process")
+        span.set_attribute("messaging.batch.message_count", len(records))
+        yield span
 
 
 def current_trace_id() -> str:
@@ -204,11 +288,15 @@ class RequestInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
                 try:
                     left = remaining_s()
                     if left is not None and left <= 0:
+                        DEADLINES_EXPIRED.labels(service, "arrival", slo_class).inc()
                         raise DeadlineExceeded("deadline already passed on arrival")
                     return await behavior(request, context)
                 except RecmeshError as err:
                     code = err.grpc_code.name
                     _log.info("request_failed", method=method, code=code, error=str(err))
+                    retry_after = getattr(err, "retry_after_s", None)
+                    if retry_after is not None:
+                        context.set_trailing_metadata((("retry-after", str(retry_after)),))
                     await context.abort(err.grpc_code, str(err))
                 except Exception as err:
                     if isinstance(err, grpc.aio.AbortError):

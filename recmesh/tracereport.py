@@ -5,10 +5,10 @@ This module owns reading the JSON-lines span files written by
 attributing its latency to components: a span's *self time* is its duration
 minus the union of its direct children's intervals (clipped to the span), and
 self time is summed per component. The component is "redis" for spans with
-`db.system == "redis"`, otherwise the service name without a leading
-"recmesh-". A CLIENT span whose SERVER child runs in another service charges
-its self time (wire, queueing, (de)serialisation outside the callee's handler)
-to "network:<callee component>".
+`db.system == "redis"`, "kafka" for `messaging.system == "kafka"`, otherwise
+the service name without a leading "recmesh-". A CLIENT span whose SERVER
+child runs in another service charges its self time (wire, queueing,
+(de)serialisation outside the callee's handler) to "network:<callee component>".
 
 Only complete traces are attributed: the spans of a trace must form a single
 tree, i.e. exactly one span has no parent present in the trace (its parent_id
@@ -64,6 +64,8 @@ class Span:
     def component(self) -> str:
         if self.attributes.get("db.system") == "redis":
             return "redis"
+        if self.attributes.get("messaging.system") == "kafka":
+            return "kafka"
         return self.service.removeprefix(SERVICE_PREFIX)
 
 

@@ -29,7 +29,7 @@ from recmesh.events import Event, parse_event
 from recmesh.features.definitions import STATE_RETENTION_MS
 from recmesh.resilience import retry_until
 from recmesh.settings import IngestSettings
-from recmesh.telemetry import LATENCY_BUCKETS
+from recmesh.telemetry import LATENCY_BUCKETS, kafka_consume_span
 from services.feature.store import FeatureStore
 
 _log = structlog.get_logger("recmesh.feature.ingest")
@@ -152,7 +152,8 @@ class Ingestor:
             batches = await self._consumer.getmany(timeout_ms=200, max_records=self._settings.max_batch)
             records = [r for recs in batches.values() for r in recs]
             if records:
-                await self._process(records, stop)
+                with kafka_consume_span(records):
+                    await self._process(records, stop)
             await self._export_lag()
 
     async def _process(self, records: list[ConsumerRecord], stop: asyncio.Event) -> None:

@@ -9,6 +9,7 @@ import contextlib
 import uvicorn
 
 from recmesh.clients import FeatureClient, InferenceClient, RankerClient
+from recmesh.controller import build_overload
 from recmesh.grpcserver import wait_for_shutdown_signal
 from recmesh.settings import GatewaySettings
 from recmesh.telemetry import setup_logging, setup_tracing
@@ -24,8 +25,9 @@ async def main(settings: GatewaySettings) -> None:
     features = FeatureClient(settings.feature_addr, "gateway", settings.hop_margin_ms)
     inference = InferenceClient(settings.inference_addr, "gateway", settings.hop_margin_ms)
     publisher = EventPublisher(settings.kafka_bootstrap, settings.events_topic, settings.produce_timeout_s)
+    gate, controller = build_overload(settings.admission)
     cold = build_cold_guard(settings, {"ranker": ranker.health, "inference": inference.health})
-    recommender = Recommender(ranker, features, settings.max_count, cold)
+    recommender = Recommender(ranker, features, settings.max_count, gate, cold)
     policy = ClassPolicy.from_settings(settings)
     checks = {"ranker": ranker.health, "feature": features.health, "inference": inference.health}
     deps = GatewayDeps(
@@ -37,6 +39,7 @@ async def main(settings: GatewaySettings) -> None:
     app = create_app(settings, deps)
     await publisher.start()
     popular_task = asyncio.create_task(recommender.keep_popular_fresh())
+    controller_task = asyncio.create_task(controller.run()) if controller else None
     grpc_server = build_grpc_server(settings, recommender, policy)
     await grpc_server.start()
     await grpc_server.set_serving()
@@ -56,6 +59,8 @@ async def main(settings: GatewaySettings) -> None:
         await http_task
     stop_task.cancel()
     popular_task.cancel()
+    if controller_task is not None:
+        controller_task.cancel()
     await publisher.stop()
     if cold is not None:
         await cold.close()

@@ -97,10 +97,14 @@ def create_app(settings: GatewaySettings, deps: GatewayDeps) -> FastAPI:
 
     @app.exception_handler(RecmeshError)
     async def recmesh_error(request: Request, err: RecmeshError) -> JSONResponse:
+        headers = _trace_headers()
+        retry_after = getattr(err, "retry_after_s", None)
+        if retry_after is not None:
+            headers["retry-after"] = str(retry_after)
         return JSONResponse(
             {"error": type(err).__name__, "message": str(err)},
             status_code=err.http_status,
-            headers=_trace_headers(),
+            headers=headers,
         )
 
     @app.exception_handler(RequestValidationError)
@@ -125,7 +129,11 @@ def create_app(settings: GatewaySettings, deps: GatewayDeps) -> FastAPI:
     @app.post(
         "/v1/recommend",
         response_model=RecommendOut,
-        responses={400: {"model": ErrorOut}, 503: {"model": ErrorOut}},
+        responses={
+            400: {"model": ErrorOut},
+            429: {"model": ErrorOut, "description": "shed for overload; see Retry-After"},
+            503: {"model": ErrorOut},
+        },
     )
     async def recommend(
         body: RecommendBody,

@@ -17,6 +17,7 @@ from prometheus_client import Counter
 
 from recmesh.errors import Unavailable
 from recmesh.events import Event
+from recmesh.telemetry import kafka_produce_span, kafka_trace_headers
 
 _log = structlog.get_logger("recmesh.gateway.events")
 
@@ -60,16 +61,21 @@ class EventPublisher:
 
     async def publish(self, events: Sequence[Event]) -> None:
         producer = await self._ensure()
-        try:
-            async with asyncio.timeout(self._timeout_s):
-                futures = [
-                    await producer.send(self._topic, value=e.to_json(), key=e.user_id.encode())
-                    for e in events
-                ]
-                await asyncio.gather(*futures)
-        except (KafkaError, TimeoutError, OSError) as err:
-            PUBLISHED.labels("failed").inc(len(events))
-            raise Unavailable(f"broker did not acknowledge the events: {err!r}") from err
+        with kafka_produce_span(self._topic, len(events)) as span:
+            headers = kafka_trace_headers()  # the consumer's span links back to this trace
+            try:
+                async with asyncio.timeout(self._timeout_s):
+                    futures = [
+                        await producer.send(
+                            self._topic, value=e.to_json(), key=e.user_id.encode(), headers=headers
+                        )
+                        for e in events
+                    ]
+                    await asyncio.gather(*futures)
+            except (KafkaError, TimeoutError, OSError) as err:
+                PUBLISHED.labels("failed").inc(len(events))
+                span.set_attribute("recmesh.fallback_reason", "broker_unavailable")
+                raise Unavailable(f"broker did not acknowledge the events: {err!r}") from err
         PUBLISHED.labels("accepted").inc(len(events))
 
     async def stop(self) -> None:

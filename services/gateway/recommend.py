@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 import structlog
 from opentelemetry import trace
 
+from recmesh.admission import AdmissionGate
 from recmesh.clients import FeatureClient, RankerClient
 from recmesh.errors import InvalidArgument, RecmeshError, Unauthenticated, Unavailable
 from recmesh.features.definitions import FEATURE_SET_VERSION
@@ -88,11 +89,17 @@ class ClassPolicy:
 
 class Recommender:
     def __init__(
-        self, ranker: RankerClient, features: FeatureClient, max_count: int, cold: ColdGuard | None = None
+        self,
+        ranker: RankerClient,
+        features: FeatureClient,
+        max_count: int,
+        gate: AdmissionGate | None = None,
+        cold: ColdGuard | None = None,
     ) -> None:
         self._ranker = ranker
         self._features = features
         self._max_count = max_count
+        self.gate = gate  # per-class admission; None admits everything
         self._cold = cold
         self._popular: list[tuple[str, float]] = []
 
@@ -128,35 +135,53 @@ class Recommender:
         if decision.downgraded_from:
             span.set_attribute("recmesh.slo_class_requested", decision.downgraded_from)
         span.set_attribute("recmesh.as_of_ms", as_of_ms)
+        # The budget starts before admission: time spent queued is time spent.
         with request_scope(slo.name, budget_s):
-            skip: frozenset[str] = frozenset()
+            if self.gate is None:
+                return await self._rank(user_id, count, context, as_of_ms, decision, notes)
+            async with self.gate.slot(slo.name, budget_s):
+                return await self._rank(user_id, count, context, as_of_ms, decision, notes)
+
+    async def _rank(
+        self,
+        user_id: str,
+        count: int,
+        context: dict[str, str],
+        as_of_ms: int,
+        decision: ClassDecision,
+        notes: list[str],
+    ) -> Recommendation:
+        slo = decision.slo
+        span = trace.get_current_span()
+        skip: frozenset[str] = frozenset()
+        if self._cold is not None:
+            cold = await self._cold.prepare(slo.name)
+            skip, notes = cold.skip, [*notes, *cold.notes]
+            if "ranker" in skip:
+                return self._popular_fallback(count, slo.name, notes)
+        try:
+            ranked = await self._ranker.rank(user_id, count, context, as_of_ms, skip=skip)
+            self._observe(ranked, skip)
+            return Recommendation(
+                [(i.item_id, i.score) for i in ranked.items],
+                slo.name,
+                current_trace_id(),
+                ranked.model_version,
+                ranked.feature_version,
+                list(dict.fromkeys([*notes, *ranked.degraded])),
+            )
+        except RecmeshError as err:
+            if isinstance(err, InvalidArgument):
+                raise
             if self._cold is not None:
-                cold = await self._cold.prepare(slo.name)
-                skip, notes = cold.skip, [*notes, *cold.notes]
-                if "ranker" in skip:
-                    return self._popular_fallback(count, slo.name, notes)
-            try:
-                ranked = await self._ranker.rank(user_id, count, context, as_of_ms, skip=skip)
-                self._observe(ranked, skip)
-                return Recommendation(
-                    [(i.item_id, i.score) for i in ranked.items],
-                    slo.name,
-                    current_trace_id(),
-                    ranked.model_version,
-                    ranked.feature_version,
-                    list(dict.fromkeys([*notes, *ranked.degraded])),
-                )
-            except RecmeshError as err:
-                if isinstance(err, InvalidArgument):
-                    raise
-                if self._cold is not None:
-                    self._cold.observed("ranker", False)
-                if not self._popular:
-                    raise Unavailable(f"ranker failed and no fallback is held yet: {err}") from err
-                FALLBACKS.labels("gateway", "ranker_unavailable", slo.name).inc()
-                span.add_event("fallback", {"reason": "ranker_unavailable", "error": str(err)})
-                _log.warning("fallback", reason="ranker_unavailable", error=str(err))
-                return self._popular_fallback(count, slo.name, [*notes, "ranker_unavailable"])
+                self._cold.observed("ranker", False)
+            if not self._popular:
+                raise Unavailable(f"ranker failed and no fallback is held yet: {err}") from err
+            FALLBACKS.labels("gateway", "ranker_unavailable", slo.name).inc()
+            span.add_event("fallback", {"reason": "ranker_unavailable", "error": str(err)})
+            span.set_attribute("recmesh.fallback_reason", "ranker_unavailable")
+            _log.warning("fallback", reason="ranker_unavailable", error=str(err))
+            return self._popular_fallback(count, slo.name, [*notes, "ranker_unavailable"])
 
     def _popular_fallback(self, count: int, slo_class: str, degraded: list[str]) -> Recommendation:
         if not self._popular:

@@ -111,6 +111,7 @@ async def test_ready_events_and_recommendations(running: Running) -> None:
                    "behavior": "click", "event_time": now - i * 1000} for i in range(3)]  # fmt: skip
         posted = await http.post("/v1/events", json={"events": events})
         assert posted.status_code == 202 and posted.json() == {"accepted": 3}
+        events_trace = posted.headers["traceparent"].split("-")[1]
 
         bad = await http.post("/v1/events", json={"events": [{**events[0], "behavior": "like"}]})
         assert bad.status_code == 400 and "events[0].behavior" in bad.json()["message"]
@@ -176,6 +177,15 @@ async def test_ready_events_and_recommendations(running: Running) -> None:
             }
 
         await poll_until(whole_trace, "one trace across gateway, ranker, feature and inference", timeout=10)
+        rows = [json.loads(line) for line in running.spans.read_text().splitlines() if line]
+        redis_spans = [
+            r for r in rows if r["trace_id"] == trace_id and r["attributes"].get("db.system") == "redis"
+        ]
+        assert redis_spans and {r["attributes"]["recmesh.slo_class"] for r in redis_spans} == {"A"}
+        publish = [r for r in rows if r["trace_id"] == events_trace and r["kind"] == "PRODUCER"]
+        assert publish and publish[0]["attributes"]["messaging.system"] == "kafka"
+        consumed = [r for r in rows if r["kind"] == "CONSUMER" and r["service"] == "recmesh-feature-ingest"]
+        assert any(events_trace in r["links"] for r in consumed), "the consumer's span links to the producer"
 
 
 async def test_grpc_recommender(running: Running) -> None:

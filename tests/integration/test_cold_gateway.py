@@ -69,7 +69,7 @@ async def test_class_a_falls_back_at_once_and_class_c_waits_for_a_late_inference
     ic = InferenceClient(inference_addr, "gateway")
     cold = build_cold_guard(settings, {"ranker": rc.health, "inference": ic.health})
     assert cold is not None
-    recommender = Recommender(rc, fc, 100, cold)
+    recommender = Recommender(rc, fc, 100, cold=cold)
     assert await recommender.refresh_popular()
     publisher = EventPublisher(f"127.0.0.1:{free_port()}", "unused", 0.5)
     app = create_app(settings, GatewayDeps(recommender, ClassPolicy.from_settings(settings), publisher, {}))

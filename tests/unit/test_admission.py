@@ -1,0 +1,115 @@
+"""Admission policy with plain values, and the gate's queueing on one event loop."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from recmesh.admission import AdmissionConfig, AdmissionGate, AimdLimit, Verdict, class_ceiling, decide
+from recmesh.errors import ResourceExhausted
+
+CONFIG = AdmissionConfig(shares={"A": 1.0, "B": 0.8, "C": 0.5}, queue_caps={"A": 2, "B": 1, "C": 0})
+EMPTY: dict[str, int] = {}
+
+
+def test_aimd_backs_off_on_slow_samples_and_grows_when_used() -> None:
+    limit = AimdLimit(initial=20, lo=4, hi=30, target_ms=100, backoff=0.5)
+    assert limit.on_sample(150, in_flight=10) == 10
+    assert limit.on_sample(10, in_flight=2) == 10, "no growth while the limit is mostly unused"
+    assert limit.on_sample(10, in_flight=5) == 11
+    assert limit.on_sample(10, in_flight=5, dropped=True) == 5.5
+    for _ in range(10):
+        limit.on_sample(500, in_flight=1)
+    assert limit.limit == 4, "never under the floor"
+    for _ in range(100):
+        limit.on_sample(1, in_flight=100)
+    assert limit.limit == 30, "never over the ceiling"
+
+
+def test_aimd_rejects_nonsense() -> None:
+    with pytest.raises(ValueError):
+        AimdLimit(initial=2, lo=4, hi=30, target_ms=100)
+    with pytest.raises(ValueError):
+        AimdLimit(initial=10, lo=4, hi=30, target_ms=100, backoff=1.0)
+
+
+def test_classes_are_shed_in_order_c_then_b_and_a_keeps_the_whole_limit() -> None:
+    limit = 10
+    assert class_ceiling(limit, "C", CONFIG.shares) == 5
+    assert class_ceiling(limit, "B", CONFIG.shares) == 8
+    assert class_ceiling(limit, "A", CONFIG.shares) == 10
+    verdicts = {n: tuple(decide(c, n, limit, EMPTY, CONFIG) for c in ("A", "B", "C")) for n in (4, 5, 8, 10)}
+    assert verdicts[4] == (Verdict.ADMIT, Verdict.ADMIT, Verdict.ADMIT)
+    assert verdicts[5] == (Verdict.ADMIT, Verdict.ADMIT, Verdict.SHED), "C first"
+    assert verdicts[8] == (Verdict.ADMIT, Verdict.QUEUE, Verdict.SHED), "then B (into its queue)"
+    assert verdicts[10] == (Verdict.QUEUE, Verdict.QUEUE, Verdict.SHED)
+
+
+def test_queues_are_bounded_and_nobody_overtakes_a_more_important_waiter() -> None:
+    assert decide("B", 9, 10, {"B": 1}, CONFIG) is Verdict.SHED, "B's queue of 1 is full"
+    assert decide("A", 10, 10, {"A": 2}, CONFIG) is Verdict.SHED
+    assert decide("B", 0, 10, {"A": 1}, CONFIG) is Verdict.QUEUE, "A waits: B may not jump ahead"
+    assert decide("A", 0, 10, {"B": 1}, CONFIG) is Verdict.ADMIT, "A does not wait behind B"
+    assert decide("X", 0, 10, EMPTY, CONFIG) is Verdict.ADMIT, "an unknown class gets the smallest share"
+    assert decide("X", 5, 10, EMPTY, CONFIG) is Verdict.SHED
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+async def test_gate_sheds_with_retry_after_and_hands_freed_slots_to_a_first() -> None:
+    config = AdmissionConfig(initial_limit=2, min_limit=2, max_limit=2, shares={"A": 1.0, "B": 1.0, "C": 0.5},
+                             queue_caps={"A": 1, "B": 1, "C": 0}, retry_after_s=3)  # fmt: skip
+    gate = AdmissionGate(config, service="test", clock=Clock())
+    release = asyncio.Event()
+    order: list[str] = []
+
+    async def hold(slo: str) -> None:
+        async with gate.slot(slo, budget_s=10.0):
+            order.append(slo)
+            await release.wait()
+
+    holders = [asyncio.create_task(hold("A")), asyncio.create_task(hold("A"))]
+    await asyncio.sleep(0)
+    assert gate.in_flight == 2
+    with pytest.raises(ResourceExhausted) as shed:
+        async with gate.slot("C", budget_s=10.0):
+            pass
+    assert shed.value.retry_after_s == 3 and shed.value.http_status == 429
+    waiting_b = asyncio.create_task(hold("B"))
+    await asyncio.sleep(0)
+    waiting_a = asyncio.create_task(hold("A"))
+    await asyncio.sleep(0)
+    assert gate.window.shed == {"C": 1}
+    release.set()
+    await asyncio.gather(*holders, waiting_a, waiting_b)
+    assert order == ["A", "A", "A", "B"], "the freed slot went to A although B waited longer"
+    assert gate.in_flight == 0
+    assert sorted(gate.take_window().latencies_ms) == ["A", "B"]
+
+
+async def test_a_queued_request_gives_up_after_its_share_of_the_budget() -> None:
+    config = AdmissionConfig(
+        initial_limit=1, min_limit=1, max_limit=1, queue_caps={"A": 4}, queue_wait_fraction=0.5
+    )
+    gate = AdmissionGate(config, service="test")
+    release = asyncio.Event()
+
+    async def hold() -> None:
+        async with gate.slot("A", budget_s=10.0):
+            await release.wait()
+
+    holder = asyncio.create_task(hold())
+    await asyncio.sleep(0)
+    with pytest.raises(ResourceExhausted, match="queue_timeout"):
+        async with gate.slot("A", budget_s=0.02):
+            pass
+    release.set()
+    await holder
+    assert gate.in_flight == 0 and gate._queued() == {"A": 0, "B": 0, "C": 0}
