@@ -138,6 +138,8 @@ def test_dependencies_come_from_hash_pinned_locks_per_variant() -> None:
     # Both packages install the module `onnxruntime`; the GPU lock must carry only the GPU one.
     assert "onnxruntime-gpu" in gpu and "onnxruntime" not in gpu and "nvidia-ml-py" in gpu
     assert {p for p in gpu if p.startswith("nvidia-cudnn")}, "CUDA libraries come from pip, not the base"
+    stale = cpu - {"onnxruntime"} - gpu
+    assert not stale, f"requirements-gpu.lock lacks {sorted(stale)}: run `make lock`"
 
 
 def test_make_images_builds_both_variants_and_says_when_no_engine() -> None:
