@@ -147,7 +147,7 @@ def test_make_images_builds_both_variants_and_says_when_no_engine() -> None:
     target = makefile[makefile.index("\nimages:") :].split("\n\n")[0]
     assert "docker info" in target and "no Docker engine" in target and "no docker CLI" in target
     assert "--build-arg VARIANT=cpu -t $(IMAGE):$(VERSION) " in target
-    assert "--build-arg VARIANT=gpu -t $(IMAGE):$(VERSION)-gpu " in target
+    assert "--build-arg VARIANT=gpu -t $(IMAGE)-gpu:$(VERSION) " in target
 
 
 def test_locustfile_marks_traffic_synthetic() -> None:
