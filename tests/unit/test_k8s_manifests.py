@@ -503,7 +503,7 @@ def test_redis_cluster_is_three_masters_with_one_replica_each() -> None:
     assert "cluster_state:ok" in script  # a re-run leaves a formed cluster alone
 
 
-def test_kafka_is_kraft_with_the_two_topics() -> None:
+def test_kafka_is_kraft_with_the_topics() -> None:
     docs = rendered("scale-to-zero")
     kafka = _one(docs, "Kafka", "recmesh")
     annotations = kafka["metadata"]["annotations"]
@@ -518,6 +518,7 @@ def test_kafka_is_kraft_with_the_two_topics() -> None:
     assert topics["user_behavior"]["config"]["retention.ms"] == 7 * day_ms
     assert topics["user_behavior.dlq"]["partitions"] == 1
     assert topics["user_behavior.dlq"]["config"]["retention.ms"] == 14 * day_ms
+    assert topics["served_features"]["config"]["retention.ms"] == 7 * day_ms
     for spec in topics.values():
         assert spec["config"]["min.insync.replicas"] < spec["replicas"] <= brokers
 
