@@ -90,6 +90,8 @@ async def test_class_a_falls_back_at_once_and_class_c_waits_for_a_late_inference
             assert first_a.status_code == 200, first_a.text
             assert first_a.json()["slo_class"] == "A"
             assert "inference_cold" in first_a.json()["degraded"]
+            # The ranker was told to skip scoring: it did not try (and fail) to reach inference.
+            assert "scoring_unavailable" not in first_a.json()["degraded"]
             assert first_a.json()["model_version"] == "popularity"
             assert _count("fallback", "A") == a_fallbacks + 1
             await asyncio.sleep(1.2)  # let the bounded background wake-up give up (1 s)
