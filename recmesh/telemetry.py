@@ -100,7 +100,10 @@ def setup_logging(service: str, level: str = "INFO", fmt: str = "json") -> None:
         raise ValueError(f"unknown log level {level!r}")
     logging.basicConfig(level=max(numeric, logging.WARNING), stream=sys.stderr)
     renderer: Any = (
-        structlog.processors.JSONRenderer(serializer=lambda o, **_: orjson.dumps(o).decode())
+        # OPT_NON_STR_KEYS: a log line with an int-keyed dict must not kill the process.
+        structlog.processors.JSONRenderer(
+            serializer=lambda o, **_: orjson.dumps(o, option=orjson.OPT_NON_STR_KEYS).decode()
+        )
         if fmt == "json"
         else structlog.dev.ConsoleRenderer(colors=False)
     )

@@ -10,15 +10,18 @@ from redis.exceptions import RedisError
 
 from recmesh.errors import InvalidArgument, Unavailable
 from recmesh.features.definitions import FEATURE_SET_VERSION
-from recmesh.features.wire import row_to_pb, table_to_pb
+from recmesh.features.wire import columns_to_pb, row_to_pb
 from recmesh.grpcserver import MeshServer, Registration
 from recmesh.resilience import current_slo_class, remaining_s
 from recmesh.settings import FeatureSettings
-from recmesh.telemetry import FALLBACKS
+from recmesh.telemetry import FALLBACKS, current_trace_id
 from recmesh.v1 import features_pb2 as pb
 from recmesh.v1 import features_pb2_grpc
 from services.feature.recall_store import RecallStore
+from services.feature.served_log import ServedLog
 from services.feature.store import FeatureStore
+
+REQUEST_ID_HEADER = "x-request-id"
 
 LOOKUP_ITEMS = Counter("recmesh_feature_lookup_items_total", "Items looked up.", ("slo_class",))
 # Bounds of the recall RPCs (items per answer, seeds or categories per request).
@@ -30,9 +33,16 @@ ITEM_CACHE_HIT_RATIO = Gauge(
 
 
 class FeatureServicer(features_pb2_grpc.FeatureServiceServicer):
-    def __init__(self, store: FeatureStore, settings: FeatureSettings, recall: RecallStore) -> None:
+    def __init__(
+        self,
+        store: FeatureStore,
+        settings: FeatureSettings,
+        served_log: ServedLog | None,
+        recall: RecallStore,
+    ) -> None:
         self._store = store
         self._settings = settings
+        self._served_log = served_log
         self._recall = recall
 
     async def GetFeatures(
@@ -57,13 +67,23 @@ class FeatureServicer(features_pb2_grpc.FeatureServiceServicer):
         LOOKUP_ITEMS.labels(slo).inc(len(item_ids))
         for reason in lookup.degraded:
             FALLBACKS.labels("feature", reason, slo).inc()
+        if self._served_log is not None and self._served_log.sampled():
+            metadata = dict(context.invocation_metadata() or ())
+            self._served_log.offer(
+                request_id=str(metadata.get(REQUEST_ID_HEADER, "")),
+                trace_id=current_trace_id(),
+                as_of_ms=as_of,
+                user_id=request.user_id,
+                item_ids=item_ids,
+                lookup=lookup,
+            )
         cache = self._store.item_cache
         total = cache.hits + cache.misses
         if total:
             ITEM_CACHE_HIT_RATIO.set(cache.hits / total)
         return pb.GetFeaturesResponse(
             user=row_to_pb(request.user_id, lookup.user),
-            items=table_to_pb(item_ids, lookup.items),
+            items=columns_to_pb(item_ids, lookup.item_columns),
             feature_version=FEATURE_SET_VERSION,
             as_of_ms=as_of,
             degraded=lookup.degraded,
@@ -114,7 +134,10 @@ class FeatureServicer(features_pb2_grpc.FeatureServiceServicer):
 
 
 def build_server(
-    settings: FeatureSettings, store: FeatureStore, recall: RecallStore | None = None
+    settings: FeatureSettings,
+    store: FeatureStore,
+    served_log: ServedLog | None = None,
+    recall: RecallStore | None = None,
 ) -> MeshServer:
     return MeshServer(
         "feature",
@@ -123,7 +146,7 @@ def build_server(
             Registration(
                 "recmesh.v1.FeatureService",
                 features_pb2_grpc.add_FeatureServiceServicer_to_server,
-                FeatureServicer(store, settings, recall or RecallStore(store.client)),
+                FeatureServicer(store, settings, served_log, recall or RecallStore(store.client)),
             )
         ],
     )

@@ -24,6 +24,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from services.ranker.policy import SKIP_FINE_RANKING
+
 Resource = Literal["cpu", "gpu", "accelerator", "io"]
 
 DEFAULT_GRAPH = Path(__file__).with_name("default_graph.toml")
@@ -41,8 +43,9 @@ class NodeSpec(BaseModel):
     resource: Resource = "cpu"
     budget_share: float = Field(gt=0.0, le=1.0)
     skippable: bool = False
-    # The lowest ladder level at which a skippable node is skipped.
-    skip_at_level: int = Field(3, ge=1, le=3)
+    # The lowest ladder level at which a skippable node is skipped (default: the
+    # last level, skip fine ranking).
+    skip_at_level: int = Field(SKIP_FINE_RANKING, ge=1, le=SKIP_FINE_RANKING)
     inputs: tuple[str, ...] = ()
 
 

@@ -96,6 +96,10 @@ SEMANTIC_SIGMA = Histogram(
 _tracer = trace.get_tracer("recmesh.ranker")
 
 FALLBACK_MODEL = UNSCORED_MODEL
+# How much longer than its calls' deadline a node may run before it is cut off
+# (gRPC surfaces an expired deadline a few ms late on a loaded machine).
+NODE_GRACE_FACTOR = 1.25
+NODE_GRACE_S = 0.005
 
 
 @dataclass
@@ -139,7 +143,7 @@ def build_pipeline(
         "popular": PopularSource(features),
         "covisit": CovisitSource(features),
         "category": CategorySource(features, settings.affinity_categories),
-        "semantic": SemanticSource(holder),
+        "semantic": SemanticSource(holder, inference),
     }
     return RankPipeline(Env(features, inference, settings, sources), graph, holder)
 
@@ -194,7 +198,11 @@ class RankPipeline:
                 left = remaining_s()
                 cap_s = share_s if left is None else max(0.0, min(share_s, left))
                 try:
-                    async with asyncio.timeout(cap_s):
+                    # The stage passes cap_s on as its calls' gRPC deadline; the local
+                    # bound is a little later so a slow downstream fails as
+                    # DEADLINE_EXCEEDED (which its circuit breaker counts), not as
+                    # a cancellation (which it cannot).
+                    async with asyncio.timeout(cap_s * NODE_GRACE_FACTOR + NODE_GRACE_S):
                         out = await kind.run(self._env, req, node, inputs, cap_s)
                 except (TimeoutError, RecmeshError) as err:
                     if not node.skippable:

@@ -14,8 +14,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
+import numpy as np
+import numpy.typing as npt
+
 from recmesh.cache import TtlCache
-from recmesh.clients import FeatureClient
+from recmesh.clients import FeatureClient, InferenceClient
 from recmesh.errors import RecmeshError
 from recmesh.features.definitions import FeatureValue
 from services.ranker.fusion import Role, affinity_candidates, category_affinity, semantic_sigma
@@ -23,6 +26,11 @@ from services.ranker.semantic import IndexHolder
 
 # Recall lists change slowly; a few seconds of staleness is invisible.
 CACHE_TTL_S = 5.0
+# A query longer than this is cut before embedding (the encoder truncates anyway).
+QUERY_MAX_CHARS = 1000
+
+Vector = npt.NDArray[np.float32]
+Attributes = dict[str, str | int | float]
 
 
 @dataclass(frozen=True)
@@ -134,21 +142,43 @@ class CategorySource:
 
 
 class SemanticSource:
-    """Nearest items to the user's intent vector in the ANN index; sigma from the margins."""
+    """Nearest items to the user's intent vector in the ANN index; sigma from the margins.
+
+    The intent is the mean of the vectors of the user's last viewed items and,
+    when the request's context carries a `query`, of that text embedded by the
+    inference service (the same model as the item vectors). The query gets at
+    most half of the source's deadline; without it the viewed items still count.
+    """
 
     name = "semantic"
     role: Role = "semantic"
 
-    def __init__(self, holder: IndexHolder) -> None:
+    def __init__(self, holder: IndexHolder, inference: InferenceClient | None = None) -> None:
         self._holder = holder
+        self._inference = inference
+
+    async def _query_vector(self, ctx: RecallContext, attributes: Attributes) -> list[Vector]:
+        query = ctx.context.get("query", "").strip()
+        if not query or self._inference is None:
+            return []
+        try:
+            embedded = await self._inference.embed([query[:QUERY_MAX_CHARS]], cap_s=ctx.cap_s / 2)
+        except RecmeshError as err:
+            attributes["query"] = f"unavailable: {type(err).__name__}"
+            return []
+        attributes["query"] = "embedded"
+        return [embedded.matrix[0]]
 
     async def fetch(self, ctx: RecallContext) -> Recalled:
         index = self._holder.index
         if index is None:
             return Recalled([], attributes={"index": "absent"})
-        intent = index.intent(last_viewed(ctx.user))
+        attributes: Attributes = {}
+        extra = await self._query_vector(ctx, attributes)
+        intent = index.intent(last_viewed(ctx.user), extra)
         if intent is None:
-            return Recalled([], attributes={"index": "no_intent"})
+            return Recalled([], attributes={**attributes, "index": "no_intent"})
         hits = index.search(intent.vector, ctx.limit)
         sigma = semantic_sigma([s for _, s in hits], intent.coherence)
-        return Recalled(hits, sigma=sigma, attributes={"coherence": round(intent.coherence, 3)})
+        attributes["coherence"] = round(intent.coherence, 3)
+        return Recalled(hits, sigma=sigma, attributes=attributes)

@@ -13,6 +13,8 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 
+from opentelemetry import trace
+
 from recmesh.clients import FeatureClient, InferenceClient
 from recmesh.errors import RecmeshError, Unavailable
 from recmesh.features.definitions import FEATURE_SET_VERSION, FeatureValue
@@ -29,7 +31,7 @@ from services.ranker.fusion import (
     role_weights,
 )
 from services.ranker.graph import KindSpec, NodeSpec
-from services.ranker.policy import sample_candidates, top_n
+from services.ranker.policy import SKIP_FINE_RANKING, sample_candidates, top_n
 from services.ranker.recall import RecallContext, Recalled, RecallSource, last_viewed
 
 UNSCORED_MODEL = "recall"
@@ -222,8 +224,13 @@ async def _run_score(env: Env, req: RequestState, node: NodeSpec, inputs: Inputs
         raise InferenceSkipped("the caller presumes inference cold")
     ids = [i for i, _ in f.pool]
     matrix = build_matrix(f.user, [(i, f.rows.get(i, {})) for i in ids])
-    scored = await env.inference.score(f.feature_version, list(COLUMNS), matrix.ravel().tolist(), cap_s=cap_s)
+    # Levels 1-3 ask inference for its cheaper model variants (policy.py).
+    variant = min(req.level, SKIP_FINE_RANKING - 1)
+    scored = await env.inference.score(
+        f.feature_version, list(COLUMNS), matrix.ravel().tolist(), level=variant, cap_s=cap_s
+    )
     req.suggested_level = scored.suggested_level
+    trace.get_current_span().set_attribute("recmesh.inference_served_level", scored.level)
     items = top_n(ids, scored.scores, len(ids)) + [(i, 0.0) for i, _ in f.rest]
     return Ordered(items, scored.model_version, f.feature_version, _categories(f))
 

@@ -66,7 +66,7 @@ def test_a_minimal_graph_from_a_file_needs_no_code(tmp_path: Path) -> None:
 def test_text_and_dot_show_every_node_and_edge() -> None:
     graph = load_graph(RankerSettings())
     text = to_text(graph)
-    assert "stage 1 (concurrent)" in text and "skippable from L3" in text
+    assert "stage 1 (concurrent)" in text and "skippable from L4" in text
     assert all(name in text for name in graph.nodes)
     dot = to_dot(graph)
     assert dot.startswith("digraph ranking {") and dot.rstrip().endswith("}")
