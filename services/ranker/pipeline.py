@@ -2,8 +2,9 @@
 
 Every node starts as soon as its inputs are done, so independent nodes (the
 user look-up and popularity; then the personal recall sources) run
-concurrently. Each node runs under its own deadline, its budget share of the
-class budget (capped by what is left of the request's). Before a node starts,
+concurrently. Each skippable node runs under its own deadline, its budget
+share of the class budget (capped by what is left of the request's); a
+required node may use all that is left. Before a node starts,
 the ladder (policy.choose_level, from the remaining budget, the time spent so
 far and the inference service's suggestion) is re-evaluated; the level only
 rises within a request. A skippable node is skipped once the level reaches its
@@ -194,7 +195,10 @@ class RankPipeline:
                 req.degraded.append(f"skipped:{node.name}")
                 out = kind.neutral(self._env, req, node, inputs)
             else:
-                share_s = node.budget_share * budget_ms / 1000
+                # A skippable node gets its share of the class budget; a required one
+                # (no fallback) may use all that is left, or giving up would only
+                # fail the request sooner.
+                share_s = (node.budget_share if node.skippable else 1.0) * budget_ms / 1000
                 left = remaining_s()
                 cap_s = share_s if left is None else max(0.0, min(share_s, left))
                 try:

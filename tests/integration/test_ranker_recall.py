@@ -18,13 +18,18 @@ from pathlib import Path
 
 import numpy as np
 
-from recmesh.clients import RankerClient
+from recmesh.clients import InferenceClient, RankerClient
 from recmesh.demo.generate import CATEGORIES, make_catalog
+from recmesh.demo.texts import embedding_text, item_texts
+from recmesh.embedding.encoder import TextEncoder
 from recmesh.events import Event
 from recmesh.resilience import request_scope
-from recmesh.settings import RankerSettings
+from recmesh.settings import InferenceSettings, RankerSettings
 from recmesh.vectors import save_item_vectors
 from services.feature.recall_store import RecallStore
+from services.inference.model import ModelRegistry
+from services.inference.server import build_server as build_inference
+from services.inference.textmodels import OnnxEmbedder, TextModels
 from services.ranker.pipeline import build_pipeline
 from services.ranker.server import build_server as build_ranker
 from tests.helpers import free_port
@@ -162,3 +167,40 @@ async def test_a_bad_graph_stops_the_ranker_at_start(tmp_path: Path) -> None:
     assert proc.returncode == 1
     message = err.decode()
     assert "bad ranking graph" in message and "node 'fuse' reads nope, which no node produces" in message
+
+
+async def test_the_request_query_steers_semantic_recall(
+    mesh: Mesh, model_dir: Path, embed_model_dir: Path, tmp_path: Path
+) -> None:
+    """Real MiniLM vectors of 120 items' texts; the query is embedded by the inference service."""
+    texts = item_texts(CATALOG)
+    chosen = [i for i in CATALOG.item_ids if CATEGORY[i] in ("food", "tech")][:120]
+    encoder = TextEncoder.from_model_dir(embed_model_dir)
+    matrix = encoder.encode([embedding_text(*texts[i]) for i in chosen])
+    save_item_vectors(tmp_path, chosen, matrix, {"model": encoder.model})
+    registry = ModelRegistry(model_dir)
+    registry.load_current()
+    inference = build_inference(
+        InferenceSettings(inference_port=free_port(), model_dir=model_dir, batching=False), registry,
+        text=TextModels(embedder=OnnxEmbedder(encoder)),
+    )  # fmt: skip
+    await inference.start()
+    await inference.set_serving()
+    ic = InferenceClient(inference.address, "ranker")
+    settings = RankerSettings(ranker_port=free_port(), model_dir=tmp_path)
+    ranker = build_ranker(settings, build_pipeline(settings, mesh.feature_client, ic))
+    await ranker.start()
+    await ranker.set_serving()
+    client = RankerClient(ranker.address, "test")
+    query = embedding_text(*texts[chosen[0]])
+    try:
+        with request_scope("C", 3.0):  # the embed lane is a low-priority thread: give it time
+            plain = await client.rank("u1777", 10, {}, 0)
+            steered = await client.rank("u1777", 10, {"query": query}, 0)
+    finally:
+        await client.close()
+        await ranker.stop(0.1)
+        await ic.close()
+        await inference.stop(0.1)
+    assert dict(plain.recall_counts).get("semantic", 0) == 0, "no recent views and no query: no intent"
+    assert dict(steered.recall_counts)["semantic"] > 0 and steered.sigma > 0.0
