@@ -75,3 +75,13 @@ async def topics(kafka_bootstrap: str, request: pytest.FixtureRequest) -> dict[s
     names = {"events": f"ub-{suffix}", "dlq": f"ub-{suffix}.dlq"}
     await ensure_topics(kafka_bootstrap, {names["events"]: 3, names["dlq"]: 1})
     return names
+
+
+@pytest.fixture(scope="session")
+def embed_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A model dir holding the MiniLM encoder exported from the packaged weights (about 2 s)."""
+    from recmesh.embedding.export import export
+
+    model_dir = tmp_path_factory.mktemp("embed-models")
+    export(model_dir)
+    return model_dir

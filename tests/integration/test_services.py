@@ -48,6 +48,8 @@ async def test_feature_lookup_over_grpc_sees_fresh_events(mesh: Mesh) -> None:
     assert resp.as_of_ms == now
     assert resp.user.features["clicks_5m"].number >= 1
     assert resp.user.features["clicks_5m"].age_ms == 1000
+    # freshness 2^(-age/tau), tau 30 s for clicks_5m
+    assert resp.user.features["clicks_5m"].freshness == pytest.approx(2 ** (-1 / 30))
     assert list(resp.items.entity_ids) == ["i3", "i4"]
     items = table_rows(resp.items)
     assert items["i3"]["clicks_10m"] == 1
