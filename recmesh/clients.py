@@ -278,6 +278,24 @@ class FeatureClient(GrpcClient):
         )
         return [(i.item_id, i.score) for i in resp.items]
 
+    async def related(
+        self, item_ids: list[str], limit: int, per_item: int = 0, cap_s: float | None = None
+    ) -> list[tuple[str, float]]:
+        req = features_pb2.GetRelatedRequest(item_ids=item_ids, limit=limit, per_item=per_item)
+        resp: features_pb2.GetRelatedResponse = await self._call(
+            "GetRelated", self._stub.GetRelated, req, cap_s
+        )
+        return [(i.item_id, i.score) for i in resp.items]
+
+    async def category_popular(
+        self, categories: list[str], limit: int, cap_s: float | None = None
+    ) -> dict[str, list[tuple[str, float]]]:
+        req = features_pb2.GetCategoryPopularRequest(categories=categories, limit=limit)
+        resp: features_pb2.GetCategoryPopularResponse = await self._call(
+            "GetCategoryPopular", self._stub.GetCategoryPopular, req, cap_s
+        )
+        return {c.category: [(i.item_id, i.score) for i in c.items] for c in resp.categories}
+
 
 SUGGESTED_LEVEL_KEY = "x-recmesh-suggested-level"
 # Request metadata: comma-separated dependencies the callee must not call, e.g.

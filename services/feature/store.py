@@ -209,6 +209,10 @@ class FeatureStore:
     def item_cache(self) -> TtlCache[dict[str, Any]]:
         return self._item_static
 
+    @property
+    def client(self) -> AnyRedis:
+        return self._redis
+
     async def prepare(self) -> None:
         self._item_sha = await self._redis.script_load(_ITEM_WINDOWS_LUA)
         self._apply_sha = await self._redis.script_load(_APPLY_LUA)
@@ -341,6 +345,10 @@ class FeatureStore:
             pipe.delete(keys.item_static(iid))
             pipe.hset(keys.item_static(iid), mapping={k: orjson.dumps(v) for k, v in feats.items()})
             pipe.zadd(keys.POPULARITY, {iid: float(feats.get("popularity", 0.0))})
+            pipe.zadd(
+                keys.category_popularity(str(feats.get("category", "unknown"))),
+                {iid: float(feats.get("popularity", 0.0))},
+            )
             n_items += 1
             if len(pipe) >= 5000:
                 await pipe.execute()
