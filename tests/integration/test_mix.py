@@ -45,7 +45,8 @@ async def gateway_url(
     """Feature, inference, ranker and gateway as their own processes, as deployed
     (`mesh` has loaded the offline features into this Redis)."""
     own = tmp_path / "models"
-    shutil.copytree(model_dir, own)
+    # The CTR model only: another test's `recmesh up` may have added text models to model_dir.
+    shutil.copytree(model_dir, own, ignore=shutil.ignore_patterns(EMBEDDER_DIR, "*item_vectors*"))
     (own / EMBEDDER_DIR).symlink_to(embed_model_dir / EMBEDDER_DIR)
     ports = {name: free_port() for name in (
         "FEATURE_PORT", "INFERENCE_PORT", "RANKER_PORT", "GATEWAY_HTTP_PORT", "GATEWAY_GRPC_PORT",
