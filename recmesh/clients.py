@@ -287,6 +287,7 @@ class Scored:
     scores: list[float]
     model_version: str
     suggested_level: int  # the inference service's degradation hint (trailing metadata)
+    level: int = 0  # the degradation level the inference service actually served
 
 
 @dataclass(frozen=True)
@@ -314,7 +315,8 @@ class InferenceClient(GrpcClient):
             feature_version=feature_version, feature_names=columns, values=values, level=level
         )
         resp, trailers = await self._call_with_trailers("Score", self._stub.Score, req, cap_s, retry=True)
-        return Scored(list(resp.scores), resp.model_version, int(trailers.get(SUGGESTED_LEVEL_KEY, "0")))
+        suggested = int(trailers.get(SUGGESTED_LEVEL_KEY, "0"))
+        return Scored(list(resp.scores), resp.model_version, suggested, resp.level)
 
     async def embed(self, texts: list[str], cap_s: float | None = None) -> Embedded:
         resp: inference_pb2.EmbedResponse = await self._call(

@@ -22,6 +22,10 @@ def _default_shares() -> dict[SloName, float]:
     return {"A": 1.0, "B": 0.8, "C": 0.5}
 
 
+def _default_floors() -> dict[SloName, int]:
+    return {"A": 32}
+
+
 def _default_queue() -> dict[SloName, int]:
     return {"A": 64, "B": 16, "C": 0}
 
@@ -51,7 +55,7 @@ class KafkaSettings(BaseSettings):
     dlq_topic: str = Field("user_behavior.dlq", validation_alias="RECMESH_DLQ_TOPIC")
 
 
-class FeatureSettings(CommonSettings, RedisSettings):
+class FeatureSettings(CommonSettings, RedisSettings, KafkaSettings):
     feature_port: int = 50052
     metrics_port: int = Field(9102, validation_alias="FEATURE_METRICS_PORT")
     # Budget for the real-time read; past it the response falls back to
@@ -62,6 +66,12 @@ class FeatureSettings(CommonSettings, RedisSettings):
         default_factory=dict, validation_alias="RECMESH_FEATURE_TIMEOUT_MS_BY_CLASS"
     )
     max_items: int = Field(500, validation_alias="RECMESH_FEATURE_MAX_ITEMS")
+    # Served-feature log (services/feature/served_log.py): the share of look-ups whose
+    # served vectors go to the topic (0 = off, 1 = all), and the queue bound past
+    # which records are dropped rather than slowing look-ups.
+    served_log_rate: float = Field(0.01, ge=0.0, le=1.0, validation_alias="RECMESH_SERVED_LOG_RATE")
+    served_topic: str = Field("served_features", validation_alias="RECMESH_SERVED_TOPIC")
+    served_log_queue: int = Field(1000, ge=1, validation_alias="RECMESH_SERVED_LOG_QUEUE")
 
 
 class IngestSettings(CommonSettings, RedisSettings, KafkaSettings):
@@ -69,6 +79,10 @@ class IngestSettings(CommonSettings, RedisSettings, KafkaSettings):
     consumer_group: str = Field("recmesh-feature-ingest", validation_alias="RECMESH_CONSUMER_GROUP")
     max_batch: int = Field(2000, validation_alias="RECMESH_INGEST_MAX_BATCH")
     allowed_lateness_ms: int = Field(10_000, validation_alias="RECMESH_ALLOWED_LATENESS_MS")
+    # State-drift sampler: a pass over the keyspace every this many seconds (0 = off),
+    # scanning at most this many keys per second (services/feature/drift.py).
+    state_sample_s: float = Field(15.0, validation_alias="RECMESH_STATE_SAMPLE_S")
+    state_scan_keys_per_s: int = Field(20_000, validation_alias="RECMESH_STATE_SCAN_KEYS_PER_S")
 
 
 class InferenceSettings(CommonSettings):
@@ -126,13 +140,17 @@ class AdmissionSettings(BaseSettings):
 
     enabled: bool = Field(True, validation_alias="RECMESH_ADMISSION")
     initial_limit: float = Field(32, gt=0, validation_alias="RECMESH_ADMISSION_INITIAL_LIMIT")
-    min_limit: float = Field(4, gt=0, validation_alias="RECMESH_ADMISSION_MIN_LIMIT")
+    min_limit: float = Field(8, gt=0, validation_alias="RECMESH_ADMISSION_MIN_LIMIT")
     max_limit: float = Field(256, gt=0, validation_alias="RECMESH_ADMISSION_MAX_LIMIT")
-    latency_target_ms: float = Field(150.0, gt=0, validation_alias="RECMESH_ADMISSION_LATENCY_TARGET_MS")
+    latency_target_ms: float = Field(100.0, gt=0, validation_alias="RECMESH_ADMISSION_LATENCY_TARGET_MS")
     # Share of the limit each class may fill, e.g. '{"A": 1.0, "B": 0.8, "C": 0.5}'.
     shares: dict[SloName, float] = Field(
         default_factory=_default_shares,
         validation_alias="RECMESH_ADMISSION_SHARES",
+    )
+    # In-flight slots a class keeps whatever the adaptive limit, e.g. '{"A": 32}'.
+    floors: dict[SloName, int] = Field(
+        default_factory=_default_floors, validation_alias="RECMESH_ADMISSION_FLOORS"
     )
     # Requests per class that may wait for a slot, e.g. '{"A": 64, "B": 16, "C": 0}'.
     queue: dict[SloName, int] = Field(
@@ -140,9 +158,16 @@ class AdmissionSettings(BaseSettings):
         validation_alias="RECMESH_ADMISSION_QUEUE",
     )
     retry_after_s: int = Field(1, ge=0, validation_alias="RECMESH_ADMISSION_RETRY_AFTER_S")
-    # The feedback controller: window length (0 turns it off) and class A's P95 target.
+    # Gateway event-loop lag past which class C is shed (B past twice it); 0: off.
+    loop_lag_limit_ms: float = Field(25.0, ge=0, validation_alias="RECMESH_ADMISSION_LOOP_LAG_MS")
+    # A queued request waits at most this share of its budget for a slot.
+    queue_wait_fraction: float = Field(0.5, gt=0, le=1, validation_alias="RECMESH_ADMISSION_QUEUE_WAIT")
+    # The feedback controller: window length (0 turns it off), class A's P95 target,
+    # and the range it may move the latency target in.
     controller_window_s: float = Field(10.0, ge=0, validation_alias="RECMESH_CONTROLLER_WINDOW_S")
     target_p95_ms: float = Field(200.0, gt=0, validation_alias="RECMESH_CONTROLLER_TARGET_P95_MS")
+    controller_min_ms: float = Field(50.0, gt=0, validation_alias="RECMESH_CONTROLLER_MIN_MS")
+    controller_max_ms: float = Field(1000.0, gt=0, validation_alias="RECMESH_CONTROLLER_MAX_MS")
 
 
 def _default_tool_queue() -> dict[SloName, int]:
@@ -219,6 +244,7 @@ class UpSettings(CommonSettings):
     offline_dir: Path | None = Field(None, validation_alias="RECMESH_OFFLINE_DIR")
     events_topic: str = Field("user_behavior", validation_alias="RECMESH_EVENTS_TOPIC")
     dlq_topic: str = Field("user_behavior.dlq", validation_alias="RECMESH_DLQ_TOPIC")
+    served_topic: str = Field("served_features", validation_alias="RECMESH_SERVED_TOPIC")
     topic_partitions: int = Field(3, validation_alias="RECMESH_TOPIC_PARTITIONS")
     gateway_http_port: int = 8000
     gateway_grpc_port: int = 50051

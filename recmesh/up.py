@@ -59,6 +59,11 @@ class Mesh:
         }
         self.http = f"http://{host}:{settings.gateway_http_port}"
 
+    def topics(self) -> dict[str, int]:
+        """Topic -> partitions: events, their dead letters, and the served-feature log."""
+        s = self.s
+        return {s.events_topic: s.topic_partitions, s.dlq_topic: 1, s.served_topic: s.topic_partitions}
+
     def _child_env(self) -> dict[str, str]:
         s = self.s
         env = dict(os.environ)
@@ -81,6 +86,7 @@ class Mesh:
             RECMESH_MODEL_DIR=str(self.model_dir),
             RECMESH_EVENTS_TOPIC=s.events_topic,
             RECMESH_DLQ_TOPIC=s.dlq_topic,
+            RECMESH_SERVED_TOPIC=s.served_topic,
             PYTHONUNBUFFERED="1",
         )
         # A demo caller entitled to class A, unless the user brought their own keys.
@@ -123,8 +129,9 @@ class Mesh:
             say(f"Kafka-protocol broker (Tansu) on 127.0.0.1:{port} (embedded, pid {proc.pid})")
         else:
             say(f"using Kafka at {self.kafka}")
-        await ensure_topics(self.kafka, {self.s.events_topic: self.s.topic_partitions, self.s.dlq_topic: 1})
-        say(f"topics ready: {self.s.events_topic} ({self.s.topic_partitions} partitions), {self.s.dlq_topic}")
+        await ensure_topics(self.kafka, self.topics())
+        s = self.s
+        say(f"topics ready: {', '.join(self.topics())} ({s.topic_partitions} partitions for events)")
 
     async def load_data(self) -> None:
         from recmesh.features.offline import read_entities

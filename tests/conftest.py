@@ -13,7 +13,7 @@ from recmesh.embedded import broker_process, ensure_topics, redis_process, start
 from recmesh.training.train import TrainConfig, train
 from tests.helpers import free_port
 
-SMALL_TRAINING = TrainConfig(sessions=1500, hours=2.0, epochs=120)
+SMALL_TRAINING = TrainConfig(sessions=1500, hours=2.0, epochs=3)
 
 
 @pytest.fixture(scope="session")

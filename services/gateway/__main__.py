@@ -14,7 +14,7 @@ from recmesh.grpcserver import wait_for_shutdown_signal
 from recmesh.settings import GatewaySettings
 from recmesh.telemetry import setup_logging, setup_tracing
 from services.gateway.aitools import AiTools
-from services.gateway.app import GatewayDeps, create_app
+from services.gateway.app import GatewayDeps, create_app, with_shed_front
 from services.gateway.cold import build_cold_guard
 from services.gateway.events import EventPublisher
 from services.gateway.grpc_api import build_grpc_server
@@ -45,12 +45,13 @@ async def main(settings: GatewaySettings) -> None:
     await publisher.start()
     popular_task = asyncio.create_task(recommender.keep_popular_fresh())
     controller_task = asyncio.create_task(controller.run()) if controller else None
+    lag_task = asyncio.create_task(gate.watch_loop_lag()) if gate else None
     grpc_server = build_grpc_server(settings, recommender, policy)
     await grpc_server.start()
     await grpc_server.set_serving()
     http = uvicorn.Server(
         uvicorn.Config(
-            app, host=settings.bind_host, port=settings.gateway_http_port,
+            with_shed_front(app, deps), host=settings.bind_host, port=settings.gateway_http_port,
             log_level="warning", access_log=False, lifespan="off",
         )
     )  # fmt: skip
@@ -64,8 +65,9 @@ async def main(settings: GatewaySettings) -> None:
         await http_task
     stop_task.cancel()
     popular_task.cancel()
-    if controller_task is not None:
-        controller_task.cancel()
+    for task in (controller_task, lag_task):
+        if task is not None:
+            task.cancel()
     await publisher.stop()
     if cold is not None:
         await cold.close()

@@ -200,7 +200,10 @@ class Recommender:
         self._cold.observed("ranker", True)
         if "inference" in skipped:
             return
-        if "scoring_unavailable" in ranked.degraded:
+        degraded = list(ranked.degraded)
+        if "scoring_unavailable" in degraded or "inference_cold" in degraded:
             self._cold.observed("inference", False)
-        elif ranked.model_version != "popularity":
+        elif not any(d.startswith("ladder:") for d in degraded):
+            # No scoring fallback and no ladder step that may have skipped scoring: the
+            # ranker's Score call went through, so inference is up.
             self._cold.observed("inference", True)

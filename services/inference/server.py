@@ -1,4 +1,9 @@
-"""gRPC InferenceService: batch scoring with schema checks."""
+"""gRPC InferenceService: batch scoring with schema checks.
+
+A request names the degradation level it wants (0 = full model .. 3); the
+response carries the level actually served: the requested one, or the
+nearest less degraded level the served version has (recmesh.modeldir).
+"""
 
 from __future__ import annotations
 
@@ -8,6 +13,7 @@ from prometheus_client import Counter
 
 from recmesh.errors import FailedPrecondition, InvalidArgument
 from recmesh.grpcserver import MeshServer, Registration
+from recmesh.modeldir import LEVELS
 from recmesh.resilience import remaining_s
 from recmesh.settings import InferenceSettings
 from recmesh.v1 import inference_pb2 as pb
@@ -18,11 +24,9 @@ from services.inference.model import ModelRegistry
 from services.inference.pressure import SUGGESTED, SUGGESTED_LEVEL_KEY, GpuProbe, suggest_level
 from services.inference.textmodels import TextModels
 
-# Reduced-dimension model variants are not built yet: every request is served
-# by the full model, and the response says so whatever level was asked for.
-SERVED_LEVEL = 0
-
 ROWS = Counter("recmesh_inference_rows_total", "Rows scored.")
+SERVED = Counter("recmesh_inference_served_total", "Score requests by level asked and served.",
+                 ("requested", "served"))  # fmt: skip
 TEXT_TOKENS = Counter("recmesh_inference_text_tokens_total", "Tokens processed by text models.", ["method"])
 SCHEMA_MISMATCH = Counter(
     "recmesh_inference_schema_mismatch_total", "Requests refused for a feature schema mismatch."
@@ -72,6 +76,8 @@ class InferenceServicer(inference_pb2_grpc.InferenceServiceServicer):
                 f"values has {len(request.values)} entries, not a multiple of {cols} columns"
             )
         rows = len(request.values) // cols
+        if request.level not in LEVELS:
+            raise InvalidArgument(f"level {request.level} is not one of {list(LEVELS)}")
         if rows > self._settings.max_rows:
             raise InvalidArgument(f"{rows} rows; at most {self._settings.max_rows} per request")
         try:
@@ -80,15 +86,18 @@ class InferenceServicer(inference_pb2_grpc.InferenceServiceServicer):
             SCHEMA_MISMATCH.inc()
             raise
         self._suggest(context)
+        variant = model.variant(request.level)
+        SERVED.labels(str(request.level), str(variant.level)).inc()
         if rows == 0:
-            return pb.ScoreResponse(model_version=model.version, level=SERVED_LEVEL)
+            return pb.ScoreResponse(model_version=model.version, level=variant.level)
         matrix = np.asarray(request.values, dtype=np.float32).reshape(rows, cols)
         if self._batcher is None:
-            scores = model.score(matrix)
+            scores = variant.score(matrix)
         else:
-            scores = await self._batcher.submit(model, matrix, remaining_s())
+            # A batch holds one variant's jobs only (take_batch splits on the job's model).
+            scores = await self._batcher.submit(variant, matrix, remaining_s())
         ROWS.inc(rows)
-        return pb.ScoreResponse(scores=scores.tolist(), model_version=model.version, level=SERVED_LEVEL)
+        return pb.ScoreResponse(scores=scores.tolist(), model_version=model.version, level=variant.level)
 
     async def ModelInfo(
         self, request: pb.ModelInfoRequest, context: grpc.aio.ServicerContext
@@ -166,7 +175,7 @@ def build_batcher(settings: InferenceSettings) -> MicroBatcher | None:
     if not settings.batching:
         return None
     return MicroBatcher(
-        lambda model, rows: model.score(rows),
+        lambda variant, rows: variant.score(rows),
         max_rows=settings.batch_max_rows,
         max_delay_us=settings.batch_max_delay_us,
         max_queue=settings.batch_max_queue,
