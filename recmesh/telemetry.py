@@ -99,8 +99,10 @@ def setup_logging(service: str, level: str = "INFO", fmt: str = "json") -> None:
     if not isinstance(numeric, int):
         raise ValueError(f"unknown log level {level!r}")
     logging.basicConfig(level=max(numeric, logging.WARNING), stream=sys.stderr)
+    # Non-string keys (e.g. {level: bytes}) are written as strings: a log line must never crash a service.
+    options = orjson.OPT_NON_STR_KEYS
     renderer: Any = (
-        structlog.processors.JSONRenderer(serializer=lambda o, **_: orjson.dumps(o).decode())
+        structlog.processors.JSONRenderer(serializer=lambda o, **_: orjson.dumps(o, option=options).decode())
         if fmt == "json"
         else structlog.dev.ConsoleRenderer(colors=False)
     )
