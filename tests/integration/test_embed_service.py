@@ -66,8 +66,8 @@ async def test_embed_flood_is_shed_while_scoring_stays_fast(served: InferenceCli
     Scoring has its own client, as the ranker does (a client's breaker counts the
     flood's RESOURCE_EXHAUSTED answers, and would fail fast for every method)."""
     scorer = InferenceClient(served.address, "ranker")
-    long_texts = ["a long product description about headphones and travel " * 20] * 32
-    flood = [asyncio.create_task(served.embed(long_texts, cap_s=10)) for _ in range(12)]
+    long_texts = ["a long product description about headphones and travel " * 4] * 32
+    flood = [asyncio.create_task(served.embed(long_texts, cap_s=30)) for _ in range(12)]
     await asyncio.sleep(0.05)
     rows = np.random.default_rng(0).random((50, len(COLUMNS))).astype(np.float32).ravel().tolist()
     latencies = []
