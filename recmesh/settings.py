@@ -106,7 +106,7 @@ class InferenceSettings(CommonSettings):
     embed_max_chars: int = Field(8000, ge=1, validation_alias="RECMESH_EMBED_MAX_CHARS")
     embed_ort_threads: int = Field(1, ge=1, validation_alias="RECMESH_EMBED_ORT_THREADS")
     # Niceness of the text lanes' threads: Score (class A's path) gets the CPU first.
-    text_nice: int = Field(10, ge=0, le=19, validation_alias="RECMESH_TEXT_NICE")
+    text_nice: int = Field(19, ge=0, le=19, validation_alias="RECMESH_TEXT_NICE")
     generate_concurrency: int = Field(4, ge=1, validation_alias="RECMESH_GENERATE_CONCURRENCY")
     generate_max_queue: int = Field(16, ge=0, validation_alias="RECMESH_GENERATE_MAX_QUEUE")
     # Local directory of generative weights for vLLM (no hub downloads); None: no generation.
