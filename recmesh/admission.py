@@ -70,7 +70,7 @@ class AdmissionConfig:
     # In-flight slots a class may always use whatever the adaptive limit says:
     # the limit exists to shed the others for A, not to queue A behind itself
     # when latency is high for reasons concurrency does not explain (CPU steal).
-    floors: Mapping[str, int] = field(default_factory=lambda: {"A": 32})
+    floors: Mapping[str, int] = field(default_factory=lambda: {"A": 16})
     # Waiting room per class once its share is used up; 0 sheds at once.
     queue_caps: Mapping[str, int] = field(default_factory=lambda: {"A": 64, "B": 16, "C": 0})
     # A queued request waits at most this share of its remaining budget.
