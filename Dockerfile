@@ -6,7 +6,7 @@
 #   cpu (default)  onnxruntime, from requirements-runtime.lock        -> recmesh:<version>
 #   gpu            onnxruntime-gpu[cuda,cudnn] + nvidia-ml-py, from
 #                  requirements-gpu.lock (CUDA and cuDNN come from pip,
-#                  the host only needs the NVIDIA driver)              -> recmesh:<version>-gpu
+#                  the host only needs the NVIDIA driver)              -> recmesh-gpu:<version>
 #   `make images` builds both.
 #
 # Dependencies are installed from hash-pinned lock files at build time only.

@@ -63,7 +63,7 @@ lock: venv
 	$(BIN)/uv pip compile --quiet --python-version 3.11 --extra gpu --generate-hashes \
 	  --no-emit-package recmesh --no-emit-package onnxruntime -o requirements-gpu.lock pyproject.toml
 
-## Build the images (recmesh:VERSION and recmesh:VERSION-gpu) where a Docker engine answers.
+## Build the images (recmesh:VERSION and recmesh-gpu:VERSION) where a Docker engine answers.
 IMAGE   ?= recmesh
 VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
 images:
@@ -72,7 +72,7 @@ images:
 	@docker info >/dev/null 2>&1 || { echo "make images: the docker CLI is here but no Docker engine" \
 	  "answers (DOCKER_HOST=$${DOCKER_HOST:-unix:///var/run/docker.sock}): no image built."; exit 2; }
 	docker build --build-arg VARIANT=cpu -t $(IMAGE):$(VERSION) .
-	docker build --build-arg VARIANT=gpu -t $(IMAGE):$(VERSION)-gpu .
+	docker build --build-arg VARIANT=gpu -t $(IMAGE)-gpu:$(VERSION) .
 
 clean:
 	rm -rf $(VENV) .recmesh .mypy_cache .ruff_cache .pytest_cache

@@ -13,6 +13,7 @@ from recmesh.controller import build_overload
 from recmesh.grpcserver import wait_for_shutdown_signal
 from recmesh.settings import GatewaySettings
 from recmesh.telemetry import setup_logging, setup_tracing
+from services.gateway.aitools import AiTools
 from services.gateway.app import GatewayDeps, create_app, with_shed_front
 from services.gateway.cold import build_cold_guard
 from services.gateway.events import EventPublisher
@@ -24,6 +25,9 @@ async def main(settings: GatewaySettings) -> None:
     ranker = RankerClient(settings.ranker_addr, "gateway", settings.hop_margin_ms)
     features = FeatureClient(settings.feature_addr, "gateway", settings.hop_margin_ms)
     inference = InferenceClient(settings.inference_addr, "gateway", settings.hop_margin_ms)
+    # AI tools get their own client (own breaker and retry budget) and their own admission gate.
+    tool_inference = InferenceClient(settings.inference_addr, "gateway_ai_tool", settings.hop_margin_ms)
+    ai_tools = AiTools(tool_inference, settings.ai_tool)
     publisher = EventPublisher(settings.kafka_bootstrap, settings.events_topic, settings.produce_timeout_s)
     gate, controller = build_overload(settings.admission)
     cold = build_cold_guard(settings, {"ranker": ranker.health, "inference": inference.health})
@@ -35,6 +39,7 @@ async def main(settings: GatewaySettings) -> None:
         policy,
         publisher,
         {name: check for name, check in checks.items() if name not in settings.may_be_cold},
+        ai_tools,
     )
     app = create_app(settings, deps)
     await publisher.start()
@@ -66,7 +71,7 @@ async def main(settings: GatewaySettings) -> None:
     await publisher.stop()
     if cold is not None:
         await cold.close()
-    for client in (ranker, features, inference):
+    for client in (ranker, features, inference, tool_inference):
         await client.close()
     if http_task in done and http_task.exception() is not None:
         raise SystemExit(f"HTTP server failed: {http_task.exception()!r}")

@@ -27,6 +27,8 @@ from recmesh.errors import InvalidArgument, RecmeshError
 from recmesh.events import Event
 from recmesh.settings import GatewaySettings
 from recmesh.telemetry import REQUEST_LATENCY
+from services.gateway.aitools import AiTools
+from services.gateway.aitools_api import build_router as build_ai_tool_router
 from services.gateway.events import EventPublisher
 from services.gateway.recommend import ClassPolicy, Recommender
 
@@ -76,6 +78,7 @@ class GatewayDeps:
     class_policy: ClassPolicy
     publisher: EventPublisher
     downstream_health: dict[str, HealthCheck]
+    ai_tools: AiTools | None = None  # /v2/ai-tool/* (services/gateway/aitools.py)
 
 
 def _loc(loc: tuple[Any, ...]) -> str:
@@ -222,6 +225,9 @@ def create_app(settings: GatewaySettings, deps: GatewayDeps) -> FastAPI:
         await deps.publisher.publish(body.events)
         response.headers.update(_trace_headers())
         return EventsOut(accepted=len(body.events))
+
+    if deps.ai_tools is not None:
+        app.include_router(build_ai_tool_router(deps.ai_tools, deps.class_policy))
 
     @app.get("/healthz")
     async def healthz() -> dict[str, str]:

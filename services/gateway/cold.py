@@ -30,7 +30,7 @@ from typing import Literal
 
 import structlog
 from opentelemetry import trace
-from prometheus_client import Counter
+from prometheus_client import Counter, Histogram
 
 from recmesh.resilience import remaining_s
 from recmesh.settings import GatewaySettings
@@ -45,6 +45,14 @@ COLD_DECISIONS = Counter(
     "Requests that met a presumed-cold dependency, by what the gateway did.",
     ("dependency", "action", "slo_class"),
 )
+
+COLD_WAIT = Histogram(
+    "recmesh_gateway_cold_wait_seconds",
+    "Time a request waited for a presumed-cold dependency, by how the wait ended.",
+    ("dependency", "outcome", "slo_class"),
+    buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 1.5, 2.0, 2.5, 3.0, 5.0, 10.0),
+)
+_tracer = trace.get_tracer("recmesh.gateway.cold")
 
 # The longest a single health probe waits; a wait polls again until its bound.
 PROBE_TIMEOUT_S = 1.0
@@ -175,9 +183,14 @@ class ColdGuard:
             span = trace.get_current_span()
             if decision.action == "wait":
                 started = time.monotonic()
-                serving = await watch.wait(decision.wait_s)
+                with _tracer.start_as_current_span("cold_wait") as wait_span:
+                    wait_span.set_attribute("recmesh.dependency", name)
+                    wait_span.set_attribute("recmesh.slo_class", slo_class)
+                    wait_span.set_attribute("recmesh.cold_wait_bound_s", decision.wait_s)
+                    serving = await watch.wait(decision.wait_s)
+                    wait_span.set_attribute("recmesh.serving", serving)
                 waited = time.monotonic() - started
-                span.add_event("cold_wait", {"dependency": name, "waited_s": waited, "serving": serving})
+                COLD_WAIT.labels(name, "serving" if serving else "gave_up", slo_class).observe(waited)
                 _log.info("cold_wait", dependency=name, waited_s=round(waited, 3), serving=serving)
                 if serving:
                     COLD_DECISIONS.labels(name, "waited", slo_class).inc()

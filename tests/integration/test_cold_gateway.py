@@ -16,12 +16,13 @@ import sys
 from pathlib import Path
 
 import httpx
+from prometheus_client import REGISTRY
 
 from recmesh.clients import FeatureClient, InferenceClient, RankerClient
 from recmesh.settings import GatewaySettings, RankerSettings
 from recmesh.slo import ClassDecision, SloClass
 from services.gateway.app import GatewayDeps, create_app
-from services.gateway.cold import COLD_DECISIONS, build_cold_guard
+from services.gateway.cold import build_cold_guard
 from services.gateway.events import EventPublisher
 from services.gateway.recommend import ClassPolicy, Recommender
 from services.ranker.pipeline import RankPipeline
@@ -39,8 +40,13 @@ CLASS_A = {"x-slo-class": "A", "x-api-key": "k-a"}
 
 
 def _count(action: str, slo_class: str) -> float:
-    value = COLD_DECISIONS.labels("inference", action, slo_class)._value.get()
-    return float(value)
+    labels = {"dependency": "inference", "action": action, "slo_class": slo_class}
+    return REGISTRY.get_sample_value("recmesh_gateway_cold_decisions_total", labels) or 0.0
+
+
+def _waits_served(slo_class: str) -> float:
+    labels = {"dependency": "inference", "outcome": "serving", "slo_class": slo_class}
+    return REGISTRY.get_sample_value("recmesh_gateway_cold_wait_seconds_count", labels) or 0.0
 
 
 async def test_class_a_falls_back_at_once_and_class_c_waits_for_a_late_inference(
@@ -82,7 +88,7 @@ async def test_class_a_falls_back_at_once_and_class_c_waits_for_a_late_inference
     )
     proc: subprocess.Popen[bytes] | None = None
     body = {"user_id": "u1", "count": 5}
-    a_fallbacks, c_waits = _count("fallback", "A"), _count("waited", "C")
+    a_fallbacks, c_waits, c_served = _count("fallback", "A"), _count("waited", "C"), _waits_served("C")
     try:
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://gw") as http:
             # Inference is not running: class A takes the fallback without waiting.
@@ -90,6 +96,8 @@ async def test_class_a_falls_back_at_once_and_class_c_waits_for_a_late_inference
             assert first_a.status_code == 200, first_a.text
             assert first_a.json()["slo_class"] == "A"
             assert "inference_cold" in first_a.json()["degraded"]
+            # The ranker was told to skip scoring: it did not try (and fail) to reach inference.
+            assert "scoring_unavailable" not in first_a.json()["degraded"]
             assert first_a.json()["model_version"] == "popularity"
             assert _count("fallback", "A") == a_fallbacks + 1
             await asyncio.sleep(1.2)  # let the bounded background wake-up give up (1 s)
@@ -105,6 +113,7 @@ async def test_class_a_falls_back_at_once_and_class_c_waits_for_a_late_inference
             assert "inference_cold" not in c.degraded and "scoring_unavailable" not in c.degraded, c.degraded
             assert c.model_version != "popularity"
             assert _count("waited", "C") == c_waits + 1
+            assert _waits_served("C") == c_served + 1
 
             # Seen serving by the class-C request: class A is scored now.
             second_a = await http.post("/v1/recommend", json=body, headers=CLASS_A)

@@ -138,6 +138,8 @@ def test_dependencies_come_from_hash_pinned_locks_per_variant() -> None:
     # Both packages install the module `onnxruntime`; the GPU lock must carry only the GPU one.
     assert "onnxruntime-gpu" in gpu and "onnxruntime" not in gpu and "nvidia-ml-py" in gpu
     assert {p for p in gpu if p.startswith("nvidia-cudnn")}, "CUDA libraries come from pip, not the base"
+    stale = cpu - {"onnxruntime"} - gpu
+    assert not stale, f"requirements-gpu.lock lacks {sorted(stale)}: run `make lock`"
 
 
 def test_make_images_builds_both_variants_and_says_when_no_engine() -> None:
@@ -145,7 +147,7 @@ def test_make_images_builds_both_variants_and_says_when_no_engine() -> None:
     target = makefile[makefile.index("\nimages:") :].split("\n\n")[0]
     assert "docker info" in target and "no Docker engine" in target and "no docker CLI" in target
     assert "--build-arg VARIANT=cpu -t $(IMAGE):$(VERSION) " in target
-    assert "--build-arg VARIANT=gpu -t $(IMAGE):$(VERSION)-gpu " in target
+    assert "--build-arg VARIANT=gpu -t $(IMAGE)-gpu:$(VERSION) " in target
 
 
 def test_locustfile_marks_traffic_synthetic() -> None:

@@ -2,7 +2,8 @@
 
 Core kinds are validated by kubernetes-validate (strict: unknown fields fail), custom resources by the
 JSON Schemas vendored in deploy/k8s/schemas. The renderer below supports only what the kustomizations
-use (resources, patches by path, configMapGenerator without hash suffixes, images) and fails on the rest.
+use (resources, patches by path incl. `$patch: delete`, configMapGenerator without hash suffixes, images)
+and fails on the rest.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import copy
 import functools
 import importlib
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,6 +20,7 @@ from typing import Any
 import pytest
 import yaml
 
+from services.inference import scaling
 from tests.unit.test_deploy_files import NEEDS
 
 # Neither ships type hints; a plain import would need a mypy override. A missing package fails here.
@@ -26,7 +29,8 @@ jsonschema: Any = importlib.import_module("jsonschema")
 
 ROOT = Path(__file__).resolve().parents[2]
 K8S = ROOT / "deploy" / "k8s"
-OVERLAYS = ("scale-to-zero", "warm")
+OVERLAYS = ("scale-to-zero", "warm", "gpu")
+KNATIVE_OVERLAYS = ("scale-to-zero", "warm")  # inference as a Knative Service; gpu: a Deployment
 # The oldest Kubernetes docs/operations.md supports (gRPC probes are GA from 1.27) and a recent one.
 K8S_VERSIONS = ("1.27.0", "1.33.0")
 CRD_SCHEMAS = {
@@ -109,7 +113,10 @@ def _render(directory: Path) -> list[Doc]:
         for p in _load(_inside(directory, patch["path"])):
             targets = [d for d in docs if _key(d) == _key(p)]
             assert len(targets) == 1, f"patch {patch['path']} matches {len(targets)} resources"
-            _merge(targets[0], p)
+            if p.get("$patch") == "delete":  # kustomize's strategic-merge delete directive
+                docs.remove(targets[0])
+            else:
+                _merge(targets[0], p)
     for image in kust.get("images", []):
         for _, pod in _pod_specs(docs):
             for c in _containers(pod):
@@ -153,6 +160,10 @@ def _module(container: Doc) -> str | None:
 def _env(docs: tuple[Doc, ...], container: Doc) -> dict[str, str]:
     env: dict[str, str] = {}
     for source in container.get("envFrom", []):
+        if "secretRef" in source:
+            # Secrets are made by the operator (docs/operations.md), never shipped: optional only.
+            assert source["secretRef"].get("optional") is True, source
+            continue
         env.update(_one(docs, "ConfigMap", source["configMapRef"]["name"])["data"])
     env.update({e["name"]: e.get("value", "") for e in container.get("env", [])})
     return env
@@ -222,10 +233,9 @@ def test_core_kinds_validate_against_kubernetes_schemas(overlay: str, version: s
             kubernetes_validate.validate(hpa, version, strict=True)
 
 
-@pytest.mark.parametrize("overlay", OVERLAYS)
-def test_custom_resources_validate_against_vendored_schemas(overlay: str) -> None:
+def test_custom_resources_validate_against_vendored_schemas() -> None:
     used = set()
-    for d in rendered(overlay):
+    for d in (d for overlay in OVERLAYS for d in rendered(overlay)):
         name = CRD_SCHEMAS.get((d["apiVersion"], d["kind"]))
         if name is None:
             continue
@@ -263,6 +273,11 @@ def test_images_are_pinned_and_pods_run_as_non_root(overlay: str) -> None:
             where = f"{d['kind']}/{d['metadata']['name']}/{c['name']}"
             name, _, tag = c["image"].rpartition("/")[2].partition(":")
             assert tag and tag != "latest" and "@" not in name, f"{where}: {c['image']} is not pinned"
+            wants_gpu = "nvidia.com/gpu" in c["resources"].get("limits", {})
+            if name in ("recmesh", "recmesh-gpu"):
+                # A container given a GPU runs the gpu variant (onnxruntime-gpu), others the cpu one.
+                assert (name == "recmesh-gpu") == wants_gpu, f"{where}: {c['image']} (GPU: {wants_gpu})"
+                name = "recmesh"
             ctx = c.get("securityContext", {})
             assert {**pod_ctx, **ctx}.get("runAsNonRoot") is True, where
             assert ctx.get("readOnlyRootFilesystem") is True, where
@@ -274,7 +289,7 @@ def test_images_are_pinned_and_pods_run_as_non_root(overlay: str) -> None:
                 assert {**pod_ctx, **ctx}.get("runAsUser") == 10001, where  # USER 10001 in the Dockerfile
             else:
                 assert name in THIRD_PARTY_IMAGES, f"{where}: unexpected image {c['image']}"
-    assert len(tags) == 1, f"one recmesh image tag for every container, got {tags}"
+    assert len(tags) == 1, f"one recmesh / recmesh-gpu image tag for every container, got {tags}"
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)
@@ -318,8 +333,15 @@ def test_every_process_gets_the_environment_its_settings_need(overlay: str) -> N
         host, port = env[var].split(":")
         ports = {p["port"] for p in _one(docs, "Service", host)["spec"]["ports"]}
         assert int(port) == GRPC_PORT[module] and int(port) in ports, var
-    assert env["INFERENCE_ADDR"] == "inference.recmesh.svc.cluster.local:80"  # the Knative route
-    _one(docs, "Service", "inference")
+    inference = _one(docs, "Service", "inference")
+    if _is_knative(inference):
+        assert env["INFERENCE_ADDR"] == "inference.recmesh.svc.cluster.local:80"  # the Knative route
+        assert json.loads(env["RECMESH_MAY_BE_COLD"]) == ["inference"], "scaled to zero: may be cold"
+    else:
+        host, port = env["INFERENCE_ADDR"].split(":")
+        assert host == "inference" and int(port) == GRPC_PORT["services.inference"]
+        assert int(port) in {p["port"] for p in inference["spec"]["ports"]}
+        assert json.loads(env["RECMESH_MAY_BE_COLD"]) == [], "never scaled to zero"
     assert env["REDIS_URL"] == "redis+cluster://redis-cluster:6379"
     kafka = _one(docs, "Kafka", "recmesh")
     plain = next(li for li in kafka["spec"]["kafka"]["listeners"] if not li["tls"])
@@ -382,7 +404,7 @@ def test_ingest_scales_on_consumer_lag_up_to_the_partition_count(overlay: str) -
     assert behavior["scaleDown"]["stabilizationWindowSeconds"] >= SCALE_DOWN_WINDOW_S
 
 
-@pytest.mark.parametrize("overlay", OVERLAYS)
+@pytest.mark.parametrize("overlay", KNATIVE_OVERLAYS)
 def test_inference_is_a_knative_service_with_the_design_notes_autoscaling(overlay: str) -> None:
     docs = rendered(overlay)
     ksvc = _one(docs, "Service", "inference")
@@ -413,6 +435,56 @@ def test_only_the_warm_overlay_keeps_an_inference_replica() -> None:
     assert [d for d in rendered("warm") if not _is_knative(d)] == [d for d in base if not _is_knative(d)]
 
 
+def test_gpu_overlay_scales_inference_by_the_gpu_rule_of_the_policy() -> None:
+    docs = rendered("gpu")
+    assert not [d for d in docs if _is_knative(d)], "the Knative Service gives way to the Deployment"
+    deployment = _one(docs, "Deployment", "inference")
+    hpas = {d["metadata"]["name"] for d in docs if d["kind"] == "HorizontalPodAutoscaler"}
+    assert "inference" not in hpas, "KEDA creates the HPA; a second one would fight it"
+    so = _one(docs, "ScaledObject", "inference")["spec"]
+    assert so["scaleTargetRef"] == {"apiVersion": "apps/v1", "kind": "Deployment", "name": "inference"}
+    assert 1 <= so["minReplicaCount"] < so["maxReplicaCount"] == 10
+    (trigger,) = so["triggers"]
+    assert trigger["type"] == "prometheus" and trigger["metricType"] == "AverageValue"
+    meta = trigger["metadata"]
+    assert meta["threshold"] == "1" and meta["ignoreNullValues"] == "false"
+    # The series the query selects are the ones the scrape job gives the inference pods.
+    scrape = _one(docs, "ConfigMap", "recmesh-prometheus-scrape")["data"]["scrape-configs.yml"]
+    (job,) = yaml.safe_load(scrape)
+    job_label = next(r for r in job["relabel_configs"] if r.get("target_label") == "job")
+    assert job_label["source_labels"] == ["__meta_kubernetes_pod_label_app_kubernetes_io_name"]
+    template = deployment["spec"]["template"]
+    pod_job = template["metadata"]["labels"]["app.kubernetes.io/name"]
+    metrics_port = template["metadata"]["annotations"]["prometheus.io/port"]
+    assert metrics_port == str(METRICS_PORT["services.inference"])
+    assert meta["query"] == scaling.desired_replicas_promql(f'namespace="recmesh",job="{pod_job}"')
+    # The thresholds, read back from the manifest's query, are the policy's constants.
+    query = meta["query"]
+    assert re.findall(r">= bool ([0-9.]+)", query) == [str(scaling.SCALE_OUT_GPU_MEMORY_RATIO)]
+    assert re.findall(r"> bool ([0-9.]+)", query) == [str(scaling.SCALE_OUT_PENDING)]
+    assert re.findall(r"<= bool ([0-9.]+)", query) == [
+        str(scaling.SCALE_IN_GPU_MEMORY_RATIO),
+        str(scaling.SCALE_IN_PENDING),
+    ]
+    assert set(re.findall(r"\[(\d+)s\]", query)) == {str(scaling.SCALE_IN_AFTER_S)}
+    # One replica per evaluation out, one per SCALE_IN_AFTER_S in, as `scaling.replay` models it.
+    behavior = so["advanced"]["horizontalPodAutoscalerConfig"]["behavior"]
+    assert behavior["scaleUp"] == {
+        "stabilizationWindowSeconds": 0,
+        "policies": [{"type": "Pods", "value": 1, "periodSeconds": so["pollingInterval"]}],
+    }
+    assert behavior["scaleDown"] == {
+        "stabilizationWindowSeconds": 0,
+        "policies": [{"type": "Pods", "value": 1, "periodSeconds": scaling.SCALE_IN_AFTER_S}],
+    }
+    # The query's step must clear the HPA's 10% tolerance at every count up to the maximum.
+    assert scaling.QUERY_STEP / so["maxReplicaCount"] > 0.1
+    (c,) = template["spec"]["containers"]
+    assert c["resources"]["limits"]["nvidia.com/gpu"] == 1
+    task = template["metadata"]["labels"]["recmesh.io/task"]
+    assert template["spec"]["nodeSelector"]["recmesh.io/task"] == task
+
+
 # --- state: Redis Cluster and Kafka -----------------------------------------------------------
 
 
@@ -431,7 +503,7 @@ def test_redis_cluster_is_three_masters_with_one_replica_each() -> None:
     assert "cluster_state:ok" in script  # a re-run leaves a formed cluster alone
 
 
-def test_kafka_is_kraft_with_the_two_topics() -> None:
+def test_kafka_is_kraft_with_the_topics() -> None:
     docs = rendered("scale-to-zero")
     kafka = _one(docs, "Kafka", "recmesh")
     annotations = kafka["metadata"]["annotations"]
@@ -446,6 +518,7 @@ def test_kafka_is_kraft_with_the_two_topics() -> None:
     assert topics["user_behavior"]["config"]["retention.ms"] == 7 * day_ms
     assert topics["user_behavior.dlq"]["partitions"] == 1
     assert topics["user_behavior.dlq"]["config"]["retention.ms"] == 14 * day_ms
+    assert topics["served_features"]["config"]["retention.ms"] == 7 * day_ms
     for spec in topics.values():
         assert spec["config"]["min.insync.replicas"] < spec["replicas"] <= brokers
 
@@ -473,6 +546,8 @@ def test_prometheus_rule_holds_the_same_rules_as_alerts_yml() -> None:
         "RequestsShedHigh",  # 429 / RESOURCE_EXHAUSTED
         "RecommendFallbacksHigh",
         "IngestConsumerLagHigh",
+        "FeatureProcessingDelayHigh",  # state drift: processing delay > 15 s for 30 s
+        "FeatureStateGrowthHigh",  # state drift: growth > 25 %/min
     }
     assert needed <= _alert_names(groups)
 

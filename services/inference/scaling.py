@@ -1,0 +1,137 @@
+"""The GPU-driven scaling rule for inference replicas, and the same rule in PromQL.
+
+Design notes (vLLM + Triton): scale out when GPU memory >= 85% and more than 32
+requests are pending; scale in after 60 s at <= 40% with nothing pending.
+
+The inputs are what the inference service exports (the names Prometheus sees):
+`recmesh_inference_gpu_memory_used_ratio{gpu}` (pressure.py, NVML) and
+`recmesh_inference_queue_depth` (batcher.py: requests waiting to be batched).
+Over the whole fleet: GPU memory is the fullest GPU of any replica, pending the
+sum of every replica's queue. One step per decision: +1, -1 or 0 replicas.
+
+`scaling_step` is the policy, tested on traces; `desired_replicas_promql` is the
+same rule as the query KEDA's Prometheus trigger runs (deploy/k8s/overlays/gpu),
+built from the same constants so the two cannot drift apart.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+GPU_MEMORY_METRIC = "recmesh_inference_gpu_memory_used_ratio"
+QUEUE_DEPTH_METRIC = "recmesh_inference_queue_depth"
+
+SCALE_OUT_GPU_MEMORY_RATIO = 0.85  # at or above ...
+SCALE_OUT_PENDING = 32  # ... and strictly more pending than this
+SCALE_IN_GPU_MEMORY_RATIO = 0.40  # at or below ...
+SCALE_IN_PENDING = 0  # ... with nothing pending ...
+SCALE_IN_AFTER_S = 60  # ... for this long
+
+
+@dataclass(frozen=True)
+class Sample:
+    """The fleet's load at one time."""
+
+    at_s: float
+    gpu_memory_ratio: float | None  # fullest GPU; None where no GPU reports (counts as empty)
+    pending: int  # requests waiting, all replicas together
+
+
+def fleet_sample(at_s: float, replicas: Iterable[tuple[float | None, int]]) -> Sample:
+    """One Sample from every replica's (GPU memory ratio, queue depth)."""
+    readings = list(replicas)
+    memory = [m for m, _ in readings if m is not None]
+    return Sample(at_s, max(memory) if memory else None, sum(q for _, q in readings))
+
+
+def _memory(sample: Sample) -> float:
+    return sample.gpu_memory_ratio or 0.0
+
+
+def scaling_step(history: Sequence[Sample], now_s: float) -> int:
+    """+1, -1 or 0 replicas, from the samples up to `now_s` (oldest first).
+
+    Out on the latest sample alone (pressure does not wait); in only when the
+    samples cover the last SCALE_IN_AFTER_S seconds and every one of them is idle.
+    """
+    seen = [s for s in history if s.at_s <= now_s]
+    if not seen:
+        return 0
+    latest = seen[-1]
+    if _memory(latest) >= SCALE_OUT_GPU_MEMORY_RATIO and latest.pending > SCALE_OUT_PENDING:
+        return 1
+    since = now_s - SCALE_IN_AFTER_S
+    if seen[0].at_s > since:
+        return 0  # not observed for long enough
+    window = [s for s in seen if s.at_s > since]  # left-open, as a Prometheus 3 range selector
+    if window and all(
+        _memory(s) <= SCALE_IN_GPU_MEMORY_RATIO and s.pending <= SCALE_IN_PENDING for s in window
+    ):
+        return -1
+    return 0
+
+
+@dataclass(frozen=True)
+class Step:
+    at_s: float
+    replicas: int
+    change: int
+
+
+def replay(
+    trace: Sequence[Sample], replicas: int, min_replicas: int, max_replicas: int, every_s: float
+) -> list[Step]:
+    """The replica count a controller evaluating every `every_s` would keep over `trace`.
+
+    At most one replica removed per SCALE_IN_AFTER_S, as the HPA scale-down
+    policy in the manifest (`Pods: 1` per 60 s); out, one per evaluation.
+    """
+    if not trace:
+        return []
+    steps: list[Step] = []
+    last_in_s = float("-inf")
+    now = trace[0].at_s
+    while now <= trace[-1].at_s:
+        change = scaling_step(trace, now)
+        if change < 0 and now - last_in_s < SCALE_IN_AFTER_S:
+            change = 0
+        target = min(max_replicas, max(min_replicas, replicas + change))
+        change = target - replicas
+        if change < 0:
+            last_in_s = now
+        replicas = target
+        steps.append(Step(now, replicas, change))
+        now += every_s
+    return steps
+
+
+# The query moves the desired count by this many replicas: the HPA ignores a
+# change within 10% of the current count (its tolerance), which a single replica
+# is from 10 up. The manifest's HPA policies let only one replica through per
+# period (out: per evaluation, in: per SCALE_IN_AFTER_S), as `replay` does.
+QUERY_STEP = 2
+
+
+def desired_replicas_promql(selector: str) -> str:
+    """The rule as one PromQL expression: current replicas + / - QUERY_STEP, or unchanged.
+
+    KEDA's Prometheus trigger with metricType AverageValue and threshold 1 makes
+    the HPA's desired replica count equal to this value. `selector` picks the
+    inference pods' series (e.g. `namespace="recmesh",job="inference"`). Absent
+    GPU series (no NVML) read as 0, like `scaling_step`'s None; no inference
+    series at all gives an empty result, which KEDA (ignoreNullValues "false")
+    reports as an error, so the HPA keeps its count rather than scaling in.
+    """
+    memory = f"{GPU_MEMORY_METRIC}{{{selector}}}"
+    queue = f"{QUEUE_DEPTH_METRIC}{{{selector}}}"
+    window = f"[{SCALE_IN_AFTER_S}s]"
+    out = (
+        f"((max({memory}) or vector(0)) >= bool {SCALE_OUT_GPU_MEMORY_RATIO})"
+        f" * ((sum({queue}) or vector(0)) > bool {SCALE_OUT_PENDING})"
+    )
+    scale_in = (
+        f"((max(max_over_time({memory}{window})) or vector(0)) <= bool {SCALE_IN_GPU_MEMORY_RATIO})"
+        f" * ((sum(max_over_time({queue}{window})) or vector(0)) <= bool {SCALE_IN_PENDING})"
+    )
+    return f"count({queue}) + {QUERY_STEP} * ({out}) - {QUERY_STEP} * ({scale_in})"
