@@ -225,6 +225,10 @@ class GrpcClient:
             raise
         except asyncio.CancelledError:
             code = "CANCELLED"  # e.g. the slower copy of a hedged read
+            if timeout is not None and time.perf_counter() - started >= 0.9 * timeout:
+                # Cancelled because the whole request ran out of time (our caller
+                # gave up at about our deadline): for the breaker that is a timeout.
+                self.breaker.record_failure()
             raise
         finally:
             self._publish_state()

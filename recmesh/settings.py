@@ -23,7 +23,7 @@ def _default_shares() -> dict[SloName, float]:
 
 
 def _default_floors() -> dict[SloName, int]:
-    return {"A": 32}
+    return {"A": 16}
 
 
 def _default_queue() -> dict[SloName, int]:
@@ -165,7 +165,7 @@ class AdmissionSettings(BaseSettings):
         default_factory=_default_shares,
         validation_alias="RECMESH_ADMISSION_SHARES",
     )
-    # In-flight slots a class keeps whatever the adaptive limit, e.g. '{"A": 32}'.
+    # In-flight slots a class keeps whatever the adaptive limit, e.g. '{"A": 16}'.
     floors: dict[SloName, int] = Field(
         default_factory=_default_floors, validation_alias="RECMESH_ADMISSION_FLOORS"
     )
