@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 GPU_MEMORY_METRIC = "recmesh_inference_gpu_memory_used_ratio"
 QUEUE_DEPTH_METRIC = "recmesh_inference_queue_depth"
@@ -70,6 +71,25 @@ def scaling_step(history: Sequence[Sample], now_s: float) -> int:
     ):
         return -1
     return 0
+
+
+def trace_from_prometheus(memory: Sequence[dict[str, Any]], queue: Sequence[dict[str, Any]]) -> list[Sample]:
+    """A recorded trace from two Prometheus range queries (`data.result` of /api/v1/query_range).
+
+    `memory`: the series of GPU_MEMORY_METRIC, `queue`: those of QUEUE_DEPTH_METRIC, one series
+    per pod (and GPU); values are `[unix_seconds, "value"]`. Per timestamp: the fullest GPU,
+    and the sum of the queues (the fleet_sample aggregation). Timestamps without any queue
+    series are left out: no replica answered then.
+    """
+    fullest: dict[float, float] = {}
+    for series in memory:
+        for at, value in series["values"]:
+            fullest[float(at)] = max(fullest.get(float(at), 0.0), float(value))
+    pending: dict[float, int] = {}
+    for series in queue:
+        for at, value in series["values"]:
+            pending[float(at)] = pending.get(float(at), 0) + round(float(value))
+    return [Sample(at, fullest.get(at), pending[at]) for at in sorted(pending)]
 
 
 @dataclass(frozen=True)
