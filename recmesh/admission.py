@@ -52,23 +52,34 @@ LATENCY_TARGET = Gauge(
     ("service",),
 )
 IN_FLIGHT = Gauge("recmesh_admission_in_flight", "Requests admitted and not yet finished.", ("service",))
+LOOP_LAG = Gauge(
+    "recmesh_event_loop_lag_seconds", "How late a 10 ms timer fires in this process (smoothed).", ("service",)
+)
 QUEUED = Gauge("recmesh_admission_queued", "Requests waiting for a slot, by class.", ("service", "slo_class"))
 
 
 @dataclass(frozen=True)
 class AdmissionConfig:
     initial_limit: float = 32
-    min_limit: float = 4
+    min_limit: float = 8
     max_limit: float = 256
-    latency_target_ms: float = 150.0
+    latency_target_ms: float = 100.0
     backoff: float = 0.9
     # Share of the limit each class may fill.
     shares: Mapping[str, float] = field(default_factory=lambda: {"A": 1.0, "B": 0.8, "C": 0.5})
+    # In-flight slots a class may always use whatever the adaptive limit says:
+    # the limit exists to shed the others for A, not to queue A behind itself
+    # when latency is high for reasons concurrency does not explain (CPU steal).
+    floors: Mapping[str, int] = field(default_factory=lambda: {"A": 32})
     # Waiting room per class once its share is used up; 0 sheds at once.
     queue_caps: Mapping[str, int] = field(default_factory=lambda: {"A": 64, "B": 16, "C": 0})
     # A queued request waits at most this share of its remaining budget.
-    queue_wait_fraction: float = 0.25
+    queue_wait_fraction: float = 0.5
     retry_after_s: int = 1
+    # Event-loop lag of the gateway process itself (work queued in front of the
+    # gate, which in-flight counts cannot see): past it class C is shed, past
+    # twice it class B too; class A is never shed for lag. 0 turns it off.
+    loop_lag_limit_ms: float = 25.0
 
 
 class AimdLimit:
@@ -98,9 +109,12 @@ class Verdict(Enum):
     SHED = "shed"
 
 
-def class_ceiling(limit: float, slo_class: str, shares: Mapping[str, float]) -> int:
+def class_ceiling(
+    limit: float, slo_class: str, shares: Mapping[str, float], floors: Mapping[str, int] | None = None
+) -> int:
     """How many requests may be in flight when one of `slo_class` asks to enter."""
-    return max(1, math.floor(limit * shares.get(slo_class, min(shares.values()))))
+    share = math.floor(limit * shares.get(slo_class, min(shares.values())))
+    return max(1, share, (floors or {}).get(slo_class, 0))
 
 
 def decide(
@@ -109,12 +123,20 @@ def decide(
     limit: float,
     queued: Mapping[str, int],
     config: AdmissionConfig,
+    loop_lag_ms: float = 0.0,
 ) -> Verdict:
     """Admit when the class's share of the limit has room and nobody more
-    important is waiting; else queue while its waiting room has space; else shed."""
+    important is waiting; else queue while its waiting room has space; else shed.
+    A lagging event loop sheds C (lag past the limit) and B (past twice it) first."""
     rank = PRIORITY.index(slo_class) if slo_class in PRIORITY else len(PRIORITY)
+    if (
+        config.loop_lag_limit_ms > 0
+        and rank > 0
+        and loop_lag_ms > config.loop_lag_limit_ms * (3 - min(rank, 2))
+    ):
+        return Verdict.SHED
     someone_ahead = any(queued.get(c, 0) for c in PRIORITY[: rank + 1])
-    if in_flight < class_ceiling(limit, slo_class, config.shares) and not someone_ahead:
+    if in_flight < class_ceiling(limit, slo_class, config.shares, config.floors) and not someone_ahead:
         return Verdict.ADMIT
     if queued.get(slo_class, 0) < config.queue_caps.get(slo_class, 0):
         return Verdict.QUEUE
@@ -162,6 +184,7 @@ class AdmissionGate:
         self._clock = clock
         self._waiters: dict[str, deque[asyncio.Future[None]]] = {c: deque() for c in PRIORITY}
         self.window = ClassWindow()
+        self.loop_lag_ms = 0.0
         LIMIT.labels(service).set(self.limiter.limit)
         LATENCY_TARGET.labels(service).set(self.limiter.target_ms / 1000)
 
@@ -175,6 +198,34 @@ class AdmissionGate:
 
     def _queued(self) -> dict[str, int]:
         return {c: len(q) for c, q in self._waiters.items()}
+
+    def _decide(self, slo_class: str) -> Verdict:
+        queued = self._queued()
+        return decide(slo_class, self.in_flight, self.limiter.limit, queued, self.config, self.loop_lag_ms)
+
+    def would_shed(self, slo_class: str) -> bool:
+        """What `slot` would do right now, without taking anything."""
+        return self._decide(slo_class) is Verdict.SHED
+
+    def record_loop_lag(self, lag_ms: float) -> None:
+        self.loop_lag_ms = 0.7 * self.loop_lag_ms + 0.3 * max(0.0, lag_ms)
+        LOOP_LAG.labels(self._service).set(self.loop_lag_ms / 1000)
+
+    async def watch_loop_lag(self, interval_s: float = 0.01) -> None:
+        """Measure this event loop's lag forever (a background task)."""
+        while True:
+            started = time.perf_counter()
+            await asyncio.sleep(interval_s)
+            self.record_loop_lag((time.perf_counter() - started - interval_s) * 1000)
+
+    def refuse(self, slo_class: str) -> ResourceExhausted:
+        """Count a refusal decided by `would_shed` and return the error to answer with."""
+        return self._shed(slo_class, self._shed_reason(slo_class))
+
+    def _shed_reason(self, slo_class: str) -> str:
+        if decide(slo_class, 0, self.limiter.limit, {}, self.config, self.loop_lag_ms) is Verdict.SHED:
+            return "loop_lag"  # it would be shed even with nothing in flight
+        return "queue_full" if self.config.queue_caps.get(slo_class) else "limit"
 
     def _shed(self, slo_class: str, reason: str) -> ResourceExhausted:
         SHED.labels(self._service, slo_class, reason).inc()
@@ -193,7 +244,8 @@ class AdmissionGate:
     def _wake(self) -> None:
         for slo_class in PRIORITY:
             queue = self._waiters[slo_class]
-            while queue and self.in_flight < class_ceiling(self.limiter.limit, slo_class, self.config.shares):
+            ceiling = class_ceiling(self.limiter.limit, slo_class, self.config.shares, self.config.floors)
+            while queue and self.in_flight < ceiling:
                 waiter = queue.popleft()
                 if not waiter.done():
                     self._enter()
@@ -205,9 +257,9 @@ class AdmissionGate:
     @contextlib.asynccontextmanager
     async def slot(self, slo_class: str, budget_s: float | None) -> AsyncIterator[None]:
         """Hold one admission slot for the body; raise ResourceExhausted if none is given."""
-        verdict = decide(slo_class, self.in_flight, self.limiter.limit, self._queued(), self.config)
+        verdict = self._decide(slo_class)
         if verdict is Verdict.SHED:
-            raise self._shed(slo_class, "queue_full" if self.config.queue_caps.get(slo_class) else "limit")
+            raise self._shed(slo_class, self._shed_reason(slo_class))
         if verdict is Verdict.QUEUE:
             await self._wait(slo_class, budget_s)
         else:

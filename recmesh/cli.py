@@ -109,6 +109,31 @@ def _cmd_features_backfill(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_features_compare(args: argparse.Namespace) -> int:
+    from recmesh.features.eventlog import sorted_events
+    from recmesh.features.offline import read_entities
+    from recmesh.features.served import compare, format_report, read_served
+    from recmesh.up import DEMO_DATA_DIR
+
+    offline = Path(args.offline) if args.offline else DEMO_DATA_DIR
+    users = dict(read_entities(offline, "user"))
+    items = dict(read_entities(offline, "item"))
+    report = compare(read_served(Path(args.served)), sorted_events(Path(args.events)), users, items)
+    print(json.dumps(report.to_json()) if args.json else format_report(report))
+    return 1 if report.mismatches else 0
+
+
+def _cmd_features_dump_served(args: argparse.Namespace) -> int:
+    from recmesh.features.served import dump_served
+    from recmesh.settings import FeatureSettings
+
+    settings = FeatureSettings()
+    topic = args.topic or settings.served_topic
+    n = asyncio.run(dump_served(settings.kafka_bootstrap, topic, Path(args.out), args.timeout))
+    print(f"wrote {n} served records from {topic} to {args.out}")
+    return 0
+
+
 def _cmd_events_export_demo(args: argparse.Namespace) -> int:
     from recmesh.demo.generate import generate_events, make_catalog
     from recmesh.features.eventlog import write_events
@@ -150,8 +175,7 @@ def _cmd_init(args: argparse.Namespace) -> int:
     mesh = Mesh(settings)
 
     async def init() -> None:
-        topics = {settings.events_topic: settings.topic_partitions, settings.dlq_topic: 1}
-        await ensure_topics(mesh.kafka, topics, timeout_s=args.wait)
+        await ensure_topics(mesh.kafka, mesh.topics(), timeout_s=args.wait)
         await mesh.load_data()
 
     asyncio.run(init())
@@ -212,7 +236,7 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--model-dir", help="default: RECMESH_MODEL_DIR or .recmesh/models")
     tr.add_argument("--seed", type=int, default=42)
     tr.add_argument("--sessions", type=int, default=6000)
-    tr.add_argument("--epochs", type=int, default=300)
+    tr.add_argument("--epochs", type=int, default=4, help="passes over the training rows")
     tr.add_argument("--json", action="store_true", help="print figures as JSON on the last line")
     tr.set_defaults(func=_cmd_train)
 
@@ -231,6 +255,19 @@ def build_parser() -> argparse.ArgumentParser:
     bf.add_argument("--offline", help="directory with users/items offline features (default: demo data)")
     bf.add_argument("--json", action="store_true")
     bf.set_defaults(func=_cmd_features_backfill)
+    cmp_ = feats.add_parser(
+        "compare", help="recompute served feature rows with the offline replay; exit 1 on any mismatch"
+    )
+    cmp_.add_argument("--served", required=True, help="served records, JSON lines (features dump-served)")
+    cmp_.add_argument("--events", required=True, help="JSON-lines event log covering the served as-of times")
+    cmp_.add_argument("--offline", help="directory with users/items offline features (default: demo data)")
+    cmp_.add_argument("--json", action="store_true")
+    cmp_.set_defaults(func=_cmd_features_compare)
+    dump = feats.add_parser("dump-served", help="copy the served_features topic to a JSON-lines file")
+    dump.add_argument("--out", required=True)
+    dump.add_argument("--topic", help="default: RECMESH_SERVED_TOPIC (served_features)")
+    dump.add_argument("--timeout", type=float, default=30.0, help="seconds at most (default 30)")
+    dump.set_defaults(func=_cmd_features_dump_served)
     load = feats.add_parser("load-offline", help="load users/items CSV or Parquet into Redis")
     load.add_argument("path")
     load.set_defaults(func=_cmd_features_load_offline)
@@ -272,6 +309,9 @@ def build_parser() -> argparse.ArgumentParser:
     bf_bench.add_argument("--concurrency", type=int, default=8)
     bf_bench.add_argument("--rate", type=int, default=5000, help="events/s while measuring freshness")
     bf_bench.add_argument("--seconds", type=float, default=8.0)
+    bf_bench.add_argument(
+        "--served-rate", type=float, default=1.0, help="served-feature log rate of the compared service"
+    )
     bf_bench.add_argument("--json", action="store_true")
     bf_bench.set_defaults(func=_lazy("recmesh.bench.features"))
 
@@ -283,17 +323,56 @@ def build_parser() -> argparse.ArgumentParser:
     bi.add_argument("--json", action="store_true")
     bi.set_defaults(func=_lazy("recmesh.bench.inference"))
 
+    bd = bench.add_parser(
+        "degrade", help="degradation variants: AUC change, p99 scoring latency, memory saved"
+    )
+    bd.add_argument("--model-dir", help="default: RECMESH_MODEL_DIR, else a model trained for the run")
+    bd.add_argument("--rows", type=int, default=200, help="rows per request")
+    bd.add_argument("--repeats", type=int, default=500, help="requests per level")
+    bd.add_argument("--json", action="store_true")
+    bd.set_defaults(func=_lazy("recmesh.bench.degrade"))
+
+    be = bench.add_parser("embed", help="CPU sentence-embedding throughput, batch 1 vs batch N")
+    be.add_argument("--model-dir", help="with an exported encoder (default: export to a temp dir)")
+    be.add_argument("--batch", type=int, default=32)
+    be.add_argument("--threads", type=int, default=1, help="ONNX Runtime intra-op threads")
+    be.add_argument("--seconds", type=float, default=5.0)
+    be.add_argument("--json", action="store_true")
+    be.set_defaults(func=_lazy("recmesh.bench.embed"))
+
+    ba = bench.add_parser(
+        "ai-tools", help="per-call latency of /v2/ai-tool/* vs /v1/recommend (running mesh)"
+    )
+    ba.add_argument("--url", default="http://127.0.0.1:8000")
+    ba.add_argument("--n", type=int, default=100)
+    ba.add_argument("--json", action="store_true")
+    ba.set_defaults(func=_lazy("recmesh.bench.aitools"))
+
     bc = bench.add_parser(
         "coldstart", help="process start -> SERVING per service and model size; first request"
     )
     bc.add_argument("--json", action="store_true")
     bc.set_defaults(func=_lazy("recmesh.bench.coldstart"))
 
+    be = bench.add_parser("e2e", help="recommend latency, goodput and shed per class as offered load rises")
+    be.add_argument("--gateway", help="URL of a running gateway (default: start a mesh like `recmesh up`)")
+    be.add_argument("--rates", default="100,200,400,600,800,1200", help="offered requests/s, one step each")
+    be.add_argument("--seconds", type=float, default=8.0, help="seconds per step")
+    be.add_argument("--mix", default="A:0.3,B:0.2,C:0.5", help="share of requests per class")
+    be.add_argument("--api-key", default="demo-interactive", help="x-api-key sent with class A requests")
+    be.add_argument("--plot", default=".recmesh/bench-e2e.png", help="PNG of latency and goodput vs load")
+    be.add_argument("--json", action="store_true")
+    be.set_defaults(func=_lazy("recmesh.bench.e2e"))
+
     tr_rep = sub.add_parser("trace-report", help="latency attribution per component from span files")
     tr_rep.add_argument("files", nargs="+", help="JSON-lines span files (RECMESH_SPANS_FILE)")
     tr_rep.add_argument("--slo-class", help="only traces of this class")
     tr_rep.add_argument("--json", action="store_true")
     tr_rep.set_defaults(func=_lazy("recmesh.tracereport"))
+
+    from recmesh.embedding.cli import add_commands as add_embed_commands
+
+    add_embed_commands(sub)
 
     demo = sub.add_parser("demo", help="demo data").add_subparsers(dest="demo_command", required=True)
     write = demo.add_parser("write-data", help="write the demo users.csv and items.csv")

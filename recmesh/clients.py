@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import grpc
+import numpy as np
+import numpy.typing as npt
 import structlog
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from opentelemetry.instrumentation.grpc import aio_client_interceptors
@@ -285,6 +287,15 @@ class Scored:
     scores: list[float]
     model_version: str
     suggested_level: int  # the inference service's degradation hint (trailing metadata)
+    level: int = 0  # the degradation level the inference service actually served
+
+
+@dataclass(frozen=True)
+class Embedded:
+    matrix: npt.NDArray[np.float32]  # [len(texts), dim], unit rows
+    model: str
+    backend: str
+    tokens: list[int]  # per text, as the model saw it
 
 
 class InferenceClient(GrpcClient):
@@ -304,7 +315,26 @@ class InferenceClient(GrpcClient):
             feature_version=feature_version, feature_names=columns, values=values, level=level
         )
         resp, trailers = await self._call_with_trailers("Score", self._stub.Score, req, cap_s, retry=True)
-        return Scored(list(resp.scores), resp.model_version, int(trailers.get(SUGGESTED_LEVEL_KEY, "0")))
+        suggested = int(trailers.get(SUGGESTED_LEVEL_KEY, "0"))
+        return Scored(list(resp.scores), resp.model_version, suggested, resp.level)
+
+    async def embed(self, texts: list[str], cap_s: float | None = None) -> Embedded:
+        resp: inference_pb2.EmbedResponse = await self._call(
+            "Embed", self._stub.Embed, inference_pb2.EmbedRequest(texts=texts), cap_s
+        )
+        matrix = np.asarray(resp.values, dtype=np.float32).reshape(len(texts), resp.dim)
+        return Embedded(matrix, resp.model, resp.backend, list(resp.tokens))
+
+    async def generate(
+        self, prompt: str, max_tokens: int, json_schema: str = "", cap_s: float | None = None
+    ) -> inference_pb2.GenerateResponse:
+        req = inference_pb2.GenerateRequest(prompt=prompt, max_tokens=max_tokens, json_schema=json_schema)
+        return await self._call("Generate", self._stub.Generate, req, cap_s)
+
+    async def capabilities(self, cap_s: float = 2.0) -> inference_pb2.CapabilitiesResponse:
+        return await self._call(
+            "Capabilities", self._stub.Capabilities, inference_pb2.CapabilitiesRequest(), cap_s
+        )
 
     async def model_info(self) -> inference_pb2.ModelInfoResponse:
         return await self._call("ModelInfo", self._stub.ModelInfo, inference_pb2.ModelInfoRequest(), 2.0)
@@ -332,6 +362,7 @@ class RankerClient(GrpcClient):
 __all__ = [
     "BREAKER_FAILURES",
     "SKIP_HEADER",
+    "Embedded",
     "FeatureClient",
     "GrpcClient",
     "InferenceClient",

@@ -138,10 +138,18 @@ def build_overload(settings: AdmissionSettings) -> tuple[AdmissionGate | None, C
             latency_target_ms=settings.latency_target_ms,
             shares={str(k): v for k, v in settings.shares.items()},
             queue_caps={str(k): v for k, v in settings.queue.items()},
+            floors={str(k): v for k, v in settings.floors.items()},
             retry_after_s=settings.retry_after_s,
+            queue_wait_fraction=settings.queue_wait_fraction,
+            loop_lag_limit_ms=settings.loop_lag_limit_ms,
         )
     )
     if settings.controller_window_s <= 0:
         return gate, None
-    controller = LatencyTargetController(settings.latency_target_ms, target_p95_ms=settings.target_p95_ms)
+    controller = LatencyTargetController(
+        settings.latency_target_ms,
+        target_p95_ms=settings.target_p95_ms,
+        lo_ms=settings.controller_min_ms,
+        hi_ms=settings.controller_max_ms,
+    )
     return gate, ControllerLoop(gate, controller, settings.controller_window_s)

@@ -25,6 +25,13 @@ class InvalidArgument(RecmeshError):
     http_status = 400
 
 
+class Unprocessable(InvalidArgument):
+    """Well-formed, but what it asks cannot be produced (e.g. an output schema no
+    generator can satisfy, or a token budget smaller than the request needs)."""
+
+    http_status = 422
+
+
 class Unauthenticated(RecmeshError):
     """An API key was sent but is not known."""
 

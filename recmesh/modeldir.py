@@ -1,8 +1,18 @@
 """The model directory layout, shared by training and serving (no heavy imports,
 so the inference service starts fast).
 
-MODEL_DIR/<name>/<version>/{model.onnx, card.json}; MODEL_DIR/<name>/CURRENT
-names the served version.
+    MODEL_DIR/<name>/CURRENT            names the served version
+    MODEL_DIR/<name>/<version>/
+        card.json                       model card; "variants" lists every file below
+        model.onnx                      level 0: the full model
+        model-l1.onnx                   level 1: feature sampling (half the dense columns, IDs kept)
+        model-l2.onnx                   level 2: level 1 with 64-d embedding prefixes
+        model-l3.onnx                   level 3: level 2 at 16-d, no cross features
+
+Every variant reads the same input (the card's columns) and writes one score
+per row; a version is served only as a whole (all its variants load before
+CURRENT takes effect). A version without some variant files (an older export)
+serves the nearest available level below the requested one, and says so.
 """
 
 from __future__ import annotations
@@ -10,6 +20,11 @@ from __future__ import annotations
 from pathlib import Path
 
 MODEL_NAME = "ctr"
+LEVELS = (0, 1, 2, 3)
+
+
+def variant_file(level: int) -> str:
+    return "model.onnx" if level == 0 else f"model-l{level}.onnx"
 
 
 def current_model(model_dir: Path, name: str = MODEL_NAME) -> Path | None:
@@ -17,4 +32,4 @@ def current_model(model_dir: Path, name: str = MODEL_NAME) -> Path | None:
     if not pointer.exists():
         return None
     path = model_dir / name / pointer.read_text().strip()
-    return path if (path / "model.onnx").exists() and (path / "card.json").exists() else None
+    return path if (path / variant_file(0)).exists() and (path / "card.json").exists() else None

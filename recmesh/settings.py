@@ -22,6 +22,10 @@ def _default_shares() -> dict[SloName, float]:
     return {"A": 1.0, "B": 0.8, "C": 0.5}
 
 
+def _default_floors() -> dict[SloName, int]:
+    return {"A": 32}
+
+
 def _default_queue() -> dict[SloName, int]:
     return {"A": 64, "B": 16, "C": 0}
 
@@ -51,7 +55,7 @@ class KafkaSettings(BaseSettings):
     dlq_topic: str = Field("user_behavior.dlq", validation_alias="RECMESH_DLQ_TOPIC")
 
 
-class FeatureSettings(CommonSettings, RedisSettings):
+class FeatureSettings(CommonSettings, RedisSettings, KafkaSettings):
     feature_port: int = 50052
     metrics_port: int = Field(9102, validation_alias="FEATURE_METRICS_PORT")
     # Budget for the real-time read; past it the response falls back to
@@ -62,6 +66,12 @@ class FeatureSettings(CommonSettings, RedisSettings):
         default_factory=dict, validation_alias="RECMESH_FEATURE_TIMEOUT_MS_BY_CLASS"
     )
     max_items: int = Field(500, validation_alias="RECMESH_FEATURE_MAX_ITEMS")
+    # Served-feature log (services/feature/served_log.py): the share of look-ups whose
+    # served vectors go to the topic (0 = off, 1 = all), and the queue bound past
+    # which records are dropped rather than slowing look-ups.
+    served_log_rate: float = Field(0.01, ge=0.0, le=1.0, validation_alias="RECMESH_SERVED_LOG_RATE")
+    served_topic: str = Field("served_features", validation_alias="RECMESH_SERVED_TOPIC")
+    served_log_queue: int = Field(1000, ge=1, validation_alias="RECMESH_SERVED_LOG_QUEUE")
 
 
 class IngestSettings(CommonSettings, RedisSettings, KafkaSettings):
@@ -69,6 +79,10 @@ class IngestSettings(CommonSettings, RedisSettings, KafkaSettings):
     consumer_group: str = Field("recmesh-feature-ingest", validation_alias="RECMESH_CONSUMER_GROUP")
     max_batch: int = Field(2000, validation_alias="RECMESH_INGEST_MAX_BATCH")
     allowed_lateness_ms: int = Field(10_000, validation_alias="RECMESH_ALLOWED_LATENESS_MS")
+    # State-drift sampler: a pass over the keyspace every this many seconds (0 = off),
+    # scanning at most this many keys per second (services/feature/drift.py).
+    state_sample_s: float = Field(15.0, validation_alias="RECMESH_STATE_SAMPLE_S")
+    state_scan_keys_per_s: int = Field(20_000, validation_alias="RECMESH_STATE_SCAN_KEYS_PER_S")
 
 
 class InferenceSettings(CommonSettings):
@@ -83,6 +97,21 @@ class InferenceSettings(CommonSettings):
     batch_max_queue: int = Field(256, validation_alias="RECMESH_BATCH_MAX_QUEUE")
     # Queue depth from which callers are told to degrade (trailing metadata).
     batch_queue_threshold: int = Field(128, validation_alias="RECMESH_BATCH_QUEUE_THRESHOLD")
+    # Text models (Embed / Generate), each in its own lane: a concurrency limit
+    # (= worker threads) and a bounded wait queue, separate from Score.
+    text_backend: Literal["auto", "onnx", "vllm"] = Field("auto", validation_alias="RECMESH_TEXT_BACKEND")
+    embed_concurrency: int = Field(1, ge=1, validation_alias="RECMESH_EMBED_CONCURRENCY")
+    embed_max_queue: int = Field(8, ge=0, validation_alias="RECMESH_EMBED_MAX_QUEUE")
+    embed_max_texts: int = Field(64, ge=1, validation_alias="RECMESH_EMBED_MAX_TEXTS")
+    embed_max_chars: int = Field(8000, ge=1, validation_alias="RECMESH_EMBED_MAX_CHARS")
+    embed_ort_threads: int = Field(1, ge=1, validation_alias="RECMESH_EMBED_ORT_THREADS")
+    # Niceness of the text lanes' threads: Score (class A's path) gets the CPU first.
+    text_nice: int = Field(10, ge=0, le=19, validation_alias="RECMESH_TEXT_NICE")
+    generate_concurrency: int = Field(4, ge=1, validation_alias="RECMESH_GENERATE_CONCURRENCY")
+    generate_max_queue: int = Field(16, ge=0, validation_alias="RECMESH_GENERATE_MAX_QUEUE")
+    # Local directory of generative weights for vLLM (no hub downloads); None: no generation.
+    generation_model_dir: Path | None = Field(None, validation_alias="RECMESH_GENERATION_MODEL_DIR")
+    vllm_gpu_memory_utilization: float = Field(0.8, validation_alias="RECMESH_VLLM_GPU_MEMORY_UTILIZATION")
 
 
 class RankerSettings(CommonSettings):
@@ -111,13 +140,17 @@ class AdmissionSettings(BaseSettings):
 
     enabled: bool = Field(True, validation_alias="RECMESH_ADMISSION")
     initial_limit: float = Field(32, gt=0, validation_alias="RECMESH_ADMISSION_INITIAL_LIMIT")
-    min_limit: float = Field(4, gt=0, validation_alias="RECMESH_ADMISSION_MIN_LIMIT")
+    min_limit: float = Field(8, gt=0, validation_alias="RECMESH_ADMISSION_MIN_LIMIT")
     max_limit: float = Field(256, gt=0, validation_alias="RECMESH_ADMISSION_MAX_LIMIT")
-    latency_target_ms: float = Field(150.0, gt=0, validation_alias="RECMESH_ADMISSION_LATENCY_TARGET_MS")
+    latency_target_ms: float = Field(100.0, gt=0, validation_alias="RECMESH_ADMISSION_LATENCY_TARGET_MS")
     # Share of the limit each class may fill, e.g. '{"A": 1.0, "B": 0.8, "C": 0.5}'.
     shares: dict[SloName, float] = Field(
         default_factory=_default_shares,
         validation_alias="RECMESH_ADMISSION_SHARES",
+    )
+    # In-flight slots a class keeps whatever the adaptive limit, e.g. '{"A": 32}'.
+    floors: dict[SloName, int] = Field(
+        default_factory=_default_floors, validation_alias="RECMESH_ADMISSION_FLOORS"
     )
     # Requests per class that may wait for a slot, e.g. '{"A": 64, "B": 16, "C": 0}'.
     queue: dict[SloName, int] = Field(
@@ -125,9 +158,41 @@ class AdmissionSettings(BaseSettings):
         validation_alias="RECMESH_ADMISSION_QUEUE",
     )
     retry_after_s: int = Field(1, ge=0, validation_alias="RECMESH_ADMISSION_RETRY_AFTER_S")
-    # The feedback controller: window length (0 turns it off) and class A's P95 target.
+    # Gateway event-loop lag past which class C is shed (B past twice it); 0: off.
+    loop_lag_limit_ms: float = Field(25.0, ge=0, validation_alias="RECMESH_ADMISSION_LOOP_LAG_MS")
+    # A queued request waits at most this share of its budget for a slot.
+    queue_wait_fraction: float = Field(0.5, gt=0, le=1, validation_alias="RECMESH_ADMISSION_QUEUE_WAIT")
+    # The feedback controller: window length (0 turns it off), class A's P95 target,
+    # and the range it may move the latency target in.
     controller_window_s: float = Field(10.0, ge=0, validation_alias="RECMESH_CONTROLLER_WINDOW_S")
     target_p95_ms: float = Field(200.0, gt=0, validation_alias="RECMESH_CONTROLLER_TARGET_P95_MS")
+    controller_min_ms: float = Field(50.0, gt=0, validation_alias="RECMESH_CONTROLLER_MIN_MS")
+    controller_max_ms: float = Field(1000.0, gt=0, validation_alias="RECMESH_CONTROLLER_MAX_MS")
+
+
+def _default_tool_queue() -> dict[SloName, int]:
+    return {"A": 8, "B": 8, "C": 0}
+
+
+class AiToolSettings(BaseSettings):
+    """The gateway's AI-tool endpoints (/v2/ai-tool/*): their own admission gate
+    (a fixed concurrency limit and per-class queues, apart from /v1/recommend),
+    input limits and the generation fuse."""
+
+    model_config = SettingsConfigDict(extra="forbid", populate_by_name=True)
+
+    concurrency: int = Field(4, ge=1, validation_alias="RECMESH_AI_TOOL_CONCURRENCY")
+    queue: dict[SloName, int] = Field(
+        default_factory=_default_tool_queue, validation_alias="RECMESH_AI_TOOL_QUEUE"
+    )
+    max_text_chars: int = Field(20_000, ge=1, validation_alias="RECMESH_AI_TOOL_MAX_TEXT_CHARS")
+    max_sentences: int = Field(64, ge=1, validation_alias="RECMESH_AI_TOOL_MAX_SENTENCES")
+    max_context_chars: int = Field(4_000, ge=1, validation_alias="RECMESH_AI_TOOL_MAX_CONTEXT_CHARS")
+    # An LLM call past this falls back (design notes: 5 s), never past the class budget.
+    generation_timeout_ms: float = Field(
+        5_000, gt=0, validation_alias="RECMESH_AI_TOOL_GENERATION_TIMEOUT_MS"
+    )
+    max_output_tokens: int = Field(256, ge=1, validation_alias="RECMESH_AI_TOOL_MAX_OUTPUT_TOKENS")
 
 
 class GatewaySettings(CommonSettings, KafkaSettings):
@@ -164,6 +229,7 @@ class GatewaySettings(CommonSettings, KafkaSettings):
     produce_timeout_s: float = Field(5.0, validation_alias="RECMESH_PRODUCE_TIMEOUT_S")
     # Overload protection (recmesh/admission.py, recmesh/controller.py).
     admission: AdmissionSettings = Field(default_factory=AdmissionSettings)
+    ai_tool: AiToolSettings = Field(default_factory=AiToolSettings)
 
 
 class UpSettings(CommonSettings):
@@ -178,6 +244,7 @@ class UpSettings(CommonSettings):
     offline_dir: Path | None = Field(None, validation_alias="RECMESH_OFFLINE_DIR")
     events_topic: str = Field("user_behavior", validation_alias="RECMESH_EVENTS_TOPIC")
     dlq_topic: str = Field("user_behavior.dlq", validation_alias="RECMESH_DLQ_TOPIC")
+    served_topic: str = Field("served_features", validation_alias="RECMESH_SERVED_TOPIC")
     topic_partitions: int = Field(3, validation_alias="RECMESH_TOPIC_PARTITIONS")
     gateway_http_port: int = 8000
     gateway_grpc_port: int = 50051

@@ -225,11 +225,20 @@ def kafka_produce_span(topic: str, count: int) -> Iterator[Span]:
 def kafka_consume_span(records: Sequence[Any]) -> Iterator[Span]:
     """A CONSUMER span around processing one batch, linked to the traces that produced it."""
     links = []
-    for rec in records[:MAX_LINKS]:
-        carrier = {k: v.decode("latin-1") for k, v in (getattr(rec, "headers", None) or ())}
+    # One link per distinct producing trace (a batch usually holds a few
+    # traces' records); compare raw headers so most records cost a set look-up.
+    seen: set[tuple[tuple[str, bytes], ...]] = set()
+    for rec in records:
+        headers = tuple(getattr(rec, "headers", None) or ())
+        if not headers or headers in seen:
+            continue
+        seen.add(headers)
+        carrier = {k: v.decode("latin-1") for k, v in headers}
         ctx = trace.get_current_span(propagate.extract(carrier)).get_span_context()
         if ctx.is_valid:
             links.append(Link(ctx))
+            if len(links) >= MAX_LINKS:
+                break
     topic = records[0].topic if records else "unknown"
     with _kafka_tracer.start_as_current_span(f"{topic} process", kind=SpanKind.CONSUMER, links=links) as span:
         span.set_attribute("messaging.system", "kafka")

@@ -58,6 +58,11 @@ class Mesh:
         }
         self.http = f"http://{host}:{settings.gateway_http_port}"
 
+    def topics(self) -> dict[str, int]:
+        """Topic -> partitions: events, their dead letters, and the served-feature log."""
+        s = self.s
+        return {s.events_topic: s.topic_partitions, s.dlq_topic: 1, s.served_topic: s.topic_partitions}
+
     def _child_env(self) -> dict[str, str]:
         s = self.s
         env = dict(os.environ)
@@ -80,6 +85,7 @@ class Mesh:
             RECMESH_MODEL_DIR=str(self.model_dir),
             RECMESH_EVENTS_TOPIC=s.events_topic,
             RECMESH_DLQ_TOPIC=s.dlq_topic,
+            RECMESH_SERVED_TOPIC=s.served_topic,
             PYTHONUNBUFFERED="1",
         )
         # A demo caller entitled to class A, unless the user brought their own keys.
@@ -122,8 +128,9 @@ class Mesh:
             say(f"Kafka-protocol broker (Tansu) on 127.0.0.1:{port} (embedded, pid {proc.pid})")
         else:
             say(f"using Kafka at {self.kafka}")
-        await ensure_topics(self.kafka, {self.s.events_topic: self.s.topic_partitions, self.s.dlq_topic: 1})
-        say(f"topics ready: {self.s.events_topic} ({self.s.topic_partitions} partitions), {self.s.dlq_topic}")
+        await ensure_topics(self.kafka, self.topics())
+        s = self.s
+        say(f"topics ready: {', '.join(self.topics())} ({s.topic_partitions} partitions for events)")
 
     async def load_data(self) -> None:
         from recmesh.features.offline import read_entities
@@ -150,6 +157,37 @@ class Mesh:
             train(TrainConfig(), self.model_dir, progress=lambda m: say(f"  train: {m}"))
             path = current_model(self.model_dir)
         say(f"model: {path}")
+
+    def ensure_embedder(self) -> None:
+        """The ONNX sentence encoder the inference service serves Embed with (~2 s, once)."""
+        from recmesh.embedding.export import EMBEDDER_DIR, export
+
+        if not (self.model_dir / EMBEDDER_DIR / "encoder.onnx").exists():
+            say("exporting the all-MiniLM-L6-v2 sentence encoder to ONNX (packaged weights, once) ...")
+            export(self.model_dir)
+
+    def embed_items_in_background(self) -> None:
+        """Item vectors for semantic recall, when missing: embedded on a daemon
+        thread once the mesh is up (about half a minute for the demo catalog on
+        one core), so start-up does not wait; written atomically when done."""
+        import threading
+
+        from recmesh.demo.texts import embedding_text, read_item_texts
+        from recmesh.embedding.items import embed_items
+        from recmesh.vectors import load_item_vectors
+
+        directory = self.s.offline_dir or DEMO_DATA_DIR
+        if load_item_vectors(self.model_dir) is not None:
+            return
+        if not (directory / "item_texts.csv").exists():
+            say(f"no {directory / 'item_texts.csv'}: no item vectors (semantic recall stays off)")
+            return
+        texts = {i: embedding_text(t, d) for i, (t, d) in read_item_texts(directory).items()}
+        say(f"embedding {len(texts)} item texts in the background ...")
+        threading.Thread(
+            target=embed_items, args=(self.model_dir, texts), kwargs={"progress": say},
+            name="embed-items", daemon=True,
+        ).start()  # fmt: skip
 
     def start_services(self) -> None:
         env = self._child_env()
@@ -228,6 +266,8 @@ Try:
   curl -s -X POST {http}/v1/recommend -H 'content-type: application/json' \\
        -H 'x-api-key: {DEMO_API_KEY}' -H 'x-slo-class: A' \\
        -d '{{"user_id": "u42", "count": 5}}'
+  curl -s -X POST {http}/v2/ai-tool/summarize -H 'content-type: application/json' \\
+       -d '{{"text": "First point. Second point. Third point.", "max_sentences": 1}}'
 """
 
 
@@ -272,8 +312,10 @@ async def _start(mesh: Mesh, demo_events: int) -> None:
     await mesh.start_infra()
     await mesh.load_data()
     await asyncio.to_thread(mesh.ensure_model)
+    await asyncio.to_thread(mesh.ensure_embedder)
     mesh.start_services()
     await mesh.wait_ready()
+    mesh.embed_items_in_background()
     if demo_events:
         n = await mesh.send_demo_events(demo_events)
         say(f"sent {n} demo events to {mesh.s.events_topic} (real-time features are live)")

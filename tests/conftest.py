@@ -13,7 +13,7 @@ from recmesh.embedded import broker_process, ensure_topics, redis_process, start
 from recmesh.training.train import TrainConfig, train
 from tests.helpers import free_port
 
-SMALL_TRAINING = TrainConfig(sessions=1500, hours=2.0, epochs=120)
+SMALL_TRAINING = TrainConfig(sessions=1500, hours=2.0, epochs=3)
 
 
 @pytest.fixture(scope="session")
@@ -75,3 +75,13 @@ async def topics(kafka_bootstrap: str, request: pytest.FixtureRequest) -> dict[s
     names = {"events": f"ub-{suffix}", "dlq": f"ub-{suffix}.dlq"}
     await ensure_topics(kafka_bootstrap, {names["events"]: 3, names["dlq"]: 1})
     return names
+
+
+@pytest.fixture(scope="session")
+def embed_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A model dir holding the MiniLM encoder exported from the packaged weights (about 2 s)."""
+    from recmesh.embedding.export import export
+
+    model_dir = tmp_path_factory.mktemp("embed-models")
+    export(model_dir)
+    return model_dir

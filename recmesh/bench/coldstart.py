@@ -30,7 +30,7 @@ from recmesh.redis_client import connect
 from recmesh.training.train import TrainConfig, train
 from services.feature.store import FeatureStore
 
-SIZES = {"small": 32, "large": 512}  # MLP hidden units
+SIZES = {"small": 32, "large": 512}  # MLP hidden units (every level variant is loaded)
 
 
 async def _started(
@@ -160,7 +160,7 @@ def main(args: Any) -> int:
         root = Path(tmp)
         for size, hidden in SIZES.items():
             train(
-                TrainConfig(sessions=1500, hours=2.0, epochs=60, hidden=hidden),
+                TrainConfig(sessions=1500, hours=2.0, epochs=1, hidden=hidden),
                 root / size,
                 progress=lambda _: None,
             )

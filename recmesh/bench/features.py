@@ -35,7 +35,8 @@ from recmesh.settings import IngestSettings
 from services.feature.ingest import running
 from services.feature.store import FeatureStore
 
-TOPIC, DLQ = "bench.user_behavior", "bench.user_behavior.dlq"
+TOPIC, DLQ, SERVED = "bench.user_behavior", "bench.user_behavior.dlq", "bench.served_features"
+BLOCK = 50  # look-ups per block when alternating between the two feature services
 
 
 def _synthetic(n: int, rng: random.Random, now_ms: int, spread_ms: int) -> list[dict[str, Any]]:
@@ -116,10 +117,10 @@ async def _memory(store_client: Any, users: list[str], items: list[str]) -> dict
 
 
 async def run(
-    events: int, lookups: int, n_items: int, concurrency: int, rate: int, seconds: float
+    events: int, lookups: int, n_items: int, concurrency: int, rate: int, seconds: float, served_rate: float
 ) -> dict[str, Any]:
     rng = random.Random(7)
-    async with infrastructure({TOPIC: 3, DLQ: 1}) as infra:
+    async with infrastructure({TOPIC: 3, DLQ: 1, SERVED: 1}) as infra:
         client = connect(infra.redis_url, 32)
         store = FeatureStore(client)
         await store.prepare()
@@ -153,30 +154,46 @@ async def run(
             await ingest.wait_for(before + streamed, 60)
             fresh = ingest.freshness
 
-        # 3. look-ups over gRPC against the feature service process, and the raw baseline
-        service = await _start_feature_service(infra)
+        # 3. look-ups over gRPC against the feature service process, and the raw baseline;
+        # a second service process logs served features at `served_rate`, measured in
+        # alternating blocks against the first (served log off) in the same conditions.
+        service = await _start_feature_service(infra, served_rate=0.0)
+        logging_service = await _start_feature_service(infra, served_rate=served_rate)
         try:
             feature = FeatureClient(f"127.0.0.1:{service[1]}", "bench")
+            logging = FeatureClient(f"127.0.0.1:{logging_service[1]}", "bench")
             plans = [(f"u{rng.randrange(2000)}", [f"i{rng.randrange(3000)}" for _ in range(n_items)])
                      for _ in range(lookups)]  # fmt: skip
             as_of = int(time.time() * 1000)
             for user, item_ids in plans[:100]:
                 await feature.get_features(user, item_ids, as_of, cap_s=5.0)
+                await logging.get_features(user, item_ids, as_of, cap_s=5.0)
                 await store.read_raw(user, item_ids, as_of)
-            svc_lat, raw_lat = [], []
-            for user, item_ids in plans:
-                t = time.perf_counter()
-                resp = await feature.get_features(user, item_ids, as_of, cap_s=5.0)
-                svc_lat.append(time.perf_counter() - t)
-                assert not resp.degraded, resp.degraded
-                t = time.perf_counter()
-                await store.read_raw(user, item_ids, as_of)
-                raw_lat.append(time.perf_counter() - t)
+            svc_lat: list[float] = []
+            raw_lat: list[float] = []
+            logged_lat: list[float] = []
+            # Both blocks have the same shape (a service call, then the raw read), so
+            # the logging service's background work gets the same room in both.
+            for start in range(0, len(plans), BLOCK):
+                block = plans[start : start + BLOCK]
+                for client_, samples in ((feature, svc_lat), (logging, logged_lat)):
+                    for user, item_ids in block:
+                        t = time.perf_counter()
+                        resp = await client_.get_features(user, item_ids, as_of, cap_s=5.0)
+                        samples.append(time.perf_counter() - t)
+                        assert not resp.degraded, resp.degraded
+                        t = time.perf_counter()
+                        await store.read_raw(user, item_ids, as_of)
+                        raw_lat.append(time.perf_counter() - t)
             throughput = await _throughput(feature, plans, as_of, concurrency, 3.0)
             await feature.close()
+            await logging.close()
         finally:
-            service[0].terminate()
-            service[0].wait(10)
+            for proc, _ in (service, logging_service):
+                proc.terminate()
+            for proc, _ in (service, logging_service):
+                proc.wait(10)
+        served_records = await _topic_records(infra.kafka_bootstrap, SERVED)
         await client.aclose()
 
     ms = 1000.0
@@ -194,6 +211,17 @@ async def run(
         "raw_redis_p99_ms": round(percentile(raw_lat, 99) * ms, 3),
         "ratio_p50": round(percentile(svc_lat, 50) / percentile(raw_lat, 50), 2),
         "ratio_p99": round(percentile(svc_lat, 99) / percentile(raw_lat, 99), 2),
+        "served_log_rate": served_rate,
+        "served_log_lookups": len(logged_lat) + 100,
+        "served_log_records": served_records,
+        "logged_p50_ms": round(percentile(logged_lat, 50) * ms, 3),
+        "logged_p99_ms": round(percentile(logged_lat, 99) * ms, 3),
+        "served_log_overhead_p50_pct": round(
+            (percentile(logged_lat, 50) / percentile(svc_lat, 50) - 1) * 100, 1
+        ),
+        "served_log_overhead_p99_pct": round(
+            (percentile(logged_lat, 99) / percentile(svc_lat, 99) - 1) * 100, 1
+        ),
         "freshness_rate_per_s": rate,
         "freshness_p50_ms": round(percentile(fresh, 50) * ms, 1),
         "freshness_p99_ms": round(percentile(fresh, 99) * ms, 1),
@@ -224,10 +252,24 @@ async def _stream(bootstrap: str, rng: random.Random, rate: int, seconds: float)
     return sent
 
 
-async def _start_feature_service(infra: Infra) -> tuple[subprocess.Popen[bytes], int]:
+async def _topic_records(bootstrap: str, topic: str) -> int:
+    from aiokafka import AIOKafkaConsumer, TopicPartition
+
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=None)
+    await consumer.start()
+    try:
+        parts = [TopicPartition(topic, p) for p in consumer.partitions_for_topic(topic) or ()]
+        return sum((await consumer.end_offsets(parts)).values()) if parts else 0
+    finally:
+        await consumer.stop()
+
+
+async def _start_feature_service(infra: Infra, served_rate: float) -> tuple[subprocess.Popen[bytes], int]:
     port = free_port()
     env = dict(os.environ, REDIS_URL=infra.redis_url, FEATURE_PORT=str(port),
-               FEATURE_METRICS_PORT=str(free_port()), RECMESH_LOG_LEVEL="WARNING")  # fmt: skip
+               FEATURE_METRICS_PORT=str(free_port()), RECMESH_LOG_LEVEL="WARNING",
+               KAFKA_BOOTSTRAP=infra.kafka_bootstrap, RECMESH_SERVED_TOPIC=SERVED,
+               RECMESH_SERVED_LOG_RATE=str(served_rate))  # fmt: skip
     log = (infra.workdir / "feature.log").open("ab")
     proc = subprocess.Popen(  # noqa: ASYNC220 (starts and returns at once)
         [sys.executable, "-m", "services.feature"], env=env, stdout=log, stderr=log
@@ -273,13 +315,16 @@ def table(f: dict[str, Any]) -> str:
   GetFeatures   1 user + {f["lookup_items"]} items over gRPC: p50 {f["lookup_p50_ms"]} ms, p99 {f["lookup_p99_ms"]} ms, {f["lookup_rps"]} req/s at concurrency {f["lookup_concurrency"]}
   raw Redis     the same look-up's round trip:   p50 {f["raw_redis_p50_ms"]} ms, p99 {f["raw_redis_p99_ms"]} ms
   overhead      service / raw Redis: p50 x{f["ratio_p50"]}, p99 x{f["ratio_p99"]}
+  served log    at rate {f["served_log_rate"]}: p50 {f["logged_p50_ms"]} ms, p99 {f["logged_p99_ms"]} ms, vs off: p50 {f["served_log_overhead_p50_pct"]:+}%, p99 {f["served_log_overhead_p99_pct"]:+}% ({f["served_log_records"]:,} records for {f["served_log_lookups"]:,} look-ups)
   freshness     event time -> in Redis at {f["freshness_rate_per_s"]:,} events/s: p50 {f["freshness_p50_ms"]} ms, p99 {f["freshness_p99_ms"]} ms
   memory        {f["bytes_per_user"]:,} B per active user ({f["events_per_user"]} events held), {f["bytes_per_item"]:,} B per item ({f["events_per_item"]} events held)"""  # noqa: E501
 
 
 def main(args: Any) -> int:
     figures = asyncio.run(
-        run(args.events, args.lookups, args.items, args.concurrency, args.rate, args.seconds)
+        run(
+            args.events, args.lookups, args.items, args.concurrency, args.rate, args.seconds, args.served_rate
+        )
     )
     emit(figures, args.json, table(figures))
     return 0 if figures["ingest_lost"] == 0 else 1

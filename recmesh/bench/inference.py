@@ -5,6 +5,16 @@ with batching and once without, with the same model and the same offered
 load: `concurrency` callers each sending requests of `rows` rows back to back
 for `seconds`. Cold start is process start -> grpc.health SERVING (model
 loaded and warmed), measured for every start.
+
+It also times the model alone (the level-0 ONNX session in this process, as
+the service configures it): one request's rows, and a full batch of
+concurrent requests per request. Batching can save at most the difference,
+per request; set against the per-request cost with batching off
+(1 / throughput), that bounds the throughput ratio that saved model time can
+explain -- on CPU, where a model run is microseconds and a Python gRPC round
+trip is hundreds, close to 1. A measured ratio above it comes from elsewhere
+(handlers that yield while a batch forms let the event loop take in and answer
+more calls per turn) or from noise on a shared machine.
 """
 
 from __future__ import annotations
@@ -25,6 +35,7 @@ from recmesh.clients import InferenceClient
 from recmesh.features.definitions import FEATURE_SET_VERSION
 from recmesh.features.vectorize import COLUMNS
 from recmesh.modeldir import current_model
+from recmesh.settings import InferenceSettings
 from recmesh.training.train import TrainConfig, train
 
 
@@ -76,12 +87,37 @@ async def _load(addr: str, rows: int, concurrency: int, seconds: float) -> dict[
     }
 
 
+def model_costs(model_dir: Path, rows: int, concurrency: int) -> dict[str, float]:
+    """Median seconds of one model run for one request's rows, and per request
+    within the batch the batcher would form from `concurrency` such requests."""
+    from services.inference.model import load
+
+    path = current_model(model_dir)
+    assert path is not None
+    settings = InferenceSettings()
+    variant = load(path, settings.intra_op_threads).variant(0)
+    width = len(COLUMNS)
+    per_batch = max(1, min(concurrency, settings.batch_max_rows // max(1, rows)))
+
+    def median_run(n: int) -> float:
+        x = np.random.default_rng(0).random((n, width)).astype(np.float32)
+        samples = []
+        for _ in range(max(20, 20_000 // n)):
+            t = time.perf_counter()
+            variant.score(x)
+            samples.append(time.perf_counter() - t)
+        return percentile(samples, 50)
+
+    return {"single_s": median_run(rows), "batched_per_request_s": median_run(rows * per_batch) / per_batch,
+            "requests_per_batch": per_batch}  # fmt: skip
+
+
 async def run(model_dir: Path | None, rows: int, concurrency: int, seconds: float) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="recmesh-bench-") as tmp:
         work = Path(tmp)
         if model_dir is None or current_model(model_dir) is None:
             model_dir = work / "models"
-            train(TrainConfig(sessions=1500, hours=2.0, epochs=100), model_dir, progress=lambda _: None)
+            train(TrainConfig(sessions=1500, hours=2.0, epochs=3), model_dir, progress=lambda _: None)
         results: dict[str, dict[str, float]] = {}
         cold: list[float] = []
         for mode in ("off", "on"):
@@ -92,6 +128,7 @@ async def run(model_dir: Path | None, rows: int, concurrency: int, seconds: floa
             finally:
                 proc.terminate()
                 proc.wait(10)
+        costs = model_costs(model_dir, rows, concurrency)
     off, on = results["off"], results["on"]
     figures: dict[str, Any] = {"rows_per_request": rows, "concurrency": concurrency}
     for mode, res in results.items():
@@ -100,6 +137,13 @@ async def run(model_dir: Path | None, rows: int, concurrency: int, seconds: floa
     figures["throughput_ratio"] = round(on["rps"] / off["rps"], 3)
     figures["cold_start_s"] = round(min(cold), 3)
     figures["cold_start_max_s"] = round(max(cold), 3)
+    per_request_off = 1 / off["rps"]
+    saved = max(0.0, costs["single_s"] - costs["batched_per_request_s"])
+    figures["model_us_per_request"] = round(costs["single_s"] * 1e6, 1)
+    figures["model_us_per_request_batched"] = round(costs["batched_per_request_s"] * 1e6, 1)
+    figures["requests_per_batch"] = costs["requests_per_batch"]
+    figures["model_share_of_request_cost"] = round(costs["single_s"] / per_request_off, 4)
+    figures["model_time_ratio_bound"] = round(per_request_off / max(1e-9, per_request_off - saved), 3)
     return figures
 
 
@@ -112,6 +156,11 @@ def table(f: dict[str, Any]) -> str:
         f"  batching on   {f['batching_on_rps']:>9.1f} req/s  p50 {f['batching_on_p50_ms']} ms  "
         f"p99 {f['batching_on_p99_ms']} ms\n"
         f"  ratio         x{f['throughput_ratio']} throughput\n"
+        f"  model alone   {f['model_us_per_request']} us per request; "
+        f"{f['model_us_per_request_batched']} us per request in batches of {f['requests_per_batch']} "
+        f"(in process)\n"
+        f"  bound         the model is {f['model_share_of_request_cost']:.1%} of a request's cost with "
+        f"batching off (1/throughput): saved model time explains at most x{f['model_time_ratio_bound']}\n"
         f"  cold start    {f['cold_start_s']} s (process start -> SERVING, model loaded and warmed; "
         f"worst of 2: {f['cold_start_max_s']} s)"
     )

@@ -49,7 +49,7 @@ class Example:
     label: int
 
 
-def _offline(entity: str, row: Mapping[str, Any] | None) -> dict[str, FeatureValue]:
+def offline_values(entity: str, row: Mapping[str, Any] | None) -> dict[str, FeatureValue]:
     row = row or {}
     return {f.name: row.get(f.name, f.default) for f in features_of(entity, "offline")}  # type: ignore[arg-type]
 
@@ -144,9 +144,9 @@ def training_examples(
     state = ReplayState({iid: str(f.get("category", "unknown")) for iid, f in items.items()})
     pending: deque[_Pending] = deque()
     waiting: dict[tuple[str, str], list[_Pending]] = defaultdict(list)
-    users_off = {u: _offline("user", r) for u, r in users.items()}
-    items_off = {i: _offline("item", r) for i, r in items.items()}
-    no_user, no_item = _offline("user", None), _offline("item", None)
+    users_off = {u: offline_values("user", r) for u, r in users.items()}
+    items_off = {i: offline_values("item", r) for i, r in items.items()}
+    no_user, no_item = offline_values("user", None), offline_values("item", None)
 
     def flush(now_ms: int | None) -> Iterator[Example]:
         while pending and (now_ms is None or pending[0].t + LABEL_WINDOW_MS < now_ms):

@@ -18,6 +18,7 @@ DType = Literal["int", "float", "str", "strings", "counts"]
 FeatureValue = int | float | str | list[str] | dict[str, int]
 
 MINUTE_MS = 60_000
+DEFAULT_FRESHNESS_TAU_S = 60.0
 
 
 @dataclass(frozen=True)
@@ -30,19 +31,23 @@ class FeatureDef:
     description: str
     window_ms: int | None = None  # sliding window over event time, for real-time features
     version: int = 1
+    # Real-time features: the age at which freshness 2^(-age/tau) halves
+    # (design notes: tau = 60 s by default; risk control wants <= 30 s).
+    freshness_tau_s: float = DEFAULT_FRESHNESS_TAU_S
 
 
 FEATURES: tuple[FeatureDef, ...] = (
     # --- real-time, computed from the user_behavior stream ------------------
     FeatureDef("clicks_5m", "user", "realtime", "int", 0,
-               "clicks by the user in (as_of - 5 min, as_of]", window_ms=5 * MINUTE_MS),
+               "clicks by the user in (as_of - 5 min, as_of]", window_ms=5 * MINUTE_MS,
+               freshness_tau_s=30.0),
     FeatureDef("category_clicks_10m", "user", "realtime", "counts", {},
                "category -> clicks by the user in (as_of - 10 min, as_of]",
                window_ms=10 * MINUTE_MS),
     FeatureDef("last_viewed_3", "user", "realtime", "strings", [],
                "distinct item ids among the user's 10 latest view/click events "
                "in (as_of - 1 h, as_of], newest first, at most 3",
-               window_ms=60 * MINUTE_MS),
+               window_ms=60 * MINUTE_MS, freshness_tau_s=120.0),
     FeatureDef("clicks_10m", "item", "realtime", "int", 0,
                "clicks on the item in (as_of - 10 min, as_of]", window_ms=10 * MINUTE_MS),
     FeatureDef("views_10m", "item", "realtime", "int", 0,

@@ -41,3 +41,21 @@ def item_static(item_id: str) -> str:
 
 POPULARITY = "{catalog}:popularity"
 """ZSET item_id -> offline popularity, the candidate source for recall."""
+
+
+# Real-time state, by feature family: (entity prefix, key suffix) of its keys.
+# The state-drift sampler (services/feature/drift.py) sizes each family.
+STATE_FAMILIES: dict[str, tuple[str, str]] = {
+    "user_events": ("{u:", "}:events"),
+    "user_viewed": ("{u:", "}:viewed"),
+    "item_clicks": ("{i:", "}:clicks"),
+    "item_views": ("{i:", "}:views"),
+}
+
+
+def state_family(key: str) -> str | None:
+    """The real-time feature family a key belongs to, or None (offline or other keys)."""
+    for family, (prefix, suffix) in STATE_FAMILIES.items():
+        if key.startswith(prefix) and key.endswith(suffix):
+            return family
+    return None

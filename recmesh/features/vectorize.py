@@ -9,12 +9,14 @@ what its model was trained on.
 from __future__ import annotations
 
 import math
+import zlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
+from recmesh.demo.generate import CATEGORIES
 from recmesh.features.definitions import BY_NAME
 
 AGE_BANDS = ("unknown", "18-24", "25-34", "35-44", "45-54", "55+")
@@ -36,12 +38,27 @@ OFFLINE_COLUMNS = (
     "i_author_level_norm",
     "x_interest_popularity",
 )
-COLUMNS: tuple[str, ...] = REALTIME_COLUMNS + OFFLINE_COLUMNS
+DENSE_COLUMNS = REALTIME_COLUMNS + OFFLINE_COLUMNS
+# Columns that feed the model's learnt embeddings (recmesh.training.family):
+# the item id hashed into ITEM_BUCKETS rows, the item category's index, and the
+# user's category distribution over the last 10 minutes (real-time), from
+# which the model builds a user-intent vector. Values are integers or shares
+# carried as floats; the model clips indices into range.
+CATEGORY_VOCAB: tuple[str, ...] = ("unknown", *CATEGORIES)
+ITEM_BUCKETS = 4096
+ID_COLUMNS = ("i_id_bucket", "i_category_index")
+INTENT_COLUMNS = tuple(f"u_intent_{c}" for c in CATEGORY_VOCAB)
+COLUMNS: tuple[str, ...] = DENSE_COLUMNS + ID_COLUMNS + INTENT_COLUMNS
 
 
 def _get(row: Mapping[str, Any], name: str) -> Any:
     value = row.get(name)
     return BY_NAME[name].default if value is None else value
+
+
+def item_bucket(item_id: str) -> int:
+    """A stable hash of the item id (the same in every process, unlike hash())."""
+    return zlib.crc32(item_id.encode()) % ITEM_BUCKETS
 
 
 def item_columns(user: Mapping[str, Any], item: Mapping[str, Any], item_id: str) -> list[float]:
@@ -66,6 +83,9 @@ def item_columns(user: Mapping[str, Any], item: Mapping[str, Any], item_id: str)
         min(int(_get(item, "length")), 3600) / 600.0,
         int(_get(item, "author_level")) / 5.0,
         interest * pop_log,
+        float(item_bucket(item_id)),
+        float(CATEGORY_VOCAB.index(category) if category in CATEGORY_VOCAB else 0),
+        *((cat_clicks.get(c, 0) / total if total else 0.0) for c in CATEGORY_VOCAB),
     ]
 
 

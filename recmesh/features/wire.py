@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
+from recmesh.features.compute import freshness
 from recmesh.features.definitions import BY_NAME, FeatureValue
 from recmesh.v1 import features_pb2 as pb
 
@@ -16,8 +18,18 @@ SOURCE_TO_PB = {
 PB_TO_SOURCE = {v: k for k, v in SOURCE_TO_PB.items()}
 
 
-def to_pb(value: FeatureValue, source: str, age_ms: int) -> pb.FeatureValue:
-    fv = pb.FeatureValue(source=SOURCE_TO_PB[source], age_ms=age_ms)
+@dataclass(frozen=True, slots=True)
+class Column:
+    """One feature for many entities, in request order: values, and per entity
+    its source ('realtime', 'offline', 'default') and age in ms (-1 unknown)."""
+
+    values: list[FeatureValue]
+    sources: list[str]
+    ages: list[int]
+
+
+def to_pb(value: FeatureValue, source: str, age_ms: int, fresh: float = 0.0) -> pb.FeatureValue:
+    fv = pb.FeatureValue(source=SOURCE_TO_PB[source], age_ms=age_ms, freshness=fresh)
     if isinstance(value, str):
         fv.text = value
     elif isinstance(value, list):
@@ -30,10 +42,17 @@ def to_pb(value: FeatureValue, source: str, age_ms: int) -> pb.FeatureValue:
     return fv
 
 
+def freshness_of(name: str, source: str, age_ms: int) -> float:
+    """The freshness score served with a feature value: real-time values only."""
+    if source != "realtime":
+        return 0.0
+    return freshness(age_ms, BY_NAME[name].freshness_tau_s)
+
+
 def row_to_pb(entity_id: str, values: Mapping[str, tuple[FeatureValue, str, int]]) -> pb.FeatureRow:
     row = pb.FeatureRow(entity_id=entity_id)
     for name, (value, source, age) in values.items():
-        row.features[name].CopyFrom(to_pb(value, source, age))
+        row.features[name].CopyFrom(to_pb(value, source, age, freshness_of(name, source, age)))
     return row
 
 
@@ -62,33 +81,36 @@ def row_to_json(row: pb.FeatureRow) -> dict[str, Any]:
             "value": from_pb(fv),
             "source": PB_TO_SOURCE.get(fv.source, "unknown"),
             "age_ms": fv.age_ms,
+            "freshness": fv.freshness,
         }
         for name, fv in sorted(row.features.items())
     }
 
 
-def table_to_pb(
-    entity_ids: list[str], rows: Sequence[Mapping[str, tuple[FeatureValue, str, int]]]
-) -> pb.FeatureTable:
-    """Rows of (value, source, age) per feature -> one column per feature."""
+def columns_to_pb(entity_ids: list[str], columns: Mapping[str, Column]) -> pb.FeatureTable:
+    """Columns straight into a FeatureTable: a few `extend` calls per feature,
+    no per-entity Python objects for numeric and text features."""
     table = pb.FeatureTable(entity_ids=entity_ids)
-    if not rows:
-        return table
-    for name in rows[0]:
+    to_pb_source = SOURCE_TO_PB.__getitem__
+    for name, column in columns.items():
         col = table.columns.add(name=name)
-        values = [r[name][0] for r in rows]
-        col.sources.extend(SOURCE_TO_PB[r[name][1]] for r in rows)
-        col.age_ms.extend(r[name][2] for r in rows)
-        dtype = BY_NAME[name].dtype
+        col.sources.extend(map(to_pb_source, column.sources))
+        col.age_ms.extend(column.ages)
+        definition = BY_NAME[name]
+        if definition.kind == "realtime":
+            tau_s = definition.freshness_tau_s
+            # Sources other than 'realtime' carry age -1, hence freshness 0.
+            col.freshness.extend([freshness(a, tau_s) for a in column.ages])
+        dtype = definition.dtype
         if dtype in ("int", "float"):
-            col.numbers.extend(float(v) for v in values)  # type: ignore[arg-type]
+            col.numbers.extend(column.values)  # type: ignore[arg-type]
         elif dtype == "str":
-            col.texts.extend(str(v) for v in values)
+            col.texts.extend(column.values)  # type: ignore[arg-type]
         elif dtype == "strings":
-            for v in values:
+            for v in column.values:
                 col.string_lists.add().values.extend(v)  # type: ignore[arg-type]
         else:
-            for v in values:
+            for v in column.values:
                 col.count_maps.add().counts.update(v)  # type: ignore[arg-type]
     return table
 
@@ -125,5 +147,6 @@ def table_to_json(table: pb.FeatureTable) -> list[dict[str, Any]]:
                 "value": values[i],
                 "source": PB_TO_SOURCE.get(col.sources[i], "unknown"),
                 "age_ms": col.age_ms[i],
+                "freshness": col.freshness[i] if col.freshness else 0.0,
             }
     return out

@@ -1,9 +1,12 @@
 """Build point-in-time rows from demo events, train, evaluate, export.
 
-The model card (card.json beside model.onnx) records the version, the feature
-set it expects, its input schema, the training data range, and AUC on a
-time-based holdout, for the full model and for the same family trained
-without real-time features, so the lift from real-time features is measured.
+Every degradation variant of the model family (recmesh.training.family) is
+exported into one version directory (layout: recmesh.modeldir). The model card
+(card.json) records the version, the feature set it expects, its input schema,
+the training data range, AUC on a time-based holdout for the full model and
+for the same family trained without real-time features (so the lift from
+real-time features is measured), and per variant: level, file, what it keeps,
+weight bytes and holdout AUC.
 """
 
 from __future__ import annotations
@@ -21,9 +24,19 @@ import numpy as np
 from recmesh.demo.generate import generate_events, make_catalog
 from recmesh.features.backfill import training_examples
 from recmesh.features.definitions import FEATURE_SET_VERSION
-from recmesh.features.vectorize import COLUMNS, OFFLINE_COLUMNS, item_columns
-from recmesh.modeldir import MODEL_NAME
-from recmesh.training.mlp import auc, to_onnx, train_mlp
+from recmesh.features.vectorize import COLUMNS, item_columns
+from recmesh.modeldir import MODEL_NAME, variant_file
+from recmesh.training.family import (
+    OFFLINE_ONLY,
+    PREFIX_DIMS,
+    TRAINED,
+    VARIANTS,
+    Variant,
+    auc,
+    to_onnx,
+    train_family,
+    weight_bytes,
+)
 
 HOUR_MS = 3_600_000
 
@@ -33,7 +46,7 @@ class TrainConfig:
     seed: int = 42
     sessions: int = 6000
     hours: float = 4.0
-    epochs: int = 300
+    epochs: int = 4  # passes over the training rows (mini-batch Adam)
     hidden: int = 32  # MLP hidden units (model size)
     holdout_fraction: float = 0.2
     # Training data ends this long before "now" (the demo start time is fixed
@@ -90,22 +103,29 @@ def train(cfg: TrainConfig, model_dir: Path, progress: Callable[[str], None] = p
     progress(
         f"{len(y)} rows, positive rate {y.mean():.3f}; holdout = last {cfg.holdout_fraction:.0%} by time"
     )
-    progress("training full model (real-time + offline features) ...")
-    full = train_mlp(x[tr], y[tr], hidden=cfg.hidden, epochs=cfg.epochs, seed=cfg.seed)
-    auc_full = auc(y[ho], full.predict(x[ho]))
-    progress(f"  holdout AUC {auc_full:.4f}")
-    off_idx = [COLUMNS.index(c) for c in OFFLINE_COLUMNS]
-    progress("training baseline (offline features only) ...")
-    base = train_mlp(x[tr][:, off_idx], y[tr], hidden=cfg.hidden, epochs=cfg.epochs, seed=cfg.seed)
-    auc_base = auc(y[ho], base.predict(x[ho][:, off_idx]))
+    progress(f"training the model family ({len(TRAINED)} configurations, summed loss) ...")
+    family = train_family(x[tr], y[tr], hidden=cfg.hidden, epochs=cfg.epochs, seed=cfg.seed)
+    variant_auc = {v.level: auc(y[ho], family.predict(x[ho], v)) for v in VARIANTS}
+    for v in VARIANTS:
+        progress(f"  level {v.level} ({v.describe()}): holdout AUC {variant_auc[v.level]:.4f}")
+    level1 = VARIANTS[1]
+    prefix_auc = {
+        d: auc(y[ho], family.predict(x[ho], Variant(1, level1.dense, d, True))) for d in PREFIX_DIMS
+    }
+    progress("  level 1 at embedding prefixes " + ", ".join(f"{d}: {a:.4f}" for d, a in prefix_auc.items()))
+    auc_full = variant_auc[0]
+    progress("training baseline (same family, offline features only) ...")
+    base = train_family(x[tr], y[tr], (OFFLINE_ONLY,), hidden=cfg.hidden, epochs=cfg.epochs, seed=cfg.seed)
+    auc_base = auc(y[ho], base.predict(x[ho], OFFLINE_ONLY))
     progress(f"  holdout AUC {auc_base:.4f}")
 
-    proto = to_onnx(full)
-    blob = proto.SerializeToString()
-    version = f"{MODEL_NAME}-{hashlib.sha256(blob).hexdigest()[:12]}"
+    blobs = {v.level: to_onnx(family, v).SerializeToString() for v in VARIANTS}
+    digest = hashlib.sha256(b"".join(blobs[level] for level in sorted(blobs))).hexdigest()[:12]
+    version = f"{MODEL_NAME}-{digest}"
     out = model_dir / MODEL_NAME / version
     out.mkdir(parents=True, exist_ok=True)
-    (out / "model.onnx").write_bytes(blob)
+    for level, blob in blobs.items():
+        (out / variant_file(level)).write_bytes(blob)
     card: dict[str, Any] = {
         "name": MODEL_NAME,
         "version": version,
@@ -113,6 +133,14 @@ def train(cfg: TrainConfig, model_dir: Path, progress: Callable[[str], None] = p
         "input": {"name": "features", "columns": list(COLUMNS)},
         "output": {"name": "score", "meaning": "P(click within 10 s of the impression)"},
         "training_data": {
+            # What regenerates these rows (demo events): recmesh bench degrade rebuilds the holdout.
+            "demo": {
+                "seed": cfg.seed,
+                "sessions": cfg.sessions,
+                "hours": cfg.hours,
+                "start_ms": cfg.start_ms,
+                "shuffle_times": cfg.shuffle_times,
+            },
             "from_ms": int(t.min()),
             "to_ms": int(t.max()),
             "rows": len(y),
@@ -124,11 +152,25 @@ def train(cfg: TrainConfig, model_dir: Path, progress: Callable[[str], None] = p
             "auc_holdout": round(auc_full, 4),
             "auc_holdout_offline_only": round(auc_base, 4),
             "auc_lift_from_realtime": round(auc_full - auc_base, 4),
+            "auc_holdout_level1_by_embedding_dim": {str(d): round(a, 4) for d, a in prefix_auc.items()},
         },
+        "variants": [
+            {
+                "level": v.level,
+                "file": variant_file(v.level),
+                "dense_columns": list(v.dense),
+                "embedding_dim": v.dim,
+                "cross_features": v.cross,
+                "weight_bytes": weight_bytes(family, v),
+                "file_bytes": len(blobs[v.level]),
+                "auc_holdout": round(variant_auc[v.level], 4),
+            }
+            for v in VARIANTS
+        ],
         "seed": cfg.seed,
         "train_seconds": round(time.perf_counter() - started, 2),
     }
     (out / "card.json").write_text(json.dumps(card, indent=2) + "\n")
     (model_dir / MODEL_NAME / "CURRENT").write_text(version + "\n")
-    progress(f"exported {out / 'model.onnx'} in {card['train_seconds']} s")
+    progress(f"exported {len(VARIANTS)} variants to {out} in {card['train_seconds']} s")
     return card

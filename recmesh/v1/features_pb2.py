@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19recmesh/v1/features.proto\x12\nrecmesh.v1\"\x1c\n\nStringList\x12\x0e\n\x06values\x18\x01 \x03(\t\"k\n\x08\x43ountMap\x12\x30\n\x06\x63ounts\x18\x01 \x03(\x0b\x32 .recmesh.v1.CountMap.CountsEntry\x1a-\n\x0b\x43ountsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01\"\xc7\x01\n\x0c\x46\x65\x61tureValue\x12\x10\n\x06number\x18\x01 \x01(\x01H\x00\x12\x0e\n\x04text\x18\x02 \x01(\tH\x00\x12)\n\x07strings\x18\x03 \x01(\x0b\x32\x16.recmesh.v1.StringListH\x00\x12&\n\x06\x63ounts\x18\x04 \x01(\x0b\x32\x14.recmesh.v1.CountMapH\x00\x12)\n\x06source\x18\n \x01(\x0e\x32\x19.recmesh.v1.FeatureSource\x12\x0e\n\x06\x61ge_ms\x18\x0b \x01(\x03\x42\x07\n\x05value\"\xa2\x01\n\nFeatureRow\x12\x11\n\tentity_id\x18\x01 \x01(\t\x12\x36\n\x08\x66\x65\x61tures\x18\x02 \x03(\x0b\x32$.recmesh.v1.FeatureRow.FeaturesEntry\x1aI\n\rFeaturesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\'\n\x05value\x18\x02 \x01(\x0b\x32\x18.recmesh.v1.FeatureValue:\x02\x38\x01\"\xdd\x01\n\rFeatureColumn\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x13\n\x07numbers\x18\x02 \x03(\x01\x42\x02\x10\x01\x12\r\n\x05texts\x18\x03 \x03(\t\x12,\n\x0cstring_lists\x18\x04 \x03(\x0b\x32\x16.recmesh.v1.StringList\x12(\n\ncount_maps\x18\x05 \x03(\x0b\x32\x14.recmesh.v1.CountMap\x12.\n\x07sources\x18\x06 \x03(\x0e\x32\x19.recmesh.v1.FeatureSourceB\x02\x10\x01\x12\x12\n\x06\x61ge_ms\x18\x07 \x03(\x03\x42\x02\x10\x01\"N\n\x0c\x46\x65\x61tureTable\x12\x12\n\nentity_ids\x18\x01 \x03(\t\x12*\n\x07\x63olumns\x18\x02 \x03(\x0b\x32\x19.recmesh.v1.FeatureColumn\"I\n\x12GetFeaturesRequest\x12\x0f\n\x07user_id\x18\x01 \x01(\t\x12\x10\n\x08item_ids\x18\x02 \x03(\t\x12\x10\n\x08\x61s_of_ms\x18\x03 \x01(\x03\"\xa1\x01\n\x13GetFeaturesResponse\x12$\n\x04user\x18\x01 \x01(\x0b\x32\x16.recmesh.v1.FeatureRow\x12\'\n\x05items\x18\x02 \x01(\x0b\x32\x18.recmesh.v1.FeatureTable\x12\x17\n\x0f\x66\x65\x61ture_version\x18\x03 \x01(\t\x12\x10\n\x08\x61s_of_ms\x18\x04 \x01(\x03\x12\x10\n\x08\x64\x65graded\x18\x05 \x03(\t\"\"\n\x11GetPopularRequest\x12\r\n\x05limit\x18\x01 \x01(\x05\",\n\nScoredItem\x12\x0f\n\x07item_id\x18\x01 \x01(\t\x12\r\n\x05score\x18\x02 \x01(\x01\";\n\x12GetPopularResponse\x12%\n\x05items\x18\x01 \x03(\x0b\x32\x16.recmesh.v1.ScoredItem*\x84\x01\n\rFeatureSource\x12\x1e\n\x1a\x46\x45\x41TURE_SOURCE_UNSPECIFIED\x10\x00\x12\x1b\n\x17\x46\x45\x41TURE_SOURCE_REALTIME\x10\x01\x12\x1a\n\x16\x46\x45\x41TURE_SOURCE_OFFLINE\x10\x02\x12\x1a\n\x16\x46\x45\x41TURE_SOURCE_DEFAULT\x10\x03\x32\xad\x01\n\x0e\x46\x65\x61tureService\x12N\n\x0bGetFeatures\x12\x1e.recmesh.v1.GetFeaturesRequest\x1a\x1f.recmesh.v1.GetFeaturesResponse\x12K\n\nGetPopular\x12\x1d.recmesh.v1.GetPopularRequest\x1a\x1e.recmesh.v1.GetPopularResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19recmesh/v1/features.proto\x12\nrecmesh.v1\"\x1c\n\nStringList\x12\x0e\n\x06values\x18\x01 \x03(\t\"k\n\x08\x43ountMap\x12\x30\n\x06\x63ounts\x18\x01 \x03(\x0b\x32 .recmesh.v1.CountMap.CountsEntry\x1a-\n\x0b\x43ountsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01\"\xda\x01\n\x0c\x46\x65\x61tureValue\x12\x10\n\x06number\x18\x01 \x01(\x01H\x00\x12\x0e\n\x04text\x18\x02 \x01(\tH\x00\x12)\n\x07strings\x18\x03 \x01(\x0b\x32\x16.recmesh.v1.StringListH\x00\x12&\n\x06\x63ounts\x18\x04 \x01(\x0b\x32\x14.recmesh.v1.CountMapH\x00\x12)\n\x06source\x18\n \x01(\x0e\x32\x19.recmesh.v1.FeatureSource\x12\x0e\n\x06\x61ge_ms\x18\x0b \x01(\x03\x12\x11\n\tfreshness\x18\x0c \x01(\x01\x42\x07\n\x05value\"\xa2\x01\n\nFeatureRow\x12\x11\n\tentity_id\x18\x01 \x01(\t\x12\x36\n\x08\x66\x65\x61tures\x18\x02 \x03(\x0b\x32$.recmesh.v1.FeatureRow.FeaturesEntry\x1aI\n\rFeaturesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\'\n\x05value\x18\x02 \x01(\x0b\x32\x18.recmesh.v1.FeatureValue:\x02\x38\x01\"\xf4\x01\n\rFeatureColumn\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x13\n\x07numbers\x18\x02 \x03(\x01\x42\x02\x10\x01\x12\r\n\x05texts\x18\x03 \x03(\t\x12,\n\x0cstring_lists\x18\x04 \x03(\x0b\x32\x16.recmesh.v1.StringList\x12(\n\ncount_maps\x18\x05 \x03(\x0b\x32\x14.recmesh.v1.CountMap\x12.\n\x07sources\x18\x06 \x03(\x0e\x32\x19.recmesh.v1.FeatureSourceB\x02\x10\x01\x12\x12\n\x06\x61ge_ms\x18\x07 \x03(\x03\x42\x02\x10\x01\x12\x15\n\tfreshness\x18\x08 \x03(\x01\x42\x02\x10\x01\"N\n\x0c\x46\x65\x61tureTable\x12\x12\n\nentity_ids\x18\x01 \x03(\t\x12*\n\x07\x63olumns\x18\x02 \x03(\x0b\x32\x19.recmesh.v1.FeatureColumn\"I\n\x12GetFeaturesRequest\x12\x0f\n\x07user_id\x18\x01 \x01(\t\x12\x10\n\x08item_ids\x18\x02 \x03(\t\x12\x10\n\x08\x61s_of_ms\x18\x03 \x01(\x03\"\xa1\x01\n\x13GetFeaturesResponse\x12$\n\x04user\x18\x01 \x01(\x0b\x32\x16.recmesh.v1.FeatureRow\x12\'\n\x05items\x18\x02 \x01(\x0b\x32\x18.recmesh.v1.FeatureTable\x12\x17\n\x0f\x66\x65\x61ture_version\x18\x03 \x01(\t\x12\x10\n\x08\x61s_of_ms\x18\x04 \x01(\x03\x12\x10\n\x08\x64\x65graded\x18\x05 \x03(\t\"\"\n\x11GetPopularRequest\x12\r\n\x05limit\x18\x01 \x01(\x05\",\n\nScoredItem\x12\x0f\n\x07item_id\x18\x01 \x01(\t\x12\r\n\x05score\x18\x02 \x01(\x01\";\n\x12GetPopularResponse\x12%\n\x05items\x18\x01 \x03(\x0b\x32\x16.recmesh.v1.ScoredItem*\x84\x01\n\rFeatureSource\x12\x1e\n\x1a\x46\x45\x41TURE_SOURCE_UNSPECIFIED\x10\x00\x12\x1b\n\x17\x46\x45\x41TURE_SOURCE_REALTIME\x10\x01\x12\x1a\n\x16\x46\x45\x41TURE_SOURCE_OFFLINE\x10\x02\x12\x1a\n\x16\x46\x45\x41TURE_SOURCE_DEFAULT\x10\x03\x32\xad\x01\n\x0e\x46\x65\x61tureService\x12N\n\x0bGetFeatures\x12\x1e.recmesh.v1.GetFeaturesRequest\x1a\x1f.recmesh.v1.GetFeaturesResponse\x12K\n\nGetPopular\x12\x1d.recmesh.v1.GetPopularRequest\x1a\x1e.recmesh.v1.GetPopularResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -41,8 +41,10 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_FEATURECOLUMN'].fields_by_name['sources']._serialized_options = b'\020\001'
   _globals['_FEATURECOLUMN'].fields_by_name['age_ms']._loaded_options = None
   _globals['_FEATURECOLUMN'].fields_by_name['age_ms']._serialized_options = b'\020\001'
-  _globals['_FEATURESOURCE']._serialized_start=1234
-  _globals['_FEATURESOURCE']._serialized_end=1366
+  _globals['_FEATURECOLUMN'].fields_by_name['freshness']._loaded_options = None
+  _globals['_FEATURECOLUMN'].fields_by_name['freshness']._serialized_options = b'\020\001'
+  _globals['_FEATURESOURCE']._serialized_start=1276
+  _globals['_FEATURESOURCE']._serialized_end=1408
   _globals['_STRINGLIST']._serialized_start=41
   _globals['_STRINGLIST']._serialized_end=69
   _globals['_COUNTMAP']._serialized_start=71
@@ -50,25 +52,25 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_COUNTMAP_COUNTSENTRY']._serialized_start=133
   _globals['_COUNTMAP_COUNTSENTRY']._serialized_end=178
   _globals['_FEATUREVALUE']._serialized_start=181
-  _globals['_FEATUREVALUE']._serialized_end=380
-  _globals['_FEATUREROW']._serialized_start=383
-  _globals['_FEATUREROW']._serialized_end=545
-  _globals['_FEATUREROW_FEATURESENTRY']._serialized_start=472
-  _globals['_FEATUREROW_FEATURESENTRY']._serialized_end=545
-  _globals['_FEATURECOLUMN']._serialized_start=548
-  _globals['_FEATURECOLUMN']._serialized_end=769
-  _globals['_FEATURETABLE']._serialized_start=771
-  _globals['_FEATURETABLE']._serialized_end=849
-  _globals['_GETFEATURESREQUEST']._serialized_start=851
-  _globals['_GETFEATURESREQUEST']._serialized_end=924
-  _globals['_GETFEATURESRESPONSE']._serialized_start=927
-  _globals['_GETFEATURESRESPONSE']._serialized_end=1088
-  _globals['_GETPOPULARREQUEST']._serialized_start=1090
-  _globals['_GETPOPULARREQUEST']._serialized_end=1124
-  _globals['_SCOREDITEM']._serialized_start=1126
-  _globals['_SCOREDITEM']._serialized_end=1170
-  _globals['_GETPOPULARRESPONSE']._serialized_start=1172
-  _globals['_GETPOPULARRESPONSE']._serialized_end=1231
-  _globals['_FEATURESERVICE']._serialized_start=1369
-  _globals['_FEATURESERVICE']._serialized_end=1542
+  _globals['_FEATUREVALUE']._serialized_end=399
+  _globals['_FEATUREROW']._serialized_start=402
+  _globals['_FEATUREROW']._serialized_end=564
+  _globals['_FEATUREROW_FEATURESENTRY']._serialized_start=491
+  _globals['_FEATUREROW_FEATURESENTRY']._serialized_end=564
+  _globals['_FEATURECOLUMN']._serialized_start=567
+  _globals['_FEATURECOLUMN']._serialized_end=811
+  _globals['_FEATURETABLE']._serialized_start=813
+  _globals['_FEATURETABLE']._serialized_end=891
+  _globals['_GETFEATURESREQUEST']._serialized_start=893
+  _globals['_GETFEATURESREQUEST']._serialized_end=966
+  _globals['_GETFEATURESRESPONSE']._serialized_start=969
+  _globals['_GETFEATURESRESPONSE']._serialized_end=1130
+  _globals['_GETPOPULARREQUEST']._serialized_start=1132
+  _globals['_GETPOPULARREQUEST']._serialized_end=1166
+  _globals['_SCOREDITEM']._serialized_start=1168
+  _globals['_SCOREDITEM']._serialized_end=1212
+  _globals['_GETPOPULARRESPONSE']._serialized_start=1214
+  _globals['_GETPOPULARRESPONSE']._serialized_end=1273
+  _globals['_FEATURESERVICE']._serialized_start=1411
+  _globals['_FEATURESERVICE']._serialized_end=1584
 # @@protoc_insertion_point(module_scope)

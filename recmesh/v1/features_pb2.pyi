@@ -38,20 +38,22 @@ class CountMap(_message.Message):
     def __init__(self, counts: _Optional[_Mapping[str, int]] = ...) -> None: ...
 
 class FeatureValue(_message.Message):
-    __slots__ = ("number", "text", "strings", "counts", "source", "age_ms")
+    __slots__ = ("number", "text", "strings", "counts", "source", "age_ms", "freshness")
     NUMBER_FIELD_NUMBER: _ClassVar[int]
     TEXT_FIELD_NUMBER: _ClassVar[int]
     STRINGS_FIELD_NUMBER: _ClassVar[int]
     COUNTS_FIELD_NUMBER: _ClassVar[int]
     SOURCE_FIELD_NUMBER: _ClassVar[int]
     AGE_MS_FIELD_NUMBER: _ClassVar[int]
+    FRESHNESS_FIELD_NUMBER: _ClassVar[int]
     number: float
     text: str
     strings: StringList
     counts: CountMap
     source: FeatureSource
     age_ms: int
-    def __init__(self, number: _Optional[float] = ..., text: _Optional[str] = ..., strings: _Optional[_Union[StringList, _Mapping]] = ..., counts: _Optional[_Union[CountMap, _Mapping]] = ..., source: _Optional[_Union[FeatureSource, str]] = ..., age_ms: _Optional[int] = ...) -> None: ...
+    freshness: float
+    def __init__(self, number: _Optional[float] = ..., text: _Optional[str] = ..., strings: _Optional[_Union[StringList, _Mapping]] = ..., counts: _Optional[_Union[CountMap, _Mapping]] = ..., source: _Optional[_Union[FeatureSource, str]] = ..., age_ms: _Optional[int] = ..., freshness: _Optional[float] = ...) -> None: ...
 
 class FeatureRow(_message.Message):
     __slots__ = ("entity_id", "features")
@@ -69,7 +71,7 @@ class FeatureRow(_message.Message):
     def __init__(self, entity_id: _Optional[str] = ..., features: _Optional[_Mapping[str, FeatureValue]] = ...) -> None: ...
 
 class FeatureColumn(_message.Message):
-    __slots__ = ("name", "numbers", "texts", "string_lists", "count_maps", "sources", "age_ms")
+    __slots__ = ("name", "numbers", "texts", "string_lists", "count_maps", "sources", "age_ms", "freshness")
     NAME_FIELD_NUMBER: _ClassVar[int]
     NUMBERS_FIELD_NUMBER: _ClassVar[int]
     TEXTS_FIELD_NUMBER: _ClassVar[int]
@@ -77,6 +79,7 @@ class FeatureColumn(_message.Message):
     COUNT_MAPS_FIELD_NUMBER: _ClassVar[int]
     SOURCES_FIELD_NUMBER: _ClassVar[int]
     AGE_MS_FIELD_NUMBER: _ClassVar[int]
+    FRESHNESS_FIELD_NUMBER: _ClassVar[int]
     name: str
     numbers: _containers.RepeatedScalarFieldContainer[float]
     texts: _containers.RepeatedScalarFieldContainer[str]
@@ -84,7 +87,8 @@ class FeatureColumn(_message.Message):
     count_maps: _containers.RepeatedCompositeFieldContainer[CountMap]
     sources: _containers.RepeatedScalarFieldContainer[FeatureSource]
     age_ms: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, name: _Optional[str] = ..., numbers: _Optional[_Iterable[float]] = ..., texts: _Optional[_Iterable[str]] = ..., string_lists: _Optional[_Iterable[_Union[StringList, _Mapping]]] = ..., count_maps: _Optional[_Iterable[_Union[CountMap, _Mapping]]] = ..., sources: _Optional[_Iterable[_Union[FeatureSource, str]]] = ..., age_ms: _Optional[_Iterable[int]] = ...) -> None: ...
+    freshness: _containers.RepeatedScalarFieldContainer[float]
+    def __init__(self, name: _Optional[str] = ..., numbers: _Optional[_Iterable[float]] = ..., texts: _Optional[_Iterable[str]] = ..., string_lists: _Optional[_Iterable[_Union[StringList, _Mapping]]] = ..., count_maps: _Optional[_Iterable[_Union[CountMap, _Mapping]]] = ..., sources: _Optional[_Iterable[_Union[FeatureSource, str]]] = ..., age_ms: _Optional[_Iterable[int]] = ..., freshness: _Optional[_Iterable[float]] = ...) -> None: ...
 
 class FeatureTable(_message.Message):
     __slots__ = ("entity_ids", "columns")

@@ -43,3 +43,63 @@ class ModelInfoResponse(_message.Message):
     feature_names: _containers.RepeatedScalarFieldContainer[str]
     execution_provider: str
     def __init__(self, model_version: _Optional[str] = ..., feature_version: _Optional[str] = ..., feature_names: _Optional[_Iterable[str]] = ..., execution_provider: _Optional[str] = ...) -> None: ...
+
+class EmbedRequest(_message.Message):
+    __slots__ = ("texts",)
+    TEXTS_FIELD_NUMBER: _ClassVar[int]
+    texts: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, texts: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class EmbedResponse(_message.Message):
+    __slots__ = ("values", "dim", "model", "backend", "tokens")
+    VALUES_FIELD_NUMBER: _ClassVar[int]
+    DIM_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    BACKEND_FIELD_NUMBER: _ClassVar[int]
+    TOKENS_FIELD_NUMBER: _ClassVar[int]
+    values: _containers.RepeatedScalarFieldContainer[float]
+    dim: int
+    model: str
+    backend: str
+    tokens: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, values: _Optional[_Iterable[float]] = ..., dim: _Optional[int] = ..., model: _Optional[str] = ..., backend: _Optional[str] = ..., tokens: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class GenerateRequest(_message.Message):
+    __slots__ = ("prompt", "max_tokens", "json_schema")
+    PROMPT_FIELD_NUMBER: _ClassVar[int]
+    MAX_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    JSON_SCHEMA_FIELD_NUMBER: _ClassVar[int]
+    prompt: str
+    max_tokens: int
+    json_schema: str
+    def __init__(self, prompt: _Optional[str] = ..., max_tokens: _Optional[int] = ..., json_schema: _Optional[str] = ...) -> None: ...
+
+class GenerateResponse(_message.Message):
+    __slots__ = ("text", "model", "backend", "prompt_tokens", "completion_tokens")
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    BACKEND_FIELD_NUMBER: _ClassVar[int]
+    PROMPT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    COMPLETION_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    text: str
+    model: str
+    backend: str
+    prompt_tokens: int
+    completion_tokens: int
+    def __init__(self, text: _Optional[str] = ..., model: _Optional[str] = ..., backend: _Optional[str] = ..., prompt_tokens: _Optional[int] = ..., completion_tokens: _Optional[int] = ...) -> None: ...
+
+class CapabilitiesRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class CapabilitiesResponse(_message.Message):
+    __slots__ = ("embedding_model", "embedding_backend", "generation_model", "generation_backend")
+    EMBEDDING_MODEL_FIELD_NUMBER: _ClassVar[int]
+    EMBEDDING_BACKEND_FIELD_NUMBER: _ClassVar[int]
+    GENERATION_MODEL_FIELD_NUMBER: _ClassVar[int]
+    GENERATION_BACKEND_FIELD_NUMBER: _ClassVar[int]
+    embedding_model: str
+    embedding_backend: str
+    generation_model: str
+    generation_backend: str
+    def __init__(self, embedding_model: _Optional[str] = ..., embedding_backend: _Optional[str] = ..., generation_model: _Optional[str] = ..., generation_backend: _Optional[str] = ...) -> None: ...

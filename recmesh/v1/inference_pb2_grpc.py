@@ -44,6 +44,21 @@ class InferenceServiceStub:
                 request_serializer=recmesh_dot_v1_dot_inference__pb2.ModelInfoRequest.SerializeToString,
                 response_deserializer=recmesh_dot_v1_dot_inference__pb2.ModelInfoResponse.FromString,
                 _registered_method=True)
+        self.Embed = channel.unary_unary(
+                '/recmesh.v1.InferenceService/Embed',
+                request_serializer=recmesh_dot_v1_dot_inference__pb2.EmbedRequest.SerializeToString,
+                response_deserializer=recmesh_dot_v1_dot_inference__pb2.EmbedResponse.FromString,
+                _registered_method=True)
+        self.Generate = channel.unary_unary(
+                '/recmesh.v1.InferenceService/Generate',
+                request_serializer=recmesh_dot_v1_dot_inference__pb2.GenerateRequest.SerializeToString,
+                response_deserializer=recmesh_dot_v1_dot_inference__pb2.GenerateResponse.FromString,
+                _registered_method=True)
+        self.Capabilities = channel.unary_unary(
+                '/recmesh.v1.InferenceService/Capabilities',
+                request_serializer=recmesh_dot_v1_dot_inference__pb2.CapabilitiesRequest.SerializeToString,
+                response_deserializer=recmesh_dot_v1_dot_inference__pb2.CapabilitiesResponse.FromString,
+                _registered_method=True)
 
 
 class InferenceServiceServicer:
@@ -61,6 +76,24 @@ class InferenceServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Embed(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Generate(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Capabilities(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_InferenceServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -73,6 +106,21 @@ def add_InferenceServiceServicer_to_server(servicer, server):
                     servicer.ModelInfo,
                     request_deserializer=recmesh_dot_v1_dot_inference__pb2.ModelInfoRequest.FromString,
                     response_serializer=recmesh_dot_v1_dot_inference__pb2.ModelInfoResponse.SerializeToString,
+            ),
+            'Embed': grpc.unary_unary_rpc_method_handler(
+                    servicer.Embed,
+                    request_deserializer=recmesh_dot_v1_dot_inference__pb2.EmbedRequest.FromString,
+                    response_serializer=recmesh_dot_v1_dot_inference__pb2.EmbedResponse.SerializeToString,
+            ),
+            'Generate': grpc.unary_unary_rpc_method_handler(
+                    servicer.Generate,
+                    request_deserializer=recmesh_dot_v1_dot_inference__pb2.GenerateRequest.FromString,
+                    response_serializer=recmesh_dot_v1_dot_inference__pb2.GenerateResponse.SerializeToString,
+            ),
+            'Capabilities': grpc.unary_unary_rpc_method_handler(
+                    servicer.Capabilities,
+                    request_deserializer=recmesh_dot_v1_dot_inference__pb2.CapabilitiesRequest.FromString,
+                    response_serializer=recmesh_dot_v1_dot_inference__pb2.CapabilitiesResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -129,6 +177,87 @@ class InferenceService:
             '/recmesh.v1.InferenceService/ModelInfo',
             recmesh_dot_v1_dot_inference__pb2.ModelInfoRequest.SerializeToString,
             recmesh_dot_v1_dot_inference__pb2.ModelInfoResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Embed(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/recmesh.v1.InferenceService/Embed',
+            recmesh_dot_v1_dot_inference__pb2.EmbedRequest.SerializeToString,
+            recmesh_dot_v1_dot_inference__pb2.EmbedResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Generate(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/recmesh.v1.InferenceService/Generate',
+            recmesh_dot_v1_dot_inference__pb2.GenerateRequest.SerializeToString,
+            recmesh_dot_v1_dot_inference__pb2.GenerateResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Capabilities(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/recmesh.v1.InferenceService/Capabilities',
+            recmesh_dot_v1_dot_inference__pb2.CapabilitiesRequest.SerializeToString,
+            recmesh_dot_v1_dot_inference__pb2.CapabilitiesResponse.FromString,
             options,
             channel_credentials,
             insecure,

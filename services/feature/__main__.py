@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 
 import structlog
 from prometheus_client import start_http_server
@@ -12,6 +13,7 @@ from recmesh.redis_client import connect
 from recmesh.resilience import retry_until
 from recmesh.settings import FeatureSettings
 from recmesh.telemetry import setup_logging, setup_tracing
+from services.feature.served_log import served_log_from
 from services.feature.server import build_server
 from services.feature.store import FeatureStore
 
@@ -21,13 +23,24 @@ async def main(settings: FeatureSettings) -> None:
 
     client = connect(settings.redis_url, settings.redis_max_connections)
     store = FeatureStore(client)
-    server = build_server(settings, store)
+    served_log = served_log_from(settings)
+    stop_log = asyncio.Event()
+    log_task = asyncio.create_task(served_log.run(stop_log)) if served_log is not None else None
+    server = build_server(settings, store, served_log)
     await server.start()
     # NOT_SERVING until Redis answers, so probes and `recmesh up` wait for it.
     await retry_until(store.prepare, "redis", retry_on=(RedisError, OSError))
+    # Everything built so far (modules, protobuf descriptors, the server) lives
+    # for the whole process: move it out of the collector's reach so full
+    # collections stay short (GC pauses dominate Python tail latency).
+    gc.collect()
+    gc.freeze()
     await server.set_serving()
     await wait_for_shutdown_signal()
     await server.stop(settings.shutdown_grace_s)
+    if log_task is not None:
+        stop_log.set()
+        await asyncio.wait_for(log_task, 10)
     await client.aclose()
 
 

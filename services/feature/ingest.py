@@ -30,6 +30,7 @@ from recmesh.features.definitions import STATE_RETENTION_MS
 from recmesh.resilience import retry_until
 from recmesh.settings import IngestSettings
 from recmesh.telemetry import LATENCY_BUCKETS, kafka_consume_span
+from services.feature.drift import StateSizer, observe_batch, observe_caught_up
 from services.feature.store import FeatureStore
 
 _log = structlog.get_logger("recmesh.feature.ingest")
@@ -142,6 +143,7 @@ class Ingestor:
         self._producer = producer
         self._marks = Watermarks(settings.allowed_lateness_ms, STATE_RETENTION_MS)
         self.applied = 0
+        self.sizer: StateSizer | None = None  # set by `running` when the drift sampler is on
 
     @property
     def consumer(self) -> AIOKafkaConsumer:
@@ -154,6 +156,8 @@ class Ingestor:
             if records:
                 with kafka_consume_span(records):
                     await self._process(records, stop)
+            else:
+                observe_caught_up()
             await self._export_lag()
 
     async def _process(self, records: list[ConsumerRecord], stop: asyncio.Event) -> None:
@@ -166,6 +170,7 @@ class Ingestor:
         if good:
             await self._apply_with_retry(good, stop)
             applied_at = time.time()
+            observe_batch(good[-1].event_time, applied_at)  # `good` is sorted by event time
             _CONSUMED_TO_APPLIED.observe(applied_at - consumed_at)
             for ev in good:
                 FRESHNESS.observe(max(0.0, applied_at - ev.event_time / 1000))
@@ -261,8 +266,9 @@ async def running(
     on_applied: Callable[[list[Event], float], None] | None = None,
     **consumer_overrides: Any,
 ) -> AsyncIterator[Ingestor]:
-    """An Ingestor consuming in the background until the block exits; on exit it
-    finishes the batch in hand, commits it, and closes its Kafka clients."""
+    """An Ingestor consuming in the background until the block exits, with the
+    state-drift sampler beside it; on exit it finishes the batch in hand,
+    commits it, and closes its Kafka clients."""
     consumer = make_consumer(settings, **consumer_overrides)
     producer = make_producer(settings)
     await retry_until(producer.start, "kafka producer", retry_on=(KafkaError, OSError))
@@ -270,12 +276,16 @@ async def running(
     _log.info("consuming", topic=settings.events_topic, group=settings.consumer_group)
     stop = asyncio.Event()
     ingestor = Ingestor(settings, store, consumer, producer, on_applied=on_applied)
-    task = asyncio.create_task(ingestor.run(stop))
+    tasks = [asyncio.create_task(ingestor.run(stop))]
+    if settings.state_sample_s > 0:
+        sizer = StateSizer(store.redis, settings.state_scan_keys_per_s)
+        ingestor.sizer = sizer
+        tasks.append(asyncio.create_task(sizer.run(stop, settings.state_sample_s)))
     try:
         yield ingestor
     finally:
         stop.set()
-        await asyncio.wait_for(task, 60)
+        await asyncio.wait_for(asyncio.gather(*tasks), 60)
         await consumer.stop()
         await producer.stop()
 

@@ -9,14 +9,17 @@ from prometheus_client import Counter, Gauge
 
 from recmesh.errors import InvalidArgument
 from recmesh.features.definitions import FEATURE_SET_VERSION
-from recmesh.features.wire import row_to_pb, table_to_pb
+from recmesh.features.wire import columns_to_pb, row_to_pb
 from recmesh.grpcserver import MeshServer, Registration
 from recmesh.resilience import current_slo_class, remaining_s
 from recmesh.settings import FeatureSettings
-from recmesh.telemetry import FALLBACKS
+from recmesh.telemetry import FALLBACKS, current_trace_id
 from recmesh.v1 import features_pb2 as pb
 from recmesh.v1 import features_pb2_grpc
+from services.feature.served_log import ServedLog
 from services.feature.store import FeatureStore
+
+REQUEST_ID_HEADER = "x-request-id"
 
 LOOKUP_ITEMS = Counter("recmesh_feature_lookup_items_total", "Items looked up.", ("slo_class",))
 ITEM_CACHE_HIT_RATIO = Gauge(
@@ -25,9 +28,10 @@ ITEM_CACHE_HIT_RATIO = Gauge(
 
 
 class FeatureServicer(features_pb2_grpc.FeatureServiceServicer):
-    def __init__(self, store: FeatureStore, settings: FeatureSettings) -> None:
+    def __init__(self, store: FeatureStore, settings: FeatureSettings, served_log: ServedLog | None) -> None:
         self._store = store
         self._settings = settings
+        self._served_log = served_log
 
     async def GetFeatures(
         self, request: pb.GetFeaturesRequest, context: grpc.aio.ServicerContext
@@ -51,13 +55,23 @@ class FeatureServicer(features_pb2_grpc.FeatureServiceServicer):
         LOOKUP_ITEMS.labels(slo).inc(len(item_ids))
         for reason in lookup.degraded:
             FALLBACKS.labels("feature", reason, slo).inc()
+        if self._served_log is not None and self._served_log.sampled():
+            metadata = dict(context.invocation_metadata() or ())
+            self._served_log.offer(
+                request_id=str(metadata.get(REQUEST_ID_HEADER, "")),
+                trace_id=current_trace_id(),
+                as_of_ms=as_of,
+                user_id=request.user_id,
+                item_ids=item_ids,
+                lookup=lookup,
+            )
         cache = self._store.item_cache
         total = cache.hits + cache.misses
         if total:
             ITEM_CACHE_HIT_RATIO.set(cache.hits / total)
         return pb.GetFeaturesResponse(
             user=row_to_pb(request.user_id, lookup.user),
-            items=table_to_pb(item_ids, lookup.items),
+            items=columns_to_pb(item_ids, lookup.item_columns),
             feature_version=FEATURE_SET_VERSION,
             as_of_ms=as_of,
             degraded=lookup.degraded,
@@ -72,7 +86,9 @@ class FeatureServicer(features_pb2_grpc.FeatureServiceServicer):
         return pb.GetPopularResponse(items=[pb.ScoredItem(item_id=i, score=s) for i, s in top])
 
 
-def build_server(settings: FeatureSettings, store: FeatureStore) -> MeshServer:
+def build_server(
+    settings: FeatureSettings, store: FeatureStore, served_log: ServedLog | None = None
+) -> MeshServer:
     return MeshServer(
         "feature",
         f"{settings.bind_host}:{settings.feature_port}",
@@ -80,7 +96,7 @@ def build_server(settings: FeatureSettings, store: FeatureStore) -> MeshServer:
             Registration(
                 "recmesh.v1.FeatureService",
                 features_pb2_grpc.add_FeatureServiceServicer_to_server,
-                FeatureServicer(store, settings),
+                FeatureServicer(store, settings, served_log),
             )
         ],
     )

@@ -23,7 +23,13 @@ from redis.exceptions import NoScriptError, RedisError
 from recmesh.cache import TtlCache
 from recmesh.events import Event
 from recmesh.features import keys
-from recmesh.features.compute import VIEWING, UserEvent, item_realtime, user_realtime, window_lo
+from recmesh.features.compute import (
+    VIEWING,
+    UserEvent,
+    item_realtime_columns,
+    user_realtime,
+    window_lo,
+)
 from recmesh.features.definitions import (
     MAX_EVENTS_PER_KEY,
     STATE_RETENTION_MS,
@@ -31,6 +37,7 @@ from recmesh.features.definitions import (
     FeatureValue,
     features_of,
 )
+from recmesh.features.wire import Column
 from recmesh.redis_client import AnyRedis
 
 _log = structlog.get_logger("recmesh.feature.store")
@@ -88,6 +95,7 @@ return #KEYS
 """
 
 Values = dict[str, tuple[FeatureValue, str, int]]  # name -> (value, source, age_ms)
+ItemWindows = tuple[list[int], list[int], list[int]]  # clicks, views, newest event (-1 none), per item
 
 REALTIME, OFFLINE, DEFAULT = "realtime", "offline", "default"
 
@@ -95,8 +103,15 @@ REALTIME, OFFLINE, DEFAULT = "realtime", "offline", "default"
 @dataclass
 class Lookup:
     user: Values
-    items: list[Values]
+    item_columns: dict[str, Column]  # feature -> values for the items, in request order
     degraded: list[str] = field(default_factory=list)
+
+    @property
+    def items(self) -> list[Values]:
+        """The items row by row (tests, tools); the server sends `item_columns`."""
+        cols = self.item_columns.items()
+        n = len(next(iter(self.item_columns.values())).values) if self.item_columns else 0
+        return [{name: (c.values[i], c.sources[i], c.ages[i]) for name, c in cols} for i in range(n)]
 
 
 def _decode_hash(raw: dict[bytes, bytes]) -> dict[str, FeatureValue]:
@@ -133,6 +148,36 @@ def _with_defaults(
     return out
 
 
+def _item_columns(
+    windows: ItemWindows | None, statics: Sequence[dict[str, Any] | None], as_of_ms: int
+) -> dict[str, Column]:
+    """Item features column by column, in registry order; `windows` None means
+    the real-time store was not reached (defaults). Item features are scalars,
+    so a default can be shared between rows."""
+    rt_defs, off_defs = _DEFS["item"]
+    n = len(statics)
+    cols: dict[str, Column] = {}
+    if windows is None:
+        for name, default in rt_defs:
+            cols[name] = Column([default] * n, [DEFAULT] * n, [-1] * n)
+    else:
+        for name, (rt_values, ages) in item_realtime_columns(*windows, as_of_ms).items():
+            cols[name] = Column(rt_values, [REALTIME] * n, ages)
+    no_age = [-1] * n
+    for name, default in off_defs:
+        values: list[FeatureValue] = []
+        sources: list[str] = []
+        for static in statics:
+            if static is not None and name in static:
+                values.append(static[name])
+                sources.append(OFFLINE)
+            else:
+                values.append(default)
+                sources.append(DEFAULT)
+        cols[name] = Column(values, sources, no_age)
+    return cols
+
+
 class FeatureStore:
     def __init__(
         self,
@@ -149,6 +194,10 @@ class FeatureStore:
         self._maintained: TtlCache[bool] = TtlCache(MAINTAIN_EVERY_S, cache_entries)
         self._item_sha: str | None = None
         self._apply_sha: str | None = None
+
+    @property
+    def redis(self) -> AnyRedis:
+        return self._redis
 
     @property
     def item_cache(self) -> TtlCache[dict[str, Any]]:
@@ -282,7 +331,7 @@ class FeatureStore:
         """
         now = time.monotonic()
         profile = self._user_profile.get_fresh(user_id, now)
-        static_missing = [i for i in dict.fromkeys(item_ids) if self._item_static.get_fresh(i, now) is None]
+        statics_held, static_missing = self._item_static.get_many(item_ids, now)
         lo10 = window_lo(as_of_ms, "category_clicks_10m")
         lo1h = window_lo(as_of_ms, "last_viewed_3")
         try:
@@ -296,21 +345,21 @@ class FeatureStore:
             )
             _log.warning("feature_fallback", reason=reason, error=repr(err))
             user = _with_defaults("user", None, self._user_profile.get_stale(user_id))
-            items = [_with_defaults("item", None, self._item_static.get_stale(i)) for i in item_ids]
-            return Lookup(user, items, [reason])
+            stale = [self._item_static.get_stale(i) for i in item_ids]
+            return Lookup(user, _item_columns(None, stale, as_of_ms), [reason])
         events_raw, viewed_raw, profile_raw, item_windows, statics = results
         if profile_raw is not None:
             profile = _decode_hash(profile_raw)
             self._user_profile.put(user_id, profile, now)
-        for iid, raw in zip(static_missing, statics, strict=True):
-            self._item_static.put(iid, _decode_hash(raw), now)
+        if static_missing:
+            fetched = {iid: _decode_hash(raw) for iid, raw in zip(static_missing, statics, strict=True)}
+            for iid, static in fetched.items():
+                self._item_static.put(iid, static, now)
+            statics_held = [fetched.get(iid, held) for iid, held in zip(item_ids, statics_held, strict=True)]
         events = [UserEvent.decode(m.decode(), int(s)) for m, s in events_raw]
         viewed = [(m.decode().rsplit("|", 1)[1], int(s)) for m, s in viewed_raw]
         user = _with_defaults("user", user_realtime(events, viewed, as_of_ms), profile)
-        items = []
-        for iid, (clicks, views, newest) in zip(item_ids, item_windows, strict=True):
-            rt = item_realtime(int(clicks), int(views), None if newest < 0 else int(newest), as_of_ms)
-            items.append(_with_defaults("item", rt, self._item_static.get_stale(iid)))
+        items = _item_columns(item_windows, statics_held, as_of_ms)
         return Lookup(user, items)
 
     async def read_raw(self, user_id: str, item_ids: Sequence[str], as_of_ms: int) -> None:
@@ -328,7 +377,7 @@ class FeatureStore:
         lo10: int,
         lo1h: int,
         as_of_ms: int,
-    ) -> tuple[Any, Any, Any, list[Any], list[Any]]:
+    ) -> tuple[Any, Any, Any, ItemWindows, list[Any]]:
         if self._item_sha is None and not self._cluster:
             await self.prepare()
         pipe = self._redis.pipeline(transaction=False)
@@ -360,15 +409,21 @@ class FeatureStore:
         events_raw, viewed_raw = out[0], out[1]
         rest = out[2:]
         profile_raw = rest.pop(0) if want_profile else None
-        by_item: dict[str, tuple[int, int, int]] = {}
+        windows: ItemWindows = ([], [], [])
         if self._cluster:
+            by_item: dict[str, tuple[int, int, int]] = {}
             for iid in unique:
                 clicks, newest_click, views, newest_view = rest[:4]
                 del rest[:4]
                 newest = max([int(s) for _, s in newest_click + newest_view], default=-1)
                 by_item[iid] = (int(clicks), int(views), newest)
+            for iid in item_ids:
+                for column, value in zip(windows, by_item[iid], strict=True):
+                    column.append(value)
         elif unique:
-            flat = rest.pop(0)
-            for n, iid in enumerate(unique):
-                by_item[iid] = (int(flat[3 * n]), int(flat[3 * n + 1]), int(flat[3 * n + 2]))
-        return events_raw, viewed_raw, profile_raw, [by_item[i] for i in item_ids], rest
+            flat: list[int] = rest.pop(0)
+            windows = (flat[0::3], flat[1::3], flat[2::3])
+            if len(unique) != len(item_ids):  # repeated ids: spread the unique answers back
+                at = {iid: n for n, iid in enumerate(unique)}
+                windows = tuple([col[at[i]] for i in item_ids] for col in windows)  # type: ignore[assignment]
+        return events_raw, viewed_raw, profile_raw, windows, rest

@@ -13,7 +13,8 @@ from recmesh.controller import build_overload
 from recmesh.grpcserver import wait_for_shutdown_signal
 from recmesh.settings import GatewaySettings
 from recmesh.telemetry import setup_logging, setup_tracing
-from services.gateway.app import GatewayDeps, create_app
+from services.gateway.aitools import AiTools
+from services.gateway.app import GatewayDeps, create_app, with_shed_front
 from services.gateway.cold import build_cold_guard
 from services.gateway.events import EventPublisher
 from services.gateway.grpc_api import build_grpc_server
@@ -24,6 +25,9 @@ async def main(settings: GatewaySettings) -> None:
     ranker = RankerClient(settings.ranker_addr, "gateway", settings.hop_margin_ms)
     features = FeatureClient(settings.feature_addr, "gateway", settings.hop_margin_ms)
     inference = InferenceClient(settings.inference_addr, "gateway", settings.hop_margin_ms)
+    # AI tools get their own client (own breaker and retry budget) and their own admission gate.
+    tool_inference = InferenceClient(settings.inference_addr, "gateway_ai_tool", settings.hop_margin_ms)
+    ai_tools = AiTools(tool_inference, settings.ai_tool)
     publisher = EventPublisher(settings.kafka_bootstrap, settings.events_topic, settings.produce_timeout_s)
     gate, controller = build_overload(settings.admission)
     cold = build_cold_guard(settings, {"ranker": ranker.health, "inference": inference.health})
@@ -35,17 +39,19 @@ async def main(settings: GatewaySettings) -> None:
         policy,
         publisher,
         {name: check for name, check in checks.items() if name not in settings.may_be_cold},
+        ai_tools,
     )
     app = create_app(settings, deps)
     await publisher.start()
     popular_task = asyncio.create_task(recommender.keep_popular_fresh())
     controller_task = asyncio.create_task(controller.run()) if controller else None
+    lag_task = asyncio.create_task(gate.watch_loop_lag()) if gate else None
     grpc_server = build_grpc_server(settings, recommender, policy)
     await grpc_server.start()
     await grpc_server.set_serving()
     http = uvicorn.Server(
         uvicorn.Config(
-            app, host=settings.bind_host, port=settings.gateway_http_port,
+            with_shed_front(app, deps), host=settings.bind_host, port=settings.gateway_http_port,
             log_level="warning", access_log=False, lifespan="off",
         )
     )  # fmt: skip
@@ -59,12 +65,13 @@ async def main(settings: GatewaySettings) -> None:
         await http_task
     stop_task.cancel()
     popular_task.cancel()
-    if controller_task is not None:
-        controller_task.cancel()
+    for task in (controller_task, lag_task):
+        if task is not None:
+            task.cancel()
     await publisher.stop()
     if cold is not None:
         await cold.close()
-    for client in (ranker, features, inference):
+    for client in (ranker, features, inference, tool_inference):
         await client.close()
     if http_task in done and http_task.exception() is not None:
         raise SystemExit(f"HTTP server failed: {http_task.exception()!r}")

@@ -12,6 +12,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Annotated, Any
 
+import orjson
 from fastapi import FastAPI, Header, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
@@ -19,11 +20,15 @@ from opentelemetry import propagate
 from opentelemetry.instrumentation.fastapi import FastAPIInstrumentor
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel, ConfigDict, Field
+from starlette.types import ASGIApp, Receive, Scope, Send
 
+from recmesh.admission import AdmissionGate
 from recmesh.errors import InvalidArgument, RecmeshError
 from recmesh.events import Event
 from recmesh.settings import GatewaySettings
 from recmesh.telemetry import REQUEST_LATENCY
+from services.gateway.aitools import AiTools
+from services.gateway.aitools_api import build_router as build_ai_tool_router
 from services.gateway.events import EventPublisher
 from services.gateway.recommend import ClassPolicy, Recommender
 
@@ -73,6 +78,7 @@ class GatewayDeps:
     class_policy: ClassPolicy
     publisher: EventPublisher
     downstream_health: dict[str, HealthCheck]
+    ai_tools: AiTools | None = None  # /v2/ai-tool/* (services/gateway/aitools.py)
 
 
 def _loc(loc: tuple[Any, ...]) -> str:
@@ -84,6 +90,54 @@ def _trace_headers() -> dict[str, str]:
     carrier: dict[str, str] = {}
     propagate.inject(carrier)
     return {k: v for k, v in carrier.items() if k == "traceparent"}
+
+
+class ShedFront:
+    """Pure ASGI wrapper around the whole app: a recommendation the admission
+    gate would shed anyway is answered 429 (+ Retry-After) before the
+    OpenTelemetry middleware and FastAPI parse and validate it, so refusing work
+    stays much cheaper than doing it (such refusals are counted in
+    `recmesh_admission_shed_total` and the latency histogram, not traced).
+    Everything else, including requests with a bad class or key (the endpoint
+    answers those), passes through; admitted requests take their slot in
+    `Recommender`."""
+
+    def __init__(self, app: ASGIApp, gate: AdmissionGate, policy: ClassPolicy) -> None:
+        self._app = app
+        self._gate = gate
+        self._policy = policy
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["path"] != "/v1/recommend":
+            await self._app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
+        try:
+            slo = self._policy.decide(headers).slo.name
+        except RecmeshError:
+            await self._app(scope, receive, send)
+            return
+        if not self._gate.would_shed(slo):
+            await self._app(scope, receive, send)
+            return
+        err = self._gate.refuse(slo)
+        body = orjson.dumps({"error": "ResourceExhausted", "message": str(err)})
+        response_headers = [(b"content-type", b"application/json"), (b"x-slo-class", slo.encode()),
+                            (b"retry-after", str(err.retry_after_s or 1).encode()),
+                            (b"content-length", str(len(body)).encode())]  # fmt: skip
+        response_headers += [(k.encode(), v.encode()) for k, v in _trace_headers().items()]
+        await send({"type": "http.response.start", "status": 429, "headers": response_headers})
+        await send({"type": "http.response.body", "body": body})
+        REQUEST_LATENCY.labels("gateway", "POST /v1/recommend", slo, "429").observe(
+            time.perf_counter() - started
+        )
+
+
+def with_shed_front(app: ASGIApp, deps: GatewayDeps) -> ASGIApp:
+    """The app behind ShedFront when the recommender has an admission gate."""
+    gate = deps.recommender.gate
+    return app if gate is None else ShedFront(app, gate, deps.class_policy)
 
 
 def create_app(settings: GatewaySettings, deps: GatewayDeps) -> FastAPI:
@@ -171,6 +225,9 @@ def create_app(settings: GatewaySettings, deps: GatewayDeps) -> FastAPI:
         await deps.publisher.publish(body.events)
         response.headers.update(_trace_headers())
         return EventsOut(accepted=len(body.events))
+
+    if deps.ai_tools is not None:
+        app.include_router(build_ai_tool_router(deps.ai_tools, deps.class_policy))
 
     @app.get("/healthz")
     async def healthz() -> dict[str, str]:

@@ -70,14 +70,17 @@ class ClassPolicy:
         }
         return cls(settings.default_slo_class, keys, Entitlement("anonymous", settings.anonymous_max_class))
 
-    def decide(self, headers: Mapping[str, str]) -> ClassDecision:
+    def entitlement(self, headers: Mapping[str, str]) -> Entitlement:
         key = headers.get(API_KEY_HEADER)
-        if key:
-            entitlement = self._keys.get(key)
-            if entitlement is None:
-                raise Unauthenticated(f"unknown {API_KEY_HEADER}")
-        else:
-            entitlement = self._anonymous
+        if not key:
+            return self._anonymous
+        entitlement = self._keys.get(key)
+        if entitlement is None:
+            raise Unauthenticated(f"unknown {API_KEY_HEADER}")
+        return entitlement
+
+    def decide(self, headers: Mapping[str, str]) -> ClassDecision:
+        entitlement = self.entitlement(headers)
         return decide_class(
             headers.get(SLO_HEADER),
             entitlement,

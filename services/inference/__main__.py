@@ -15,6 +15,7 @@ from recmesh.telemetry import setup_logging, setup_tracing
 from services.inference.model import ModelRegistry
 from services.inference.pressure import GpuProbe
 from services.inference.server import build_batcher, build_server
+from services.inference.textmodels import load_text_models
 
 _log = structlog.get_logger("recmesh.inference")
 
@@ -22,7 +23,13 @@ _log = structlog.get_logger("recmesh.inference")
 async def main(settings: InferenceSettings, started: float) -> None:
     registry = ModelRegistry(settings.model_dir, settings.intra_op_threads)
     batcher = build_batcher(settings)
-    server = build_server(settings, registry, batcher, GpuProbe())
+    text = await asyncio.to_thread(load_text_models, settings)
+    for note in text.notes:
+        _log.info("text_models", note=note)
+    _log.info("text_models_loaded", embedding=text.embedder.model if text.embedder else None,
+              embedding_backend=text.embedder.backend if text.embedder else None,
+              generation=text.generator.model if text.generator else None)  # fmt: skip
+    server = build_server(settings, registry, batcher, GpuProbe(), text)
     batch_task = asyncio.create_task(batcher.run()) if batcher is not None else None
     await server.start()
     model = await asyncio.to_thread(registry.load_current)

@@ -1,9 +1,11 @@
 """Loaded models and the model directory.
 
-Layout: MODEL_DIR/ctr/<version>/{model.onnx, card.json} and MODEL_DIR/ctr/CURRENT
-naming the served version. Writing a new CURRENT switches the served version
-without a restart: the new session is loaded and warmed before it replaces the
-old one, so no request sees a half-loaded model.
+Layout (recmesh.modeldir): MODEL_DIR/ctr/<version>/ holds card.json and one
+ONNX file per degradation level; MODEL_DIR/ctr/CURRENT names the served
+version. Every variant of a version gets its own session, loaded and warmed at
+start. Writing a new CURRENT switches the served version without a restart:
+all of the new version's sessions are loaded and warmed before it replaces the
+old one, so no request sees a half-loaded model or a mix of versions.
 """
 
 from __future__ import annotations
@@ -22,13 +24,18 @@ import structlog
 from prometheus_client import Gauge, Info
 
 from recmesh.errors import FailedPrecondition, Unavailable
-from recmesh.modeldir import current_model
+from recmesh.modeldir import LEVELS, current_model, variant_file
 
 _log = structlog.get_logger("recmesh.inference.model")
 
 PROVIDER_INFO = Info("recmesh_inference_execution_provider", "ONNX Runtime provider in use.")
 MODEL_INFO = Info("recmesh_inference_model", "Served model version and feature set.")
 LOAD_SECONDS = Gauge("recmesh_inference_model_load_seconds", "Time to load and warm the model.")
+VARIANT_BYTES = Gauge(
+    "recmesh_inference_variant_bytes",
+    "ONNX file bytes per degradation variant (its weights; `recmesh bench degrade` measures session memory).",
+    ("level",),
+)
 
 
 def choose_providers() -> list[str]:
@@ -48,14 +55,33 @@ def choose_providers() -> list[str]:
 
 
 @dataclass(frozen=True)
+class ModelVariant:
+    """One degradation level's ONNX Runtime session."""
+
+    level: int
+    session: ort.InferenceSession
+    input_name: str
+    file_bytes: int
+
+    def score(self, matrix: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
+        out = self.session.run(None, {self.input_name: matrix})[0]
+        return np.asarray(out, dtype=np.float32).reshape(-1)
+
+
+@dataclass(frozen=True)
 class LoadedModel:
     version: str
     feature_version: str
     columns: tuple[str, ...]
     input_name: str
-    session: ort.InferenceSession
+    variants: dict[int, ModelVariant]
     provider: str
     path: Path
+
+    def variant(self, level: int) -> ModelVariant:
+        """The variant for a requested level: that level if this version has
+        it, else the nearest lower (less degraded) one; level 0 always exists."""
+        return self.variants[max(lv for lv in self.variants if lv <= level)]
 
     def check_schema(self, feature_version: str, columns: list[str]) -> None:
         if feature_version != self.feature_version:
@@ -71,32 +97,53 @@ class LoadedModel:
                 f"unexpected {extra}" + ("" if missing or extra else ", order differs")
             )
 
-    def score(self, matrix: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
-        out = self.session.run(None, {self.input_name: matrix})[0]
-        return np.asarray(out, dtype=np.float32).reshape(-1)
+    def score(self, matrix: npt.NDArray[np.float32], level: int = 0) -> npt.NDArray[np.float32]:
+        return self.variant(level).score(matrix)
+
+
+def load_variant(
+    path: Path, level: int, input_name: str, width: int, opts: ort.SessionOptions
+) -> ModelVariant:
+    file = path / variant_file(level)
+    session = ort.InferenceSession(str(file), opts, providers=choose_providers())
+    variant = ModelVariant(level, session, input_name, file.stat().st_size)
+    # Warm-up: the first runs allocate and pick kernels; do it before serving.
+    for rows in (1, 64, 512):
+        variant.score(np.zeros((rows, width), dtype=np.float32))
+    return variant
+
+
+def session_options(threads: int = 1) -> ort.SessionOptions:
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = threads
+    opts.inter_op_num_threads = 1
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    return opts
 
 
 def load(path: Path, threads: int = 1) -> LoadedModel:
     started = time.perf_counter()
     card: dict[str, Any] = json.loads((path / "card.json").read_text())
-    opts = ort.SessionOptions()
-    opts.intra_op_num_threads = threads
-    opts.inter_op_num_threads = 1
-    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    session = ort.InferenceSession(str(path / "model.onnx"), opts, providers=choose_providers())
+    opts = session_options(threads)
+    columns = tuple(card["input"]["columns"])
+    input_name = card["input"]["name"]
+    variants = {
+        level: load_variant(path, level, input_name, len(columns), opts)
+        for level in LEVELS
+        if (path / variant_file(level)).exists()
+    }
     model = LoadedModel(
         version=card["version"],
         feature_version=card["feature_set_version"],
-        columns=tuple(card["input"]["columns"]),
-        input_name=card["input"]["name"],
-        session=session,
-        provider=session.get_providers()[0],
+        columns=columns,
+        input_name=input_name,
+        variants=variants,
+        provider=variants[0].session.get_providers()[0],
         path=path,
     )
-    # Warm-up: the first runs allocate and pick kernels; do it before serving.
-    for rows in (1, 64, 512):
-        model.score(np.zeros((rows, len(model.columns)), dtype=np.float32))
     LOAD_SECONDS.set(time.perf_counter() - started)
+    for v in variants.values():
+        VARIANT_BYTES.labels(str(v.level)).set(v.file_bytes)
     return model
 
 
@@ -123,7 +170,9 @@ class ModelRegistry:
             self._model = model
             PROVIDER_INFO.info({"provider": model.provider})
             MODEL_INFO.info({"version": model.version, "feature_set": model.feature_version})
-            _log.info("model_loaded", version=model.version, provider=model.provider)
+            _log.info("model_loaded", version=model.version, provider=model.provider,
+                      levels=sorted(model.variants),
+                      variant_file_bytes={lv: v.file_bytes for lv, v in model.variants.items()})  # fmt: skip
         return self._model
 
     async def follow(self, interval_s: float = 2.0) -> None:

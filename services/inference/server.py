@@ -1,4 +1,9 @@
-"""gRPC InferenceService: batch scoring with schema checks."""
+"""gRPC InferenceService: batch scoring with schema checks.
+
+A request names the degradation level it wants (0 = full model .. 3); the
+response carries the level actually served: the requested one, or the
+nearest less degraded level the served version has (recmesh.modeldir).
+"""
 
 from __future__ import annotations
 
@@ -8,19 +13,21 @@ from prometheus_client import Counter
 
 from recmesh.errors import FailedPrecondition, InvalidArgument
 from recmesh.grpcserver import MeshServer, Registration
+from recmesh.modeldir import LEVELS
 from recmesh.resilience import remaining_s
 from recmesh.settings import InferenceSettings
 from recmesh.v1 import inference_pb2 as pb
 from recmesh.v1 import inference_pb2_grpc
 from services.inference.batcher import MicroBatcher
+from services.inference.lanes import Lane, LaneLimits
 from services.inference.model import ModelRegistry
 from services.inference.pressure import SUGGESTED, SUGGESTED_LEVEL_KEY, GpuProbe, suggest_level
-
-# Reduced-dimension model variants are not built yet: every request is served
-# by the full model, and the response says so whatever level was asked for.
-SERVED_LEVEL = 0
+from services.inference.textmodels import TextModels
 
 ROWS = Counter("recmesh_inference_rows_total", "Rows scored.")
+SERVED = Counter("recmesh_inference_served_total", "Score requests by level asked and served.",
+                 ("requested", "served"))  # fmt: skip
+TEXT_TOKENS = Counter("recmesh_inference_text_tokens_total", "Tokens processed by text models.", ["method"])
 SCHEMA_MISMATCH = Counter(
     "recmesh_inference_schema_mismatch_total", "Requests refused for a feature schema mismatch."
 )
@@ -33,11 +40,20 @@ class InferenceServicer(inference_pb2_grpc.InferenceServiceServicer):
         settings: InferenceSettings,
         batcher: MicroBatcher | None = None,
         gpu: GpuProbe | None = None,
+        text: TextModels | None = None,
     ) -> None:
         self._registry = registry
         self._settings = settings
         self._batcher = batcher
         self._gpu = gpu
+        self._text = text or TextModels()
+        self.embed_lane = Lane(
+            "embed", LaneLimits(settings.embed_concurrency, settings.embed_max_queue, settings.text_nice)
+        )
+        self.generate_lane = Lane(
+            "generate",
+            LaneLimits(settings.generate_concurrency, settings.generate_max_queue, settings.text_nice),
+        )
 
     def _suggest(self, context: grpc.aio.ServicerContext) -> None:
         depth = self._batcher.depth if self._batcher is not None else 0
@@ -60,6 +76,8 @@ class InferenceServicer(inference_pb2_grpc.InferenceServiceServicer):
                 f"values has {len(request.values)} entries, not a multiple of {cols} columns"
             )
         rows = len(request.values) // cols
+        if request.level not in LEVELS:
+            raise InvalidArgument(f"level {request.level} is not one of {list(LEVELS)}")
         if rows > self._settings.max_rows:
             raise InvalidArgument(f"{rows} rows; at most {self._settings.max_rows} per request")
         try:
@@ -68,15 +86,18 @@ class InferenceServicer(inference_pb2_grpc.InferenceServiceServicer):
             SCHEMA_MISMATCH.inc()
             raise
         self._suggest(context)
+        variant = model.variant(request.level)
+        SERVED.labels(str(request.level), str(variant.level)).inc()
         if rows == 0:
-            return pb.ScoreResponse(model_version=model.version, level=SERVED_LEVEL)
+            return pb.ScoreResponse(model_version=model.version, level=variant.level)
         matrix = np.asarray(request.values, dtype=np.float32).reshape(rows, cols)
         if self._batcher is None:
-            scores = model.score(matrix)
+            scores = variant.score(matrix)
         else:
-            scores = await self._batcher.submit(model, matrix, remaining_s())
+            # A batch holds one variant's jobs only (take_batch splits on the job's model).
+            scores = await self._batcher.submit(variant, matrix, remaining_s())
         ROWS.inc(rows)
-        return pb.ScoreResponse(scores=scores.tolist(), model_version=model.version, level=SERVED_LEVEL)
+        return pb.ScoreResponse(scores=scores.tolist(), model_version=model.version, level=variant.level)
 
     async def ModelInfo(
         self, request: pb.ModelInfoRequest, context: grpc.aio.ServicerContext
@@ -89,12 +110,72 @@ class InferenceServicer(inference_pb2_grpc.InferenceServiceServicer):
             execution_provider=model.provider,
         )
 
+    async def Embed(self, request: pb.EmbedRequest, context: grpc.aio.ServicerContext) -> pb.EmbedResponse:
+        embedder = self._text.embedder
+        if embedder is None:
+            raise FailedPrecondition("no embedding model loaded (run `recmesh embed export`)")
+        texts = list(request.texts)
+        if not texts:
+            raise InvalidArgument("texts is empty")
+        if len(texts) > self._settings.embed_max_texts:
+            raise InvalidArgument(f"{len(texts)} texts; at most {self._settings.embed_max_texts} per request")
+        for n, text in enumerate(texts):
+            if not text.strip():
+                raise InvalidArgument(f"texts[{n}] is blank")
+            if len(text) > self._settings.embed_max_chars:
+                raise InvalidArgument(
+                    f"texts[{n}] has {len(text)} characters; at most {self._settings.embed_max_chars}"
+                )
+        matrix, tokens = await self.embed_lane.run(lambda: embedder.embed(texts), remaining_s())
+        TEXT_TOKENS.labels("Embed").inc(sum(tokens))
+        return pb.EmbedResponse(
+            values=matrix.reshape(-1).tolist(),
+            dim=int(matrix.shape[1]),
+            model=embedder.model,
+            backend=embedder.backend,
+            tokens=tokens,
+        )
+
+    async def Generate(
+        self, request: pb.GenerateRequest, context: grpc.aio.ServicerContext
+    ) -> pb.GenerateResponse:
+        generator = self._text.generator
+        if generator is None:
+            raise FailedPrecondition("no generative model on this inference service")
+        if not request.prompt.strip():
+            raise InvalidArgument("prompt is empty")
+        if request.max_tokens < 1:
+            raise InvalidArgument("max_tokens must be >= 1")
+        schema = request.json_schema or None
+        out = await self.generate_lane.run(
+            lambda: generator.generate(request.prompt, request.max_tokens, schema), remaining_s()
+        )
+        TEXT_TOKENS.labels("Generate").inc(out.prompt_tokens + out.completion_tokens)
+        return pb.GenerateResponse(
+            text=out.text,
+            model=generator.model,
+            backend=generator.backend,
+            prompt_tokens=out.prompt_tokens,
+            completion_tokens=out.completion_tokens,
+        )
+
+    async def Capabilities(
+        self, request: pb.CapabilitiesRequest, context: grpc.aio.ServicerContext
+    ) -> pb.CapabilitiesResponse:
+        embedder, generator = self._text.embedder, self._text.generator
+        return pb.CapabilitiesResponse(
+            embedding_model=embedder.model if embedder else "",
+            embedding_backend=embedder.backend if embedder else "",
+            generation_model=generator.model if generator else "",
+            generation_backend=generator.backend if generator else "",
+        )
+
 
 def build_batcher(settings: InferenceSettings) -> MicroBatcher | None:
     if not settings.batching:
         return None
     return MicroBatcher(
-        lambda model, rows: model.score(rows),
+        lambda variant, rows: variant.score(rows),
         max_rows=settings.batch_max_rows,
         max_delay_us=settings.batch_max_delay_us,
         max_queue=settings.batch_max_queue,
@@ -106,6 +187,7 @@ def build_server(
     registry: ModelRegistry,
     batcher: MicroBatcher | None = None,
     gpu: GpuProbe | None = None,
+    text: TextModels | None = None,
 ) -> MeshServer:
     return MeshServer(
         "inference",
@@ -114,7 +196,7 @@ def build_server(
             Registration(
                 "recmesh.v1.InferenceService",
                 inference_pb2_grpc.add_InferenceServiceServicer_to_server,
-                InferenceServicer(registry, settings, batcher, gpu),
+                InferenceServicer(registry, settings, batcher, gpu, text),
             )
         ],
     )

@@ -26,7 +26,14 @@ from recmesh.features.wire import row_values, table_rows
 from recmesh.resilience import current_slo_class, remaining_s
 from recmesh.slo import DEFAULT_CLASSES
 from recmesh.telemetry import FALLBACKS
-from services.ranker.policy import LEVEL_NAMES, choose_level, drop_seen, sample_candidates, top_n
+from services.ranker.policy import (
+    LEVEL_NAMES,
+    SKIP_FINE_RANKING,
+    choose_level,
+    drop_seen,
+    sample_candidates,
+    top_n,
+)
 
 _log = structlog.get_logger("recmesh.ranker")
 
@@ -104,7 +111,7 @@ class RankPipeline:
         if level:
             degraded.append(f"ladder:{LEVEL_NAMES[level]}")
             DEGRADATIONS.labels(str(level), slo).inc()
-        if level == 3:
+        if level == SKIP_FINE_RANKING:
             return Ranked(candidates[:count], FALLBACK_MODEL, FEATURE_SET_VERSION, degraded)
         scored_pool = sample_candidates(candidates, level)
 
@@ -132,7 +139,7 @@ class RankPipeline:
             if skip_scoring:
                 raise InferenceSkipped("the caller presumes inference cold")
             scored = await self._inference.score(
-                feature_version, list(COLUMNS), matrix.ravel().tolist(), cap_s=SCORING_CAP_S
+                feature_version, list(COLUMNS), matrix.ravel().tolist(), level=level, cap_s=SCORING_CAP_S
             )
             items = top_n(ids, scored.scores, count)
             items += [(i, 0.0) for i, _ in rest[: count - len(items)]]
@@ -141,6 +148,7 @@ class RankPipeline:
             trace.get_current_span().set_attribute(
                 "recmesh.inference_suggested_level", scored.suggested_level
             )
+            trace.get_current_span().set_attribute("recmesh.inference_served_level", scored.level)
         except RecmeshError as err:
             reason = "inference_cold" if isinstance(err, InferenceSkipped) else "scoring_unavailable"
             self._fallback(degraded, reason, err)

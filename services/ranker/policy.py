@@ -26,30 +26,40 @@ RECALL_SKIP_SHARE = 0.4
 # Under this share of the class budget left after recall, sample features.
 LOW_BUDGET_SHARE = 0.3
 
-LEVEL_NAMES = {1: "L1_feature_sampling", 2: "L2_smaller_model", 3: "L3_skip_fine_ranking"}
+# Levels 1-3 are the inference service's model variants (the ranker asks for
+# that level); SKIP_FINE_RANKING is the fuse past them: no scoring at all.
+SKIP_FINE_RANKING = 4
+LEVEL_NAMES = {
+    1: "L1_feature_sampling",
+    2: "L2_smaller_embeddings",
+    3: "L3_no_cross_features",
+    SKIP_FINE_RANKING: "L4_skip_fine_ranking",
+}
 
 
 def choose_level(
     remaining_ms: float | None, class_budget_ms: float, recall_ms: float, suggested_level: int
 ) -> int:
-    """The ladder level for this request, 0 (full) to 3 (recall order only),
-    from what is left of the budget after recall, how long recall took, and
-    the inference service's own suggestion."""
+    """The ladder level for this request, 0 (full model) to 3 (the cheapest
+    model variant), or SKIP_FINE_RANKING (recall order only), from what is left
+    of the budget after recall, how long recall took, and the inference
+    service's own suggestion (0-3)."""
     level = max(0, min(3, suggested_level))
     if recall_ms > RECALL_SKIP_SHARE * class_budget_ms:
-        return 3
+        return SKIP_FINE_RANKING
     if remaining_ms is not None:
         if remaining_ms < SCORING_FLOOR_MS:
-            return 3
+            return SKIP_FINE_RANKING
         if remaining_ms < LOW_BUDGET_SHARE * class_budget_ms:
             level = max(level, 1)
     return level
 
 
 def sample_candidates(candidates: Sequence[tuple[str, float]], level: int) -> list[tuple[str, float]]:
-    """L1 and L2 score only the better half of the candidates (by recall
-    order); the rest follow in recall order. L2 would also ask inference for a
-    reduced-dimension model, which is not built yet, so it acts as L1."""
-    if level in (1, 2):
+    """From L1 on, only the better half of the candidates (by recall order) is
+    scored; the rest follow in recall order. The levels also differ in the
+    model variant they ask inference for (the level itself), which is where
+    L2 and L3 save their further cost."""
+    if level >= 1:
         return list(candidates[: max(1, len(candidates) // 2)])
     return list(candidates)

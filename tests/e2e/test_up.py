@@ -184,8 +184,17 @@ async def test_ready_events_and_recommendations(running: Running) -> None:
         assert redis_spans and {r["attributes"]["recmesh.slo_class"] for r in redis_spans} == {"A"}
         publish = [r for r in rows if r["trace_id"] == events_trace and r["kind"] == "PRODUCER"]
         assert publish and publish[0]["attributes"]["messaging.system"] == "kafka"
-        consumed = [r for r in rows if r["kind"] == "CONSUMER" and r["service"] == "recmesh-feature-ingest"]
-        assert any(events_trace in r["links"] for r in consumed), "the consumer's span links to the producer"
+
+        async def consumer_linked() -> bool:
+            rows = [json.loads(line) for line in running.spans.read_text().splitlines() if line]
+            return any(
+                events_trace in r["links"]
+                for r in rows
+                if r["kind"] == "CONSUMER" and r["service"] == "recmesh-feature-ingest"
+            )
+
+        # The consumer applies the posted events on its own schedule: wait for its span.
+        await poll_until(consumer_linked, "the consumer's span links to the producer", timeout=10)
 
 
 async def test_grpc_recommender(running: Running) -> None:

@@ -78,10 +78,10 @@ async def test_version_switch_under_load_loses_no_request(
     row = [0.5] * D
     versions: list[str] = []
 
-    async def caller() -> None:
+    async def caller(level: int) -> None:
         for _ in range(60):
-            reply = await client.score(FEATURE_SET_VERSION, list(COLUMNS), row * 4, cap_s=10)
-            assert len(reply.scores) == 4
+            reply = await client.score(FEATURE_SET_VERSION, list(COLUMNS), row * 4, level=level, cap_s=10)
+            assert len(reply.scores) == 4 and reply.level == level  # every variant of both versions
             versions.append(reply.model_version)
             await asyncio.sleep(0.002)
 
@@ -90,7 +90,7 @@ async def test_version_switch_under_load_loses_no_request(
         (own / "ctr" / "CURRENT").write_text(new + "\n")
 
     try:
-        await asyncio.gather(switch(), *(caller() for _ in range(8)))
+        await asyncio.gather(switch(), *(caller(i % 4) for i in range(8)))
     finally:
         await client.close()
     assert len(versions) == 8 * 60, "every request answered"

@@ -47,6 +47,8 @@ async def test_feature_lookup_over_grpc_sees_fresh_events(mesh: Mesh) -> None:
     assert resp.as_of_ms == now
     assert resp.user.features["clicks_5m"].number >= 1
     assert resp.user.features["clicks_5m"].age_ms == 1000
+    # freshness 2^(-age/tau), tau 30 s for clicks_5m
+    assert resp.user.features["clicks_5m"].freshness == pytest.approx(2 ** (-1 / 30))
     assert list(resp.items.entity_ids) == ["i3", "i4"]
     items = table_rows(resp.items)
     assert items["i3"]["clicks_10m"] == 1
@@ -114,7 +116,7 @@ async def test_tight_budget_steps_down_the_ladder(mesh: Mesh) -> None:
     assert sampled.model_version.startswith("ctr-") and len(sampled.items) == 5
     with request_scope("A", 0.018):  # ~12 ms left after the hop margin: recall order only
         skipped = await mesh.ranker_client.rank("u42", 5, {}, 0)
-    assert "ladder:L3_skip_fine_ranking" in skipped.degraded
+    assert "ladder:L4_skip_fine_ranking" in skipped.degraded
     assert skipped.model_version == "popularity"
     popular = await mesh.feature_client.popular(5, cap_s=1.0)
     assert [i.item_id for i in skipped.items] == [i for i, _ in popular]

@@ -9,7 +9,9 @@ import pytest
 from recmesh.admission import AdmissionConfig, AdmissionGate, AimdLimit, Verdict, class_ceiling, decide
 from recmesh.errors import ResourceExhausted
 
-CONFIG = AdmissionConfig(shares={"A": 1.0, "B": 0.8, "C": 0.5}, queue_caps={"A": 2, "B": 1, "C": 0})
+CONFIG = AdmissionConfig(
+    shares={"A": 1.0, "B": 0.8, "C": 0.5}, queue_caps={"A": 2, "B": 1, "C": 0}, floors={}
+)
 EMPTY: dict[str, int] = {}
 
 
@@ -46,6 +48,13 @@ def test_classes_are_shed_in_order_c_then_b_and_a_keeps_the_whole_limit() -> Non
     assert verdicts[10] == (Verdict.QUEUE, Verdict.QUEUE, Verdict.SHED)
 
 
+def test_a_floor_keeps_slots_for_a_when_the_limit_is_small() -> None:
+    config = AdmissionConfig(shares={"A": 1.0, "B": 0.8, "C": 0.5}, floors={"A": 16})
+    assert class_ceiling(4, "A", config.shares, config.floors) == 16
+    assert decide("A", 10, 4, EMPTY, config) is Verdict.ADMIT
+    assert decide("C", 2, 4, EMPTY, config) is Verdict.SHED, "the floor is A's alone"
+
+
 def test_queues_are_bounded_and_nobody_overtakes_a_more_important_waiter() -> None:
     assert decide("B", 9, 10, {"B": 1}, CONFIG) is Verdict.SHED, "B's queue of 1 is full"
     assert decide("A", 10, 10, {"A": 2}, CONFIG) is Verdict.SHED
@@ -65,7 +74,7 @@ class Clock:
 
 async def test_gate_sheds_with_retry_after_and_hands_freed_slots_to_a_first() -> None:
     config = AdmissionConfig(initial_limit=2, min_limit=2, max_limit=2, shares={"A": 1.0, "B": 1.0, "C": 0.5},
-                             queue_caps={"A": 1, "B": 1, "C": 0}, retry_after_s=3)  # fmt: skip
+                             queue_caps={"A": 1, "B": 1, "C": 0}, retry_after_s=3, floors={})  # fmt: skip
     gate = AdmissionGate(config, service="test", clock=Clock())
     release = asyncio.Event()
     order: list[str] = []
@@ -96,7 +105,7 @@ async def test_gate_sheds_with_retry_after_and_hands_freed_slots_to_a_first() ->
 
 async def test_a_queued_request_gives_up_after_its_share_of_the_budget() -> None:
     config = AdmissionConfig(
-        initial_limit=1, min_limit=1, max_limit=1, queue_caps={"A": 4}, queue_wait_fraction=0.5
+        initial_limit=1, min_limit=1, max_limit=1, queue_caps={"A": 4}, queue_wait_fraction=0.5, floors={}
     )
     gate = AdmissionGate(config, service="test")
     release = asyncio.Event()
@@ -113,3 +122,28 @@ async def test_a_queued_request_gives_up_after_its_share_of_the_budget() -> None
     release.set()
     await holder
     assert gate.in_flight == 0 and gate._queued() == {"A": 0, "B": 0, "C": 0}
+
+
+def test_a_lagging_event_loop_sheds_c_then_b_never_a() -> None:
+    config = AdmissionConfig(loop_lag_limit_ms=20.0)
+    verdicts = {
+        lag: tuple(decide(c, 0, 100, EMPTY, config, loop_lag_ms=lag) for c in ("A", "B", "C"))
+        for lag in (10.0, 30.0, 50.0, 500.0)
+    }
+    assert verdicts[10.0] == (Verdict.ADMIT,) * 3
+    assert verdicts[30.0] == (Verdict.ADMIT, Verdict.ADMIT, Verdict.SHED)
+    assert verdicts[50.0] == (Verdict.ADMIT, Verdict.SHED, Verdict.SHED)
+    assert verdicts[500.0][0] is Verdict.ADMIT
+    off = AdmissionConfig(loop_lag_limit_ms=0.0)
+    assert decide("C", 0, 100, EMPTY, off, loop_lag_ms=500.0) is Verdict.ADMIT
+
+
+async def test_gate_smooths_lag_and_names_the_reason() -> None:
+    gate = AdmissionGate(AdmissionConfig(loop_lag_limit_ms=20.0), service="test")
+    gate.record_loop_lag(200.0)
+    assert 20.0 < gate.loop_lag_ms < 200.0, "smoothed, not the raw sample"
+    assert gate.would_shed("C") and not gate.would_shed("A")
+    assert "loop_lag" in str(gate.refuse("C"))
+    for _ in range(30):
+        gate.record_loop_lag(0.0)
+    assert not gate.would_shed("C")

@@ -13,3 +13,13 @@ def test_fresh_within_ttl_stale_after_and_bounded() -> None:
     c.put("c", 3, now=2.0)
     assert len(c) == 2 and c.get_stale("a") is None
     assert (c.hits, c.misses) == (1, 1)
+
+
+def test_get_many_returns_held_values_and_the_keys_to_refresh() -> None:
+    c: TtlCache[int] = TtlCache(ttl_s=5.0, max_entries=10)
+    c.put("old", 1, now=0.0)
+    c.put("new", 2, now=4.0)
+    held, refresh = c.get_many(["new", "old", "none", "old", "new"], now=6.0)
+    assert held == [2, 1, None, 1, 2]
+    assert refresh == ["old", "none"]  # distinct, first-seen order
+    assert (c.hits, c.misses) == (3, 2)

@@ -2,7 +2,17 @@
 
 from __future__ import annotations
 
-from recmesh.features.compute import UserEvent, count_in_window, newest_at_or_before, user_realtime
+import pytest
+
+from recmesh.features.compute import (
+    UserEvent,
+    count_in_window,
+    freshness,
+    item_realtime,
+    item_realtime_columns,
+    newest_at_or_before,
+    user_realtime,
+)
 
 MIN = 60_000
 
@@ -49,3 +59,19 @@ def test_no_events_gives_zeros_and_unknown_age() -> None:
 def test_member_encoding_round_trips() -> None:
     e = ev("id-1", "i9", "view", 5, "food")
     assert UserEvent.decode(e.encode(), 5) == e
+
+
+def test_item_columns_agree_with_the_per_item_function() -> None:
+    as_of = 100 * MIN
+    clicks, views, newest = [3, 0, 1], [5, 0, 0], [as_of - MIN, -1, as_of]
+    cols = item_realtime_columns(clicks, views, newest, as_of)
+    for i in range(3):
+        one = item_realtime(clicks[i], views[i], None if newest[i] < 0 else newest[i], as_of)
+        assert {name: (vals[i], ages[i]) for name, (vals, ages) in cols.items()} == one
+
+
+def test_freshness_halves_every_tau() -> None:
+    assert freshness(0, 60.0) == 1.0
+    assert freshness(60_000, 60.0) == pytest.approx(0.5)
+    assert freshness(90_000, 30.0) == pytest.approx(0.125)
+    assert freshness(-1, 60.0) == 0.0  # no event behind the value

@@ -546,6 +546,8 @@ def test_prometheus_rule_holds_the_same_rules_as_alerts_yml() -> None:
         "RequestsShedHigh",  # 429 / RESOURCE_EXHAUSTED
         "RecommendFallbacksHigh",
         "IngestConsumerLagHigh",
+        "FeatureProcessingDelayHigh",  # state drift: processing delay > 15 s for 30 s
+        "FeatureStateGrowthHigh",  # state drift: growth > 25 %/min
     }
     assert needed <= _alert_names(groups)
 

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from services.ranker.policy import choose_level, drop_seen, sample_candidates, top_n
+from services.ranker.policy import SKIP_FINE_RANKING, choose_level, drop_seen, sample_candidates, top_n
 
 
 def test_top_n_orders_by_score_and_keeps_ties_stable() -> None:
@@ -31,13 +31,16 @@ def test_ladder_samples_features_when_budget_runs_low() -> None:
 
 
 def test_ladder_skips_fine_ranking_when_recall_ran_long_or_no_time_is_left() -> None:
-    assert choose_level(2000.0, 3000.0, 1300.0, 0) == 3  # recall > 40% of the budget (1.2 s of 3 s)
-    assert choose_level(10.0, 300.0, 1.0, 0) == 3
+    assert (
+        choose_level(2000.0, 3000.0, 1300.0, 0) == SKIP_FINE_RANKING
+    )  # recall > 40% of the budget (1.2 s of 3 s)
+    assert choose_level(10.0, 300.0, 1.0, 0) == SKIP_FINE_RANKING
 
 
 def test_sampling_keeps_the_better_half_in_recall_order() -> None:
     cands = [(f"i{i}", float(10 - i)) for i in range(10)]
     assert sample_candidates(cands, 1) == cands[:5]
     assert sample_candidates(cands, 2) == cands[:5]
+    assert sample_candidates(cands, 3) == cands[:5]
     assert sample_candidates(cands, 0) == cands
     assert sample_candidates(cands[:1], 1) == cands[:1]

@@ -4,7 +4,14 @@ import math
 
 import pytest
 
-from recmesh.features.vectorize import COLUMNS, build_matrix, item_columns
+from recmesh.features.vectorize import (
+    CATEGORY_VOCAB,
+    COLUMNS,
+    DENSE_COLUMNS,
+    build_matrix,
+    item_bucket,
+    item_columns,
+)
 
 
 def test_columns_from_features() -> None:
@@ -21,10 +28,16 @@ def test_columns_from_features() -> None:
     assert row["i_length_norm"] == 1.0
     assert row["i_author_level_norm"] == 1.0
     assert row["x_interest_popularity"] == math.log1p(9.0)
+    assert row["i_id_bucket"] == item_bucket("i1") == item_bucket("i1")
+    assert row["i_category_index"] == CATEGORY_VOCAB.index("news")
+    assert (row["u_intent_news"], row["u_intent_food"], row["u_intent_music"]) == (0.75, 0.25, 0.0)
 
 
 def test_missing_features_take_their_defaults() -> None:
     m = build_matrix({}, [("i1", {}), ("i2", {})])
     assert m.shape == (2, len(COLUMNS))
     assert float(m[0][COLUMNS.index("i_ctr_10m")]) == pytest.approx(0.1)
-    assert float(abs(m).sum()) == pytest.approx(0.2)  # only the smoothed CTR is non-zero
+    dense = m[:, : len(DENSE_COLUMNS)]
+    assert float(abs(dense).sum()) == pytest.approx(0.2)  # only the smoothed CTR is non-zero
+    assert m[0][COLUMNS.index("i_category_index")] == 0  # unknown category
+    assert float(m[:, COLUMNS.index("u_intent_unknown") :].sum()) == 0  # no recent clicks, no intent

@@ -1,0 +1,183 @@
+"""`recmesh bench e2e`: recommendations end to end, per class, as offered load rises.
+
+Against a running gateway (`--gateway http://host:port`) or a mesh it starts
+itself exactly as `recmesh up` does (own ports, own state directory). Each
+step offers a fixed arrival rate for a fixed time (open loop,
+`recmesh.bench.loadgen`) with a class mix (default 30% A, 20% B, 50% C) and
+prints, per class, p50/p95/p99 of the answered requests, goodput (answered
+within the class budget, per second) and the shed rate (429). The first step
+is a low rate of class A alone: the unloaded latency. A PNG of latency and
+goodput against offered load is written with matplotlib (a dev dependency).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import AsyncIterator
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import httpx
+
+from recmesh.bench.common import emit, free_port
+from recmesh.bench.loadgen import LoadSpec, StepResult, offer, summarise
+
+UP_PORTS = (
+    "GATEWAY_HTTP_PORT", "GATEWAY_GRPC_PORT", "FEATURE_PORT", "INFERENCE_PORT", "RANKER_PORT",
+    "FEATURE_METRICS_PORT", "INFERENCE_METRICS_PORT", "RANKER_METRICS_PORT", "INGEST_METRICS_PORT",
+    "RECMESH_REDIS_PORT", "RECMESH_KAFKA_PORT",
+)  # fmt: skip
+
+
+def parse_mix(text: str) -> dict[str, float]:
+    mix = {}
+    for part in text.split(","):
+        name, _, share = part.partition(":")
+        mix[name.strip().upper()] = float(share)
+    total = sum(mix.values())
+    if total <= 0:
+        raise ValueError("the class mix must have a positive share")
+    return {k: v / total for k, v in mix.items()}
+
+
+def _mesh_env(state_dir: Path) -> tuple[dict[str, int], dict[str, str]]:
+    ports = {name: free_port() for name in UP_PORTS}
+    env = dict(os.environ, RECMESH_STATE_DIR=str(state_dir), **{k: str(v) for k, v in ports.items()})
+    default_models = Path(".recmesh/models").resolve()
+    if "RECMESH_MODEL_DIR" not in env and (default_models / "ctr" / "CURRENT").exists():
+        env["RECMESH_MODEL_DIR"] = str(default_models)  # reuse the model `recmesh up` trained
+    return ports, env
+
+
+@contextlib.asynccontextmanager
+async def started_mesh(log_dir: Path, ready_timeout_s: float = 180.0) -> AsyncIterator[str]:
+    """`recmesh up` on free ports; yields the gateway URL; SIGINT on exit."""
+    ports, env = _mesh_env(log_dir)
+    log = (log_dir / "up.log").open("ab")
+    proc = subprocess.Popen(  # noqa: ASYNC220 (returns at once)
+        [sys.executable, "-m", "recmesh.cli", "up", "--demo-events", "3000"],
+        env=env, stdout=log, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    url = f"http://127.0.0.1:{ports['GATEWAY_HTTP_PORT']}"
+    try:
+        deadline = time.monotonic() + ready_timeout_s
+        async with httpx.AsyncClient(timeout=2.0) as http:
+            while True:
+                if proc.poll() is not None:
+                    raise RuntimeError(f"recmesh up exited {proc.returncode}; see {log_dir / 'up.log'}")
+                with contextlib.suppress(httpx.HTTPError):
+                    if (await http.get(f"{url}/readyz")).status_code == 200:
+                        break
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"mesh not ready after {ready_timeout_s} s; see {log_dir / 'up.log'}")
+                await asyncio.sleep(0.5)
+        await asyncio.sleep(2.0)  # let the demo events land
+        yield url
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            await asyncio.to_thread(proc.wait, 40)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        log.close()
+
+
+async def sweep(
+    url: str, rates: list[float], seconds: float, mix: dict[str, float], api_key: str | None
+) -> list[StepResult]:
+    parts = urlsplit(url)
+    host, port = parts.hostname or "127.0.0.1", parts.port or 80
+    keys = {c: api_key if c == "A" else None for c in ("A", "B", "C")}
+    # Warm-up (connections, caches, the controller's first window), not reported.
+    await offer(host, port, LoadSpec(rate=50, seconds=2.0, mix=mix, api_keys=keys))
+    steps = []
+    unloaded = LoadSpec(rate=20, seconds=min(seconds, 5.0), mix={"A": 1.0}, api_keys=keys, seed=0)
+    outcomes, lag = await offer(host, port, unloaded)
+    step = summarise(outcomes, unloaded.rate, unloaded.seconds)
+    step.client_lag_ms = lag
+    steps.append(step)
+    for i, rate in enumerate(rates):
+        spec = LoadSpec(rate=rate, seconds=seconds, mix=mix, api_keys=keys, seed=i + 1)
+        outcomes, lag = await offer(host, port, spec)
+        step = summarise(outcomes, rate, seconds)
+        step.client_lag_ms = lag
+        steps.append(step)
+        await asyncio.sleep(1.0)  # let queues drain between steps
+    return steps
+
+
+def table(steps: list[StepResult]) -> str:
+    lines = [
+        "recmesh bench e2e: POST /v1/recommend (count 10), open loop; latency of 200s from scheduled arrival",
+        f"{'offered/s':>9} {'class':>5} {'sent':>6} {'p50 ms':>8} {'p95 ms':>8} {'p99 ms':>8} "
+        f"{'goodput/s':>9} {'good %':>7} {'shed %':>7} {'err %':>6} {'degr %':>7} {'lag ms':>7}",
+    ]
+    for step in steps:
+        for c in step.classes.values():
+            lines.append(
+                f"{step.rate:>9.0f} {c.slo_class:>5} {c.offered:>6} {c.p50_ms:>8.1f} {c.p95_ms:>8.1f} "
+                f"{c.p99_ms:>8.1f} {c.goodput_rps:>9.1f} {100 * c.goodput_ratio:>7.1f} "
+                f"{100 * c.shed_rate:>7.1f} {100 * c.errors / c.offered:>6.1f} "
+                f"{100 * c.degraded / max(1, c.ok):>7.1f} {step.client_lag_ms:>7.1f}"
+            )
+        lines.append(f"{'':>9} {'all':>5} answered {step.total_ok_rps:.1f}/s")
+    return "\n".join(lines)
+
+
+def plot(steps: list[StepResult], out: Path) -> str:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return "matplotlib is not installed (pip install -e '.[dev]'): no plot written"
+    loaded = steps[1:]
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.5))
+    for slo_class in sorted({c for s in loaded for c in s.classes}):
+        xs = [s.rate for s in loaded if slo_class in s.classes]
+        for q, style in (("p50_ms", ":"), ("p95_ms", "--"), ("p99_ms", "-")):
+            ys = [getattr(s.classes[slo_class], q) for s in loaded if slo_class in s.classes]
+            ax1.plot(xs, ys, style, marker="o", label=f"{slo_class} {q[:3]}")
+        ax2.plot(xs, [s.classes[slo_class].goodput_rps for s in loaded if slo_class in s.classes],
+                 marker="o", label=f"{slo_class} goodput")  # fmt: skip
+        ax2.plot(xs, [s.classes[slo_class].shed / s.seconds for s in loaded if slo_class in s.classes],
+                 ":", marker="x", label=f"{slo_class} shed/s")  # fmt: skip
+    ax1.axhline(300, color="grey", lw=0.8)
+    ax1.set(xlabel="offered load (requests/s)", ylabel="latency (ms)", yscale="log",
+            title="latency by class vs offered load")  # fmt: skip
+    ax2.set(xlabel="offered load (requests/s)", ylabel="requests/s", title="goodput and shed by class")
+    ax1.legend(fontsize=7, ncol=3)
+    ax2.legend(fontsize=7)
+    fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return f"plot: {out}"
+
+
+async def run(args: Any) -> list[StepResult]:
+    rates = [float(r) for r in args.rates.split(",")]
+    mix = parse_mix(args.mix)
+    if args.gateway:
+        return await sweep(args.gateway, rates, args.seconds, mix, args.api_key)
+    with tempfile.TemporaryDirectory(prefix="recmesh-bench-e2e-") as tmp:
+        async with started_mesh(Path(tmp)) as url:
+            return await sweep(url, rates, args.seconds, mix, args.api_key)
+
+
+def main(args: Any) -> int:
+    steps = asyncio.run(run(args))
+    figures: dict[str, Any] = {"steps": [asdict(s) for s in steps]}
+    text = table(steps) + "\n" + plot(steps, Path(args.plot))
+    emit(figures, args.json, text)
+    return 0

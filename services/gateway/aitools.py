@@ -1,0 +1,256 @@
+"""AI-tool calls at the gateway: summarize and structured actions.
+
+Every call runs in the request's class budget (class B by default), inside the
+AI-tool admission gate (its own fixed concurrency limit and per-class queues,
+apart from /v1/recommend's gate), and talks to the inference service through
+its own client. The policies are pure (recmesh/aitools/); this module does the
+I/O and says in every response which backend answered and which fallback was
+taken, with the reason also on the span and in `recmesh_fallbacks_total`.
+
+Backends, best first:
+- summarize: vLLM generation (when the inference service has generative
+  weights) -> extractive by sentence centrality over MiniLM embeddings ->
+  the first sentences (when embeddings cannot be had in time).
+- action: vLLM with JSON-schema guided decoding, output re-validated, retried
+  once within budget -> the deterministic template filler (the documented
+  fallback, and the only generator without an LLM).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import structlog
+from opentelemetry import trace
+
+from recmesh.admission import AdmissionConfig, AdmissionGate
+from recmesh.aitools import actions, summarize
+from recmesh.aitools.tokens import BUDGET_REFUSED, TOKENS_USED, TokenCounter, charge
+from recmesh.clients import InferenceClient
+from recmesh.errors import InvalidArgument, RecmeshError, Unprocessable
+from recmesh.resilience import remaining_s, request_scope
+from recmesh.settings import AiToolSettings
+from recmesh.slo import SloClass
+from recmesh.telemetry import FALLBACKS, current_trace_id
+
+_log = structlog.get_logger("recmesh.gateway.aitools")
+
+CAPABILITIES_TTL_S = 30.0
+
+
+@dataclass
+class ToolResult:
+    backend: str
+    model: str
+    tokens_used: int
+    slo_class: str
+    trace_id: str
+    degraded: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Summary(ToolResult):
+    summary: str = ""
+    sentences: list[int] = field(default_factory=list)
+
+
+@dataclass
+class Action(ToolResult):
+    output: dict[str, Any] = field(default_factory=dict)
+    checks: list[str] = field(default_factory=list)  # what was verified server-side
+    attempts: int = 0
+
+
+def build_tool_gate(settings: AiToolSettings) -> AdmissionGate:
+    """A fixed limit (the AIMD bounds pinned to it) with per-class queues."""
+    n = float(settings.concurrency)
+    return AdmissionGate(
+        AdmissionConfig(
+            initial_limit=n,
+            min_limit=n,
+            max_limit=n,
+            shares={"A": 1.0, "B": 1.0, "C": 0.5},
+            queue_caps={str(k): v for k, v in settings.queue.items()},
+        ),
+        service="gateway_ai_tool",
+    )
+
+
+def _fallback(slo: str, reason: str, degraded: list[str], err: Exception | None = None) -> None:
+    FALLBACKS.labels("gateway", reason, slo).inc()
+    span = trace.get_current_span()
+    span.add_event("fallback", {"reason": reason, "error": str(err) if err else ""})
+    _log.info("ai_tool_fallback", reason=reason, error=str(err) if err else None)
+    degraded.append(reason)
+
+
+class AiTools:
+    def __init__(
+        self,
+        inference: InferenceClient,
+        settings: AiToolSettings,
+        gate: AdmissionGate | None = None,
+        counter: TokenCounter | None = None,
+    ) -> None:
+        self._inference = inference
+        self._settings = settings
+        self.gate = gate if gate is not None else build_tool_gate(settings)
+        self._counter = counter or TokenCounter()
+        self._generation: tuple[float, str] | None = None  # (checked at, model name or "")
+
+    async def _generation_model(self) -> str:
+        """The inference service's generative model ("" for none), asked at most every 30 s."""
+        now = time.monotonic()
+        if self._generation is None or now - self._generation[0] > CAPABILITIES_TTL_S:
+            try:
+                caps = await self._inference.capabilities(cap_s=0.2)
+                self._generation = (now, caps.generation_model)
+            except RecmeshError:
+                self._generation = (now, "")
+        return self._generation[1]
+
+    def _budget_s(self, slo: SloClass) -> float:
+        budget = slo.budget_ms / 1000
+        caller_left = remaining_s()
+        return budget if caller_left is None else min(budget, caller_left)
+
+    def _fuse_s(self) -> float:
+        return self._settings.generation_timeout_ms / 1000
+
+    def _charge(self, tenant: str, tool: str, estimate: int, budget: int | None) -> None:
+        verdict = charge(estimate, budget)
+        if not verdict.allowed:
+            BUDGET_REFUSED.labels(tenant, tool).inc()
+            raise Unprocessable(f"{tool}: {verdict.reason}")
+
+    # --- summarize ----------------------------------------------------------
+
+    async def summarize(
+        self, text: str, max_sentences: int, slo: SloClass, tenant: str, token_budget: int | None
+    ) -> Summary:
+        if len(text) > self._settings.max_text_chars:
+            raise InvalidArgument(f"text has {len(text)} characters; at most {self._settings.max_text_chars}")
+        sentences, truncated = summarize.split_sentences(text, self._settings.max_sentences)
+        if not sentences:
+            raise InvalidArgument("text has no sentence to summarize")
+        estimate = self._counter.count(" ".join(sentences))
+        self._charge(tenant, "summarize", estimate, token_budget)
+        span = trace.get_current_span()
+        budget_s = self._budget_s(slo)
+        with request_scope(slo.name, budget_s):
+            async with self.gate.slot(slo.name, budget_s):
+                result = await self._summarize(sentences, max_sentences, slo.name)
+        if truncated:
+            result.degraded.append(f"text_truncated_to_{self._settings.max_sentences}_sentences")
+        span.set_attribute("recmesh.ai_tool.backend", result.backend)
+        TOKENS_USED.labels(tenant, "summarize", slo.name).inc(result.tokens_used)
+        return result
+
+    async def _summarize(self, sentences: list[str], k: int, slo: str) -> Summary:
+        degraded: list[str] = []
+        if await self._generation_model():
+            prompt = f"Summarize in at most {k} sentences:\n" + " ".join(sentences)
+            try:
+                out = await self._inference.generate(
+                    prompt, self._settings.max_output_tokens, cap_s=self._fuse_s()
+                )
+                if out.text.strip():
+                    return Summary(out.backend, out.model, out.prompt_tokens + out.completion_tokens, slo,
+                                   current_trace_id(), degraded, out.text.strip())  # fmt: skip
+                _fallback(slo, "generation_empty", degraded)
+            except RecmeshError as err:
+                _fallback(slo, f"generation_failed:{type(err).__name__}", degraded, err)
+        try:
+            embedded = await self._inference.embed(sentences)
+        except RecmeshError as err:
+            if isinstance(err, InvalidArgument):
+                raise
+            _fallback(slo, f"embed_unavailable:{type(err).__name__}", degraded, err)
+            picked = summarize.lead(sentences, k)
+            tokens = self._counter.count(" ".join(sentences))
+            return Summary("extractive-lead", "none", tokens, slo, current_trace_id(), degraded,
+                           " ".join(sentences[i] for i in picked), picked)  # fmt: skip
+        picked = summarize.pick(summarize.centrality(embedded.matrix), k)
+        return Summary(
+            f"extractive-centrality/{embedded.backend}", embedded.model, sum(embedded.tokens), slo,
+            current_trace_id(), degraded, " ".join(sentences[i] for i in picked), picked,
+        )  # fmt: skip
+
+    # --- action -------------------------------------------------------------
+
+    async def action(
+        self,
+        intent: str,
+        constraints: list[str],
+        schema: dict[str, Any],
+        context: dict[str, Any],
+        slo: SloClass,
+        tenant: str,
+        token_budget: int | None,
+    ) -> Action:
+        actions.check_request(constraints, schema)
+        if len(json.dumps(context)) > self._settings.max_context_chars:
+            raise InvalidArgument(f"context is over {self._settings.max_context_chars} characters as JSON")
+        prompt = actions.llm_prompt(intent, constraints, schema, context)
+        prompt_tokens = self._counter.count(prompt)
+        budget_s = self._budget_s(slo)
+        with request_scope(slo.name, budget_s):
+            async with self.gate.slot(slo.name, budget_s):
+                generator = await self._generation_model()
+                estimate = prompt_tokens + (self._settings.max_output_tokens if generator else 0)
+                self._charge(tenant, "action", estimate, token_budget)
+                result = await self._action(intent, constraints, schema, context, prompt, generator, slo.name)
+        trace.get_current_span().set_attribute("recmesh.ai_tool.backend", result.backend)
+        TOKENS_USED.labels(tenant, "action", slo.name).inc(result.tokens_used)
+        return result
+
+    async def _action(
+        self,
+        intent: str,
+        constraints: list[str],
+        schema: dict[str, Any],
+        context: dict[str, Any],
+        prompt: str,
+        generator: str,
+        slo: str,
+    ) -> Action:
+        degraded: list[str] = []
+        tokens = 0
+        attempts = 0
+        checks = ["json_schema", *constraints]
+        if generator:
+            while attempts < 2:
+                left = remaining_s()
+                if attempts and (left is None or left < 0.1):
+                    _fallback(slo, "retry_skipped:budget", degraded)
+                    break
+                attempts += 1
+                try:
+                    out = await self._inference.generate(
+                        prompt, self._settings.max_output_tokens, json.dumps(schema), cap_s=self._fuse_s()
+                    )
+                except RecmeshError as err:
+                    _fallback(slo, f"generation_failed:{type(err).__name__}", degraded, err)
+                    break
+                tokens += out.prompt_tokens + out.completion_tokens
+                try:
+                    candidate = actions.parse_output(out.text)
+                    problems = actions.violations(candidate, schema, constraints)
+                except ValueError as err:
+                    problems = [str(err)]
+                if not problems:
+                    return Action(out.backend, out.model, tokens, slo, current_trace_id(), degraded,
+                                  candidate, checks, attempts)  # fmt: skip
+                _fallback(slo, f"output_invalid:attempt_{attempts}", degraded)
+                _log.info("ai_tool_output_invalid", attempt=attempts, problems=problems[:5])
+            _fallback(slo, "fallback:template", degraded)
+        output = actions.template_fill(schema, intent, context)
+        problems = actions.violations(output, schema, constraints)
+        if problems:
+            raise Unprocessable(f"no generator could satisfy output_schema and constraints: {problems[:5]}")
+        tokens += self._counter.count(json.dumps(output))
+        backend = "template" if generator else "template (no generative model)"
+        return Action(backend, "none", tokens, slo, current_trace_id(), degraded, output, checks, attempts)

@@ -1,0 +1,81 @@
+"""Embed over real gRPC: same vectors as the encoder, validation, its own lane."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from recmesh.clients import InferenceClient
+from recmesh.embedding.encoder import TextEncoder
+from recmesh.errors import InvalidArgument, ResourceExhausted
+from recmesh.features.definitions import FEATURE_SET_VERSION
+from recmesh.features.vectorize import COLUMNS
+from recmesh.grpcserver import MeshServer
+from recmesh.resilience import request_scope
+from recmesh.settings import InferenceSettings
+from services.inference.model import ModelRegistry
+from services.inference.server import build_server
+from services.inference.textmodels import OnnxEmbedder, TextModels
+from tests.helpers import free_port
+
+
+@pytest.fixture
+async def served(model_dir: Path, embed_model_dir: Path) -> AsyncIterator[InferenceClient]:
+    settings = InferenceSettings(
+        inference_port=free_port(), model_dir=model_dir, batching=False, embed_max_queue=2, embed_max_texts=32
+    )
+    registry = ModelRegistry(model_dir)
+    registry.load_current()
+    text = TextModels(embedder=OnnxEmbedder(TextEncoder.from_model_dir(embed_model_dir)))
+    server: MeshServer = build_server(settings, registry, text=text)
+    await server.start()
+    await server.set_serving()
+    client = InferenceClient(server.address, "test")
+    yield client
+    await client.close()
+    await server.stop(0.2)
+
+
+async def test_embed_returns_the_encoder_vectors(served: InferenceClient, embed_model_dir: Path) -> None:
+    texts = ["wireless headphones with long battery life", "a vegetarian pasta recipe"]
+    got = await served.embed(texts, cap_s=10)
+    want = TextEncoder.from_model_dir(embed_model_dir).encode(texts)
+    assert got.matrix.shape == (2, 384) and got.backend == "onnxruntime-cpu"
+    assert np.abs(got.matrix - want).max() < 1e-6
+    assert got.tokens[0] > 5 and got.model.endswith("all-MiniLM-L6-v2")
+    caps = await served.capabilities()
+    assert caps.embedding_backend == "onnxruntime-cpu" and caps.generation_model == ""
+
+
+async def test_bad_embed_requests_name_the_problem(served: InferenceClient) -> None:
+    with pytest.raises(InvalidArgument, match="texts is empty"):
+        await served.embed([], cap_s=5)
+    with pytest.raises(InvalidArgument, match=r"texts\[1\] is blank"):
+        await served.embed(["ok", "  "], cap_s=5)
+    with pytest.raises(InvalidArgument, match="at most 32"):
+        await served.embed(["x"] * 33, cap_s=5)
+
+
+async def test_embed_flood_is_shed_while_scoring_stays_fast(served: InferenceClient) -> None:
+    """Saturate the embed lane (1 slot + 2 waiting); Score never waits behind it."""
+    long_texts = ["a long product description about headphones and travel " * 20] * 32
+    flood = [asyncio.create_task(served.embed(long_texts, cap_s=10)) for _ in range(12)]
+    await asyncio.sleep(0.05)
+    rows = np.random.default_rng(0).random((50, len(COLUMNS))).astype(np.float32).ravel().tolist()
+    latencies = []
+    for _ in range(20):
+        started = time.perf_counter()
+        with request_scope("A", 0.3):
+            await served.score(FEATURE_SET_VERSION, list(COLUMNS), rows)
+        latencies.append(time.perf_counter() - started)
+    results = await asyncio.gather(*flood, return_exceptions=True)
+    shed = [r for r in results if isinstance(r, ResourceExhausted)]
+    assert len(shed) >= 8, results  # at most 1 running + 2 waiting were admitted at first
+    assert all(not isinstance(r, Exception) or isinstance(r, ResourceExhausted) for r in results)
+    # Scoring answered within class A's budget throughout (each call had a 300 ms deadline).
+    assert max(latencies) < 0.3

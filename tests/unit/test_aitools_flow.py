@@ -1,0 +1,119 @@
+"""The AI-tool call flow (services/gateway/aitools.py) with a scripted stand-in
+for the inference client: the LLM path cannot run here (no GPU), so what it
+does with good, bad and missing outputs is checked against scripted replies."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+import numpy as np
+import pytest
+
+from recmesh.clients import Embedded, InferenceClient
+from recmesh.errors import DeadlineExceeded, ResourceExhausted, Unprocessable
+from recmesh.settings import AiToolSettings
+from recmesh.slo import DEFAULT_CLASSES
+from recmesh.v1 import inference_pb2 as pb
+from services.gateway.aitools import AiTools
+
+SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {"text": {"type": "string"}, "url": {"type": "string"}},
+    "required": ["text", "url"],
+}
+GOOD = json.dumps({"text": "Start your trial", "url": "https://example.org"})
+PRICEY = json.dumps({"text": "Start now for $5", "url": "https://example.org"})
+
+
+@dataclass
+class Scripted:
+    """Replies in order; an exception in the script is raised."""
+
+    generation_model: str = "tiny-llm"
+    replies: list[Any] = field(default_factory=list)
+    prompts: list[str] = field(default_factory=list)
+    embed_error: Exception | None = None
+
+    async def capabilities(self, cap_s: float = 2.0) -> pb.CapabilitiesResponse:
+        return pb.CapabilitiesResponse(generation_model=self.generation_model)
+
+    async def generate(
+        self, prompt: str, max_tokens: int, json_schema: str = "", cap_s: float | None = None
+    ) -> pb.GenerateResponse:
+        self.prompts.append(prompt)
+        reply = self.replies.pop(0)
+        if isinstance(reply, Exception):
+            raise reply
+        return pb.GenerateResponse(text=reply, model="tiny-llm", backend="vllm", prompt_tokens=50,
+                                   completion_tokens=10)  # fmt: skip
+
+    async def embed(self, texts: list[str], cap_s: float | None = None) -> Embedded:
+        if self.embed_error is not None:
+            raise self.embed_error
+        rng = np.random.default_rng(0)
+        m = rng.normal(size=(len(texts), 8)).astype(np.float32)
+        return Embedded(
+            m / np.linalg.norm(m, axis=1, keepdims=True), "m", "onnxruntime-cpu", [5] * len(texts)
+        )
+
+
+def _tools(client: Scripted) -> AiTools:
+    return AiTools(cast(InferenceClient, client), AiToolSettings())
+
+
+B = DEFAULT_CLASSES["B"]
+CONSTRAINTS = ["must_include_cta", "avoid_price_mention"]
+
+
+async def test_valid_llm_output_is_served_as_is() -> None:
+    out = await _tools(Scripted(replies=[GOOD])).action("trial", CONSTRAINTS, SCHEMA, {}, B, "t", None)
+    assert (out.backend, out.attempts, out.degraded) == ("vllm", 1, [])
+    assert out.output["text"] == "Start your trial" and out.tokens_used == 60
+
+
+async def test_violating_output_is_retried_once_then_served() -> None:
+    out = await _tools(Scripted(replies=[PRICEY, GOOD])).action(
+        "trial", CONSTRAINTS, SCHEMA, {}, B, "t", None
+    )
+    assert out.backend == "vllm" and out.attempts == 2
+    assert out.degraded == ["output_invalid:attempt_1"]
+
+
+async def test_two_bad_outputs_fall_back_to_the_template_and_say_so() -> None:
+    client = Scripted(replies=["not json", PRICEY])
+    out = await _tools(client).action("trial", CONSTRAINTS, SCHEMA, {"url": "https://x.org"}, B, "t", None)
+    assert out.backend == "template" and out.attempts == 2
+    assert out.degraded == ["output_invalid:attempt_1", "output_invalid:attempt_2", "fallback:template"]
+    assert out.output == {"text": "Start your free trial", "url": "https://x.org"}
+
+
+async def test_generation_timeout_falls_back_without_retry() -> None:
+    client = Scripted(replies=[DeadlineExceeded("fuse")])
+    out = await _tools(client).action("trial", CONSTRAINTS, SCHEMA, {}, B, "t", None)
+    assert out.degraded == ["generation_failed:DeadlineExceeded", "fallback:template"] and out.attempts == 1
+
+
+async def test_token_budget_counts_the_output_allowance_when_an_llm_answers() -> None:
+    tools = _tools(Scripted(replies=[GOOD]))
+    with pytest.raises(Unprocessable, match="x-llm-token-budget is 100"):
+        await tools.action("trial", CONSTRAINTS, SCHEMA, {}, B, "t", 100)  # prompt + 256 output tokens
+    no_llm = _tools(Scripted(generation_model=""))
+    assert (await no_llm.action("trial", CONSTRAINTS, SCHEMA, {}, B, "t", 200)).attempts == 0
+
+
+async def test_summarize_prefers_generation_then_centrality_then_lead() -> None:
+    text = "One fact here. Another fact there. A third fact. A fourth one."
+    generated = await _tools(Scripted(replies=["A short summary."])).summarize(text, 2, B, "t", None)
+    assert (generated.backend, generated.summary) == ("vllm", "A short summary.")
+    failed = await _tools(Scripted(replies=[ResourceExhausted("busy")])).summarize(text, 2, B, "t", None)
+    assert failed.backend == "extractive-centrality/onnxruntime-cpu"
+    assert failed.degraded == ["generation_failed:ResourceExhausted"] and len(failed.sentences) == 2
+    no_embed = Scripted(generation_model="", embed_error=ResourceExhausted("embed lane full"))
+    lead = await _tools(no_embed).summarize(text, 2, B, "t", None)
+    assert (lead.backend, lead.sentences, lead.summary) == (
+        "extractive-lead",
+        [0, 1],
+        "One fact here. Another fact there.",
+    )
