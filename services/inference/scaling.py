@@ -126,32 +126,34 @@ def replay(
     return steps
 
 
-# The query moves the desired count by this many replicas: the HPA ignores a
-# change within 10% of the current count (its tolerance), which a single replica
-# is from 10 up. The manifest's HPA policies let only one replica through per
-# period (out: per evaluation, in: per SCALE_IN_AFTER_S), as `replay` does.
-QUERY_STEP = 2
+# The query answers a ratio the HPA multiplies its current replica count by
+# (metricType Value, threshold 1: desired = ceil(current x ratio)): 1 holds, OUT_RATIO
+# asks for at least one more replica at any count, IN_RATIO for at least one fewer
+# from 2 up; both clear the HPA's 10% tolerance. The manifest's HPA policies let
+# one replica through per period (out: per evaluation, in: per SCALE_IN_AFTER_S),
+# as `replay` does. The HPA's own count is used, not a count of scraped pods, so
+# a pod still pulling its image does not read as a replica too many.
+OUT_RATIO = 1.5
+IN_RATIO = 0.5
 
 
 def desired_replicas_promql(selector: str) -> str:
-    """The rule as one PromQL expression: current replicas + / - QUERY_STEP, or unchanged.
+    """The rule as one PromQL expression: OUT_RATIO to add, IN_RATIO to remove, 1 to hold.
 
-    KEDA's Prometheus trigger with metricType AverageValue and threshold 1 makes
-    the HPA's desired replica count equal to this value. `selector` picks the
-    inference pods' series (e.g. `namespace="recmesh",job="inference"`). Absent
-    GPU series (no NVML) read as 0, like `scaling_step`'s None; no inference
-    series at all gives an empty result, which KEDA (ignoreNullValues "false")
-    reports as an error, so the HPA keeps its count rather than scaling in.
+    `selector` picks the inference pods' series (e.g. `namespace="recmesh",job="inference"`).
+    Absent GPU series (no NVML) read as 0, like `scaling_step`'s None. No queue series
+    at all (no replica scraped, or Prometheus lost them) gives an empty result, which
+    KEDA (ignoreNullValues "false") reports as an error: the HPA keeps its count.
     """
     memory = f"{GPU_MEMORY_METRIC}{{{selector}}}"
     queue = f"{QUEUE_DEPTH_METRIC}{{{selector}}}"
     window = f"[{SCALE_IN_AFTER_S}s]"
     out = (
         f"((max({memory}) or vector(0)) >= bool {SCALE_OUT_GPU_MEMORY_RATIO})"
-        f" * ((sum({queue}) or vector(0)) > bool {SCALE_OUT_PENDING})"
+        f" * (sum({queue}) > bool {SCALE_OUT_PENDING})"
     )
     scale_in = (
         f"((max(max_over_time({memory}{window})) or vector(0)) <= bool {SCALE_IN_GPU_MEMORY_RATIO})"
-        f" * ((sum(max_over_time({queue}{window})) or vector(0)) <= bool {SCALE_IN_PENDING})"
+        f" * (sum(max_over_time({queue}{window})) <= bool {SCALE_IN_PENDING})"
     )
-    return f"count({queue}) + {QUERY_STEP} * ({out}) - {QUERY_STEP} * ({scale_in})"
+    return f"1 + {OUT_RATIO - 1} * ({out}) - {1 - IN_RATIO} * ({scale_in})"
