@@ -9,7 +9,7 @@ The inputs are what the inference service exports (the names Prometheus sees):
 Over the whole fleet: GPU memory is the fullest GPU of any replica, pending the
 sum of every replica's queue. One step per decision: +1, -1 or 0 replicas.
 
-`scaling_step` is the policy, tested on traces; `desired_replicas_promql` is the
+`scaling_step` is the policy, tested on traces; `scale_ratio_promql` is the
 same rule as the query KEDA's Prometheus trigger runs (deploy/k8s/overlays/gpu),
 built from the same constants so the two cannot drift apart.
 """
@@ -137,7 +137,7 @@ OUT_RATIO = 1.5
 IN_RATIO = 0.5
 
 
-def desired_replicas_promql(selector: str) -> str:
+def scale_ratio_promql(selector: str) -> str:
     """The rule as one PromQL expression: OUT_RATIO to add, IN_RATIO to remove, 1 to hold.
 
     `selector` picks the inference pods' series (e.g. `namespace="recmesh",job="inference"`).

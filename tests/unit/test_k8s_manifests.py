@@ -458,7 +458,7 @@ def test_gpu_overlay_scales_inference_by_the_gpu_rule_of_the_policy() -> None:
     pod_job = template["metadata"]["labels"]["app.kubernetes.io/name"]
     metrics_port = template["metadata"]["annotations"]["prometheus.io/port"]
     assert metrics_port == str(METRICS_PORT["services.inference"])
-    assert meta["query"] == scaling.desired_replicas_promql(f'namespace="recmesh",job="{pod_job}"')
+    assert meta["query"] == scaling.scale_ratio_promql(f'namespace="recmesh",job="{pod_job}"')
     # The thresholds, read back from the manifest's query, are the policy's constants.
     query = meta["query"]
     assert re.findall(r">= bool ([0-9.]+)", query) == [str(scaling.SCALE_OUT_GPU_MEMORY_RATIO)]

@@ -13,9 +13,9 @@ from services.inference.scaling import (
     GPU_MEMORY_METRIC,
     QUEUE_DEPTH_METRIC,
     Sample,
-    desired_replicas_promql,
     fleet_sample,
     replay,
+    scale_ratio_promql,
     scaling_step,
     trace_from_prometheus,
 )
@@ -108,7 +108,7 @@ def test_the_query_reads_the_metrics_the_inference_service_exports() -> None:
     # prometheus_client names the series exactly as Prometheus will see them.
     assert pressure.GPU_MEMORY._name == GPU_MEMORY_METRIC
     assert batcher.QUEUE_DEPTH._name == QUEUE_DEPTH_METRIC
-    query = desired_replicas_promql('namespace="recmesh",job="inference"')
+    query = scale_ratio_promql('namespace="recmesh",job="inference"')
     expr = promql_parser.parse(query)
     assert type(expr).__name__ == "BinaryExpr"
     text = expr.prettify()
