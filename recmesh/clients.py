@@ -66,9 +66,12 @@ def open_channel(address: str) -> grpc.aio.Channel:
 
 # Codes that say the downstream is unhealthy (they count against its breaker);
 # anything else (a bad request, a schema mismatch) means it answered.
+# RESOURCE_EXHAUSTED is an answer too: the server shed work it had no room
+# for. Counting it would let a flood of one RPC (say Embed) open the breaker
+# and cut every other RPC to that service (say Score) while it is healthy.
 BREAKER_FAILURES = frozenset(
     {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.INTERNAL,
-     grpc.StatusCode.RESOURCE_EXHAUSTED, grpc.StatusCode.UNKNOWN}
+     grpc.StatusCode.UNKNOWN}
 )  # fmt: skip
 
 

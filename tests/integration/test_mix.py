@@ -45,7 +45,8 @@ async def gateway_url(
     """Feature, inference, ranker and gateway as their own processes, as deployed
     (`mesh` has loaded the offline features into this Redis)."""
     own = tmp_path / "models"
-    shutil.copytree(model_dir, own)
+    # The session's model dir may already hold an encoder (`recmesh up` in the e2e tests exports one).
+    shutil.copytree(model_dir, own, ignore=shutil.ignore_patterns(EMBEDDER_DIR))
     (own / EMBEDDER_DIR).symlink_to(embed_model_dir / EMBEDDER_DIR)
     ports = {name: free_port() for name in (
         "FEATURE_PORT", "INFERENCE_PORT", "RANKER_PORT", "GATEWAY_HTTP_PORT", "GATEWAY_GRPC_PORT",
