@@ -23,7 +23,7 @@ def _default_shares() -> dict[SloName, float]:
 
 
 def _default_floors() -> dict[SloName, int]:
-    return {"A": 32}
+    return {"A": 16}
 
 
 def _default_queue() -> dict[SloName, int]:
@@ -106,7 +106,7 @@ class InferenceSettings(CommonSettings):
     embed_max_chars: int = Field(8000, ge=1, validation_alias="RECMESH_EMBED_MAX_CHARS")
     embed_ort_threads: int = Field(1, ge=1, validation_alias="RECMESH_EMBED_ORT_THREADS")
     # Niceness of the text lanes' threads: Score (class A's path) gets the CPU first.
-    text_nice: int = Field(10, ge=0, le=19, validation_alias="RECMESH_TEXT_NICE")
+    text_nice: int = Field(19, ge=0, le=19, validation_alias="RECMESH_TEXT_NICE")
     generate_concurrency: int = Field(4, ge=1, validation_alias="RECMESH_GENERATE_CONCURRENCY")
     generate_max_queue: int = Field(16, ge=0, validation_alias="RECMESH_GENERATE_MAX_QUEUE")
     # Local directory of generative weights for vLLM (no hub downloads); None: no generation.
@@ -165,7 +165,7 @@ class AdmissionSettings(BaseSettings):
         default_factory=_default_shares,
         validation_alias="RECMESH_ADMISSION_SHARES",
     )
-    # In-flight slots a class keeps whatever the adaptive limit, e.g. '{"A": 32}'.
+    # In-flight slots a class keeps whatever the adaptive limit, e.g. '{"A": 16}'.
     floors: dict[SloName, int] = Field(
         default_factory=_default_floors, validation_alias="RECMESH_ADMISSION_FLOORS"
     )

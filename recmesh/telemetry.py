@@ -94,16 +94,18 @@ def _add_trace_ids(_: Any, __: str, event: MutableMapping[str, Any]) -> MutableM
     return event
 
 
+def _json_line(obj: Any, **_: Any) -> str:
+    # A log call must never raise: int dict keys become strings, unknown objects their str().
+    return orjson.dumps(obj, option=orjson.OPT_NON_STR_KEYS, default=str).decode()
+
+
 def setup_logging(service: str, level: str = "INFO", fmt: str = "json") -> None:
     numeric = logging.getLevelName(level.upper())
     if not isinstance(numeric, int):
         raise ValueError(f"unknown log level {level!r}")
     logging.basicConfig(level=max(numeric, logging.WARNING), stream=sys.stderr)
     renderer: Any = (
-        # OPT_NON_STR_KEYS: a log line with an int-keyed dict must not kill the process.
-        structlog.processors.JSONRenderer(
-            serializer=lambda o, **_: orjson.dumps(o, option=orjson.OPT_NON_STR_KEYS).decode()
-        )
+        structlog.processors.JSONRenderer(serializer=_json_line)
         if fmt == "json"
         else structlog.dev.ConsoleRenderer(colors=False)
     )

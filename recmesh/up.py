@@ -47,6 +47,7 @@ class Mesh:
         self.logs = self.state / "logs"
         self.model_dir = (settings.model_dir or self.state / "models").resolve()
         self.procs: list[ManagedProcess] = []
+        self.background: ManagedProcess | None = None  # embed-items: may finish, never "dies"
         host = settings.bind_host
         self.redis_url = settings.redis_url or f"redis://127.0.0.1:{settings.embedded_redis_port}/0"
         self.kafka = settings.kafka_bootstrap or f"127.0.0.1:{settings.embedded_kafka_port}"
@@ -167,13 +168,10 @@ class Mesh:
             export(self.model_dir)
 
     def embed_items_in_background(self) -> None:
-        """Item vectors for semantic recall, when missing: embedded on a daemon
-        thread once the mesh is up (about half a minute for the demo catalog on
-        one core), so start-up does not wait; written atomically when done."""
-        import threading
-
-        from recmesh.demo.texts import embedding_text, read_item_texts
-        from recmesh.embedding.items import embed_items
+        """Item vectors for semantic recall, when missing: `recmesh embed items`
+        in its own low-priority process once the mesh is up (about half a
+        minute for the demo catalog on one core), so start-up does not wait;
+        the vectors are written atomically when done. Stopped with the mesh."""
         from recmesh.vectors import load_item_vectors
 
         directory = self.s.offline_dir or DEMO_DATA_DIR
@@ -182,12 +180,13 @@ class Mesh:
         if not (directory / "item_texts.csv").exists():
             say(f"no {directory / 'item_texts.csv'}: no item vectors (semantic recall stays off)")
             return
-        texts = {i: embedding_text(t, d) for i, (t, d) in read_item_texts(directory).items()}
-        say(f"embedding {len(texts)} item texts in the background ...")
-        threading.Thread(
-            target=embed_items, args=(self.model_dir, texts), kwargs={"progress": say},
-            name="embed-items", daemon=True,
-        ).start()  # fmt: skip
+        argv = ["nice", "-n", "10", sys.executable, "-m", "recmesh.cli", "embed", "items",
+                "--model-dir", str(self.model_dir), "--texts", str(directory)]  # fmt: skip
+        self.background = ManagedProcess(
+            "embed-items", argv, self.logs / "embed-items.log", self._child_env()
+        )
+        self.background.start()
+        say(f"embedding item texts in the background (log: {self.logs / 'embed-items.log'})")
 
     def start_services(self) -> None:
         env = self._child_env()
@@ -242,6 +241,8 @@ class Mesh:
         return len(events)
 
     def stop(self) -> None:
+        if self.background is not None and self.background.exited() is None:
+            self.background.stop(timeout_s=5)
         for proc in reversed(self.procs):
             if proc.exited() is None:
                 proc.stop(timeout_s=10)

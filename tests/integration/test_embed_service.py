@@ -12,7 +12,7 @@ import pytest
 
 from recmesh.clients import InferenceClient
 from recmesh.embedding.encoder import TextEncoder
-from recmesh.errors import InvalidArgument, ResourceExhausted
+from recmesh.errors import CircuitOpen, InvalidArgument, ResourceExhausted
 from recmesh.features.definitions import FEATURE_SET_VERSION
 from recmesh.features.vectorize import COLUMNS
 from recmesh.grpcserver import MeshServer
@@ -62,20 +62,27 @@ async def test_bad_embed_requests_name_the_problem(served: InferenceClient) -> N
 
 
 async def test_embed_flood_is_shed_while_scoring_stays_fast(served: InferenceClient) -> None:
-    """Saturate the embed lane (1 slot + 2 waiting); Score never waits behind it."""
-    long_texts = ["a long product description about headphones and travel " * 20] * 32
-    flood = [asyncio.create_task(served.embed(long_texts, cap_s=10)) for _ in range(12)]
+    """Saturate the embed lane (1 slot + 2 waiting); Score never waits behind it.
+    Scoring has its own client, as the ranker does (a client's breaker counts the
+    flood's RESOURCE_EXHAUSTED answers, and would fail fast for every method)."""
+    scorer = InferenceClient(served.address, "ranker")
+    long_texts = ["a long product description about headphones and travel " * 4] * 32
+    flood = [asyncio.create_task(served.embed(long_texts, cap_s=30)) for _ in range(12)]
     await asyncio.sleep(0.05)
     rows = np.random.default_rng(0).random((50, len(COLUMNS))).astype(np.float32).ravel().tolist()
     latencies = []
     for _ in range(20):
         started = time.perf_counter()
         with request_scope("A", 0.3):
-            await served.score(FEATURE_SET_VERSION, list(COLUMNS), rows)
+            await scorer.score(FEATURE_SET_VERSION, list(COLUMNS), rows)
         latencies.append(time.perf_counter() - started)
     results = await asyncio.gather(*flood, return_exceptions=True)
-    shed = [r for r in results if isinstance(r, ResourceExhausted)]
+    await scorer.close()
+    shed = [r for r in results if isinstance(r, ResourceExhausted | CircuitOpen)]
     assert len(shed) >= 8, results  # at most 1 running + 2 waiting were admitted at first
-    assert all(not isinstance(r, Exception) or isinstance(r, ResourceExhausted) for r in results)
+    # Beyond the admitted ones, each is refused at once or fails fast once the caller's breaker opens.
+    assert all(
+        not isinstance(r, Exception) or isinstance(r, ResourceExhausted | CircuitOpen) for r in results
+    )
     # Scoring answered within class A's budget throughout (each call had a 300 ms deadline).
     assert max(latencies) < 0.3

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+from prometheus_client import REGISTRY
 
 from recmesh.clients import InferenceClient, RankerClient, open_channel
 from recmesh.errors import DeadlineExceeded, FailedPrecondition, InvalidArgument
@@ -111,11 +112,20 @@ async def test_expired_budget_is_refused_before_the_call(mesh: Mesh) -> None:
         await mesh.ranker_client.rank("u42", 5, {}, 0)
 
 
+def _served_at_level_1() -> float:
+    """Score requests the in-process inference service answered with its level-1 variant."""
+    return (
+        REGISTRY.get_sample_value("recmesh_inference_served_total", {"requested": "1", "served": "1"}) or 0.0
+    )
+
+
 async def test_tight_budget_steps_down_the_ladder(mesh: Mesh) -> None:
+    before = _served_at_level_1()
     with request_scope("A", 0.07):  # under 30% of class A's 300 ms: sample features
         sampled = await mesh.ranker_client.rank("u42", 5, {}, 0)
     assert "ladder:L1_feature_sampling" in sampled.degraded
     assert sampled.model_version.startswith("ctr-") and len(sampled.items) == 5
+    assert _served_at_level_1() == before + 1, "the ranker asked inference for the level-1 variant"
     with request_scope("A", 0.018):  # ~12 ms left after the hop margin: recall order only
         skipped = await mesh.ranker_client.rank("u42", 5, {}, 0)
     assert "ladder:L4_skip_fine_ranking" in skipped.degraded
