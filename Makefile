@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 UV_VERSION := 0.13.9
 
-.PHONY: venv run test lint typecheck unit integration e2e proto proto-check load lock images clean
+.PHONY: venv run test lint typecheck unit integration e2e overload proto proto-check load lock images clean
 
 $(STAMP): requirements.lock pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "need $(PYTHON) (Python 3.11) on PATH"; exit 1; }
@@ -40,6 +40,10 @@ integration: venv
 
 e2e: venv
 	$(BIN)/python -m pytest -q tests/e2e
+
+## Overload at twice the measured capacity (timing-sensitive: needs the machine to itself).
+overload: venv
+	RECMESH_OVERLOAD_TEST=1 $(BIN)/python -m pytest -q -s tests/e2e/test_overload.py
 
 ## Regenerate recmesh/v1 from proto/ (the only place generated code lives).
 proto: venv

@@ -10,9 +10,10 @@ The policy is pure and takes plain values:
 - `decide` admits, queues or sheds one request from the number in flight,
   the limit and the queue depths. Each class may fill only its share of the
   limit (defaults A 100%, B 80%, C 50%), so as in-flight work rises class C is
-  refused first, then B, and A keeps the whole limit. A class over its share
-  may wait in its own bounded queue (C has none by default); a freed slot goes
-  to the most important waiting class first.
+  refused first, then B, and A keeps the whole limit (plus a floor of slots
+  of its own). A class over its share may wait in its own bounded queue (C has
+  none by default); a freed slot goes to the most important waiting class
+  first. A lagging event loop (queueing in front of the gate) sheds C, then B.
 
 `AdmissionGate` is the thin asyncio wrapper the gateway holds: it applies the
 decision, keeps the waiters, feeds samples to the limit, records per-class
@@ -70,7 +71,7 @@ class AdmissionConfig:
     # In-flight slots a class may always use whatever the adaptive limit says:
     # the limit exists to shed the others for A, not to queue A behind itself
     # when latency is high for reasons concurrency does not explain (CPU steal).
-    floors: Mapping[str, int] = field(default_factory=lambda: {"A": 32})
+    floors: Mapping[str, int] = field(default_factory=lambda: {"A": 16})
     # Waiting room per class once its share is used up; 0 sheds at once.
     queue_caps: Mapping[str, int] = field(default_factory=lambda: {"A": 64, "B": 16, "C": 0})
     # A queued request waits at most this share of its remaining budget.

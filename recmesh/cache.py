@@ -38,14 +38,20 @@ class TtlCache(Generic[V]):
         entry = self._data.get(key)
         return None if entry is None else entry[1]
 
-    def get_many(self, keys: Sequence[str], now: float | None = None) -> tuple[list[V | None], list[str]]:
-        """What is held for each key (fresh or stale, None if nothing), and the
-        distinct keys that are not fresh at `now`, in first-seen order. One pass
-        for a batch of hundreds of keys, counted like `get_fresh`."""
+    def get_many(
+        self, keys: Sequence[str], now: float | None = None, refresh_after_s: float | None = None
+    ) -> tuple[list[V | None], list[str], list[str]]:
+        """What is held for each key (fresh or stale, None if nothing), the
+        distinct keys that are not fresh at `now`, and the distinct fresh keys
+        older than `refresh_after_s` (due for a refresh ahead of expiry), in
+        first-seen order. One pass for a batch of hundreds of keys, counted
+        like `get_fresh`."""
         now = time.monotonic() if now is None else now
         data, ttl = self._data, self._ttl
+        due_age = ttl if refresh_after_s is None else refresh_after_s
         held: list[V | None] = []
         stale: dict[str, None] = {}
+        due: dict[str, None] = {}
         for key in keys:
             entry = data.get(key)
             if entry is None:
@@ -53,13 +59,16 @@ class TtlCache(Generic[V]):
                 stale[key] = None
                 continue
             held.append(entry[1])
-            if now - entry[0] > ttl:
+            age = now - entry[0]
+            if age > ttl:
                 stale[key] = None
             else:
+                if age > due_age:
+                    due[key] = None
                 data.move_to_end(key)
         self.misses += len(stale)
         self.hits += len(keys) - len(stale)
-        return held, list(stale)
+        return held, list(stale), list(due)
 
     def put(self, key: str, value: V, now: float | None = None) -> None:
         self._data[key] = (time.monotonic() if now is None else now, value)

@@ -214,6 +214,23 @@ def _cmd_demo_write(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_pipeline_show(args: argparse.Namespace) -> int:
+    from recmesh.settings import RankerSettings
+    from services.ranker.graph import PipelineGraphError, to_dot, to_text
+    from services.ranker.pipeline import load_graph
+
+    settings = RankerSettings()
+    if args.file:
+        settings = settings.model_copy(update={"pipeline_graph": Path(args.file)})
+    try:
+        graph = load_graph(settings)
+    except PipelineGraphError as err:
+        print(f"recmesh pipeline show: {err}", file=sys.stderr)
+        return 2
+    print(to_dot(graph) if args.format == "dot" else to_text(graph))
+    return 0
+
+
 def _lazy(module: str) -> Callable[[argparse.Namespace], int]:
     """A command whose module (and its heavy imports) loads only when it runs."""
 
@@ -354,6 +371,16 @@ def build_parser() -> argparse.ArgumentParser:
     bc.add_argument("--json", action="store_true")
     bc.set_defaults(func=_lazy("recmesh.bench.coldstart"))
 
+    br = bench.add_parser("ranker", help="Rank latency p50/p95/p99 against a running ranker")
+    br.add_argument("--addr", help="ranker address (default: RANKER_ADDR)")
+    br.add_argument("--calls", type=int, default=300)
+    br.add_argument("--warmup", type=int, default=30)
+    br.add_argument("--slo-class", default="A", choices=("A", "B", "C"))
+    br.add_argument("--count", type=int, default=10)
+    br.add_argument("--users", type=int, default=2000, help="demo users u0..u(N-1)")
+    br.add_argument("--json", action="store_true")
+    br.set_defaults(func=_lazy("recmesh.bench.ranker"))
+
     be = bench.add_parser("e2e", help="recommend latency, goodput and shed per class as offered load rises")
     be.add_argument("--gateway", help="URL of a running gateway (default: start a mesh like `recmesh up`)")
     be.add_argument("--rates", default="100,200,400,600,800,1200", help="offered requests/s, one step each")
@@ -369,6 +396,14 @@ def build_parser() -> argparse.ArgumentParser:
     tr_rep.add_argument("--slo-class", help="only traces of this class")
     tr_rep.add_argument("--json", action="store_true")
     tr_rep.set_defaults(func=_lazy("recmesh.tracereport"))
+
+    pipe = sub.add_parser("pipeline", help="the ranker's declared ranking graph").add_subparsers(
+        dest="pipeline_command", required=True
+    )
+    show = pipe.add_parser("show", help="validate and print the ranking graph (text or Graphviz dot)")
+    show.add_argument("--file", help="a graph TOML (default: RECMESH_RANKER_PIPELINE or the shipped one)")
+    show.add_argument("--format", choices=("text", "dot"), default="text")
+    show.set_defaults(func=_cmd_pipeline_show)
 
     from recmesh.embedding.cli import add_commands as add_embed_commands
 

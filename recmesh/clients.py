@@ -66,9 +66,12 @@ def open_channel(address: str) -> grpc.aio.Channel:
 
 # Codes that say the downstream is unhealthy (they count against its breaker);
 # anything else (a bad request, a schema mismatch) means it answered.
+# RESOURCE_EXHAUSTED is an answer too: the server shed work it had no room
+# for. Counting it would let a flood of one RPC (say Embed) open the breaker
+# and cut every other RPC to that service (say Score) while it is healthy.
 BREAKER_FAILURES = frozenset(
     {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.INTERNAL,
-     grpc.StatusCode.RESOURCE_EXHAUSTED, grpc.StatusCode.UNKNOWN}
+     grpc.StatusCode.UNKNOWN}
 )  # fmt: skip
 
 
@@ -222,6 +225,10 @@ class GrpcClient:
             raise
         except asyncio.CancelledError:
             code = "CANCELLED"  # e.g. the slower copy of a hedged read
+            if timeout is not None and time.perf_counter() - started >= 0.9 * timeout:
+                # Cancelled because the whole request ran out of time (our caller
+                # gave up at about our deadline): for the breaker that is a timeout.
+                self.breaker.record_failure()
             raise
         finally:
             self._publish_state()
@@ -274,6 +281,24 @@ class FeatureClient(GrpcClient):
             "GetPopular", self._stub.GetPopular, req, cap_s, retry=True
         )
         return [(i.item_id, i.score) for i in resp.items]
+
+    async def related(
+        self, item_ids: list[str], limit: int, per_item: int = 0, cap_s: float | None = None
+    ) -> list[tuple[str, float]]:
+        req = features_pb2.GetRelatedRequest(item_ids=item_ids, limit=limit, per_item=per_item)
+        resp: features_pb2.GetRelatedResponse = await self._call(
+            "GetRelated", self._stub.GetRelated, req, cap_s
+        )
+        return [(i.item_id, i.score) for i in resp.items]
+
+    async def category_popular(
+        self, categories: list[str], limit: int, cap_s: float | None = None
+    ) -> dict[str, list[tuple[str, float]]]:
+        req = features_pb2.GetCategoryPopularRequest(categories=categories, limit=limit)
+        resp: features_pb2.GetCategoryPopularResponse = await self._call(
+            "GetCategoryPopular", self._stub.GetCategoryPopular, req, cap_s
+        )
+        return {c.category: [(i.item_id, i.score) for i in c.items] for c in resp.categories}
 
 
 SUGGESTED_LEVEL_KEY = "x-recmesh-suggested-level"

@@ -23,7 +23,7 @@ def _default_shares() -> dict[SloName, float]:
 
 
 def _default_floors() -> dict[SloName, int]:
-    return {"A": 32}
+    return {"A": 16}
 
 
 def _default_queue() -> dict[SloName, int]:
@@ -123,6 +123,23 @@ class RankerSettings(CommonSettings):
     candidates: int = Field(200, validation_alias="RECMESH_RANKER_CANDIDATES")
     # Time kept back from every downstream call so this hop can still answer.
     hop_margin_ms: float = Field(5.0, validation_alias="RECMESH_HOP_MARGIN_MS")
+    # --- recall fusion (services/ranker/fusion.py) ---
+    # Base weight per recall source, before the hybrid rule shifts them by sigma, e.g.
+    # RECMESH_RANKER_FUSION_WEIGHTS='{"popular": 0.1, "covisit": 0.35, "category": 0.45, "semantic": 0.2}'.
+    fusion_weights: dict[str, float] = Field(
+        default_factory=lambda: {"popular": 0.10, "covisit": 0.35, "category": 0.45, "semantic": 0.20},
+        validation_alias="RECMESH_RANKER_FUSION_WEIGHTS",
+    )
+    # Candidates each recall source returns (the fused list is cut to `candidates`).
+    recall_per_source: int = Field(100, gt=0, le=1000, validation_alias="RECMESH_RANKER_RECALL_PER_SOURCE")
+    # How many of the user's categories the affinity source draws from.
+    affinity_categories: int = Field(3, gt=0, validation_alias="RECMESH_RANKER_AFFINITY_CATEGORIES")
+    # Diversity: at most this many items of one category in an answer (0 = no cap).
+    max_per_category: int = Field(3, ge=0, validation_alias="RECMESH_RANKER_MAX_PER_CATEGORY")
+    # The ranking graph (TOML, see services/ranker/graph.py); unset: the shipped default.
+    pipeline_graph: Path | None = Field(None, validation_alias="RECMESH_RANKER_PIPELINE")
+    # Where the item vectors for the semantic source live (MODEL_DIR/item_vectors).
+    model_dir: Path = Field(STATE_DIR_DEFAULT / "models", validation_alias="RECMESH_MODEL_DIR")
 
 
 class ApiKey(BaseModel):
@@ -148,7 +165,7 @@ class AdmissionSettings(BaseSettings):
         default_factory=_default_shares,
         validation_alias="RECMESH_ADMISSION_SHARES",
     )
-    # In-flight slots a class keeps whatever the adaptive limit, e.g. '{"A": 32}'.
+    # In-flight slots a class keeps whatever the adaptive limit, e.g. '{"A": 16}'.
     floors: dict[SloName, int] = Field(
         default_factory=_default_floors, validation_alias="RECMESH_ADMISSION_FLOORS"
     )

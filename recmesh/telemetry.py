@@ -94,15 +94,18 @@ def _add_trace_ids(_: Any, __: str, event: MutableMapping[str, Any]) -> MutableM
     return event
 
 
+def _json_line(obj: Any, **_: Any) -> str:
+    # A log call must never raise: int dict keys become strings, unknown objects their str().
+    return orjson.dumps(obj, option=orjson.OPT_NON_STR_KEYS, default=str).decode()
+
+
 def setup_logging(service: str, level: str = "INFO", fmt: str = "json") -> None:
     numeric = logging.getLevelName(level.upper())
     if not isinstance(numeric, int):
         raise ValueError(f"unknown log level {level!r}")
     logging.basicConfig(level=max(numeric, logging.WARNING), stream=sys.stderr)
-    # Non-string keys (e.g. {level: bytes}) are written as strings: a log line must never crash a service.
-    options = orjson.OPT_NON_STR_KEYS
     renderer: Any = (
-        structlog.processors.JSONRenderer(serializer=lambda o, **_: orjson.dumps(o, option=options).decode())
+        structlog.processors.JSONRenderer(serializer=_json_line)
         if fmt == "json"
         else structlog.dev.ConsoleRenderer(colors=False)
     )

@@ -174,15 +174,16 @@ def table(f: dict[str, Any]) -> str:
     lines = [
         f"recmesh bench degrade (model {f['model_version']}, {f['holdout_rows']} holdout rows, "
         f"{f['rows_per_request']}-row requests x {f['repeats']})",
-        "  level  dim  dense  cross    AUC   change   p99 in-proc  p99 gRPC   model bytes  saved  "
-        "session RSS  saved",
+        "  level  dim  dense  cross    AUC   change   in-process p50/p99    gRPC p50/p99       model bytes  "
+        "saved  session RSS  saved",
     ]
     for r in f["levels"]:
         rss_saved = "n/a" if r["session_rss_saved_pct"] is None else f"{r['session_rss_saved_pct']:.0f}%"
         lines.append(
             f"  {r['level']:>5}  {r['embedding_dim']:>3}  {r['dense_columns']:>5}  "
             f"{'yes' if r['cross_features'] else 'no':>5}  {r['auc']:.4f}  {r['auc_change_pct']:+.2f}%  "
-            f"{r['p99_ms_in_process']:>8.3f} ms  {r['p99_ms_grpc']:>6.2f} ms  {r['file_bytes']:>11,}  "
+            f"{r['p50_ms_in_process']:>6.3f}/{r['p99_ms_in_process']:<7.3f} ms  "
+            f"{r['p50_ms_grpc']:>5.2f}/{r['p99_ms_grpc']:<6.2f} ms  {r['file_bytes']:>11,}  "
             f"{r['file_saved_pct']:>4.0f}%  {r['session_rss_bytes']:>11,}  {rss_saved:>5}"
         )
     return "\n".join(lines)

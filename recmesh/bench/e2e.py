@@ -143,15 +143,17 @@ def plot(steps: list[StepResult], out: Path) -> str:
         return "matplotlib is not installed (pip install -e '.[dev]'): no plot written"
     loaded = steps[1:]
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.5))
+    colours = {"A": "tab:blue", "B": "tab:orange", "C": "tab:green"}
     for slo_class in sorted({c for s in loaded for c in s.classes}):
+        colour = colours.get(slo_class, "tab:grey")
         xs = [s.rate for s in loaded if slo_class in s.classes]
         for q, style in (("p50_ms", ":"), ("p95_ms", "--"), ("p99_ms", "-")):
             ys = [getattr(s.classes[slo_class], q) for s in loaded if slo_class in s.classes]
-            ax1.plot(xs, ys, style, marker="o", label=f"{slo_class} {q[:3]}")
+            ax1.plot(xs, ys, style, color=colour, marker="o", label=f"{slo_class} {q[:3]}")
         ax2.plot(xs, [s.classes[slo_class].goodput_rps for s in loaded if slo_class in s.classes],
-                 marker="o", label=f"{slo_class} goodput")  # fmt: skip
+                 color=colour, marker="o", label=f"{slo_class} goodput (in budget)")  # fmt: skip
         ax2.plot(xs, [s.classes[slo_class].shed / s.seconds for s in loaded if slo_class in s.classes],
-                 ":", marker="x", label=f"{slo_class} shed/s")  # fmt: skip
+                 ":", color=colour, marker="x", label=f"{slo_class} shed/s")  # fmt: skip
     ax1.axhline(300, color="grey", lw=0.8)
     ax1.set(xlabel="offered load (requests/s)", ylabel="latency (ms)", yscale="log",
             title="latency by class vs offered load")  # fmt: skip

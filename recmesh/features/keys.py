@@ -43,6 +43,21 @@ POPULARITY = "{catalog}:popularity"
 """ZSET item_id -> offline popularity, the candidate source for recall."""
 
 
+def item_covisits(item_id: str) -> str:
+    """ZSET of items co-visited with this one -> count (see recmesh.features.covisit)."""
+    return f"{{i:{item_id}}}:covisits"
+
+
+def user_covisit_marks(user_id: str) -> str:
+    """ZSET of the user's event ids already counted for co-visitation, score event time."""
+    return f"{{u:{user_id}}}:covisit_marks"
+
+
+def category_popularity(category: str) -> str:
+    """ZSET item_id -> offline popularity within one category (category-affinity recall)."""
+    return f"{{catalog}}:popularity:{category}"
+
+
 # Real-time state, by feature family: (entity prefix, key suffix) of its keys.
 # The state-drift sampler (services/feature/drift.py) sizes each family.
 STATE_FAMILIES: dict[str, tuple[str, str]] = {

@@ -141,3 +141,41 @@ class GetPopularResponse(_message.Message):
     ITEMS_FIELD_NUMBER: _ClassVar[int]
     items: _containers.RepeatedCompositeFieldContainer[ScoredItem]
     def __init__(self, items: _Optional[_Iterable[_Union[ScoredItem, _Mapping]]] = ...) -> None: ...
+
+class GetRelatedRequest(_message.Message):
+    __slots__ = ("item_ids", "limit", "per_item")
+    ITEM_IDS_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    PER_ITEM_FIELD_NUMBER: _ClassVar[int]
+    item_ids: _containers.RepeatedScalarFieldContainer[str]
+    limit: int
+    per_item: int
+    def __init__(self, item_ids: _Optional[_Iterable[str]] = ..., limit: _Optional[int] = ..., per_item: _Optional[int] = ...) -> None: ...
+
+class GetRelatedResponse(_message.Message):
+    __slots__ = ("items",)
+    ITEMS_FIELD_NUMBER: _ClassVar[int]
+    items: _containers.RepeatedCompositeFieldContainer[ScoredItem]
+    def __init__(self, items: _Optional[_Iterable[_Union[ScoredItem, _Mapping]]] = ...) -> None: ...
+
+class GetCategoryPopularRequest(_message.Message):
+    __slots__ = ("categories", "limit")
+    CATEGORIES_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    categories: _containers.RepeatedScalarFieldContainer[str]
+    limit: int
+    def __init__(self, categories: _Optional[_Iterable[str]] = ..., limit: _Optional[int] = ...) -> None: ...
+
+class CategoryItems(_message.Message):
+    __slots__ = ("category", "items")
+    CATEGORY_FIELD_NUMBER: _ClassVar[int]
+    ITEMS_FIELD_NUMBER: _ClassVar[int]
+    category: str
+    items: _containers.RepeatedCompositeFieldContainer[ScoredItem]
+    def __init__(self, category: _Optional[str] = ..., items: _Optional[_Iterable[_Union[ScoredItem, _Mapping]]] = ...) -> None: ...
+
+class GetCategoryPopularResponse(_message.Message):
+    __slots__ = ("categories",)
+    CATEGORIES_FIELD_NUMBER: _ClassVar[int]
+    categories: _containers.RepeatedCompositeFieldContainer[CategoryItems]
+    def __init__(self, categories: _Optional[_Iterable[_Union[CategoryItems, _Mapping]]] = ...) -> None: ...

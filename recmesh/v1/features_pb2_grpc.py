@@ -44,6 +44,16 @@ class FeatureServiceStub:
                 request_serializer=recmesh_dot_v1_dot_features__pb2.GetPopularRequest.SerializeToString,
                 response_deserializer=recmesh_dot_v1_dot_features__pb2.GetPopularResponse.FromString,
                 _registered_method=True)
+        self.GetRelated = channel.unary_unary(
+                '/recmesh.v1.FeatureService/GetRelated',
+                request_serializer=recmesh_dot_v1_dot_features__pb2.GetRelatedRequest.SerializeToString,
+                response_deserializer=recmesh_dot_v1_dot_features__pb2.GetRelatedResponse.FromString,
+                _registered_method=True)
+        self.GetCategoryPopular = channel.unary_unary(
+                '/recmesh.v1.FeatureService/GetCategoryPopular',
+                request_serializer=recmesh_dot_v1_dot_features__pb2.GetCategoryPopularRequest.SerializeToString,
+                response_deserializer=recmesh_dot_v1_dot_features__pb2.GetCategoryPopularResponse.FromString,
+                _registered_method=True)
 
 
 class FeatureServiceServicer:
@@ -62,6 +72,20 @@ class FeatureServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetRelated(self, request, context):
+        """Item-to-item co-visitation neighbours of some seed items.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetCategoryPopular(self, request, context):
+        """The most popular items of each requested category.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_FeatureServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -74,6 +98,16 @@ def add_FeatureServiceServicer_to_server(servicer, server):
                     servicer.GetPopular,
                     request_deserializer=recmesh_dot_v1_dot_features__pb2.GetPopularRequest.FromString,
                     response_serializer=recmesh_dot_v1_dot_features__pb2.GetPopularResponse.SerializeToString,
+            ),
+            'GetRelated': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetRelated,
+                    request_deserializer=recmesh_dot_v1_dot_features__pb2.GetRelatedRequest.FromString,
+                    response_serializer=recmesh_dot_v1_dot_features__pb2.GetRelatedResponse.SerializeToString,
+            ),
+            'GetCategoryPopular': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetCategoryPopular,
+                    request_deserializer=recmesh_dot_v1_dot_features__pb2.GetCategoryPopularRequest.FromString,
+                    response_serializer=recmesh_dot_v1_dot_features__pb2.GetCategoryPopularResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -130,6 +164,60 @@ class FeatureService:
             '/recmesh.v1.FeatureService/GetPopular',
             recmesh_dot_v1_dot_features__pb2.GetPopularRequest.SerializeToString,
             recmesh_dot_v1_dot_features__pb2.GetPopularResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetRelated(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/recmesh.v1.FeatureService/GetRelated',
+            recmesh_dot_v1_dot_features__pb2.GetRelatedRequest.SerializeToString,
+            recmesh_dot_v1_dot_features__pb2.GetRelatedResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetCategoryPopular(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/recmesh.v1.FeatureService/GetCategoryPopular',
+            recmesh_dot_v1_dot_features__pb2.GetCategoryPopularRequest.SerializeToString,
+            recmesh_dot_v1_dot_features__pb2.GetCategoryPopularResponse.FromString,
             options,
             channel_credentials,
             insecure,

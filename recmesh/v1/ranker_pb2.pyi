@@ -27,13 +27,24 @@ class RankRequest(_message.Message):
     def __init__(self, user_id: _Optional[str] = ..., count: _Optional[int] = ..., context: _Optional[_Mapping[str, str]] = ..., as_of_ms: _Optional[int] = ...) -> None: ...
 
 class RankResponse(_message.Message):
-    __slots__ = ("items", "model_version", "feature_version", "degraded")
+    __slots__ = ("items", "model_version", "feature_version", "degraded", "recall_counts", "sigma")
+    class RecallCountsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
     ITEMS_FIELD_NUMBER: _ClassVar[int]
     MODEL_VERSION_FIELD_NUMBER: _ClassVar[int]
     FEATURE_VERSION_FIELD_NUMBER: _ClassVar[int]
     DEGRADED_FIELD_NUMBER: _ClassVar[int]
+    RECALL_COUNTS_FIELD_NUMBER: _ClassVar[int]
+    SIGMA_FIELD_NUMBER: _ClassVar[int]
     items: _containers.RepeatedCompositeFieldContainer[_features_pb2.ScoredItem]
     model_version: str
     feature_version: str
     degraded: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, items: _Optional[_Iterable[_Union[_features_pb2.ScoredItem, _Mapping]]] = ..., model_version: _Optional[str] = ..., feature_version: _Optional[str] = ..., degraded: _Optional[_Iterable[str]] = ...) -> None: ...
+    recall_counts: _containers.ScalarMap[str, int]
+    sigma: float
+    def __init__(self, items: _Optional[_Iterable[_Union[_features_pb2.ScoredItem, _Mapping]]] = ..., model_version: _Optional[str] = ..., feature_version: _Optional[str] = ..., degraded: _Optional[_Iterable[str]] = ..., recall_counts: _Optional[_Mapping[str, int]] = ..., sigma: _Optional[float] = ...) -> None: ...

@@ -31,6 +31,7 @@ from recmesh.resilience import retry_until
 from recmesh.settings import IngestSettings
 from recmesh.telemetry import LATENCY_BUCKETS, kafka_consume_span
 from services.feature.drift import StateSizer, observe_batch, observe_caught_up
+from services.feature.recall_store import RecallStore
 from services.feature.store import FeatureStore
 
 _log = structlog.get_logger("recmesh.feature.ingest")
@@ -139,6 +140,7 @@ class Ingestor:
         self._on_applied = on_applied
         self._settings = settings
         self._store = store
+        self._recall = RecallStore(store.client)
         self._consumer = consumer
         self._producer = producer
         self._marks = Watermarks(settings.allowed_lateness_ms, STATE_RETENTION_MS)
@@ -190,9 +192,14 @@ class Ingestor:
             # and the idempotent apply makes that harmless.
             _log.warning("commit_failed", error=repr(err))
 
+    async def _write(self, events: list[Event]) -> None:
+        """Feature state first, then co-visitation (which reads what the first wrote)."""
+        await self._store.apply_events(events)
+        await self._recall.apply_covisitation(events)
+
     async def _apply_with_retry(self, events: list[Event], stop: asyncio.Event) -> None:
         try:
-            await self._store.apply_events(events)
+            await self._write(events)
             return
         except (RedisError, OSError) as err:
             _log.warning("store_unavailable_pausing", error=repr(err))
@@ -203,7 +210,7 @@ class Ingestor:
             STORE_RETRIES.inc()
             # A poll on paused partitions fetches nothing but keeps group membership.
             await self._consumer.getmany(timeout_ms=0)
-            await self._store.apply_events(events)
+            await self._write(events)
 
         try:
             await retry_until(attempt, "redis write", retry_on=(RedisError, OSError))

@@ -6,8 +6,9 @@ import time
 
 import grpc
 from prometheus_client import Counter, Gauge
+from redis.exceptions import RedisError
 
-from recmesh.errors import InvalidArgument
+from recmesh.errors import InvalidArgument, Unavailable
 from recmesh.features.definitions import FEATURE_SET_VERSION
 from recmesh.features.wire import columns_to_pb, row_to_pb
 from recmesh.grpcserver import MeshServer, Registration
@@ -16,22 +17,33 @@ from recmesh.settings import FeatureSettings
 from recmesh.telemetry import FALLBACKS, current_trace_id
 from recmesh.v1 import features_pb2 as pb
 from recmesh.v1 import features_pb2_grpc
+from services.feature.recall_store import RecallStore
 from services.feature.served_log import ServedLog
 from services.feature.store import FeatureStore
 
 REQUEST_ID_HEADER = "x-request-id"
 
 LOOKUP_ITEMS = Counter("recmesh_feature_lookup_items_total", "Items looked up.", ("slo_class",))
+# Bounds of the recall RPCs (items per answer, seeds or categories per request).
+MAX_RECALL = 1000
+MAX_SEEDS = 100
 ITEM_CACHE_HIT_RATIO = Gauge(
     "recmesh_feature_item_cache_hit_ratio", "Hit ratio of the in-process item feature cache."
 )
 
 
 class FeatureServicer(features_pb2_grpc.FeatureServiceServicer):
-    def __init__(self, store: FeatureStore, settings: FeatureSettings, served_log: ServedLog | None) -> None:
+    def __init__(
+        self,
+        store: FeatureStore,
+        settings: FeatureSettings,
+        served_log: ServedLog | None,
+        recall: RecallStore,
+    ) -> None:
         self._store = store
         self._settings = settings
         self._served_log = served_log
+        self._recall = recall
 
     async def GetFeatures(
         self, request: pb.GetFeaturesRequest, context: grpc.aio.ServicerContext
@@ -85,9 +97,47 @@ class FeatureServicer(features_pb2_grpc.FeatureServiceServicer):
         top = await self._store.popular(request.limit)
         return pb.GetPopularResponse(items=[pb.ScoredItem(item_id=i, score=s) for i, s in top])
 
+    async def GetRelated(
+        self, request: pb.GetRelatedRequest, context: grpc.aio.ServicerContext
+    ) -> pb.GetRelatedResponse:
+        if not 0 < request.limit <= MAX_RECALL:
+            raise InvalidArgument(f"limit must be in 1..{MAX_RECALL}")
+        if not 0 <= request.per_item <= MAX_RECALL:
+            raise InvalidArgument(f"per_item must be in 0..{MAX_RECALL}")
+        if len(request.item_ids) > MAX_SEEDS:
+            raise InvalidArgument(f"item_ids has {len(request.item_ids)} entries; at most {MAX_SEEDS}")
+        try:
+            related = await self._recall.related(
+                list(request.item_ids), request.per_item or request.limit, request.limit
+            )
+        except (RedisError, OSError) as err:
+            raise Unavailable(f"co-visitation store: {err}") from err
+        return pb.GetRelatedResponse(items=[pb.ScoredItem(item_id=i, score=s) for i, s in related])
+
+    async def GetCategoryPopular(
+        self, request: pb.GetCategoryPopularRequest, context: grpc.aio.ServicerContext
+    ) -> pb.GetCategoryPopularResponse:
+        if not 0 < request.limit <= MAX_RECALL:
+            raise InvalidArgument(f"limit must be in 1..{MAX_RECALL}")
+        if len(request.categories) > MAX_SEEDS:
+            raise InvalidArgument(f"categories has {len(request.categories)} entries; at most {MAX_SEEDS}")
+        try:
+            rows = await self._recall.category_popular(list(request.categories), request.limit)
+        except (RedisError, OSError) as err:
+            raise Unavailable(f"category popularity: {err}") from err
+        return pb.GetCategoryPopularResponse(
+            categories=[
+                pb.CategoryItems(category=c, items=[pb.ScoredItem(item_id=i, score=s) for i, s in items])
+                for c, items in rows
+            ]
+        )
+
 
 def build_server(
-    settings: FeatureSettings, store: FeatureStore, served_log: ServedLog | None = None
+    settings: FeatureSettings,
+    store: FeatureStore,
+    served_log: ServedLog | None = None,
+    recall: RecallStore | None = None,
 ) -> MeshServer:
     return MeshServer(
         "feature",
@@ -96,7 +146,7 @@ def build_server(
             Registration(
                 "recmesh.v1.FeatureService",
                 features_pb2_grpc.add_FeatureServiceServicer_to_server,
-                FeatureServicer(store, settings, served_log),
+                FeatureServicer(store, settings, served_log, recall or RecallStore(store.client)),
             )
         ],
     )

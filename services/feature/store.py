@@ -190,6 +190,12 @@ class FeatureStore:
         self._redis = client
         self._cluster = isinstance(client, RedisCluster)
         self._item_static: TtlCache[dict[str, Any]] = TtlCache(static_ttl_s, cache_entries)
+        # Item statics older than this are still served but refreshed in the
+        # background, so a wave of entries loaded together does not expire
+        # together into one slow look-up (in-line HGETALLs cost ~15 µs each).
+        self._static_refresh_after_s = static_ttl_s * 0.6
+        self._refreshing: set[str] = set()
+        self._refresh_tasks: set[asyncio.Task[None]] = set()
         self._user_profile: TtlCache[dict[str, Any]] = TtlCache(profile_ttl_s, cache_entries)
         self._maintained: TtlCache[bool] = TtlCache(MAINTAIN_EVERY_S, cache_entries)
         self._item_sha: str | None = None
@@ -203,9 +209,38 @@ class FeatureStore:
     def item_cache(self) -> TtlCache[dict[str, Any]]:
         return self._item_static
 
+    @property
+    def client(self) -> AnyRedis:
+        return self._redis
+
     async def prepare(self) -> None:
         self._item_sha = await self._redis.script_load(_ITEM_WINDOWS_LUA)
         self._apply_sha = await self._redis.script_load(_APPLY_LUA)
+
+    def _refresh_statics_later(self, item_ids: list[str]) -> None:
+        wanted = [i for i in item_ids if i not in self._refreshing]
+        if not wanted:
+            return
+        self._refreshing.update(wanted)
+        task = asyncio.create_task(self._refresh_statics(wanted))
+        self._refresh_tasks.add(task)
+        task.add_done_callback(self._refresh_tasks.discard)
+
+    async def _refresh_statics(self, item_ids: list[str]) -> None:
+        """Re-read item statics off the request path; a failure leaves the
+        entries to expire and be read in-line (within the staleness bound)."""
+        try:
+            pipe = self._redis.pipeline(transaction=False)
+            for iid in item_ids:
+                pipe.hgetall(keys.item_static(iid))
+            read_at = time.monotonic()  # staleness counts from before the read
+            raws = await pipe.execute()
+            for iid, raw in zip(item_ids, raws, strict=True):
+                self._item_static.put(iid, _decode_hash(raw), read_at)
+        except (RedisError, OSError) as err:
+            _log.warning("static_refresh_failed", error=repr(err), items=len(item_ids))
+        finally:
+            self._refreshing.difference_update(item_ids)
 
     async def ping(self) -> bool:
         return bool(await self._redis.ping())
@@ -310,6 +345,10 @@ class FeatureStore:
             pipe.delete(keys.item_static(iid))
             pipe.hset(keys.item_static(iid), mapping={k: orjson.dumps(v) for k, v in feats.items()})
             pipe.zadd(keys.POPULARITY, {iid: float(feats.get("popularity", 0.0))})
+            pipe.zadd(
+                keys.category_popularity(str(feats.get("category", "unknown"))),
+                {iid: float(feats.get("popularity", 0.0))},
+            )
             n_items += 1
             if len(pipe) >= 5000:
                 await pipe.execute()
@@ -331,7 +370,11 @@ class FeatureStore:
         """
         now = time.monotonic()
         profile = self._user_profile.get_fresh(user_id, now)
-        statics_held, static_missing = self._item_static.get_many(item_ids, now)
+        statics_held, static_missing, static_due = self._item_static.get_many(
+            item_ids, now, self._static_refresh_after_s
+        )
+        if static_due:
+            self._refresh_statics_later(static_due)
         lo10 = window_lo(as_of_ms, "category_clicks_10m")
         lo1h = window_lo(as_of_ms, "last_viewed_3")
         try:

@@ -170,9 +170,10 @@ class ModelRegistry:
             self._model = model
             PROVIDER_INFO.info({"provider": model.provider})
             MODEL_INFO.info({"version": model.version, "feature_set": model.feature_version})
-            _log.info("model_loaded", version=model.version, provider=model.provider,
-                      levels=sorted(model.variants),
-                      variant_file_bytes={lv: v.file_bytes for lv, v in model.variants.items()})  # fmt: skip
+            sizes = {str(level): v.file_bytes for level, v in model.variants.items()}
+            _log.info(
+                "model_loaded", version=model.version, provider=model.provider, variant_file_bytes=sizes
+            )
         return self._model
 
     async def follow(self, interval_s: float = 2.0) -> None:

@@ -9,7 +9,7 @@ The inputs are what the inference service exports (the names Prometheus sees):
 Over the whole fleet: GPU memory is the fullest GPU of any replica, pending the
 sum of every replica's queue. One step per decision: +1, -1 or 0 replicas.
 
-`scaling_step` is the policy, tested on traces; `desired_replicas_promql` is the
+`scaling_step` is the policy, tested on traces; `scale_ratio_promql` is the
 same rule as the query KEDA's Prometheus trigger runs (deploy/k8s/overlays/gpu),
 built from the same constants so the two cannot drift apart.
 """
@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 GPU_MEMORY_METRIC = "recmesh_inference_gpu_memory_used_ratio"
 QUEUE_DEPTH_METRIC = "recmesh_inference_queue_depth"
@@ -72,6 +73,25 @@ def scaling_step(history: Sequence[Sample], now_s: float) -> int:
     return 0
 
 
+def trace_from_prometheus(memory: Sequence[dict[str, Any]], queue: Sequence[dict[str, Any]]) -> list[Sample]:
+    """A recorded trace from two Prometheus range queries (`data.result` of /api/v1/query_range).
+
+    `memory`: the series of GPU_MEMORY_METRIC, `queue`: those of QUEUE_DEPTH_METRIC, one series
+    per pod (and GPU); values are `[unix_seconds, "value"]`. Per timestamp: the fullest GPU,
+    and the sum of the queues (the fleet_sample aggregation). Timestamps without any queue
+    series are left out: no replica answered then.
+    """
+    fullest: dict[float, float] = {}
+    for series in memory:
+        for at, value in series["values"]:
+            fullest[float(at)] = max(fullest.get(float(at), 0.0), float(value))
+    pending: dict[float, int] = {}
+    for series in queue:
+        for at, value in series["values"]:
+            pending[float(at)] = pending.get(float(at), 0) + round(float(value))
+    return [Sample(at, fullest.get(at), pending[at]) for at in sorted(pending)]
+
+
 @dataclass(frozen=True)
 class Step:
     at_s: float
@@ -106,32 +126,34 @@ def replay(
     return steps
 
 
-# The query moves the desired count by this many replicas: the HPA ignores a
-# change within 10% of the current count (its tolerance), which a single replica
-# is from 10 up. The manifest's HPA policies let only one replica through per
-# period (out: per evaluation, in: per SCALE_IN_AFTER_S), as `replay` does.
-QUERY_STEP = 2
+# The query answers a ratio the HPA multiplies its current replica count by
+# (metricType Value, threshold 1: desired = ceil(current x ratio)): 1 holds, OUT_RATIO
+# asks for at least one more replica at any count, IN_RATIO for at least one fewer
+# from 2 up; both clear the HPA's 10% tolerance. The manifest's HPA policies let
+# one replica through per period (out: per evaluation, in: per SCALE_IN_AFTER_S),
+# as `replay` does. The HPA's own count is used, not a count of scraped pods, so
+# a pod still pulling its image does not read as a replica too many.
+OUT_RATIO = 1.5
+IN_RATIO = 0.5
 
 
-def desired_replicas_promql(selector: str) -> str:
-    """The rule as one PromQL expression: current replicas + / - QUERY_STEP, or unchanged.
+def scale_ratio_promql(selector: str) -> str:
+    """The rule as one PromQL expression: OUT_RATIO to add, IN_RATIO to remove, 1 to hold.
 
-    KEDA's Prometheus trigger with metricType AverageValue and threshold 1 makes
-    the HPA's desired replica count equal to this value. `selector` picks the
-    inference pods' series (e.g. `namespace="recmesh",job="inference"`). Absent
-    GPU series (no NVML) read as 0, like `scaling_step`'s None; no inference
-    series at all gives an empty result, which KEDA (ignoreNullValues "false")
-    reports as an error, so the HPA keeps its count rather than scaling in.
+    `selector` picks the inference pods' series (e.g. `namespace="recmesh",job="inference"`).
+    Absent GPU series (no NVML) read as 0, like `scaling_step`'s None. No queue series
+    at all (no replica scraped, or Prometheus lost them) gives an empty result, which
+    KEDA (ignoreNullValues "false") reports as an error: the HPA keeps its count.
     """
     memory = f"{GPU_MEMORY_METRIC}{{{selector}}}"
     queue = f"{QUEUE_DEPTH_METRIC}{{{selector}}}"
     window = f"[{SCALE_IN_AFTER_S}s]"
     out = (
         f"((max({memory}) or vector(0)) >= bool {SCALE_OUT_GPU_MEMORY_RATIO})"
-        f" * ((sum({queue}) or vector(0)) > bool {SCALE_OUT_PENDING})"
+        f" * (sum({queue}) > bool {SCALE_OUT_PENDING})"
     )
     scale_in = (
         f"((max(max_over_time({memory}{window})) or vector(0)) <= bool {SCALE_IN_GPU_MEMORY_RATIO})"
-        f" * ((sum(max_over_time({queue}{window})) or vector(0)) <= bool {SCALE_IN_PENDING})"
+        f" * (sum(max_over_time({queue}{window})) <= bool {SCALE_IN_PENDING})"
     )
-    return f"count({queue}) + {QUERY_STEP} * ({out}) - {QUERY_STEP} * ({scale_in})"
+    return f"1 + {OUT_RATIO - 1} * ({out}) - {1 - IN_RATIO} * ({scale_in})"

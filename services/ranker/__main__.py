@@ -10,14 +10,19 @@ from recmesh.clients import FeatureClient, InferenceClient
 from recmesh.grpcserver import wait_for_shutdown_signal
 from recmesh.settings import RankerSettings
 from recmesh.telemetry import setup_logging, setup_tracing
-from services.ranker.pipeline import RankPipeline
+from services.ranker.graph import PipelineGraphError
+from services.ranker.pipeline import build_pipeline
 from services.ranker.server import build_server
 
 
 async def main(settings: RankerSettings) -> None:
     features = FeatureClient(settings.feature_addr, "ranker", settings.hop_margin_ms)
     inference = InferenceClient(settings.inference_addr, "ranker", settings.hop_margin_ms)
-    server = build_server(settings, RankPipeline(features, inference, settings.candidates))
+    try:
+        pipeline = build_pipeline(settings, features, inference)
+    except PipelineGraphError as err:
+        raise SystemExit(f"ranker: bad ranking graph: {err}") from None
+    server = build_server(settings, pipeline)
     await server.start()
     # The ranker is useful as soon as it can answer (its fallbacks cover slow
     # or missing downstreams), so it reports SERVING right away.

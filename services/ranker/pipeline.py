@@ -1,38 +1,67 @@
-"""The ranking stages and what each falls back to.
+"""The ranking pipeline: the declared graph (graph.py) run per request.
 
-- candidates: popular items from the feature service, cached for 5 s and served
-  stale when the feature service is down (nothing to rank only if never fetched);
-- features: one batch look-up as of the request's logical timestamp; on failure
-  every feature takes its declared default (`features_unavailable`);
-- scoring: the inference service; on failure the popularity order stands
-  (`scoring_unavailable`).
+Every node starts as soon as its inputs are done, so independent nodes (the
+user look-up and popularity; then the personal recall sources) run
+concurrently. Each node runs under its own deadline, its budget share of the
+class budget (capped by what is left of the request's). Before a node starts,
+the ladder (policy.choose_level, from the remaining budget, the time spent so
+far and the inference service's suggestion) is re-evaluated; the level only
+rises within a request. A skippable node is skipped once the level reaches its
+`skip_at_level` (`skipped:<node>`), and a skippable node that fails or runs
+late gives its neutral answer with the reason in `degraded`; a required node
+that fails fails the request. What the default graph's kinds fall back to:
+
+- user look-up fails -> the personal recall sources recall nothing
+  (`user_features_unavailable`);
+- a recall source fails or is late -> it contributes nothing
+  (`recall:<node>_unavailable` / `_timeout`); popularity serves its last list
+  (`candidates_stale`); no candidates at all is the only error;
+- item features fail -> every feature takes its declared default
+  (`features_unavailable`);
+- scoring fails -> the recall order stands (`scoring_unavailable`, model
+  `recall`); a caller that presumes inference cold skips it (`inference_cold`).
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import structlog
 from opentelemetry import trace
-from prometheus_client import Counter
+from prometheus_client import Counter, Histogram
 
-from recmesh.cache import TtlCache
 from recmesh.clients import FeatureClient, InferenceClient
-from recmesh.errors import RecmeshError, Unavailable
-from recmesh.features.definitions import FEATURE_SET_VERSION, FeatureValue
-from recmesh.features.vectorize import COLUMNS, build_matrix
-from recmesh.features.wire import row_values, table_rows
+from recmesh.errors import DeadlineExceeded, RecmeshError
+from recmesh.features.definitions import FEATURE_SET_VERSION
 from recmesh.resilience import current_slo_class, remaining_s
+from recmesh.settings import RankerSettings
 from recmesh.slo import DEFAULT_CLASSES
-from recmesh.telemetry import FALLBACKS
-from services.ranker.policy import (
-    LEVEL_NAMES,
-    SKIP_FINE_RANKING,
-    choose_level,
-    drop_seen,
-    sample_candidates,
-    top_n,
+from recmesh.telemetry import FALLBACKS, LATENCY_BUCKETS
+from services.ranker import graph as graphs
+from services.ranker.graph import Graph, NodeSpec, PipelineGraphError
+from services.ranker.policy import LEVEL_NAMES, choose_level
+from services.ranker.recall import (
+    CategorySource,
+    CovisitSource,
+    PopularSource,
+    RecallSource,
+    SemanticSource,
+)
+from services.ranker.semantic import IndexHolder
+from services.ranker.stages import (
+    FINAL_TYPES,
+    KIND_SPECS,
+    KINDS,
+    UNSCORED_MODEL,
+    Candidates,
+    Env,
+    Ordered,
+    RequestState,
+    SourceOut,
+    is_inference_skip,
 )
 
 _log = structlog.get_logger("recmesh.ranker")
@@ -40,16 +69,37 @@ _log = structlog.get_logger("recmesh.ranker")
 DEGRADATIONS = Counter(
     "recmesh_ranker_degradations_total", "Requests ranked at a degradation level > 0.", ("level", "slo_class")
 )
+STAGE_LATENCY = Histogram(
+    "recmesh_ranker_stage_seconds",
+    "Latency of one node of the ranking graph, by node, kind, resource, SLO class and outcome "
+    "(ok, fallback, skipped).",
+    ("stage", "kind", "resource", "slo_class", "outcome"),
+    buckets=LATENCY_BUCKETS,
+)
+RECALL_LATENCY = Histogram(
+    "recmesh_ranker_recall_seconds",
+    "Latency of one recall source, by source, SLO class and outcome (ok, empty, timeout, error, skipped).",
+    ("source", "slo_class", "outcome"),
+    buckets=LATENCY_BUCKETS,
+)
+RECALL_CANDIDATES = Histogram(
+    "recmesh_ranker_recall_candidates",
+    "Candidates one recall source returned, by source and SLO class.",
+    ("source", "slo_class"),
+    buckets=(0, 1, 5, 10, 25, 50, 100, 200, 500, 1000),
+)
+SEMANTIC_SIGMA = Histogram(
+    "recmesh_ranker_semantic_sigma",
+    "Confidence sigma of the semantic source that shifted the fusion weights.",
+    buckets=(0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0),
+)
 _tracer = trace.get_tracer("recmesh.ranker")
 
-FALLBACK_MODEL = "popularity"
-# Upper bounds per stage for requests that arrive without a deadline.
-FEATURES_CAP_S = 0.5
-SCORING_CAP_S = 0.5
-
-
-class InferenceSkipped(Unavailable):
-    """Scoring not attempted because the caller said inference may be cold."""
+FALLBACK_MODEL = UNSCORED_MODEL
+# How much longer than its calls' deadline a node may run before it is cut off
+# (gRPC surfaces an expired deadline a few ms late on a loaded machine).
+NODE_GRACE_FACTOR = 1.25
+NODE_GRACE_S = 0.005
 
 
 @dataclass
@@ -58,102 +108,182 @@ class Ranked:
     model_version: str
     feature_version: str
     degraded: list[str] = field(default_factory=list)
+    recall_counts: dict[str, int] = field(default_factory=dict)
+    sigma: float = 0.0
+
+
+def load_graph(settings: RankerSettings) -> Graph:
+    """The configured graph (RECMESH_RANKER_PIPELINE, else the shipped one), validated."""
+    graph = graphs.load(settings.pipeline_graph, KIND_SPECS)
+    for node in graph.nodes.values():
+        if node.kind.startswith("recall.") and settings.fusion_weights.get(node.name, 0.0) <= 0.0:
+            raise PipelineGraphError(
+                f"recall node '{node.name}' has no positive weight in RECMESH_RANKER_FUSION_WEIGHTS "
+                f"({settings.fusion_weights}); it would never contribute"
+            )
+    final = graph.nodes[graph.output]
+    if KIND_SPECS[final.kind].produces not in FINAL_TYPES:
+        raise PipelineGraphError(
+            f"the final node '{final.name}' ({final.kind}) must produce a ranked list "
+            f"({' or '.join(FINAL_TYPES)}), not '{KIND_SPECS[final.kind].produces}'"
+        )
+    return graph
+
+
+def build_pipeline(
+    settings: RankerSettings, features: FeatureClient, inference: InferenceClient
+) -> RankPipeline:
+    """The graph from the settings, and the recall sources its kinds use: popularity,
+    co-visitation, category affinity and, when item vectors exist under
+    MODEL_DIR, embedding similarity. Raises PipelineGraphError for a bad graph."""
+    graph = load_graph(settings)
+    holder = IndexHolder(settings.model_dir)
+    holder.refresh()
+    sources: dict[str, RecallSource] = {
+        "popular": PopularSource(features),
+        "covisit": CovisitSource(features),
+        "category": CategorySource(features, settings.affinity_categories),
+        "semantic": SemanticSource(holder, inference),
+    }
+    return RankPipeline(Env(features, inference, settings, sources), graph, holder)
 
 
 class RankPipeline:
-    def __init__(self, features: FeatureClient, inference: InferenceClient, candidates: int) -> None:
-        self._features = features
-        self._inference = inference
-        self._n_candidates = candidates
+    def __init__(self, env: Env, graph: Graph, index: IndexHolder | None = None) -> None:
+        self._env = env
+        self.graph = graph
+        self._nodes = graph.nodes
+        self._index = index
         # The inference service's latest degradation hint (for the ladder).
         self.inference_suggested_level = 0
-        self._candidate_cache: TtlCache[list[tuple[str, float]]] = TtlCache(5.0, 4)
 
-    async def _candidates(self, degraded: list[str]) -> list[tuple[str, float]]:
-        fresh = self._candidate_cache.get_fresh("popular")
-        if fresh is not None:
-            return fresh
-        try:
-            popular = await self._features.popular(self._n_candidates, cap_s=0.2)
-        except RecmeshError as err:
-            stale = self._candidate_cache.get_stale("popular")
-            if stale is None:
-                raise Unavailable(f"no candidates: {err}") from err
-            self._fallback(degraded, "candidates_stale", err)
-            return stale
-        self._candidate_cache.put("popular", popular)
-        return popular
-
-    def _fallback(self, degraded: list[str], reason: str, err: Exception) -> None:
-        degraded.append(reason)
+    def _fallback(self, req: RequestState, reason: str, err: Exception) -> None:
+        req.degraded.append(reason)
         FALLBACKS.labels("ranker", reason, current_slo_class()).inc()
         trace.get_current_span().add_event("fallback", {"reason": reason, "error": str(err)})
         _log.warning("fallback", reason=reason, error=str(err))
 
-    async def rank(self, user_id: str, count: int, as_of_ms: int, skip_scoring: bool = False) -> Ranked:
-        """`skip_scoring`: the caller presumes inference cold (scaled to zero) and
-        this request may not wait for it: the popularity order stands (`inference_cold`)."""
-        degraded: list[str] = []
-        as_of_ms = as_of_ms or int(time.time() * 1000)
-        recall_started = time.perf_counter()
-        with _tracer.start_as_current_span("recall"):
-            candidates = await self._candidates(degraded)
-        recall_ms = (time.perf_counter() - recall_started) * 1000
-        slo = current_slo_class()
-        budget_ms = (
-            DEFAULT_CLASSES[slo].budget_ms if slo in DEFAULT_CLASSES else DEFAULT_CLASSES["C"].budget_ms
-        )
+    def _climb_ladder(self, req: RequestState, started: float, budget_ms: float) -> None:
         left = remaining_s()
-        level = choose_level(None if left is None else left * 1000, budget_ms, recall_ms,
+        elapsed_ms = (time.perf_counter() - started) * 1000
+        level = choose_level(None if left is None else left * 1000, budget_ms, elapsed_ms,
                              self.inference_suggested_level)  # fmt: skip
+        req.level = max(req.level, level)
+
+    async def _run_node(
+        self,
+        node: NodeSpec,
+        req: RequestState,
+        upstream: list[asyncio.Future[object]],
+        started: float,
+        budget_ms: float,
+    ) -> object:
+        values = await asyncio.gather(*upstream)
+        inputs = dict(zip(node.inputs, values, strict=True))
+        kind = KINDS[node.kind]
+        slo = current_slo_class()
+        self._climb_ladder(req, started, budget_ms)
+        t0 = time.perf_counter()
+        outcome = "ok"
+        with _tracer.start_as_current_span(f"stage.{node.name}") as span:
+            span.set_attributes({"recmesh.stage": node.name, "recmesh.kind": node.kind,
+                                 "recmesh.resource": node.resource,
+                                 "recmesh.degradation_level": req.level})  # fmt: skip
+            if node.skippable and req.level >= node.skip_at_level:
+                outcome = "skipped"
+                req.degraded.append(f"skipped:{node.name}")
+                out = kind.neutral(self._env, req, node, inputs)
+            else:
+                share_s = node.budget_share * budget_ms / 1000
+                left = remaining_s()
+                cap_s = share_s if left is None else max(0.0, min(share_s, left))
+                try:
+                    # The stage passes cap_s on as its calls' gRPC deadline; the local
+                    # bound is a little later so a slow downstream fails as
+                    # DEADLINE_EXCEEDED (which its circuit breaker counts), not as
+                    # a cancellation (which it cannot).
+                    async with asyncio.timeout(cap_s * NODE_GRACE_FACTOR + NODE_GRACE_S):
+                        out = await kind.run(self._env, req, node, inputs, cap_s)
+                except (TimeoutError, RecmeshError) as err:
+                    if not node.skippable:
+                        if isinstance(err, TimeoutError):
+                            raise DeadlineExceeded(f"node '{node.name}' ran past its budget") from err
+                        raise
+                    outcome = "fallback"
+                    late = isinstance(err, TimeoutError | DeadlineExceeded)
+                    reason = kind.fallback.format(node=node.name)
+                    if is_inference_skip(err):
+                        reason = "inference_cold"
+                    elif late and reason.startswith("recall:"):
+                        reason = reason.replace("_unavailable", "_timeout")
+                    self._fallback(req, reason, err)
+                    out = kind.neutral(self._env, req, node, inputs)
+            span.set_attribute("recmesh.outcome", outcome)
+            if isinstance(out, SourceOut):
+                self._observe_source(span, out, slo, outcome, time.perf_counter() - t0)
+            elif isinstance(out, Candidates):
+                span.set_attribute("recmesh.candidates", len(out.items))
+        STAGE_LATENCY.labels(node.name, node.kind, node.resource, slo, outcome).observe(
+            time.perf_counter() - t0
+        )
+        return out
+
+    def _observe_source(
+        self, span: trace.Span, out: SourceOut, slo: str, outcome: str, seconds: float
+    ) -> None:
+        got = out.recalled
+        if outcome == "ok" and not got.items:
+            outcome = "empty"
+        elif outcome == "fallback":
+            outcome = "error"
+        span.set_attribute("recmesh.source", out.name)
+        span.set_attribute("recmesh.candidates", len(got.items))
+        if out.role == "semantic":
+            span.set_attribute("recmesh.sigma", got.sigma)
+        for k, v in got.attributes.items():
+            span.set_attribute(f"recmesh.{k}", v)
+        RECALL_LATENCY.labels(out.name, slo, outcome).observe(seconds)
+        RECALL_CANDIDATES.labels(out.name, slo).observe(len(got.items))
+
+    async def rank(
+        self,
+        user_id: str,
+        count: int,
+        as_of_ms: int,
+        context: Mapping[str, str] | None = None,
+        skip_scoring: bool = False,
+    ) -> Ranked:
+        """`skip_scoring`: the caller presumes inference cold (scaled to zero) and
+        this request may not wait for it: the recall order stands (`inference_cold`)."""
+        req = RequestState(user_id, count, as_of_ms or int(time.time() * 1000), context or {}, skip_scoring)
+        slo = current_slo_class()
+        budget_ms = (DEFAULT_CLASSES[slo] if slo in DEFAULT_CLASSES else DEFAULT_CLASSES["C"]).budget_ms
+        if self._index is not None:
+            self._index.refresh_in_background()
+        started = time.perf_counter()
+        tasks: dict[str, asyncio.Future[object]] = {}
+        for name in self.graph.order:
+            node = self._nodes[name]
+            upstream = [tasks[i] for i in node.inputs]
+            tasks[name] = asyncio.ensure_future(self._run_node(node, req, upstream, started, budget_ms))
+        try:
+            out = await tasks[self.graph.output]
+        finally:
+            for task in tasks.values():
+                task.cancel()
+            await asyncio.gather(*tasks.values(), return_exceptions=True)
+        assert isinstance(out, Ordered)  # load_graph checked the final node's type
+        if req.suggested_level is not None:
+            self.inference_suggested_level = req.suggested_level
         span = trace.get_current_span()
-        span.set_attribute("recmesh.degradation_level", level)
-        if level:
-            degraded.append(f"ladder:{LEVEL_NAMES[level]}")
-            DEGRADATIONS.labels(str(level), slo).inc()
-        if level == SKIP_FINE_RANKING:
-            return Ranked(candidates[:count], FALLBACK_MODEL, FEATURE_SET_VERSION, degraded)
-        scored_pool = sample_candidates(candidates, level)
-
-        user: dict[str, FeatureValue] = {}
-        item_rows: dict[str, dict[str, FeatureValue]] = {}
-        feature_version = FEATURE_SET_VERSION
-        try:
-            resp = await self._features.get_features(
-                user_id, [c[0] for c in scored_pool], as_of_ms, cap_s=FEATURES_CAP_S
-            )
-            user = row_values(resp.user)
-            item_rows = table_rows(resp.items)
-            feature_version = resp.feature_version
-            degraded.extend(f"feature:{d}" for d in resp.degraded)
-        except RecmeshError as err:
-            self._fallback(degraded, "features_unavailable", err)
-
-        seen = user.get("last_viewed_3", [])
-        seen_ids = seen if isinstance(seen, list) else []
-        pool = drop_seen(scored_pool, seen_ids)
-        rest = drop_seen(candidates[len(scored_pool) :], seen_ids)
-        ids = [c[0] for c in pool]
-        matrix = build_matrix(user, [(i, item_rows.get(i, {})) for i in ids])
-        try:
-            if skip_scoring:
-                raise InferenceSkipped("the caller presumes inference cold")
-            scored = await self._inference.score(
-                feature_version, list(COLUMNS), matrix.ravel().tolist(), level=level, cap_s=SCORING_CAP_S
-            )
-            items = top_n(ids, scored.scores, count)
-            items += [(i, 0.0) for i, _ in rest[: count - len(items)]]
-            model_version = scored.model_version
-            self.inference_suggested_level = scored.suggested_level
-            trace.get_current_span().set_attribute(
-                "recmesh.inference_suggested_level", scored.suggested_level
-            )
-            trace.get_current_span().set_attribute("recmesh.inference_served_level", scored.level)
-        except RecmeshError as err:
-            reason = "inference_cold" if isinstance(err, InferenceSkipped) else "scoring_unavailable"
-            self._fallback(degraded, reason, err)
-            items = (pool + rest)[:count]
-            model_version = FALLBACK_MODEL
-        span.set_attribute("recmesh.candidates", len(candidates))
-        span.set_attribute("recmesh.degraded", ",".join(degraded))
-        return Ranked(items, model_version, feature_version, degraded)
+        if req.level:
+            req.degraded.insert(0, f"ladder:{LEVEL_NAMES[req.level]}")
+            DEGRADATIONS.labels(str(req.level), slo).inc()
+        SEMANTIC_SIGMA.observe(req.sigma)
+        span.set_attributes({"recmesh.degradation_level": req.level, "recmesh.sigma": req.sigma,
+                             "recmesh.degraded": ",".join(req.degraded)})  # fmt: skip
+        for name, n in req.recall_counts.items():
+            span.set_attribute(f"recmesh.candidates.{name}", n)
+        version = out.feature_version or FEATURE_SET_VERSION
+        items = out.items[:count]
+        return Ranked(items, out.model_version, version, req.degraded, req.recall_counts, req.sigma)

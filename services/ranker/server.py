@@ -27,13 +27,19 @@ class RankerServicer(ranker_pb2_grpc.RankerServiceServicer):
             raise InvalidArgument(f"count must be in 1..{MAX_COUNT}")
         skip = _skipped(context.invocation_metadata())
         ranked = await self._pipeline.rank(
-            request.user_id, request.count, request.as_of_ms, skip_scoring="inference" in skip
+            request.user_id,
+            request.count,
+            request.as_of_ms,
+            dict(request.context),
+            skip_scoring="inference" in skip,
         )
         return ranker_pb2.RankResponse(
             items=[features_pb2.ScoredItem(item_id=i, score=s) for i, s in ranked.items],
             model_version=ranked.model_version,
             feature_version=ranked.feature_version,
             degraded=ranked.degraded,
+            recall_counts=ranked.recall_counts,
+            sigma=ranked.sigma,
         )
 
 

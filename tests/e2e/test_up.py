@@ -182,6 +182,18 @@ async def test_ready_events_and_recommendations(running: Running) -> None:
             r for r in rows if r["trace_id"] == trace_id and r["attributes"].get("db.system") == "redis"
         ]
         assert redis_spans and {r["attributes"]["recmesh.slo_class"] for r in redis_spans} == {"A"}
+        # One span per node of the ranking graph, recall sources with their counts and sigma.
+        stages = {
+            r["name"]: r["attributes"]
+            for r in rows
+            if r["trace_id"] == trace_id and r["name"].startswith("stage.")
+        }
+        assert set(stages) >= {"stage.user", "stage.popular", "stage.covisit", "stage.category",
+                               "stage.semantic", "stage.fuse", "stage.score", "stage.diversity"}  # fmt: skip
+        assert stages["stage.popular"]["recmesh.source"] == "popular"
+        assert stages["stage.popular"]["recmesh.candidates"] > 0
+        assert stages["stage.category"]["recmesh.candidates"] > 0
+        assert "recmesh.sigma" in stages["stage.semantic"]
         publish = [r for r in rows if r["trace_id"] == events_trace and r["kind"] == "PRODUCER"]
         assert publish and publish[0]["attributes"]["messaging.system"] == "kafka"
 

@@ -17,7 +17,7 @@ from services.feature.server import build_server as build_feature
 from services.feature.store import FeatureStore
 from services.inference.model import ModelRegistry
 from services.inference.server import build_server as build_inference
-from services.ranker.pipeline import RankPipeline
+from services.ranker.pipeline import build_pipeline
 from services.ranker.server import build_server as build_ranker
 from tests.helpers import free_port
 
@@ -46,7 +46,8 @@ async def mesh(redis_url: str, model_dir: Path) -> AsyncIterator[Mesh]:
     inference = build_inference(InferenceSettings(inference_port=free_port(), model_dir=model_dir), registry)
     fc = FeatureClient(feature.address, "ranker")
     ic = InferenceClient(inference.address, "ranker")
-    ranker = build_ranker(RankerSettings(ranker_port=free_port()), RankPipeline(fc, ic, 200))
+    ranker_settings = RankerSettings(ranker_port=free_port(), model_dir=model_dir)
+    ranker = build_ranker(ranker_settings, build_pipeline(ranker_settings, fc, ic))
     servers = (feature, inference, ranker)
     for s in servers:
         await s.start()

@@ -25,7 +25,7 @@ from services.gateway.app import GatewayDeps, create_app
 from services.gateway.cold import build_cold_guard
 from services.gateway.events import EventPublisher
 from services.gateway.recommend import ClassPolicy, Recommender
-from services.ranker.pipeline import RankPipeline
+from services.ranker.pipeline import build_pipeline
 from services.ranker.server import build_server as build_ranker
 from tests.helpers import free_port
 from tests.integration.conftest import Mesh
@@ -56,9 +56,8 @@ async def test_class_a_falls_back_at_once_and_class_c_waits_for_a_late_inference
     inference_addr = f"127.0.0.1:{inference_port}"
     ranker_features = FeatureClient(mesh.feature.address, "ranker")
     ranker_inference = InferenceClient(inference_addr, "ranker")
-    ranker = build_ranker(
-        RankerSettings(ranker_port=free_port()), RankPipeline(ranker_features, ranker_inference, 200)
-    )
+    ranker_settings = RankerSettings(ranker_port=free_port(), model_dir=tmp_path)
+    ranker = build_ranker(ranker_settings, build_pipeline(ranker_settings, ranker_features, ranker_inference))
     await ranker.start()
     await ranker.set_serving()
 
@@ -98,7 +97,7 @@ async def test_class_a_falls_back_at_once_and_class_c_waits_for_a_late_inference
             assert "inference_cold" in first_a.json()["degraded"]
             # The ranker was told to skip scoring: it did not try (and fail) to reach inference.
             assert "scoring_unavailable" not in first_a.json()["degraded"]
-            assert first_a.json()["model_version"] == "popularity"
+            assert first_a.json()["model_version"] == "recall", "the ranker's unscored recall order"
             assert _count("fallback", "A") == a_fallbacks + 1
             await asyncio.sleep(1.2)  # let the bounded background wake-up give up (1 s)
 
@@ -111,7 +110,7 @@ async def test_class_a_falls_back_at_once_and_class_c_waits_for_a_late_inference
             c = await recommender.recommend("u1", 5, {}, PATIENT_C)
             assert proc.poll() is None, (tmp_path / "inference.log").read_text()
             assert "inference_cold" not in c.degraded and "scoring_unavailable" not in c.degraded, c.degraded
-            assert c.model_version != "popularity"
+            assert c.model_version.startswith("ctr-")
             assert _count("waited", "C") == c_waits + 1
             assert _waits_served("C") == c_served + 1
 

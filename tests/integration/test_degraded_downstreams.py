@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import tempfile
 import time
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import httpx
 
@@ -18,7 +20,7 @@ from services.feature.server import build_server as build_feature
 from services.gateway.app import GatewayDeps, create_app
 from services.gateway.events import EventPublisher
 from services.gateway.recommend import ClassPolicy, Recommender
-from services.ranker.pipeline import RankPipeline
+from services.ranker.pipeline import build_pipeline
 from services.ranker.server import build_server as build_ranker
 from tests.helpers import free_port
 from tests.integration.conftest import Mesh
@@ -69,6 +71,10 @@ class DelayingProxy:
         await asyncio.gather(*self._tasks, return_exceptions=True)
 
 
+# A model directory without item vectors: the semantic source is absent.
+NO_VECTORS = Path(tempfile.gettempdir()) / "recmesh-tests-no-item-vectors"
+
+
 def state(client: InferenceClient | FeatureClient) -> BreakerState:
     return client.breaker.state
 
@@ -84,7 +90,8 @@ def _gateway(recommender: Recommender) -> httpx.AsyncClient:
 
 @contextlib.asynccontextmanager
 async def ranker_behind(fc: FeatureClient, ic: InferenceClient) -> AsyncIterator[Recommender]:
-    ranker = build_ranker(RankerSettings(ranker_port=free_port()), RankPipeline(fc, ic, 200))
+    settings = RankerSettings(ranker_port=free_port(), model_dir=NO_VECTORS)
+    ranker = build_ranker(settings, build_pipeline(settings, fc, ic))
     await ranker.start()
     await ranker.set_serving()
     rc = RankerClient(ranker.address, "gateway")
@@ -119,8 +126,13 @@ async def test_slow_inference_class_a_answers_in_budget_flagged_then_breaker_ope
                 assert resp.status_code == 200, resp.text
                 out = resp.json()
                 assert out["slo_class"] == "A" and len(out["items"]) == 5
-                assert "scoring_unavailable" in out["degraded"], out["degraded"]
-                assert out["model_version"] == "popularity"
+                # The ranker serves its unscored recall order; on a loaded machine it may
+                # miss its own 5 ms hop margin, and then the gateway's popularity fallback answers.
+                if "ranker_unavailable" in out["degraded"]:
+                    assert out["model_version"] == "popularity"
+                else:
+                    assert "scoring_unavailable" in out["degraded"], out["degraded"]
+                    assert out["model_version"] == "recall", "the ranker's unscored recall order"
             # The budget-derived deadline holds (10% slack for a loaded test machine).
             assert max(timings) < A_BUDGET_S * 1.1, timings
             assert ic.breaker.state is BreakerState.OPEN

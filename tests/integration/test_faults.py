@@ -30,7 +30,7 @@ from services.feature.store import FeatureStore
 from services.gateway.app import GatewayDeps, create_app
 from services.gateway.events import EventPublisher
 from services.gateway.recommend import ClassPolicy, Recommender
-from services.ranker.pipeline import RankPipeline
+from services.ranker.pipeline import build_pipeline
 from services.ranker.server import build_server as build_ranker
 from tests.helpers import free_port, poll_until
 from tests.integration.conftest import Mesh
@@ -122,7 +122,8 @@ async def test_redis_down_while_serving_falls_back_without_5xx(own_redis: OwnRed
     await feature.set_serving()
     fc = FeatureClient(feature.address, "ranker")
     ic = InferenceClient(mesh.inference.address, "ranker")
-    ranker = build_ranker(RankerSettings(ranker_port=free_port()), RankPipeline(fc, ic, 200))
+    ranker_settings = RankerSettings(ranker_port=free_port(), model_dir=own_redis.dir / "no-vectors")
+    ranker = build_ranker(ranker_settings, build_pipeline(ranker_settings, fc, ic))
     await ranker.start()
     await ranker.set_serving()
     rc, gw_fc = RankerClient(ranker.address, "gateway"), FeatureClient(feature.address, "gateway")

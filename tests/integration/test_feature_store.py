@@ -3,6 +3,7 @@ and parity with the offline replay."""
 
 from __future__ import annotations
 
+import asyncio
 import random
 import time
 
@@ -13,6 +14,7 @@ from recmesh.events import Event
 from recmesh.features.backfill import ReplayState
 from recmesh.redis_client import AnyRedis, connect
 from services.feature.store import FeatureStore
+from tests.helpers import poll_until
 
 MIN = 60_000
 T0 = 1_800_000_000_000
@@ -156,3 +158,24 @@ async def test_slow_redis_times_out_within_budget(redis_client: redis.Redis, scr
     assert got.degraded == ["realtime_store_timeout"]
     assert elapsed < 0.2
     await reader.aclose()
+
+
+async def test_item_statics_are_refreshed_ahead_of_expiry_off_the_request_path(
+    redis_client: redis.Redis,
+) -> None:
+    await loaded_store(redis_client)
+    store = FeatureStore(redis_client, static_ttl_s=2.0)  # refreshed once older than 1.2 s
+    first = await store.lookup("u1", ["i1"], T0, timeout_s=1.0)
+    assert first.items[0]["category"][0] == "news"
+    await redis_client.hset("{i:i1}:static", "category", '"sports"')
+    misses = store.item_cache.misses
+    await asyncio.sleep(1.3)
+    due = await store.lookup("u1", ["i1"], T0, timeout_s=1.0)
+    assert due.items[0]["category"][0] == "news"  # still fresh: served from the cache
+
+    async def refreshed() -> bool:
+        got = await store.lookup("u1", ["i1"], T0, timeout_s=1.0)
+        return got.items[0]["category"][0] == "sports"
+
+    await poll_until(refreshed, "the background refresh lands", 0.6, interval=0.02)
+    assert store.item_cache.misses == misses  # no look-up had to read it in-line

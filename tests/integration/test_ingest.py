@@ -12,6 +12,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from recmesh.redis_client import connect
 from recmesh.settings import IngestSettings
 from services.feature.ingest import running
+from services.feature.recall_store import RecallStore
 from services.feature.store import FeatureStore
 from tests.helpers import poll_until
 
@@ -92,4 +93,28 @@ async def test_good_events_land_bad_ones_are_dead_lettered_and_offsets_commit(
     assert reasons == ["event_time_in_future", "invalid_event", "invalid_event", "not_json"]
     assert {v for v, _ in dlq} == set(bad)
     assert all(b"/" in h["source"] for _, h in dlq)
+    await client.aclose()
+
+
+async def test_the_consumer_learns_co_visits_once_per_event(
+    kafka_bootstrap: str, scratch_redis_url: str, redis_client: redis.Redis, topics: dict[str, str]
+) -> None:
+    now = int(time.time() * 1000)
+    views = [
+        {"event_id": f"cv{n}", "user_id": "u9", "item_id": item, "behavior": "view", "event_time": now + n}
+        for n, item in enumerate(["i1", "i2", "i3"])
+    ]
+    # Every event twice, as a redelivery would bring it.
+    records = [(b"u9", orjson.dumps(v)) for v in views + views]
+    await _produce(kafka_bootstrap, topics["events"], records)
+    settings = IngestSettings(
+        kafka_bootstrap=kafka_bootstrap, redis_url=scratch_redis_url, events_topic=topics["events"],
+        dlq_topic=topics["dlq"], consumer_group=f"g-{topics['events']}",
+    )  # fmt: skip
+    client = connect(scratch_redis_url, 4)
+    store = FeatureStore(client)
+    async with running(settings, store) as ingestor:
+        await poll_until(lambda: asyncio.sleep(0, ingestor.applied == 6), "6 events applied", 15)
+    related = await RecallStore(client).related(["i1"], 10, 10)
+    assert related == [("i2", 1.0), ("i3", 1.0)], "each co-visit counted once despite the duplicates"
     await client.aclose()

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+from prometheus_client import REGISTRY
 
 from recmesh.clients import InferenceClient, RankerClient, open_channel
 from recmesh.errors import DeadlineExceeded, FailedPrecondition, InvalidArgument
@@ -16,7 +18,7 @@ from recmesh.features.vectorize import COLUMNS
 from recmesh.features.wire import table_rows
 from recmesh.resilience import request_scope
 from recmesh.settings import RankerSettings
-from services.ranker.pipeline import RankPipeline
+from services.ranker.pipeline import build_pipeline
 from services.ranker.server import build_server as build_ranker
 from tests.helpers import free_port
 from tests.integration.conftest import Mesh
@@ -83,11 +85,10 @@ async def test_rank_returns_scored_items_in_order(mesh: Mesh) -> None:
     assert resp.model_version.startswith("ctr-") and resp.degraded == []
 
 
-async def test_rank_falls_back_to_popularity_when_inference_is_down(mesh: Mesh) -> None:
+async def test_rank_falls_back_to_recall_order_when_inference_is_down(mesh: Mesh, tmp_path: Path) -> None:
     dead = InferenceClient(f"127.0.0.1:{free_port()}", "ranker")
-    ranker = build_ranker(
-        RankerSettings(ranker_port=free_port()), RankPipeline(mesh.feature_client, dead, 200)
-    )
+    settings = RankerSettings(ranker_port=free_port(), model_dir=tmp_path)
+    ranker = build_ranker(settings, build_pipeline(settings, mesh.feature_client, dead))
     await ranker.start()
     await ranker.set_serving()
     client = RankerClient(ranker.address, "test")
@@ -95,9 +96,11 @@ async def test_rank_falls_back_to_popularity_when_inference_is_down(mesh: Mesh) 
         with request_scope("A", 1.0):
             resp = await client.rank("u42", 5, {}, 0)
         assert resp.degraded == ["scoring_unavailable"]
-        assert resp.model_version == "popularity"
-        popular = await mesh.feature_client.popular(5, cap_s=1.0)
-        assert [i.item_id for i in resp.items] == [i for i, _ in popular]
+        assert resp.model_version == "recall"
+        assert len({i.item_id for i in resp.items}) == 5
+        # Recall order: fused scores, best first.
+        scores = [i.score for i in resp.items]
+        assert scores == sorted(scores, reverse=True) and scores[0] > 0
     finally:
         await client.close()
         await dead.close()
@@ -109,14 +112,24 @@ async def test_expired_budget_is_refused_before_the_call(mesh: Mesh) -> None:
         await mesh.ranker_client.rank("u42", 5, {}, 0)
 
 
+def _served_at_level_1() -> float:
+    """Score requests the in-process inference service answered with its level-1 variant."""
+    return (
+        REGISTRY.get_sample_value("recmesh_inference_served_total", {"requested": "1", "served": "1"}) or 0.0
+    )
+
+
 async def test_tight_budget_steps_down_the_ladder(mesh: Mesh) -> None:
+    before = _served_at_level_1()
     with request_scope("A", 0.07):  # under 30% of class A's 300 ms: sample features
         sampled = await mesh.ranker_client.rank("u42", 5, {}, 0)
     assert "ladder:L1_feature_sampling" in sampled.degraded
     assert sampled.model_version.startswith("ctr-") and len(sampled.items) == 5
+    assert _served_at_level_1() == before + 1, "the ranker asked inference for the level-1 variant"
     with request_scope("A", 0.018):  # ~12 ms left after the hop margin: recall order only
         skipped = await mesh.ranker_client.rank("u42", 5, {}, 0)
     assert "ladder:L4_skip_fine_ranking" in skipped.degraded
-    assert skipped.model_version == "popularity"
-    popular = await mesh.feature_client.popular(5, cap_s=1.0)
-    assert [i.item_id for i in skipped.items] == [i for i, _ in popular]
+    assert "skipped:score" in skipped.degraded and "skipped:covisit" in skipped.degraded
+    assert skipped.model_version == "recall"
+    scores = [i.score for i in skipped.items]
+    assert len(scores) == 5 and scores == sorted(scores, reverse=True)

@@ -19,7 +19,11 @@ def test_get_many_returns_held_values_and_the_keys_to_refresh() -> None:
     c: TtlCache[int] = TtlCache(ttl_s=5.0, max_entries=10)
     c.put("old", 1, now=0.0)
     c.put("new", 2, now=4.0)
-    held, refresh = c.get_many(["new", "old", "none", "old", "new"], now=6.0)
+    held, refresh, due = c.get_many(["new", "old", "none", "old", "new"], now=6.0)
     assert held == [2, 1, None, 1, 2]
     assert refresh == ["old", "none"]  # distinct, first-seen order
+    assert due == []
     assert (c.hits, c.misses) == (3, 2)
+    # Fresh but older than refresh_after_s: served, and named for a refresh ahead of expiry.
+    held, refresh, due = c.get_many(["new", "old"], now=8.5, refresh_after_s=3.0)
+    assert held == [2, 1] and refresh == ["old"] and due == ["new"]

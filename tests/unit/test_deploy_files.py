@@ -120,7 +120,9 @@ def test_nothing_is_fetched_at_run_time() -> None:
     assert any(a.startswith("--from=models") and a.endswith("/opt/recmesh/models") for a in copies)
     assert all(a.startswith("--from=") for a in copies), "the runtime stage copies only from build stages"
     stages = {name: body for _, name, body in dockerfile_stages()}
-    assert any("recmesh train --model-dir /opt/recmesh/models" in a for _, a in stages["trained"])
+    baked = " ".join(a for i, a in stages["trained"] if i == "RUN")
+    for step in ("recmesh train", "recmesh embed export", "recmesh embed items"):  # model, encoder, vectors
+        assert f"{step} --model-dir /opt/recmesh/models" in baked, step
 
 
 def test_dependencies_come_from_hash_pinned_locks_per_variant() -> None:

@@ -7,7 +7,7 @@ from typing import Any
 import grpc
 import pytest
 
-from recmesh.errors import InvalidArgument
+from recmesh.errors import InvalidArgument, ResourceExhausted
 from recmesh.resilience import current_slo_class, remaining_s
 from recmesh.telemetry import RequestInterceptor
 
@@ -21,6 +21,10 @@ class Context:
         self._remaining = time_remaining
         self._metadata = metadata
         self.aborted: tuple[grpc.StatusCode, str] | None = None
+        self.trailers: tuple[tuple[str, str], ...] = ()
+
+    def set_trailing_metadata(self, trailers: tuple[tuple[str, str], ...]) -> None:
+        self.trailers = trailers
 
     def invocation_metadata(self) -> tuple[tuple[str, str], ...]:
         return self._metadata
@@ -65,3 +69,15 @@ async def test_handler_sees_the_class_and_budget_and_errors_map_to_status() -> N
     ((cls, left),) = seen
     assert cls == "B" and left is not None and 0.2 < left <= 0.25
     assert ctx.aborted == (grpc.StatusCode.INVALID_ARGUMENT, "count must be positive")
+
+
+async def test_shed_work_is_resource_exhausted_with_a_retry_after_trailer() -> None:
+    async def handler(request: Any, context: Any) -> str:
+        raise ResourceExhausted("overloaded: class C shed", retry_after_s=2)
+
+    wrapped = RequestInterceptor("test")._wrap("Recommend", handler)
+    ctx = Context(time_remaining=1.0, metadata=(("x-slo-class", "C"),))
+    with pytest.raises(Aborted):
+        await wrapped("req", ctx)
+    assert ctx.aborted is not None and ctx.aborted[0] == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert ctx.trailers == (("retry-after", "2"),)

@@ -12,6 +12,7 @@ import copy
 import functools
 import importlib
 import json
+import math
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -445,7 +446,7 @@ def test_gpu_overlay_scales_inference_by_the_gpu_rule_of_the_policy() -> None:
     assert so["scaleTargetRef"] == {"apiVersion": "apps/v1", "kind": "Deployment", "name": "inference"}
     assert 1 <= so["minReplicaCount"] < so["maxReplicaCount"] == 10
     (trigger,) = so["triggers"]
-    assert trigger["type"] == "prometheus" and trigger["metricType"] == "AverageValue"
+    assert trigger["type"] == "prometheus" and trigger["metricType"] == "Value"
     meta = trigger["metadata"]
     assert meta["threshold"] == "1" and meta["ignoreNullValues"] == "false"
     # The series the query selects are the ones the scrape job gives the inference pods.
@@ -457,7 +458,7 @@ def test_gpu_overlay_scales_inference_by_the_gpu_rule_of_the_policy() -> None:
     pod_job = template["metadata"]["labels"]["app.kubernetes.io/name"]
     metrics_port = template["metadata"]["annotations"]["prometheus.io/port"]
     assert metrics_port == str(METRICS_PORT["services.inference"])
-    assert meta["query"] == scaling.desired_replicas_promql(f'namespace="recmesh",job="{pod_job}"')
+    assert meta["query"] == scaling.scale_ratio_promql(f'namespace="recmesh",job="{pod_job}"')
     # The thresholds, read back from the manifest's query, are the policy's constants.
     query = meta["query"]
     assert re.findall(r">= bool ([0-9.]+)", query) == [str(scaling.SCALE_OUT_GPU_MEMORY_RATIO)]
@@ -477,8 +478,13 @@ def test_gpu_overlay_scales_inference_by_the_gpu_rule_of_the_policy() -> None:
         "stabilizationWindowSeconds": 0,
         "policies": [{"type": "Pods", "value": 1, "periodSeconds": scaling.SCALE_IN_AFTER_S}],
     }
-    # The query's step must clear the HPA's 10% tolerance at every count up to the maximum.
-    assert scaling.QUERY_STEP / so["maxReplicaCount"] > 0.1
+    # The HPA wants ceil(current x answer) unless the answer is within 10% of 1: the query's
+    # out / in answers must move it by at least one replica at every count in range.
+    tolerance = 0.1
+    assert tolerance < scaling.OUT_RATIO - 1 and tolerance < 1 - scaling.IN_RATIO
+    for current in range(so["minReplicaCount"], so["maxReplicaCount"] + 1):
+        assert math.ceil(current * scaling.OUT_RATIO) >= current + 1
+        assert current == 1 or math.ceil(current * scaling.IN_RATIO) <= current - 1
     (c,) = template["spec"]["containers"]
     assert c["resources"]["limits"]["nvidia.com/gpu"] == 1
     task = template["metadata"]["labels"]["recmesh.io/task"]

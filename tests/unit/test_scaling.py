@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import importlib
+import json
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from services.inference import batcher, pressure
@@ -11,10 +13,11 @@ from services.inference.scaling import (
     GPU_MEMORY_METRIC,
     QUEUE_DEPTH_METRIC,
     Sample,
-    desired_replicas_promql,
     fleet_sample,
     replay,
+    scale_ratio_promql,
     scaling_step,
+    trace_from_prometheus,
 )
 
 promql_parser: Any = importlib.import_module("promql_parser")  # ships no type hints
@@ -105,9 +108,31 @@ def test_the_query_reads_the_metrics_the_inference_service_exports() -> None:
     # prometheus_client names the series exactly as Prometheus will see them.
     assert pressure.GPU_MEMORY._name == GPU_MEMORY_METRIC
     assert batcher.QUEUE_DEPTH._name == QUEUE_DEPTH_METRIC
-    query = desired_replicas_promql('namespace="recmesh",job="inference"')
+    query = scale_ratio_promql('namespace="recmesh",job="inference"')
     expr = promql_parser.parse(query)
     assert type(expr).__name__ == "BinaryExpr"
     text = expr.prettify()
-    for needed in (">= bool\n", "0.85", "> bool 32", "<= bool\n", "0.4", "[1m]", "count("):
+    for needed in (">= bool\n", "0.85", "> bool 32", "<= bool\n", "0.4", "[1m]", "max_over_time("):
         assert needed in text, needed
+
+
+def test_a_trace_in_prometheus_range_query_form_replays() -> None:
+    # Shaped exactly like two /api/v1/query_range answers (15 s step); generated, since no GPU
+    # cluster is at hand: pod a alone, a surge, pod b scraped from 165 s on, then quiet.
+    # Record your own with curl 'PROM/api/v1/query_range?query=METRIC{job="inference"}&...'.
+    recorded = json.loads((Path(__file__).parent / "data" / "gpu_scaling_trace.json").read_text())
+    memory = recorded[GPU_MEMORY_METRIC]["data"]["result"]
+    queue = recorded[QUEUE_DEPTH_METRIC]["data"]["result"]
+    samples = trace_from_prometheus(memory, queue)
+    t0 = samples[0].at_s
+    by_offset = {s.at_s - t0: s for s in samples}
+    assert len(samples) == 48
+    assert by_offset[150] == Sample(t0 + 150, 0.91, 48), "one pod"
+    assert by_offset[165] == Sample(t0 + 165, 0.91, 68), "two pods: fullest GPU, summed queues"
+    steps = replay(samples, replicas=1, min_replicas=1, max_replicas=10, every_s=15)
+    changes = [(s.at_s - t0, s.change) for s in steps if s.change]
+    assert changes == [
+        *((float(t), 1) for t in range(120, 240, 15)),  # surge: out every evaluation, 1 -> 9
+        *((float(t), -1) for t in range(375, 720, 60)),  # quiet from 330 s: in once a minute, 9 -> 3
+    ]
+    assert steps[-1].replicas == 3

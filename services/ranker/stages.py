@@ -1,0 +1,307 @@
+"""What each kind of node in the ranking graph does, and its neutral fallback.
+
+A kind has a `run` (the work, under the node's deadline) and a `neutral`
+answer used when the node is skipped by the ladder or fails while skippable
+(e.g. a recall source recalls nothing, features take their defaults, scoring
+keeps the recall order). The graph (graph.py) says which nodes exist and how
+they connect; `KIND_SPECS` tells the validator what each kind consumes and
+produces. Values between nodes are the small dataclasses below.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+
+from opentelemetry import trace
+
+from recmesh.clients import FeatureClient, InferenceClient
+from recmesh.errors import RecmeshError, Unavailable
+from recmesh.features.definitions import FEATURE_SET_VERSION, FeatureValue
+from recmesh.features.vectorize import COLUMNS, build_matrix
+from recmesh.features.wire import row_values, table_rows
+from recmesh.settings import RankerSettings
+from services.ranker.fusion import (
+    Fused,
+    Role,
+    cap_per_category,
+    contributions,
+    drop_items,
+    fuse,
+    role_weights,
+)
+from services.ranker.graph import KindSpec, NodeSpec
+from services.ranker.policy import SKIP_FINE_RANKING, sample_candidates, top_n
+from services.ranker.recall import RecallContext, Recalled, RecallSource, last_viewed
+
+UNSCORED_MODEL = "recall"
+
+
+class InferenceSkipped(Unavailable):
+    """Scoring not attempted because the caller said inference may be cold."""
+
+
+@dataclass
+class RequestState:
+    user_id: str
+    count: int
+    as_of_ms: int
+    context: Mapping[str, str]
+    skip_scoring: bool
+    degraded: list[str] = field(default_factory=list)
+    level: int = 0
+    sigma: float = 0.0
+    recall_counts: dict[str, int] = field(default_factory=dict)
+    suggested_level: int | None = None  # what inference said in this request
+
+
+@dataclass(frozen=True)
+class UserOut:
+    values: dict[str, FeatureValue]
+
+
+@dataclass(frozen=True)
+class SourceOut:
+    name: str  # the node's name: the key of its fusion weight
+    role: Role
+    recalled: Recalled
+
+
+@dataclass(frozen=True)
+class Candidates:
+    items: list[Fused]
+
+
+@dataclass(frozen=True)
+class ItemFeatures:
+    user: dict[str, FeatureValue]
+    pool: list[tuple[str, float]]  # to be scored, in recall order
+    rest: list[tuple[str, float]]  # not scored (sampled out), in recall order
+    rows: dict[str, dict[str, FeatureValue]]
+    feature_version: str
+
+
+@dataclass(frozen=True)
+class Ordered:
+    items: list[tuple[str, float]]
+    model_version: str
+    feature_version: str
+    categories: dict[str, str]
+
+
+@dataclass
+class Env:
+    """What the stages may use: the clients, the settings, the recall sources."""
+
+    features: FeatureClient
+    inference: InferenceClient
+    settings: RankerSettings
+    sources: dict[str, RecallSource]  # by kind suffix: popular, covisit, category, semantic
+
+
+Inputs = Mapping[str, object]
+Pairs = list[tuple[str, float]]
+Run = Callable[[Env, RequestState, NodeSpec, Inputs, float], Awaitable[object]]
+Neutral = Callable[[Env, RequestState, NodeSpec, Inputs], object]
+
+
+@dataclass(frozen=True)
+class Kind:
+    spec: KindSpec
+    run: Run
+    neutral: Neutral
+    fallback: str  # the reason recorded when a skippable node fails ({node} is replaced)
+
+
+def _one(inputs: Inputs, typ: type[object]) -> object | None:
+    return next((v for v in inputs.values() if isinstance(v, typ)), None)
+
+
+def _user(inputs: Inputs) -> dict[str, FeatureValue]:
+    u = _one(inputs, UserOut)
+    return u.values if isinstance(u, UserOut) else {}
+
+
+def _candidates(inputs: Inputs) -> list[Fused]:
+    c = _one(inputs, Candidates)
+    return c.items if isinstance(c, Candidates) else []
+
+
+# --- user_features --------------------------------------------------------------
+
+
+async def _run_user(env: Env, req: RequestState, node: NodeSpec, inputs: Inputs, cap_s: float) -> object:
+    resp = await env.features.get_features(req.user_id, [], req.as_of_ms, cap_s=cap_s)
+    return UserOut(row_values(resp.user))
+
+
+def _neutral_user(env: Env, req: RequestState, node: NodeSpec, inputs: Inputs) -> object:
+    return UserOut({})
+
+
+# --- recall.<source> --------------------------------------------------------------
+
+
+def _recall_kind(source: str) -> tuple[Run, Neutral]:
+    async def run(env: Env, req: RequestState, node: NodeSpec, inputs: Inputs, cap_s: float) -> object:
+        src = env.sources[source]
+        limit = env.settings.recall_per_source
+        if source == "popular":
+            limit = max(limit, env.settings.candidates)
+        ctx = RecallContext(req.user_id, _user(inputs), req.context, limit, cap_s)
+        got = await src.fetch(ctx)
+        if got.stale:
+            req.degraded.append("candidates_stale" if source == "popular" else f"recall:{node.name}_stale")
+        return SourceOut(node.name, src.role, got)
+
+    def neutral(env: Env, req: RequestState, node: NodeSpec, inputs: Inputs) -> object:
+        return SourceOut(node.name, env.sources[source].role, Recalled([]))
+
+    return run, neutral
+
+
+# --- fuse, filter_seen --------------------------------------------------------------
+
+
+async def _run_fuse(env: Env, req: RequestState, node: NodeSpec, inputs: Inputs, cap_s: float) -> object:
+    outs = [v for v in inputs.values() if isinstance(v, SourceOut)]
+    sigma = max((o.recalled.sigma for o in outs), default=0.0)
+    base = env.settings.fusion_weights
+    weights = role_weights(
+        {o.name: base.get(o.name, 0.0) for o in outs}, {o.name: o.role for o in outs}, sigma
+    )
+    fused = fuse({o.name: o.recalled.items for o in outs}, weights)
+    req.sigma = sigma
+    if not fused:
+        raise Unavailable("no candidates from any recall source")
+    req.recall_counts = contributions(fused[: env.settings.candidates])
+    return Candidates(fused)
+
+
+async def _run_filter(env: Env, req: RequestState, node: NodeSpec, inputs: Inputs, cap_s: float) -> object:
+    kept = drop_items(_candidates(inputs), set(last_viewed(_user(inputs))))[: env.settings.candidates]
+    if not kept:
+        raise Unavailable("every candidate was filtered out")
+    req.recall_counts = contributions(kept)
+    return Candidates(kept)
+
+
+def _passthrough(env: Env, req: RequestState, node: NodeSpec, inputs: Inputs) -> object:
+    return Candidates(_candidates(inputs)[: env.settings.candidates])
+
+
+# --- item_features, score, diversify ------------------------------------------------
+
+
+def _pool(env: Env, req: RequestState, inputs: Inputs) -> tuple[Pairs, Pairs]:
+    """The candidates to score (fewer from ladder level 1) and the rest, in recall order."""
+    candidates = [(f.item_id, f.score) for f in _candidates(inputs)[: env.settings.candidates]]
+    pool = sample_candidates(candidates, req.level)
+    return pool, candidates[len(pool) :]
+
+
+async def _run_features(env: Env, req: RequestState, node: NodeSpec, inputs: Inputs, cap_s: float) -> object:
+    pool, rest = _pool(env, req, inputs)
+    resp = await env.features.get_features(req.user_id, [i for i, _ in pool], req.as_of_ms, cap_s=cap_s)
+    req.degraded.extend(f"feature:{d}" for d in resp.degraded)
+    user = row_values(resp.user) or _user(inputs)
+    return ItemFeatures(user, pool, rest, table_rows(resp.items), resp.feature_version)
+
+
+def _neutral_features(env: Env, req: RequestState, node: NodeSpec, inputs: Inputs) -> object:
+    pool, rest = _pool(env, req, inputs)
+    return ItemFeatures(_user(inputs), pool, rest, {}, FEATURE_SET_VERSION)
+
+
+def _categories(f: ItemFeatures) -> dict[str, str]:
+    return {i: str(r.get("category", "unknown")) for i, r in f.rows.items()}
+
+
+async def _run_score(env: Env, req: RequestState, node: NodeSpec, inputs: Inputs, cap_s: float) -> object:
+    f = _one(inputs, ItemFeatures)
+    assert isinstance(f, ItemFeatures)  # guaranteed by validation
+    if req.skip_scoring:
+        raise InferenceSkipped("the caller presumes inference cold")
+    ids = [i for i, _ in f.pool]
+    matrix = build_matrix(f.user, [(i, f.rows.get(i, {})) for i in ids])
+    # Levels 1-3 ask inference for its cheaper model variants (policy.py).
+    variant = min(req.level, SKIP_FINE_RANKING - 1)
+    scored = await env.inference.score(
+        f.feature_version, list(COLUMNS), matrix.ravel().tolist(), level=variant, cap_s=cap_s
+    )
+    req.suggested_level = scored.suggested_level
+    trace.get_current_span().set_attribute("recmesh.inference_served_level", scored.level)
+    items = top_n(ids, scored.scores, len(ids)) + [(i, 0.0) for i, _ in f.rest]
+    return Ordered(items, scored.model_version, f.feature_version, _categories(f))
+
+
+def _neutral_score(env: Env, req: RequestState, node: NodeSpec, inputs: Inputs) -> object:
+    f = _one(inputs, ItemFeatures)
+    assert isinstance(f, ItemFeatures)
+    return Ordered(f.pool + f.rest, UNSCORED_MODEL, f.feature_version, _categories(f))
+
+
+async def _run_diversify(env: Env, req: RequestState, node: NodeSpec, inputs: Inputs, cap_s: float) -> object:
+    o = _one(inputs, Ordered)
+    assert isinstance(o, Ordered)
+    items = cap_per_category(o.items, o.categories, env.settings.max_per_category, req.count)
+    return Ordered(items, o.model_version, o.feature_version, o.categories)
+
+
+def _neutral_diversify(env: Env, req: RequestState, node: NodeSpec, inputs: Inputs) -> object:
+    o = _one(inputs, Ordered)
+    assert isinstance(o, Ordered)
+    return Ordered(o.items[: req.count], o.model_version, o.feature_version, o.categories)
+
+
+def _no_neutral(env: Env, req: RequestState, node: NodeSpec, inputs: Inputs) -> object:
+    raise Unavailable(f"node '{node.name}' ({node.kind}) has no fallback")
+
+
+def _kinds() -> dict[str, Kind]:
+    kinds = {
+        "user_features": Kind(KindSpec("user"), _run_user, _neutral_user, "user_features_unavailable"),
+        "fuse": Kind(
+            KindSpec("candidates", requires=("recall",), accepts=("recall",), many=("recall",)),
+            _run_fuse, _no_neutral, "fuse_failed",
+        ),
+        "filter_seen": Kind(
+            KindSpec("candidates", requires=("candidates",), accepts=("candidates", "user")),
+            _run_filter, _passthrough, "filter_failed",
+        ),
+        "item_features": Kind(
+            KindSpec("features", requires=("candidates",), accepts=("candidates", "user")),
+            _run_features, _neutral_features, "features_unavailable",
+        ),
+        "score": Kind(
+            KindSpec("scored", requires=("features",), accepts=("features",)),
+            _run_score, _neutral_score, "scoring_unavailable",
+        ),
+        "diversify": Kind(
+            KindSpec("final", requires=("scored",), accepts=("scored",)),
+            _run_diversify, _neutral_diversify, "diversify_failed",
+        ),
+    }  # fmt: skip
+    for source in ("popular", "covisit", "category", "semantic"):
+        run, neutral = _recall_kind(source)
+        needs = () if source == "popular" else ("user",)
+        kinds[f"recall.{source}"] = Kind(
+            KindSpec("recall", requires=needs, accepts=("user",)),
+            run,
+            neutral,
+            "recall:{node}_unavailable",
+        )
+    return kinds
+
+
+KINDS: dict[str, Kind] = _kinds()
+KIND_SPECS: dict[str, KindSpec] = {name: k.spec for name, k in KINDS.items()}
+# What the final node may produce, and how the answer is read from it.
+FINAL_TYPES = ("final", "scored")
+
+
+def is_inference_skip(err: Exception) -> bool:
+    return isinstance(err, InferenceSkipped)
+
+
+__all__ = ["KINDS", "KIND_SPECS", "Env", "RecmeshError", "RequestState"]

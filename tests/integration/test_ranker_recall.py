@@ -1,0 +1,164 @@
+"""The full ranker over real gRPC, with real Redis: several recall sources
+contribute, the seen items are filtered, the diversity cap holds.
+
+Item vectors: until the embedding step's real title embeddings are on main, the
+test writes vectors built from the demo catalog (one random direction per
+category plus noise) with `save_item_vectors`; the ranker reads them the way it
+reads the real ones, through a real faiss HNSW index.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+
+from recmesh.clients import RankerClient
+from recmesh.demo.generate import CATEGORIES, make_catalog
+from recmesh.events import Event
+from recmesh.resilience import request_scope
+from recmesh.settings import RankerSettings
+from recmesh.vectors import save_item_vectors
+from services.feature.recall_store import RecallStore
+from services.ranker.pipeline import build_pipeline
+from services.ranker.server import build_server as build_ranker
+from tests.helpers import free_port
+from tests.integration.conftest import Mesh
+
+CATALOG = make_catalog()
+CATEGORY = {i["item_id"]: i["category"] for i in CATALOG.items}
+
+
+def _write_category_vectors(model_dir: Path) -> None:
+    rng = np.random.default_rng(3)
+    centres = {c: rng.normal(size=32) for c in CATEGORIES}
+    rows = np.stack([centres[i["category"]] + 0.35 * rng.normal(size=32) for i in CATALOG.items])
+    save_item_vectors(model_dir, CATALOG.item_ids, rows.astype(np.float32), {"model": "test-category-dirs"})
+
+
+async def test_rank_fuses_several_sources_and_caps_categories(mesh: Mesh, tmp_path: Path) -> None:
+    _write_category_vectors(tmp_path)
+    tech = [i for i in CATALOG.item_ids if CATEGORY[i] == "tech"][:6]
+    now = int(time.time() * 1000)
+    events = [
+        # Another user co-visits the tech items: co-visitation neighbours.
+        *(Event(event_id=f"rr-o{n}", user_id="u1999", item_id=iid, behavior="view",
+                event_time=now - 60_000 + n * 1000) for n, iid in enumerate(tech)),
+        # Our user viewed and clicked three of them minutes ago.
+        *(Event(event_id=f"rr-u{n}", user_id="u1998", item_id=iid, behavior="click",
+                event_time=now - 30_000 + n * 1000) for n, iid in enumerate(tech[:3])),
+    ]  # fmt: skip
+    await mesh.store.apply_events(events)
+    await RecallStore(mesh.store.client).apply_covisitation(events)
+
+    settings = RankerSettings(ranker_port=free_port(), model_dir=tmp_path, max_per_category=3)
+    ranker = build_ranker(settings, build_pipeline(settings, mesh.feature_client, mesh.inference_client))
+    await ranker.start()
+    await ranker.set_serving()
+    client = RankerClient(ranker.address, "test")
+    try:
+        with request_scope("B", 0.85):
+            resp = await client.rank("u1998", 10, {}, now)
+    finally:
+        await client.close()
+        await ranker.stop(0.1)
+
+    assert resp.degraded == [] and resp.model_version.startswith("ctr-")
+    counts = dict(resp.recall_counts)
+    assert {k for k, v in counts.items() if v > 0} == {"popular", "covisit", "category", "semantic"}, counts
+    assert 0.0 < resp.sigma <= 1.0, "a coherent tech intent gives the semantic source confidence"
+    ids = [i.item_id for i in resp.items]
+    assert len(ids) == 10 == len(set(ids))
+    assert not set(ids) & set(tech[:3]), "items the user just saw are filtered"
+    per_category = Counter(CATEGORY[i] for i in ids)
+    assert max(per_category.values()) <= 3, per_category
+
+
+async def test_without_vectors_the_semantic_source_is_absent(mesh: Mesh) -> None:
+    with request_scope("B", 0.85):
+        resp = await mesh.ranker_client.rank("u1998", 10, {}, 0)
+    assert resp.sigma == 0.0
+    assert dict(resp.recall_counts).get("semantic", 0) == 0
+    assert dict(resp.recall_counts)["popular"] > 0 and dict(resp.recall_counts)["category"] > 0
+
+
+CUSTOM_GRAPH = """
+description = "popularity and category affinity only; scoring is dropped from ladder level 1"
+[[node]]
+name = "me"
+kind = "user_features"
+resource = "io"
+budget_share = 0.1
+skippable = true
+[[node]]
+name = "popular"
+kind = "recall.popular"
+budget_share = 0.2
+[[node]]
+name = "category"
+kind = "recall.category"
+budget_share = 0.2
+skippable = true
+inputs = ["me"]
+[[node]]
+name = "fuse"
+kind = "fuse"
+budget_share = 0.05
+inputs = ["popular", "category"]
+[[node]]
+name = "features"
+kind = "item_features"
+budget_share = 0.3
+skippable = true
+inputs = ["fuse", "me"]
+[[node]]
+name = "score"
+kind = "score"
+resource = "gpu"
+budget_share = 0.3
+skippable = true
+skip_at_level = 1
+inputs = ["features"]
+"""
+
+
+async def test_a_graph_from_a_file_changes_the_pipeline_without_code(mesh: Mesh, tmp_path: Path) -> None:
+    path = tmp_path / "graph.toml"
+    path.write_text(CUSTOM_GRAPH)
+    settings = RankerSettings(ranker_port=free_port(), model_dir=tmp_path, pipeline_graph=path)
+    ranker = build_ranker(settings, build_pipeline(settings, mesh.feature_client, mesh.inference_client))
+    await ranker.start()
+    await ranker.set_serving()
+    client = RankerClient(ranker.address, "test")
+    try:
+        with request_scope("A", 0.3):
+            full = await client.rank("u1998", 10, {}, 0)
+        with request_scope("A", 0.07):  # under 30% of class A's budget: ladder level 1
+            tight = await client.rank("u1998", 10, {}, 0)
+    finally:
+        await client.close()
+        await ranker.stop(0.1)
+    assert set(full.recall_counts) == {"popular", "category"}
+    assert full.model_version.startswith("ctr-") and full.degraded == []
+    assert "ladder:L1_feature_sampling" in tight.degraded and "skipped:score" in tight.degraded
+    assert tight.model_version == "recall" and len(tight.items) == 10
+
+
+async def test_a_bad_graph_stops_the_ranker_at_start(tmp_path: Path) -> None:
+    path = tmp_path / "graph.toml"
+    path.write_text(CUSTOM_GRAPH.replace('inputs = ["popular", "category"]', 'inputs = ["popular", "nope"]'))
+    env = dict(os.environ, RECMESH_RANKER_PIPELINE=str(path), RANKER_PORT=str(free_port()),
+               RANKER_METRICS_PORT=str(free_port()), RECMESH_MODEL_DIR=str(tmp_path))  # fmt: skip
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "services.ranker", env=env,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    _, err = await asyncio.wait_for(proc.communicate(), 30)
+    assert proc.returncode == 1
+    message = err.decode()
+    assert "bad ranking graph" in message and "node 'fuse' reads nope, which no node produces" in message

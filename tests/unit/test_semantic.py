@@ -1,0 +1,79 @@
+"""The ANN index (a real faiss HNSW index) over synthetic vectors.
+
+The vectors here are built from the demo catalog's categories (one direction
+per category plus noise), standing in for the text embeddings of item titles
+that the embedding step writes; the index does not care where they come from.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import numpy as np
+
+from recmesh.vectors import save_item_vectors
+from services.ranker.semantic import IndexHolder
+
+
+def _write(model_dir: Path, n_per_cat: int = 100, cats: int = 6, noise: float = 0.3, seed: int = 0) -> None:
+    rng = np.random.default_rng(seed)
+    centres = rng.normal(size=(cats, 32))
+    rows = [centres[c] + noise * rng.normal(size=32) for c in range(cats) for _ in range(n_per_cat)]
+    ids = [f"c{c}-{n}" for c in range(cats) for n in range(n_per_cat)]
+    save_item_vectors(model_dir, ids, np.asarray(rows, dtype=np.float32), {"model": "test-synthetic"})
+
+
+def test_no_vectors_no_index(tmp_path: Path) -> None:
+    holder = IndexHolder(tmp_path)
+    assert holder.refresh() is False
+    assert holder.index is None
+
+
+def test_neighbours_of_an_intent_come_from_its_category(tmp_path: Path) -> None:
+    _write(tmp_path)
+    holder = IndexHolder(tmp_path)
+    assert holder.refresh() is True
+    index = holder.index
+    assert index is not None and len(index) == 600
+    intent = index.intent(["c2-0", "c2-1", "unknown-item"])
+    assert intent is not None and 0.8 < intent.coherence <= 1.0
+    hits = index.search(intent.vector, 50)
+    assert len(hits) == 50
+    assert sum(i.startswith("c2-") for i, _ in hits) >= 48
+    sims = [s for _, s in hits]
+    assert sims == sorted(sims, reverse=True)
+
+
+def test_mixed_intent_is_less_coherent(tmp_path: Path) -> None:
+    _write(tmp_path)
+    holder = IndexHolder(tmp_path)
+    holder.refresh()
+    assert holder.index is not None
+    mixed = holder.index.intent(["c0-0", "c1-0", "c2-0", "c3-0"])
+    same = holder.index.intent(["c0-0", "c0-1", "c0-2", "c0-3"])
+    assert mixed is not None and same is not None and mixed.coherence < same.coherence
+    assert holder.index.intent(["nope"]) is None
+
+
+def test_index_is_rebuilt_when_the_vectors_change(tmp_path: Path) -> None:
+    _write(tmp_path, n_per_cat=10)
+    holder = IndexHolder(tmp_path)
+    holder.refresh()
+    assert holder.refresh() is False, "unchanged on disk"
+    _write(tmp_path, n_per_cat=20, seed=1)
+    assert holder.refresh() is True
+    assert holder.index is not None and len(holder.index) == 120
+
+
+async def test_new_vectors_are_picked_up_in_the_background(tmp_path: Path) -> None:
+    holder = IndexHolder(tmp_path, check_every_s=0.0)
+    holder.refresh_in_background()
+    assert holder.index is None
+    _write(tmp_path, n_per_cat=10)
+    holder.refresh_in_background()
+    for _ in range(200):
+        if holder.index is not None:
+            break
+        await asyncio.sleep(0.01)
+    assert holder.index is not None and len(holder.index) == 60
