@@ -7,3 +7,13 @@ the generated gRPC code (`recmesh.v1`). The services themselves live in
 """
 
 __version__ = "0.1.0"
+
+import os as _os
+
+# NumPy's BLAS threads spin and fight the event loops for the same few cores:
+# training took 37 s of CPU with them against 10 s without on the 2-core box,
+# and the thread count can change float results (and so the model version
+# hash). One thread per process unless the user says otherwise; this runs
+# before any recmesh module imports NumPy.
+for _var in ("OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    _os.environ.setdefault(_var, "1")

@@ -26,10 +26,12 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from recmesh.demo.generate import make_catalog, offline_rows
 from recmesh.embedded import ManagedProcess
 from recmesh.embedding.export import EMBEDDER_DIR
+from recmesh.redis_client import connect
+from services.feature.store import FeatureStore
 from tests.helpers import free_port, poll_until
-from tests.integration.conftest import Mesh
 
 ROOT = Path(__file__).resolve().parents[2]
 RUN_S = 6
@@ -42,10 +44,19 @@ KEYS = '{"demo-interactive": {"tenant": "demo", "max_class": "A", "trusted_conte
 
 @pytest.fixture
 async def gateway_url(
-    mesh: Mesh, redis_url: str, kafka_bootstrap: str, model_dir: Path, embed_model_dir: Path, tmp_path: Path
+    redis_url: str, kafka_bootstrap: str, model_dir: Path, embed_model_dir: Path, tmp_path: Path
 ) -> AsyncIterator[str]:
-    """Feature, inference, ranker and gateway as their own processes, as deployed
-    (`mesh` has loaded the offline features into this Redis)."""
+    """Feature, inference, ranker and gateway as their own processes, as deployed,
+    on a Redis database of their own (2) that no other test flushes."""
+    redis_url = redis_url.rsplit("/", 1)[0] + "/2"
+    client = connect(redis_url, 4)
+    try:
+        await client.flushdb()
+        store = FeatureStore(client)
+        await store.prepare()
+        await store.load_offline(*offline_rows(make_catalog()))
+    finally:
+        await client.aclose()
     own = tmp_path / "models"
     # The CTR model only: another test's `recmesh up` may have added text models to model_dir.
     shutil.copytree(model_dir, own, ignore=shutil.ignore_patterns(EMBEDDER_DIR, "*item_vectors*"))

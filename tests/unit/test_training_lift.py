@@ -7,11 +7,15 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
+import pytest
+
 from recmesh.training.train import TrainConfig, train
 
 CFG = TrainConfig()  # the default demo size: smaller samples make the lift noisy
 
 
+# Two full demo trainings: about 20 s on a quiet 2-core box, several times that on a busy one.
+@pytest.mark.timeout(600)
 def test_shuffling_event_times_destroys_the_realtime_lift(tmp_path: Path) -> None:
     real = train(CFG, tmp_path / "real", progress=lambda _: None)["metrics"]
     shuffled = train(replace(CFG, shuffle_times=True), tmp_path / "shuffled", progress=lambda _: None)[
