@@ -52,8 +52,11 @@ def _lower_priority(nice: int) -> None:
 
 
 def admit(waiting: int, running: int, limits: LaneLimits) -> bool:
-    """A request may enter when a slot is free or the wait queue has room."""
-    return running < limits.concurrency or waiting < limits.max_queue
+    """A request may enter while running + waiting is under slots + queue room.
+    Counting both together matters: admitted requests sit in `waiting` until
+    the event loop hands them a slot, and `running < concurrency` alone would
+    let a burst arriving in one loop turn past the queue bound."""
+    return waiting + running < limits.concurrency + limits.max_queue
 
 
 class Lane:

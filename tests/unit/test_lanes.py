@@ -17,6 +17,9 @@ def test_admit_counts_free_slots_then_queue_room() -> None:
     assert admit(0, 1, limits)
     assert admit(0, 2, limits)  # slots full, queue has room
     assert not admit(1, 2, limits)
+    # A burst in one loop turn: nothing runs yet, but the waiters already fill slots and queue.
+    assert admit(2, 0, limits)
+    assert not admit(3, 0, limits)
 
 
 async def test_full_lane_sheds_at_once_and_deadline_in_queue_is_refused() -> None:
