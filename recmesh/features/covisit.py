@@ -7,14 +7,15 @@ COVISIT_PREVIOUS of them) and adds 1 to the pair's count in both directions.
 
 Counting is idempotent under redelivery: an event is counted only when adding
 its id to the user's `covisit_marks` set actually added it (ZADD returned 1).
-The marks live in the user's slot and the counts in each item's slot, so the
-two writes are separate round trips (as they must be on a Redis Cluster); a
-crash between them loses that event's pairs rather than counting them twice.
+On a single Redis the marks and the counts are written by one script call per
+batch. On a Redis Cluster the marks live in the user's slot and the counts in
+each item's slot, so the two writes are separate round trips; a crash between
+them loses that event's pairs rather than counting them twice.
 
 Counts per item are bounded: trimmed to the COVISIT_MAX_PER_ITEM strongest
 neighbours at most once a minute per key, and expire COVISIT_TTL_S after the
 item's last co-visit. These functions are pure; the Redis I/O is in
-services/feature/store.py.
+services/feature/store.py and services/feature/recall_store.py.
 """
 
 from __future__ import annotations
