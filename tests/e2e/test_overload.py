@@ -20,14 +20,16 @@ from recmesh.up import DEMO_API_KEY
 from tests.e2e.test_up import PORT_VARS
 from tests.helpers import free_port, poll_until
 
-# Timing-sensitive: it needs the two cores to itself. On the shared development
-# box (six helpers, load average ~9) class A's goodput measured 49-63% here, so
-# it runs only when asked: `make overload` (RECMESH_OVERLOAD_TEST=1).
+# Timing-sensitive: it needs the two cores to itself. Alone on the 2-core box
+# class A kept 100% goodput (p99 206-263 ms) in three runs while C was 67-83%
+# shed; with other heavy work on the same cores it fell to 49-73%. It runs in
+# the suite (which runs tests one at a time); RECMESH_OVERLOAD_TEST=0 skips it
+# on a machine that is busy with other work, `make overload` runs it alone.
 pytestmark = [
     pytest.mark.e2e,
     pytest.mark.skipif(
-        os.environ.get("RECMESH_OVERLOAD_TEST") != "1",
-        reason="timing-sensitive overload test: run on a quiet machine with `make overload`",
+        os.environ.get("RECMESH_OVERLOAD_TEST") == "0",
+        reason="RECMESH_OVERLOAD_TEST=0: timing-sensitive overload test skipped on a busy machine",
     ),
 ]
 
