@@ -20,6 +20,10 @@ from __future__ import annotations
 from pathlib import Path
 
 MODEL_NAME = "ctr"
+# The sentence encoder: MODEL_DIR/embedder/{encoder.onnx, tokenizer.json, card.json}
+# (written by recmesh.embedding.export, read by recmesh.embedding.encoder).
+EMBEDDER_DIR = "embedder"
+ENCODER_FILE = "encoder.onnx"
 LEVELS = (0, 1, 2, 3)
 
 

@@ -161,7 +161,8 @@ class Mesh:
 
     def ensure_embedder(self) -> None:
         """The ONNX sentence encoder the inference service serves Embed with (~2 s, once)."""
-        from recmesh.embedding.export import EMBEDDER_DIR, export
+        from recmesh.embedding.export import export
+        from recmesh.modeldir import EMBEDDER_DIR
 
         if not (self.model_dir / EMBEDDER_DIR / "encoder.onnx").exists():
             say("exporting the all-MiniLM-L6-v2 sentence encoder to ONNX (packaged weights, once) ...")

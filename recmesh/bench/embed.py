@@ -14,7 +14,8 @@ from typing import Any
 
 from recmesh.bench.common import emit, percentile
 from recmesh.embedding.encoder import TextEncoder
-from recmesh.embedding.export import EMBEDDER_DIR, export
+from recmesh.embedding.export import export
+from recmesh.modeldir import EMBEDDER_DIR
 
 
 def _texts(n: int) -> list[str]:

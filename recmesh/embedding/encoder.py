@@ -13,7 +13,8 @@ import numpy.typing as npt
 import onnxruntime as ort
 from tokenizers import Tokenizer
 
-from recmesh.embedding.export import EMBEDDER_DIR, ONNX_FILE
+from recmesh.modeldir import EMBEDDER_DIR
+from recmesh.modeldir import ENCODER_FILE as ONNX_FILE
 
 
 @dataclass(frozen=True)

@@ -34,9 +34,9 @@ from recmesh.embedding.weights import (
     read_config,
     read_safetensors,
 )
+from recmesh.modeldir import EMBEDDER_DIR
+from recmesh.modeldir import ENCODER_FILE as ONNX_FILE
 
-EMBEDDER_DIR = "embedder"
-ONNX_FILE = "encoder.onnx"
 OPSET = 18
 
 

@@ -16,7 +16,7 @@ import numpy.typing as npt
 import structlog
 
 from recmesh.embedding.encoder import TextEncoder
-from recmesh.embedding.export import EMBEDDER_DIR
+from recmesh.modeldir import EMBEDDER_DIR
 from recmesh.settings import InferenceSettings
 
 _log = structlog.get_logger("recmesh.inference")

@@ -28,7 +28,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from recmesh.demo.generate import make_catalog, offline_rows
 from recmesh.embedded import ManagedProcess
-from recmesh.embedding.export import EMBEDDER_DIR
+from recmesh.modeldir import EMBEDDER_DIR
 from recmesh.redis_client import connect
 from services.feature.store import FeatureStore
 from tests.helpers import free_port, poll_until

@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 
 from recmesh.embedding.encoder import TextEncoder
-from recmesh.embedding.export import EMBEDDER_DIR
 from recmesh.embedding.weights import packaged_model_dir, read_config, read_safetensors
+from recmesh.modeldir import EMBEDDER_DIR
 
 REFERENCE = json.loads((Path(__file__).parent.parent / "data" / "minilm_reference.json").read_text())
 
