@@ -83,15 +83,32 @@ def contributions(fused: Sequence[Fused]) -> dict[str, int]:
 # --- category affinity --------------------------------------------------------
 
 
+# A real-time feature at or above this freshness (2^(-age/tau)) is trusted in full;
+# below it, its weight falls linearly to 0 (a 10-minute count whose newest click
+# is several tau old says less about the user's current intent).
+FRESHNESS_TRUST_THRESHOLD = 0.5
+
+
+def realtime_trust(freshness: float, threshold: float = FRESHNESS_TRUST_THRESHOLD) -> float:
+    """Weight in [0, 1] of a real-time signal with this freshness score."""
+    if freshness >= threshold:
+        return 1.0
+    return max(0.0, freshness) / threshold
+
+
 def category_affinity(
-    category_clicks: Mapping[str, int], interest_tags: Sequence[str], limit: int
+    category_clicks: Mapping[str, int],
+    interest_tags: Sequence[str],
+    limit: int,
+    realtime_weight: float = 1.0,
 ) -> list[tuple[str, float]]:
     """The user's categories, strongest first: real-time clicks in the last 10
-    minutes plus INTEREST_TAG_CLICKS for each declared interest. Ties by name."""
+    minutes (times `realtime_weight`, from their freshness) plus
+    INTEREST_TAG_CLICKS for each declared interest. Ties by name."""
     weight: dict[str, float] = {}
     for cat, clicks in category_clicks.items():
-        if clicks > 0 and cat:
-            weight[cat] = weight.get(cat, 0.0) + float(clicks)
+        if clicks > 0 and cat and realtime_weight > 0:
+            weight[cat] = weight.get(cat, 0.0) + float(clicks) * realtime_weight
     for cat in interest_tags:
         if cat:
             weight[cat] = weight.get(cat, 0.0) + INTEREST_TAG_CLICKS

@@ -21,7 +21,13 @@ from recmesh.cache import TtlCache
 from recmesh.clients import FeatureClient, InferenceClient
 from recmesh.errors import RecmeshError
 from recmesh.features.definitions import FeatureValue
-from services.ranker.fusion import Role, affinity_candidates, category_affinity, semantic_sigma
+from services.ranker.fusion import (
+    Role,
+    affinity_candidates,
+    category_affinity,
+    realtime_trust,
+    semantic_sigma,
+)
 from services.ranker.semantic import IndexHolder
 
 # Recall lists change slowly; a few seconds of staleness is invisible.
@@ -40,6 +46,7 @@ class RecallContext:
     context: Mapping[str, str]
     limit: int
     cap_s: float
+    user_freshness: Mapping[str, float] = field(default_factory=dict)
 
 
 @dataclass
@@ -119,10 +126,13 @@ class CategorySource:
     async def fetch(self, ctx: RecallContext) -> Recalled:
         clicks = ctx.user.get("category_clicks_10m", {})
         tags = ctx.user.get("interest_tags", [])
+        # Real-time clicks count by how fresh they are (issue #8's freshness scores).
+        trust = realtime_trust(ctx.user_freshness.get("category_clicks_10m", 1.0))
         affinity = category_affinity(
             clicks if isinstance(clicks, dict) else {},
             [str(t) for t in tags] if isinstance(tags, list) else [],
             self._n,
+            realtime_weight=trust,
         )
         per_cat: dict[str, list[tuple[str, float]]] = {}
         missing: list[str] = []

@@ -58,6 +58,8 @@ class RequestState:
 @dataclass(frozen=True)
 class UserOut:
     values: dict[str, FeatureValue]
+    # Freshness score 2^(-age/tau) per real-time feature, as the feature service served it.
+    freshness: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -122,6 +124,11 @@ def _user(inputs: Inputs) -> dict[str, FeatureValue]:
     return u.values if isinstance(u, UserOut) else {}
 
 
+def _user_freshness(inputs: Inputs) -> dict[str, float]:
+    u = _one(inputs, UserOut)
+    return u.freshness if isinstance(u, UserOut) else {}
+
+
 def _candidates(inputs: Inputs) -> list[Fused]:
     c = _one(inputs, Candidates)
     return c.items if isinstance(c, Candidates) else []
@@ -132,7 +139,8 @@ def _candidates(inputs: Inputs) -> list[Fused]:
 
 async def _run_user(env: Env, req: RequestState, node: NodeSpec, inputs: Inputs, cap_s: float) -> object:
     resp = await env.features.get_features(req.user_id, [], req.as_of_ms, cap_s=cap_s)
-    return UserOut(row_values(resp.user))
+    fresh = {name: fv.freshness for name, fv in resp.user.features.items()}
+    return UserOut(row_values(resp.user), fresh)
 
 
 def _neutral_user(env: Env, req: RequestState, node: NodeSpec, inputs: Inputs) -> object:
@@ -148,7 +156,7 @@ def _recall_kind(source: str) -> tuple[Run, Neutral]:
         limit = env.settings.recall_per_source
         if source == "popular":
             limit = max(limit, env.settings.candidates)
-        ctx = RecallContext(req.user_id, _user(inputs), req.context, limit, cap_s)
+        ctx = RecallContext(req.user_id, _user(inputs), req.context, limit, cap_s, _user_freshness(inputs))
         got = await src.fetch(ctx)
         if got.stale:
             req.degraded.append("candidates_stale" if source == "popular" else f"recall:{node.name}_stale")

@@ -12,6 +12,7 @@ from services.ranker.fusion import (
     drop_items,
     fuse,
     rank_score,
+    realtime_trust,
     role_weights,
     semantic_sigma,
 )
@@ -98,3 +99,19 @@ def test_diversity_fills_from_skipped_items_rather_than_answering_short() -> Non
 def test_diversity_does_not_cap_unknown_categories() -> None:
     ranked = [("x", 0.9), ("y", 0.8), ("z", 0.7)]
     assert cap_per_category(ranked, {}, 1, 3) == ranked
+
+
+def test_realtime_trust_is_full_above_the_threshold_and_falls_linearly_below() -> None:
+    assert realtime_trust(1.0) == realtime_trust(0.5) == 1.0
+    assert realtime_trust(0.25) == 0.5
+    assert realtime_trust(0.0) == realtime_trust(-1.0) == 0.0
+
+
+def test_stale_realtime_clicks_count_less_than_declared_interests() -> None:
+    clicks, tags = {"tech": 3}, ["news"]
+    fresh = category_affinity(clicks, tags, 2, realtime_weight=realtime_trust(0.9))
+    stale = category_affinity(clicks, tags, 2, realtime_weight=realtime_trust(0.05))
+    assert fresh[0][0] == "tech"
+    assert stale[0][0] == "news", "a click burst several tau old no longer outranks the profile"
+    gone = category_affinity(clicks, tags, 2, realtime_weight=0.0)
+    assert [c for c, _ in gone] == ["news"]
