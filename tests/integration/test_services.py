@@ -76,8 +76,12 @@ async def test_score_checks_the_schema(mesh: Mesh) -> None:
 
 
 async def test_rank_returns_scored_items_in_order(mesh: Mesh) -> None:
-    with request_scope("A", 1.0):
-        resp = await mesh.ranker_client.rank("u42", 10, {}, int(time.time() * 1000))
+    # The first request of fresh processes pays one-time costs (script loads, empty
+    # item caches) and may step down the ladder on a busy machine; the order of a
+    # full ranking is what this test checks, so it looks at the second.
+    for _ in range(2):
+        with request_scope("A", 1.0):
+            resp = await mesh.ranker_client.rank("u42", 10, {}, int(time.time() * 1000))
     assert len(resp.items) == 10
     scores = [i.score for i in resp.items]
     assert scores == sorted(scores, reverse=True)
