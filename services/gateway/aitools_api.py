@@ -7,7 +7,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Header, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
 
-from recmesh.slo import TOKEN_BUDGET_HEADER, parse_token_budget
+from recmesh.slo import TOKEN_BUDGET_HEADER, ClassDecision, parse_token_budget
 from services.gateway.aitools import AiTools
 from services.gateway.recommend import ClassPolicy
 
@@ -55,6 +55,17 @@ class ActionOut(BaseModel):
     degraded: list[str]
 
 
+def _caller(request: Request, policy: ClassPolicy) -> tuple[ClassDecision, str, int | None]:
+    """The granted class, the tenant and the token budget of a tool call. The
+    class is stamped on the request first as "invalid", so a refused header is
+    still labelled in the latency metric."""
+    request.state.slo_class = "invalid"
+    decision = policy.decide(request.headers)
+    request.state.slo_class = decision.slo.name
+    tenant = policy.entitlement(request.headers).tenant
+    return decision, tenant, parse_token_budget(request.headers.get(TOKEN_BUDGET_HEADER))
+
+
 def build_router(tools: AiTools, policy: ClassPolicy) -> APIRouter:
     router = APIRouter(prefix="/v2/ai-tool", tags=["ai-tool"])
     budget_doc = "LLM token budget; tokens used are counted per caller"
@@ -67,11 +78,7 @@ def build_router(tools: AiTools, policy: ClassPolicy) -> APIRouter:
         x_slo_class: Annotated[str | None, Header(description="SLO class: A, B or C")] = None,
         x_llm_token_budget: Annotated[str | None, Header(description=budget_doc)] = None,
     ) -> SummarizeOut:
-        request.state.slo_class = "invalid"
-        decision = policy.decide(request.headers)
-        request.state.slo_class = decision.slo.name
-        tenant = policy.entitlement(request.headers).tenant
-        budget = parse_token_budget(request.headers.get(TOKEN_BUDGET_HEADER))
+        decision, tenant, budget = _caller(request, policy)
         out = await tools.summarize(body.text, body.max_sentences, decision.slo, tenant, budget)
         response.headers["x-slo-class"] = decision.slo.name
         return SummarizeOut(
@@ -88,11 +95,7 @@ def build_router(tools: AiTools, policy: ClassPolicy) -> APIRouter:
         x_slo_class: Annotated[str | None, Header(description="SLO class: A, B or C")] = None,
         x_llm_token_budget: Annotated[str | None, Header(description=budget_doc)] = None,
     ) -> ActionOut:
-        request.state.slo_class = "invalid"
-        decision = policy.decide(request.headers)
-        request.state.slo_class = decision.slo.name
-        tenant = policy.entitlement(request.headers).tenant
-        budget = parse_token_budget(request.headers.get(TOKEN_BUDGET_HEADER))
+        decision, tenant, budget = _caller(request, policy)
         out = await tools.action(
             body.intent, body.constraints, body.output_schema, body.context, decision.slo, tenant, budget
         )
