@@ -25,7 +25,8 @@ from collections.abc import Sequence
 
 import structlog
 from prometheus_client import Gauge
-from redis.exceptions import RedisError
+from redis.asyncio.cluster import RedisCluster
+from redis.exceptions import NoScriptError, RedisError
 
 from recmesh.features import keys
 from recmesh.redis_client import AnyRedis
@@ -87,6 +88,30 @@ def observe_caught_up() -> None:
     PROCESSING_DELAY.set(0.0)
 
 
+# One SCAN step on a single Redis, counted server-side: the families' key
+# patterns come as ARGV (prefix, suffix pairs), the reply is the next cursor and
+# (keys, events) per family. Decoding and ZCARDing every key in the ingest
+# process halved its throughput (8.1k vs 14.4k events/s in bench features).
+_SCAN_LUA = r"""
+local reply = redis.call('SCAN', ARGV[1], 'COUNT', ARGV[2])
+local out = {reply[1]}
+local n = (#ARGV - 2) / 2
+for f = 1, n do out[2 * f] = 0; out[2 * f + 1] = 0 end
+for _, key in ipairs(reply[2]) do
+  for f = 1, n do
+    local prefix, suffix = ARGV[1 + 2 * f], ARGV[2 + 2 * f]
+    if string.sub(key, 1, #prefix) == prefix and string.sub(key, -#suffix) == suffix then
+      local card = redis.call('ZCARD', key)
+      if card > 0 then out[2 * f] = out[2 * f] + 1 end
+      out[2 * f + 1] = out[2 * f + 1] + card
+      break
+    end
+  end
+end
+return out
+"""
+
+
 class StateSizer:
     """Sizes the real-time state per family by scanning the keyspace, paced."""
 
@@ -97,9 +122,12 @@ class StateSizer:
             f: deque(maxlen=history) for f in keys.STATE_FAMILIES
         }
         self.passes = 0
+        self._script_sha: str | None = None
 
     async def measure(self, stop: asyncio.Event | None = None) -> dict[str, tuple[int, int]] | None:
         """One full pass: family -> (keys, events held); None when `stop` cut it short."""
+        if not isinstance(self._redis, RedisCluster):
+            return await self._measure_in_redis(stop)
         sizes = dict.fromkeys(keys.STATE_FAMILIES, (0, 0))
         pending: list[tuple[str, str]] = []
         scanned = 0
@@ -118,6 +146,30 @@ class StateSizer:
                     return None
         await self._count(pending, sizes)
         return sizes
+
+    async def _measure_in_redis(self, stop: asyncio.Event | None) -> dict[str, tuple[int, int]] | None:
+        chunk = 1000
+        families = list(keys.STATE_FAMILIES)
+        patterns = [part for f in families for part in keys.STATE_FAMILIES[f]]
+        sizes = dict.fromkeys(families, (0, 0))
+        cursor = "0"
+        while True:
+            if self._script_sha is None:
+                self._script_sha = await self._redis.script_load(_SCAN_LUA)
+            try:
+                reply = await self._redis.evalsha(self._script_sha, 0, cursor, chunk, *patterns)
+            except NoScriptError:  # the server restarted: load it again
+                self._script_sha = None
+                continue
+            cursor = bytes(reply[0]).decode() if isinstance(reply[0], bytes) else str(reply[0])
+            for n, family in enumerate(families):
+                k, e = sizes[family]
+                sizes[family] = (k + int(reply[1 + 2 * n]), e + int(reply[2 + 2 * n]))
+            if cursor == "0":
+                return sizes
+            await asyncio.sleep(chunk / self._keys_per_s)
+            if stop is not None and stop.is_set():
+                return None
 
     async def _count(self, pending: list[tuple[str, str]], sizes: dict[str, tuple[int, int]]) -> None:
         if not pending:
