@@ -11,6 +11,9 @@
 
 from __future__ import annotations
 
+import bisect
+import collections
+import functools
 import logging
 import os
 import sys
@@ -325,3 +328,19 @@ class RequestInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
                     )
 
         return wrapper
+
+
+def observe_many(histogram: Histogram, amounts: Sequence[float]) -> None:
+    """`histogram.observe(a)` for every amount, in one pass: the same buckets
+    and sum, without a per-value call (the ingest consumer observes two values
+    per event; one by one that was ~10 % of its CPU). Relies on
+    prometheus_client's bucket layout; tests/unit/test_telemetry.py compares it
+    with `observe`. Amounts must not be NaN."""
+    if not amounts:
+        return
+    histogram._raise_if_not_observable()  # type: ignore[no-untyped-call]
+    bounds = histogram._upper_bounds
+    indexes = map(functools.partial(bisect.bisect_left, bounds), amounts)
+    for index, count in collections.Counter(indexes).items():
+        histogram._buckets[index].inc(count)
+    histogram._sum.inc(sum(amounts))

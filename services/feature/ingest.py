@@ -1,7 +1,8 @@
 """The ingest consumer: user_behavior events -> feature state in Redis.
 
 At-least-once with exact effect: a batch is written to Redis (idempotently,
-see store.py) and only then are its offsets committed. Malformed records go to
+see store.py and writer.py) and only then are its offsets committed; the next
+batch is fetched and parsed meanwhile, but written only after that commit. Malformed records go to
 the dead-letter topic with their reason, and their offsets are committed only
 once the dead-letter write is acknowledged. While Redis is down the consumer
 pauses its partitions and retries; it commits nothing until the write succeeds.
@@ -29,10 +30,11 @@ from recmesh.events import Event, parse_event
 from recmesh.features.definitions import STATE_RETENTION_MS
 from recmesh.resilience import retry_until
 from recmesh.settings import IngestSettings
-from recmesh.telemetry import LATENCY_BUCKETS, kafka_consume_span
+from recmesh.telemetry import LATENCY_BUCKETS, kafka_consume_span, observe_many
 from services.feature.drift import StateSizer, observe_batch, observe_caught_up
 from services.feature.recall_store import RecallStore
 from services.feature.store import FeatureStore
+from services.feature.writer import EventWriter
 
 _log = structlog.get_logger("recmesh.feature.ingest")
 
@@ -54,6 +56,7 @@ LATE = Counter(
     "Events older than their partition's watermark minus the allowed lateness.",
     ("outcome",),
 )
+_APPLIED, _DEAD_LETTERED = EVENTS.labels("applied"), EVENTS.labels("dead_lettered")
 _PRODUCED_TO_CONSUMED = STAGE.labels("produced_to_consumed")
 _CONSUMED_TO_APPLIED = STAGE.labels("consumed_to_applied")
 _LATE_APPLIED, _LATE_REFUSED = LATE.labels("applied"), LATE.labels("refused")
@@ -140,7 +143,7 @@ class Ingestor:
         self._on_applied = on_applied
         self._settings = settings
         self._store = store
-        self._recall = RecallStore(store.client)
+        self._writer = EventWriter(store, RecallStore(store.client))
         self._consumer = consumer
         self._producer = producer
         self._marks = Watermarks(settings.allowed_lateness_ms, STATE_RETENTION_MS)
@@ -152,54 +155,74 @@ class Ingestor:
         return self._consumer
 
     async def run(self, stop: asyncio.Event) -> None:
-        while not stop.is_set():
-            batches = await self._consumer.getmany(timeout_ms=200, max_records=self._settings.max_batch)
-            records = [r for recs in batches.values() for r in recs]
-            if records:
-                with kafka_consume_span(records):
-                    await self._process(records, stop)
-            else:
-                observe_caught_up()
-            await self._export_lag()
+        """Consume until `stop`, then finish the batches in hand.
 
-    async def _process(self, records: list[ConsumerRecord], stop: asyncio.Event) -> None:
-        consumed_at = time.time()
-        for rec in records:
-            _PRODUCED_TO_CONSUMED.observe(max(0.0, consumed_at - rec.timestamp / 1000))
-        good, bad = classify(records, int(consumed_at * 1000), self._marks)
-        if bad:
-            await self._dead_letter(bad)
-        if good:
-            await self._apply_with_retry(good, stop)
-            applied_at = time.time()
-            observe_batch(good[-1].event_time, applied_at)  # `good` is sorted by event time
-            _CONSUMED_TO_APPLIED.observe(applied_at - consumed_at)
-            for ev in good:
-                FRESHNESS.observe(max(0.0, applied_at - ev.event_time / 1000))
-            if self._on_applied is not None:
-                self._on_applied(good, applied_at)
-        EVENTS.labels("applied").inc(len(good))
-        EVENTS.labels("dead_lettered").inc(len(bad))
-        self.applied += len(good)
-        offsets: dict[TopicPartition, int] = {}
-        for rec in records:
-            tp = TopicPartition(rec.topic, rec.partition)
-            offsets[tp] = max(offsets.get(tp, 0), rec.offset + 1)
+        Batch N+1 is fetched and parsed while batch N is being written, so this
+        process works on one core while Redis runs the write on the other.
+        Writes and commits still happen strictly in batch order: a batch's task
+        waits for the previous batch's task (its write and commit) before it
+        writes, and at most two batches are in hand.
+        """
+        tasks: list[asyncio.Task[None]] = []
         try:
-            await self._consumer.commit(offsets)
-        except CommitFailedError as err:
-            # Partitions moved during a rebalance; their new owner re-reads them
-            # and the idempotent apply makes that harmless.
-            _log.warning("commit_failed", error=repr(err))
+            while not stop.is_set():
+                batches = await self._consumer.getmany(timeout_ms=200, max_records=self._settings.max_batch)
+                records = [r for recs in batches.values() for r in recs]
+                if records:
+                    previous = tasks[-1] if tasks else None
+                    tasks.append(asyncio.create_task(self._process(records, previous, stop)))
+                    if previous is not None:
+                        await previous
+                        tasks.remove(previous)
+                else:
+                    while tasks:
+                        await tasks.pop(0)
+                    observe_caught_up()
+                await self._export_lag()
+            while tasks:
+                await tasks[0]
+                tasks.pop(0)
+        finally:
+            for task in tasks:  # only after a failure: nothing else is left pending
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
 
-    async def _write(self, events: list[Event]) -> None:
-        """Feature state first, then co-visitation (which reads what the first wrote)."""
-        await self._store.apply_events(events)
-        await self._recall.apply_covisitation(events)
+    async def _process(
+        self, records: list[ConsumerRecord], previous: asyncio.Task[None] | None, stop: asyncio.Event
+    ) -> None:
+        with kafka_consume_span(records):
+            consumed_at = time.time()
+            observe_many(_PRODUCED_TO_CONSUMED, [max(0.0, consumed_at - r.timestamp / 1000) for r in records])
+            good, bad = classify(records, int(consumed_at * 1000), self._marks)
+            offsets: dict[TopicPartition, int] = {}
+            for rec in records:
+                tp = TopicPartition(rec.topic, rec.partition)
+                offsets[tp] = max(offsets.get(tp, 0), rec.offset + 1)
+            if previous is not None:
+                await previous  # the previous batch is written and committed first
+            if bad:
+                await self._dead_letter(bad)
+            if good:
+                await self._apply_with_retry(good, stop)
+                applied_at = time.time()
+                observe_batch(good[-1].event_time, applied_at)  # `good` is sorted by event time
+                _CONSUMED_TO_APPLIED.observe(applied_at - consumed_at)
+                observe_many(FRESHNESS, [max(0.0, applied_at - ev.event_time / 1000) for ev in good])
+                if self._on_applied is not None:
+                    self._on_applied(good, applied_at)
+            _APPLIED.inc(len(good))
+            _DEAD_LETTERED.inc(len(bad))
+            self.applied += len(good)
+            try:
+                await self._consumer.commit(offsets)
+            except CommitFailedError as err:
+                # Partitions moved during a rebalance; their new owner re-reads them
+                # and the idempotent apply makes that harmless.
+                _log.warning("commit_failed", error=repr(err))
 
     async def _apply_with_retry(self, events: list[Event], stop: asyncio.Event) -> None:
         try:
-            await self._write(events)
+            await self._writer.apply(events)
             return
         except (RedisError, OSError) as err:
             _log.warning("store_unavailable_pausing", error=repr(err))
@@ -208,9 +231,11 @@ class Ingestor:
 
         async def attempt() -> None:
             STORE_RETRIES.inc()
-            # A poll on paused partitions fetches nothing but keeps group membership.
+            # A poll on paused partitions fetches nothing but keeps group membership
+            # (partitions assigned meanwhile are paused first: what the poll returns is dropped).
+            self._consumer.pause(*self._consumer.assignment())
             await self._consumer.getmany(timeout_ms=0)
-            await self._write(events)
+            await self._writer.apply(events)
 
         try:
             await retry_until(attempt, "redis write", retry_on=(RedisError, OSError))

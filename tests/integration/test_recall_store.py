@@ -5,7 +5,9 @@ from __future__ import annotations
 import time
 import uuid
 
+import pytest
 import redis.asyncio as redis
+from redis.asyncio.cluster import RedisCluster
 from redis.crc import key_slot
 
 from recmesh.events import Event
@@ -14,15 +16,25 @@ from recmesh.features.covisit import COVISIT_TTL_S, COVISIT_WINDOW_MS
 from recmesh.redis_client import AnyRedis, connect
 from services.feature.recall_store import RecallStore
 from services.feature.store import FeatureStore
+from services.feature.writer import EventWriter
 
 
-async def check_covisitation(client: AnyRedis) -> None:
+async def check_covisitation(client: AnyRedis, path: str) -> None:
+    """`path`: "writer" (the ingest consumer's write: one script on a single Redis,
+    pipelines with marks on a cluster) or "pipelined" (store then recall, marks)."""
     tag = uuid.uuid4().hex[:6]  # the cluster is shared by the session: own ids
 
     def i(n: int) -> str:
         return f"cv{tag}-{n}"
 
     store, recall = FeatureStore(client), RecallStore(client)
+    writer = EventWriter(store, recall)
+
+    async def apply(events: list[Event]) -> int:
+        if path == "writer":
+            return await writer.apply(sorted(events, key=lambda e: e.event_time))
+        await store.apply_events(events)
+        return await recall.apply_covisitation(events)
     await store.load_offline([], [(i(n), {"category": "news", "popularity": 1.0}) for n in range(6)])
     t = int(time.time() * 1000) - 60_000
 
@@ -36,31 +48,33 @@ async def check_covisitation(client: AnyRedis) -> None:
         ev("b3", "ub", i(4), 600, "purchase"),  # not a viewing event: no pairs
         ev("b4", "ub", i(5), 500 + COVISIT_WINDOW_MS + 1),  # outside the window of b1/b2
     ]  # fmt: skip
-    await store.apply_events(batch)
-    assert await recall.apply_covisitation(batch) == 1 + 2 + 1  # a2-a1; a3-a2, a3-a1; b2-b1
+    assert await apply(batch) == 1 + 2 + 1  # a2-a1; a3-a2, a3-a1; b2-b1
     related = dict(await recall.related([i(1)], 10, 10))
     assert related == {i(2): 2.0, i(3): 1.0}
     assert dict(await recall.related([i(3)], 10, 10)) == {i(1): 1.0, i(2): 1.0}
     assert await recall.related([i(5)], 10, 10) == []
 
     # Redelivery of the whole batch (or any part of it) counts nothing again.
-    await store.apply_events(batch)
-    assert await recall.apply_covisitation(batch) == 0
-    assert await recall.apply_covisitation(batch[1:3]) == 0
+    assert await apply(batch) == 0
+    assert await apply(batch[1:3]) == 0
     assert dict(await recall.related([i(1)], 10, 10)) == related
     # Summed over several seeds, seeds themselves left out.
     assert await recall.related([i(1), i(3)], 10, 10) == [(i(2), 3.0)]
 
     ttl = await client.ttl(keys.item_covisits(i(1)))
     assert 0 < ttl <= COVISIT_TTL_S, "co-visitation state expires"
-    assert await client.ttl(keys.user_covisit_marks(f"ua{tag}")) > 0
+    if isinstance(client, RedisCluster) or path == "pipelined":
+        assert await client.ttl(keys.user_covisit_marks(f"ua{tag}")) > 0
+    else:  # the viewed set is the mark
+        assert not await client.exists(keys.user_covisit_marks(f"ua{tag}"))
 
     by_cat = dict(await recall.category_popular(["news", "nope"], 3))
     assert len(by_cat["news"]) == 3 and by_cat["nope"] == []
 
 
-async def test_covisitation_counts_once_per_event(redis_client: redis.Redis) -> None:
-    await check_covisitation(redis_client)
+@pytest.mark.parametrize("path", ["writer", "pipelined"])
+async def test_covisitation_counts_once_per_event(redis_client: redis.Redis, path: str) -> None:
+    await check_covisitation(redis_client, path)
 
 
 async def test_covisitation_on_a_redis_cluster(redis_cluster_url: str) -> None:
@@ -68,6 +82,6 @@ async def test_covisitation_on_a_redis_cluster(redis_cluster_url: str) -> None:
     try:
         # A user's marks and an item's counts live in different slots here.
         assert key_slot(keys.user_covisit_marks("u1").encode()) != key_slot(keys.item_covisits("i1").encode())
-        await check_covisitation(client)
+        await check_covisitation(client, "writer")
     finally:
         await client.aclose()

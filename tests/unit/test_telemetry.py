@@ -1,0 +1,40 @@
+"""observe_many against prometheus_client's own observe."""
+
+from __future__ import annotations
+
+import pytest
+from prometheus_client import CollectorRegistry, Histogram
+
+from recmesh.telemetry import observe_many
+
+BUCKETS = (0.001, 0.01, 0.1, 1.0, 10.0)
+AMOUNTS = [0.0, 0.0005, 0.001, 0.0011, 0.05, 0.1, 0.7, 1.0, 3.0, 10.0, 11.0, 1e9, 0.001]
+
+
+def _samples(hist: Histogram) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for metric in hist.collect()
+        for s in metric.samples
+        if not s.name.endswith("_created")
+    }
+
+
+def test_observe_many_matches_observe_one_by_one() -> None:
+    one = Histogram("one", "h", ("stage",), buckets=BUCKETS, registry=CollectorRegistry())
+    many = Histogram("one", "h", ("stage",), buckets=BUCKETS, registry=CollectorRegistry())
+    for a in AMOUNTS:
+        one.labels("x").observe(a)
+    observe_many(many.labels("x"), AMOUNTS[:5])
+    observe_many(many.labels("x"), AMOUNTS[5:])
+    observe_many(many.labels("x"), [])
+    got, want = _samples(many), _samples(one)
+    assert got.keys() == want.keys()
+    for key, value in want.items():
+        assert got[key] == pytest.approx(value), key
+
+
+def test_observe_many_refuses_a_labelled_parent() -> None:
+    hist = Histogram("p", "h", ("stage",), buckets=BUCKETS, registry=CollectorRegistry())
+    with pytest.raises(ValueError):
+        observe_many(hist, [1.0])
