@@ -70,7 +70,7 @@ for _, f in ipairs(fresh) do
     string.format('(%d', t), string.format('(%d', t - window), 'LIMIT', 0, scan)
   local seen, n = {}, 0
   for _, member in ipairs(viewed) do
-    local other = string.match(member, '([^|]*)$')
+    local other = string.match(member, '^.*|(.*)$') or member
     if other ~= item and not seen[other] then
       seen[other] = true
       n = n + 1
