@@ -16,7 +16,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import structlog
@@ -34,7 +34,7 @@ from recmesh.telemetry import LATENCY_BUCKETS, kafka_consume_span, observe_many
 from services.feature.drift import StateSizer, observe_batch, observe_caught_up
 from services.feature.recall_store import RecallStore
 from services.feature.store import FeatureStore
-from services.feature.writer import EventWriter
+from services.feature.writer import EventWriter, WritePlan
 
 _log = structlog.get_logger("recmesh.feature.ingest")
 
@@ -109,6 +109,7 @@ def classify(
     """Valid events sorted by event time, and the rejected records with reasons."""
     good: list[Event] = []
     bad: list[Rejected] = []
+    late = 0
     for rec in records:
         try:
             event = parse_event(rec.value or b"")
@@ -125,10 +126,19 @@ def classify(
             bad.append(Rejected(rec, "too_late", "older than the partition watermark minus state retention"))
             continue
         if verdict == "late":
-            _LATE_APPLIED.inc()
+            late += 1
         good.append(event)
+    _LATE_APPLIED.inc(late)
     good.sort(key=lambda e: e.event_time)
     return good, bad
+
+
+@dataclass
+class _Batch:
+    """A batch in hand: `written` is set once its Redis write is done (or has failed)."""
+
+    written: asyncio.Event
+    task: asyncio.Task[None] = field(init=False)
 
 
 class Ingestor:
@@ -157,38 +167,45 @@ class Ingestor:
     async def run(self, stop: asyncio.Event) -> None:
         """Consume until `stop`, then finish the batches in hand.
 
-        Batch N+1 is fetched and parsed while batch N is being written, so this
-        process works on one core while Redis runs the write on the other.
-        Writes and commits still happen strictly in batch order: a batch's task
-        waits for the previous batch's task (its write and commit) before it
-        writes, and at most two batches are in hand.
+        Batch N+1 is fetched, parsed and prepared while batch N's write runs in
+        Redis, so this process works on one core while Redis works on the other.
+        Writes and commits still happen in batch order: a batch writes once the
+        previous one is written and commits once the previous one is committed;
+        at most two batches are in hand.
         """
-        tasks: list[asyncio.Task[None]] = []
+        in_hand: list[_Batch] = []
         try:
             while not stop.is_set():
                 batches = await self._consumer.getmany(timeout_ms=200, max_records=self._settings.max_batch)
                 records = [r for recs in batches.values() for r in recs]
                 if records:
-                    previous = tasks[-1] if tasks else None
-                    tasks.append(asyncio.create_task(self._process(records, previous, stop)))
+                    previous = in_hand[-1] if in_hand else None
+                    batch = _Batch(asyncio.Event())
+                    batch.task = asyncio.create_task(self._process(records, previous, batch.written, stop))
+                    in_hand.append(batch)
                     if previous is not None:
-                        await previous
-                        tasks.remove(previous)
+                        await previous.task
+                        in_hand.remove(previous)
                 else:
-                    while tasks:
-                        await tasks.pop(0)
+                    while in_hand:
+                        await in_hand[0].task
+                        in_hand.pop(0)
                     observe_caught_up()
                 await self._export_lag()
-            while tasks:
-                await tasks[0]
-                tasks.pop(0)
+            while in_hand:
+                await in_hand[0].task
+                in_hand.pop(0)
         finally:
-            for task in tasks:  # only after a failure: nothing else is left pending
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+            for batch in in_hand:  # only after a failure: nothing else is left pending
+                batch.task.cancel()
+            await asyncio.gather(*(b.task for b in in_hand), return_exceptions=True)
 
     async def _process(
-        self, records: list[ConsumerRecord], previous: asyncio.Task[None] | None, stop: asyncio.Event
+        self,
+        records: list[ConsumerRecord],
+        previous: _Batch | None,
+        written: asyncio.Event,
+        stop: asyncio.Event,
     ) -> None:
         with kafka_consume_span(records):
             consumed_at = time.time()
@@ -198,12 +215,20 @@ class Ingestor:
             for rec in records:
                 tp = TopicPartition(rec.topic, rec.partition)
                 offsets[tp] = max(offsets.get(tp, 0), rec.offset + 1)
-            if previous is not None:
-                await previous  # the previous batch is written and committed first
+            try:
+                plan: WritePlan | None = await self._writer.prepare(good) if good else None
+            except (RedisError, OSError):
+                plan = None  # prepared again once Redis is back
             if bad:
                 await self._dead_letter(bad)
+            try:
+                if previous is not None:
+                    await previous.written.wait()  # co-visits read what earlier batches wrote
+                if good:
+                    await self._write_with_retry(good, plan)
+            finally:
+                written.set()
             if good:
-                await self._apply_with_retry(good, stop)
                 applied_at = time.time()
                 observe_batch(good[-1].event_time, applied_at)  # `good` is sorted by event time
                 _CONSUMED_TO_APPLIED.observe(applied_at - consumed_at)
@@ -213,6 +238,8 @@ class Ingestor:
             _APPLIED.inc(len(good))
             _DEAD_LETTERED.inc(len(bad))
             self.applied += len(good)
+            if previous is not None:
+                await previous.task  # its commit first (if it failed, this raises: no commit)
             try:
                 await self._consumer.commit(offsets)
             except CommitFailedError as err:
@@ -220,27 +247,33 @@ class Ingestor:
                 # and the idempotent apply makes that harmless.
                 _log.warning("commit_failed", error=repr(err))
 
-    async def _apply_with_retry(self, events: list[Event], stop: asyncio.Event) -> None:
-        try:
-            await self._writer.apply(events)
-            return
-        except (RedisError, OSError) as err:
-            _log.warning("store_unavailable_pausing", error=repr(err))
-        assigned = list(self._consumer.assignment())
-        self._consumer.pause(*assigned)
+    async def _write_with_retry(self, events: list[Event], plan: WritePlan | None) -> None:
+        """Write the batch; while Redis fails, pause the partitions and retry with backoff."""
+        if plan is not None:
+            try:
+                await self._writer.write(plan)
+                return
+            except (RedisError, OSError) as err:
+                _log.warning("store_unavailable_pausing", error=repr(err))
+        else:
+            _log.warning("store_unavailable_pausing", error="prepare failed")
+        self._consumer.pause(*self._consumer.assignment())
 
         async def attempt() -> None:
+            nonlocal plan
             STORE_RETRIES.inc()
             # A poll on paused partitions fetches nothing but keeps group membership
             # (partitions assigned meanwhile are paused first: what the poll returns is dropped).
             self._consumer.pause(*self._consumer.assignment())
             await self._consumer.getmany(timeout_ms=0)
-            await self._writer.apply(events)
+            if plan is None:
+                plan = await self._writer.prepare(events)
+            await self._writer.write(plan)
 
         try:
             await retry_until(attempt, "redis write", retry_on=(RedisError, OSError))
         finally:
-            self._consumer.resume(*[tp for tp in assigned if tp in self._consumer.assignment()])
+            self._consumer.resume(*self._consumer.assignment())
         _log.info("store_back_resumed", events=len(events))
 
     async def _dead_letter(self, rejected: list[Rejected]) -> None:

@@ -23,14 +23,15 @@ own mark, so the second would count them again.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 
 from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import NoScriptError
 
-from recmesh.cache import TtlCache
 from recmesh.events import Event
 from recmesh.features import keys
+from recmesh.features.compute import VIEWING
 from recmesh.features.covisit import COVISIT_PREVIOUS, COVISIT_SCAN, COVISIT_TTL_S, COVISIT_WINDOW_MS
 from recmesh.features.definitions import MAX_EVENTS_PER_KEY, STATE_RETENTION_MS, STATE_TTL_S
 from services.feature.recall_store import RecallStore
@@ -101,55 +102,99 @@ def _field(text: str) -> str:
     return text.replace("\t", " ").replace("\n", " ") if "\t" in text or "\n" in text else text
 
 
+@dataclass(frozen=True)
+class WritePlan:
+    """A batch ready to write: the events, and on a single Redis the script's arguments."""
+
+    events: Sequence[Event]
+    args: tuple[int | str, ...] | None
+
+
 class EventWriter:
-    """Writes a batch's feature state and co-visits; idempotent under redelivery."""
+    """Writes a batch's feature state and co-visits; idempotent under redelivery.
+
+    `prepare` does the client-side work (categories, the script's arguments),
+    which does not depend on earlier batches being written, so the consumer runs
+    it while the previous batch's write is in Redis; `write` sends it.
+    """
 
     def __init__(self, store: FeatureStore, recall: RecallStore, cache_entries: int = 200_000) -> None:
         self._store = store
         self._recall = recall
         self._redis = store.client
         self._cluster = isinstance(self._redis, RedisCluster)
-        self._maintained: TtlCache[bool] = TtlCache(MAINTAIN_EVERY_S, cache_entries)
+        # key -> when this process last trimmed it and refreshed its TTL (monotonic s)
+        self._maintained: dict[str, float] = {}
+        self._max_maintained = cache_entries
         self._sha: str | None = None
 
     async def apply(self, events: Sequence[Event]) -> int:
         """Write `events` (sorted by event time); returns the co-visit pairs counted."""
-        if not events:
-            return 0
-        if self._cluster:
-            await self._store.apply_events(events)
-            return await self._recall.apply_covisitation(events)
+        return await self.write(await self.prepare(events))
+
+    async def prepare(self, events: Sequence[Event]) -> WritePlan:
+        if self._cluster or not events:
+            return WritePlan(events, None)
         categories = await self._store.item_categories(e.item_id for e in events)
         lines: list[str] = []
-        newest: dict[str, int] = {}  # key -> newest event time in the batch
+        # newest event time per written key, by key family, keyed by entity id
+        users: dict[str, int] = {}
+        viewers: dict[str, int] = {}
+        viewed_items: dict[str, int] = {}
+        clicked_items: dict[str, int] = {}
         for ev in events:
             user, item, t, behavior = ev.user_id, ev.item_id, ev.event_time, ev.behavior
             lines.append(f"{user}\t{item}\t{ev.event_id}\t{behavior}\t{_field(categories[item])}\t{t}")
-            written = [keys.user_events(user)]
-            if behavior == "view":
-                written += (keys.user_viewed(user), keys.item_views(item))
-            elif behavior == "click":
-                written += (keys.user_viewed(user), keys.item_clicks(item))
-            for key in written:
-                if newest.get(key, -1) < t:
-                    newest[key] = t
-        now = time.monotonic()
-        upkeep: list[str] = []
-        for key, t in newest.items():
-            if self._maintained.get_fresh(key, now) is None:
-                self._maintained.put(key, True, now)
-                upkeep.append(f"{key}\t{t}")
+            if users.get(user, -1) < t:
+                users[user] = t
+            if behavior in VIEWING:
+                if viewers.get(user, -1) < t:
+                    viewers[user] = t
+                per_item = viewed_items if behavior == "view" else clicked_items
+                if per_item.get(item, -1) < t:
+                    per_item[item] = t
+        upkeep = self._due_upkeep(
+            ((keys.user_events, users), (keys.user_viewed, viewers),
+             (keys.item_views, viewed_items), (keys.item_clicks, clicked_items))
+        )  # fmt: skip
         args = (
             STATE_RETENTION_MS, MAX_EVENTS_PER_KEY, STATE_TTL_S,
             COVISIT_WINDOW_MS, COVISIT_SCAN, COVISIT_PREVIOUS, COVISIT_TTL_S,
             "\n".join(lines), "\n".join(upkeep),
         )  # fmt: skip
+        return WritePlan(events, args)
+
+    def _due_upkeep(self, families: Iterable[tuple[Callable[[str], str], dict[str, int]]]) -> list[str]:
+        """'key\tnewest' for each written key not maintained by this process in the
+        last MAINTAIN_EVERY_S (so always on a key's first write in a process)."""
+        now = time.monotonic()
+        due_before = now - MAINTAIN_EVERY_S
+        maintained = self._maintained
+        upkeep: list[str] = []
+        for key_of, newest in families:
+            for entity, t in newest.items():
+                key = key_of(entity)
+                if maintained.get(key, -1.0) < due_before:
+                    maintained[key] = now
+                    upkeep.append(f"{key}\t{t}")
+        if len(maintained) > self._max_maintained:  # forget what is due anyway, else everything
+            kept = {k: at for k, at in maintained.items() if at >= due_before}
+            self._maintained = kept if len(kept) <= self._max_maintained // 2 else {}
+        return upkeep
+
+    async def write(self, plan: WritePlan) -> int:
+        """Write a prepared batch; returns the co-visit pairs counted."""
+        if not plan.events:
+            return 0
+        if plan.args is None:
+            await self._store.apply_events(plan.events)
+            return await self._recall.apply_covisitation(plan.events)
         if self._sha is None:
             self._sha = await self._redis.script_load(_APPLY_LUA)
         try:
-            out = await self._redis.evalsha(self._sha, 0, *args)
+            out = await self._redis.evalsha(self._sha, 0, *plan.args)
         except NoScriptError:  # the server restarted: load it again
             self._sha = await self._redis.script_load(_APPLY_LUA)
-            out = await self._redis.evalsha(self._sha, 0, *args)
+            out = await self._redis.evalsha(self._sha, 0, *plan.args)
         await self._recall.trim([bytes(i).decode() for i in out[1:]])
         return int(out[0])

@@ -52,8 +52,8 @@ async def _state(client: redis.Redis) -> dict[str, object]:
         key = raw.decode()
         if key.endswith(":covisit_marks"):
             continue
-        kind = (await client.type(key)).decode()
-        if kind == "zset":
+        kind = await client.type(key)
+        if kind == b"zset":
             if not key.startswith("{catalog}"):  # offline popularity has no TTL
                 assert await client.ttl(key) > 0, f"{key} has no TTL"
             out[key] = await client.zrange(key, 0, -1, withscores=True)
