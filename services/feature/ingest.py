@@ -149,11 +149,12 @@ class Ingestor:
         consumer: AIOKafkaConsumer,
         producer: AIOKafkaProducer,
         on_applied: Callable[[list[Event], float], None] | None = None,
+        writer: EventWriter | None = None,
     ) -> None:
         self._on_applied = on_applied
         self._settings = settings
         self._store = store
-        self._writer = EventWriter(store, RecallStore(store.client))
+        self._writer = writer or EventWriter(store, RecallStore(store.client))
         self._consumer = consumer
         self._producer = producer
         self._marks = Watermarks(settings.allowed_lateness_ms, STATE_RETENTION_MS)
@@ -329,6 +330,7 @@ async def running(
     settings: IngestSettings,
     store: FeatureStore,
     on_applied: Callable[[list[Event], float], None] | None = None,
+    writer: EventWriter | None = None,
     **consumer_overrides: Any,
 ) -> AsyncIterator[Ingestor]:
     """An Ingestor consuming in the background until the block exits, with the
@@ -340,7 +342,7 @@ async def running(
     await retry_until(consumer.start, "kafka consumer", retry_on=(KafkaError, OSError))
     _log.info("consuming", topic=settings.events_topic, group=settings.consumer_group)
     stop = asyncio.Event()
-    ingestor = Ingestor(settings, store, consumer, producer, on_applied=on_applied)
+    ingestor = Ingestor(settings, store, consumer, producer, on_applied=on_applied, writer=writer)
     tasks = [asyncio.create_task(ingestor.run(stop))]
     if settings.state_sample_s > 0:
         sizer = StateSizer(store.redis, settings.state_scan_keys_per_s)

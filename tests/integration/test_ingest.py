@@ -9,11 +9,13 @@ import orjson
 import redis.asyncio as redis
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
+from recmesh.features.covisit import COVISIT_SCAN, COVISIT_WINDOW_MS, pair_increments, previous_items
 from recmesh.redis_client import connect
 from recmesh.settings import IngestSettings
 from services.feature.ingest import running
 from services.feature.recall_store import RecallStore
 from services.feature.store import FeatureStore
+from services.feature.writer import EventWriter, WritePlan
 from tests.helpers import poll_until
 
 
@@ -118,3 +120,73 @@ async def test_the_consumer_learns_co_visits_once_per_event(
     related = await RecallStore(client).related(["i1"], 10, 10)
     assert related == [("i2", 1.0), ("i3", 1.0)], "each co-visit counted once despite the duplicates"
     await client.aclose()
+
+
+def _expected_covisits(views: list[dict[str, object]]) -> dict[str, dict[str, int]]:
+    """The co-visit rule applied to each user's views in event-time order."""
+    pairs: list[tuple[str, str]] = []
+    by_user: dict[str, list[tuple[int, str, str]]] = {}
+    for v in sorted(views, key=lambda v: int(str(v["event_time"]))):
+        earlier = by_user.setdefault(str(v["user_id"]), [])
+        t, item = int(str(v["event_time"])), str(v["item_id"])
+        window = [f"{eid}|{i}" for et, eid, i in reversed(earlier) if t - COVISIT_WINDOW_MS < et < t]
+        pairs += [(item, other) for other in previous_items(item, window[:COVISIT_SCAN])]
+        earlier.append((t, str(v["event_id"]), item))
+    return pair_increments(pairs)
+
+
+class _UnevenWriter(EventWriter):
+    """The real writer, with every other write held back as a slow Redis would."""
+
+    def __init__(self, store: FeatureStore) -> None:
+        super().__init__(store, RecallStore(store.client))
+        self.writes = 0
+
+    async def write(self, plan: WritePlan) -> int:
+        self.writes += 1
+        if self.writes % 2:
+            await asyncio.sleep(0.05)
+        return await super().write(plan)
+
+
+async def test_co_visits_over_many_small_batches_are_those_of_the_rule(
+    kafka_bootstrap: str, scratch_redis_url: str, redis_client: redis.Redis, topics: dict[str, str]
+) -> None:
+    """The next batch is prepared while one is written, and co-visits read what
+    earlier batches wrote: with writes of uneven duration, a batch written before
+    its predecessor would lose pairs here."""
+    now = int(time.time() * 1000) - 20 * 60_000
+    views = [
+        {"event_id": f"mb{n}", "user_id": f"u{n % 7}", "item_id": f"i{(n * 7919) % 23}",
+         "behavior": "view" if n % 5 else "click", "event_time": now + n * 1000}
+        for n in range(700)
+    ]  # fmt: skip
+    await _produce_fast(kafka_bootstrap, topics["events"], views)
+    settings = IngestSettings(
+        kafka_bootstrap=kafka_bootstrap, redis_url=scratch_redis_url, events_topic=topics["events"],
+        dlq_topic=topics["dlq"], consumer_group=f"g-{topics['events']}", max_batch=20,
+    )  # fmt: skip
+    client = connect(scratch_redis_url, 4)
+    store = FeatureStore(client)
+    writer = _UnevenWriter(store)
+    async with running(settings, store, writer=writer) as ingestor:
+        await poll_until(lambda: asyncio.sleep(0, ingestor.applied == 700), "700 events applied", 30)
+    assert writer.writes >= 20
+    expected = _expected_covisits(views)
+    recall = RecallStore(client)
+    for item, counts in expected.items():
+        got = dict(await recall.related([item], 100, 100))
+        assert got == {k: float(v) for k, v in counts.items()}, item
+    await client.aclose()
+
+
+async def _produce_fast(bootstrap: str, topic: str, events: list[dict[str, object]]) -> None:
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=5)
+    await producer.start()
+    try:
+        futures = [
+            await producer.send(topic, key=str(e["user_id"]).encode(), value=orjson.dumps(e)) for e in events
+        ]
+        await asyncio.gather(*futures)
+    finally:
+        await producer.stop()
