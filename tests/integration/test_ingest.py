@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Mapping, Sequence
 
 import orjson
 import redis.asyncio as redis
@@ -122,7 +123,7 @@ async def test_the_consumer_learns_co_visits_once_per_event(
     await client.aclose()
 
 
-def _expected_covisits(views: list[dict[str, object]]) -> dict[str, dict[str, int]]:
+def _expected_covisits(views: Sequence[Mapping[str, object]]) -> dict[str, dict[str, int]]:
     """The co-visit rule applied to each user's views in event-time order."""
     pairs: list[tuple[str, str]] = []
     by_user: dict[str, list[tuple[int, str, str]]] = {}
@@ -180,7 +181,7 @@ async def test_co_visits_over_many_small_batches_are_those_of_the_rule(
     await client.aclose()
 
 
-async def _produce_fast(bootstrap: str, topic: str, events: list[dict[str, object]]) -> None:
+async def _produce_fast(bootstrap: str, topic: str, events: Sequence[Mapping[str, object]]) -> None:
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=5)
     await producer.start()
     try:
