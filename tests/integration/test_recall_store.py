@@ -35,6 +35,7 @@ async def check_covisitation(client: AnyRedis, path: str) -> None:
             return await writer.apply(sorted(events, key=lambda e: e.event_time))
         await store.apply_events(events)
         return await recall.apply_covisitation(events)
+
     await store.load_offline([], [(i(n), {"category": "news", "popularity": 1.0}) for n in range(6)])
     t = int(time.time() * 1000) - 60_000
 
