@@ -127,6 +127,28 @@ _DEFS = {
 }
 
 
+@dataclass(frozen=True, slots=True)
+class ItemStatic:
+    """An item's offline features as read from Redis, and the same laid out in
+    registry order (defaults filled in) with their sources: built once when the
+    hash is read, so a look-up transposes cached rows instead of testing every
+    feature of every item."""
+
+    features: dict[str, Any]
+    values: tuple[FeatureValue, ...]
+    sources: tuple[str, ...]
+
+
+def _parse_item_static(raw: dict[bytes, bytes]) -> ItemStatic:
+    features = _decode_hash(raw)
+    _, off_defs = _DEFS["item"]
+    return ItemStatic(
+        features,
+        tuple(features.get(name, default) for name, default in off_defs),
+        tuple(OFFLINE if name in features else DEFAULT for name, _ in off_defs),
+    )
+
+
 def _with_defaults(
     entity: str,
     realtime: dict[str, tuple[FeatureValue, int]] | None,
@@ -149,7 +171,7 @@ def _with_defaults(
 
 
 def _item_columns(
-    windows: ItemWindows | None, statics: Sequence[dict[str, Any] | None], as_of_ms: int
+    windows: ItemWindows | None, statics: Sequence[ItemStatic | None], as_of_ms: int
 ) -> dict[str, Column]:
     """Item features column by column, in registry order; `windows` None means
     the real-time store was not reached (defaults). Item features are scalars,
@@ -164,18 +186,16 @@ def _item_columns(
         for name, (rt_values, ages) in item_realtime_columns(*windows, as_of_ms).items():
             cols[name] = Column(rt_values, [REALTIME] * n, ages)
     no_age = [-1] * n
-    for name, default in off_defs:
-        values: list[FeatureValue] = []
-        sources: list[str] = []
-        for static in statics:
-            if static is not None and name in static:
-                values.append(static[name])
-                sources.append(OFFLINE)
-            else:
-                values.append(default)
-                sources.append(DEFAULT)
-        cols[name] = Column(values, sources, no_age)
+    rows = [_NO_ITEM_STATIC if s is None else s for s in statics]
+    # Transpose the cached rows: one zip for all offline features.
+    values = zip(*[r.values for r in rows], strict=True) if n else [()] * len(off_defs)
+    sources = zip(*[r.sources for r in rows], strict=True) if n else [()] * len(off_defs)
+    for (name, _), vals, srcs in zip(off_defs, values, sources, strict=True):
+        cols[name] = Column(list(vals), list(srcs), no_age)
     return cols
+
+
+_NO_ITEM_STATIC = _parse_item_static({})
 
 
 class FeatureStore:
@@ -189,7 +209,7 @@ class FeatureStore:
     ) -> None:
         self._redis = client
         self._cluster = isinstance(client, RedisCluster)
-        self._item_static: TtlCache[dict[str, Any]] = TtlCache(static_ttl_s, cache_entries)
+        self._item_static: TtlCache[ItemStatic] = TtlCache(static_ttl_s, cache_entries)
         # Item statics older than this are still served but refreshed in the
         # background, so a wave of entries loaded together does not expire
         # together into one slow look-up (in-line HGETALLs cost ~15 µs each).
@@ -206,7 +226,7 @@ class FeatureStore:
         return self._redis
 
     @property
-    def item_cache(self) -> TtlCache[dict[str, Any]]:
+    def item_cache(self) -> TtlCache[ItemStatic]:
         return self._item_static
 
     @property
@@ -236,7 +256,7 @@ class FeatureStore:
             read_at = time.monotonic()  # staleness counts from before the read
             raws = await pipe.execute()
             for iid, raw in zip(item_ids, raws, strict=True):
-                self._item_static.put(iid, _decode_hash(raw), read_at)
+                self._item_static.put(iid, _parse_item_static(raw), read_at)
         except (RedisError, OSError) as err:
             _log.warning("static_refresh_failed", error=repr(err), items=len(item_ids))
         finally:
@@ -257,15 +277,15 @@ class FeatureStore:
             if static is None:
                 missing.append(iid)
             else:
-                out[iid] = str(static.get("category", "unknown"))
+                out[iid] = str(static.features.get("category", "unknown"))
         if missing:
             pipe = self._redis.pipeline(transaction=False)
             for iid in missing:
                 pipe.hgetall(keys.item_static(iid))
             for iid, raw in zip(missing, await pipe.execute(), strict=True):
-                static = _decode_hash(raw)
+                static = _parse_item_static(raw)
                 self._item_static.put(iid, static)
-                out[iid] = str(static.get("category", "unknown"))
+                out[iid] = str(static.features.get("category", "unknown"))
         return out
 
     async def apply_events(self, events: Sequence[Event]) -> None:
@@ -395,7 +415,7 @@ class FeatureStore:
             profile = _decode_hash(profile_raw)
             self._user_profile.put(user_id, profile, now)
         if static_missing:
-            fetched = {iid: _decode_hash(raw) for iid, raw in zip(static_missing, statics, strict=True)}
+            fetched = {iid: _parse_item_static(raw) for iid, raw in zip(static_missing, statics, strict=True)}
             for iid, static in fetched.items():
                 self._item_static.put(iid, static, now)
             statics_held = [fetched.get(iid, held) for iid, held in zip(item_ids, statics_held, strict=True)]
