@@ -70,6 +70,9 @@ end
 return out
 """
 
+# Most item statics one background refresh reads in one pipeline.
+REFRESH_BATCH = 500
+
 # How often one process trims and re-expires a key it keeps writing to.
 MAINTAIN_EVERY_S = 60.0
 
@@ -139,8 +142,14 @@ class ItemStatic:
     sources: tuple[str, ...]
 
 
-def _parse_item_static(raw: dict[bytes, bytes]) -> ItemStatic:
+def _parse_item_static(raw: dict[bytes, bytes], previous: ItemStatic | None = None) -> ItemStatic:
+    """`previous` is returned when the hash has not changed: a refresh then
+    allocates nothing that outlives it, so re-reading thousands of statics a
+    second does not feed the collector's oldest generation (full collections
+    were the look-up's worst pauses)."""
     features = _decode_hash(raw)
+    if previous is not None and previous.features == features:
+        return previous
     _, off_defs = _DEFS["item"]
     return ItemStatic(
         features,
@@ -214,8 +223,9 @@ class FeatureStore:
         # background, so a wave of entries loaded together does not expire
         # together into one slow look-up (in-line HGETALLs cost ~15 µs each).
         self._static_refresh_after_s = static_ttl_s * 0.6
-        self._refreshing: set[str] = set()
-        self._refresh_tasks: set[asyncio.Task[None]] = set()
+        self._refreshing: set[str] = set()  # queued or being re-read
+        self._refresh_queue: dict[str, None] = {}
+        self._refresher: asyncio.Task[None] | None = None
         self._user_profile: TtlCache[dict[str, Any]] = TtlCache(profile_ttl_s, cache_entries)
         self._maintained: TtlCache[bool] = TtlCache(MAINTAIN_EVERY_S, cache_entries)
         self._item_sha: str | None = None
@@ -238,13 +248,26 @@ class FeatureStore:
         self._apply_sha = await self._redis.script_load(_APPLY_LUA)
 
     def _refresh_statics_later(self, item_ids: list[str]) -> None:
-        wanted = [i for i in item_ids if i not in self._refreshing]
-        if not wanted:
-            return
-        self._refreshing.update(wanted)
-        task = asyncio.create_task(self._refresh_statics(wanted))
-        self._refresh_tasks.add(task)
-        task.add_done_callback(self._refresh_tasks.discard)
+        """Queue statics for a re-read off the request path. One refresher runs
+        at a time and takes what was queued meanwhile as its next batch, so
+        concurrent look-ups share a pipeline (and a pool connection) instead
+        of starting a task each."""
+        for iid in item_ids:
+            if iid not in self._refreshing:
+                self._refreshing.add(iid)
+                self._refresh_queue[iid] = None
+        if self._refresher is None and self._refresh_queue:
+            self._refresher = asyncio.create_task(self._refresh_queued())
+
+    async def _refresh_queued(self) -> None:
+        try:
+            while self._refresh_queue:  # ends when look-ups stop queueing
+                batch = list(self._refresh_queue)[:REFRESH_BATCH]
+                for iid in batch:
+                    del self._refresh_queue[iid]
+                await self._refresh_statics(batch)
+        finally:
+            self._refresher = None
 
     async def _refresh_statics(self, item_ids: list[str]) -> None:
         """Re-read item statics off the request path; a failure leaves the
@@ -256,7 +279,8 @@ class FeatureStore:
             read_at = time.monotonic()  # staleness counts from before the read
             raws = await pipe.execute()
             for iid, raw in zip(item_ids, raws, strict=True):
-                self._item_static.put(iid, _parse_item_static(raw), read_at)
+                previous = self._item_static.get_stale(iid)
+                self._item_static.put(iid, _parse_item_static(raw, previous), read_at)
         except (RedisError, OSError) as err:
             _log.warning("static_refresh_failed", error=repr(err), items=len(item_ids))
         finally:
@@ -283,7 +307,7 @@ class FeatureStore:
             for iid in missing:
                 pipe.hgetall(keys.item_static(iid))
             for iid, raw in zip(missing, await pipe.execute(), strict=True):
-                static = _parse_item_static(raw)
+                static = _parse_item_static(raw, self._item_static.get_stale(iid))
                 self._item_static.put(iid, static)
                 out[iid] = str(static.features.get("category", "unknown"))
         return out
@@ -415,7 +439,10 @@ class FeatureStore:
             profile = _decode_hash(profile_raw)
             self._user_profile.put(user_id, profile, now)
         if static_missing:
-            fetched = {iid: _parse_item_static(raw) for iid, raw in zip(static_missing, statics, strict=True)}
+            fetched = {
+                iid: _parse_item_static(raw, self._item_static.get_stale(iid))
+                for iid, raw in zip(static_missing, statics, strict=True)
+            }
             for iid, static in fetched.items():
                 self._item_static.put(iid, static, now)
             statics_held = [fetched.get(iid, held) for iid, held in zip(item_ids, statics_held, strict=True)]
