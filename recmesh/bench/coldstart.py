@@ -49,9 +49,10 @@ async def _started(
     module: str, env: dict[str, str], ready: Callable[[], Awaitable[bool]], log: Path
 ) -> tuple[subprocess.Popen[bytes], float]:
     t0 = time.perf_counter()
-    proc = subprocess.Popen(  # noqa: ASYNC220 (returns at once)
-        [sys.executable, "-m", module], env=env, stdout=log.open("ab"), stderr=subprocess.STDOUT
-    )
+    with log.open("ab") as out:  # the child keeps its own copy of the descriptor
+        proc = subprocess.Popen(  # noqa: ASYNC220 (returns at once)
+            [sys.executable, "-m", module], env=env, stdout=out, stderr=subprocess.STDOUT
+        )
     while not await ready():
         if proc.poll() is not None:
             raise RuntimeError(f"{module} exited during start, see {log}")
