@@ -18,8 +18,8 @@ needs batching to save 80% of a request's cost, so a model run of at least
 80% of it. On CPU it is a few percent: a model run is ~10 us for one row
 (~50 us for the ranker's 200 candidates, where ORT's per-call overhead is
 already amortised and batching saves nothing), while a unary call through
-grpc.aio alone costs ~160 us of server CPU, and tracing, the interceptor and
-the handler add ~300 us more -- all per request, batched or not. A measured
+grpc.aio alone costs ~160-200 us of server CPU, and tracing, the interceptor
+and the handler add ~250-300 us more -- all per request, batched or not. A measured
 ratio above the bound comes from elsewhere (handlers that yield while a batch
 forms let the event loop take in and answer more calls per turn: the server
 CPU figure shows it) or from noise on a shared machine.
