@@ -5,17 +5,18 @@ COVISIT_WINDOW_MS. For every viewing event the ingest consumer pairs the item
 with the user's previous distinct viewed items in that window (at most
 COVISIT_PREVIOUS of them) and adds 1 to the pair's count in both directions.
 
-Counting is idempotent under redelivery: an event is counted only when adding
-its id to the user's `covisit_marks` set actually added it (ZADD returned 1).
-On a single Redis the marks and the counts are written by one script call per
-batch. On a Redis Cluster the marks live in the user's slot and the counts in
+Counting is idempotent under redelivery: an event is counted only when its
+mark was new. On a single Redis the mark is the event's ZADD into the user's
+viewed set, in the same script call as the counts
+(services/feature/writer.py). On a Redis Cluster it is a ZADD into the user's
+`covisit_marks` set, which lives in the user's slot while the counts live in
 each item's slot, so the two writes are separate round trips; a crash between
 them loses that event's pairs rather than counting them twice.
 
 Counts per item are bounded: trimmed to the COVISIT_MAX_PER_ITEM strongest
 neighbours at most once a minute per key, and expire COVISIT_TTL_S after the
 item's last co-visit. These functions are pure; the Redis I/O is in
-services/feature/store.py and services/feature/recall_store.py.
+services/feature/writer.py and services/feature/recall_store.py.
 """
 
 from __future__ import annotations
