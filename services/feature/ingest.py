@@ -1,10 +1,11 @@
 """The ingest consumer: user_behavior events -> feature state in Redis.
 
 At-least-once with exact effect: a batch is written to Redis (idempotently,
-see store.py and writer.py) and only then are its offsets committed; the next
-batch is fetched and parsed meanwhile, but written only after that commit. Malformed records go to
-the dead-letter topic with their reason, and their offsets are committed only
-once the dead-letter write is acknowledged. While Redis is down the consumer
+see writer.py) and only then are its offsets committed. The next batch is
+fetched, parsed and prepared while one is written, but written only after it
+and committed only after its commit. Malformed records go to the dead-letter
+topic with their reason, and their offsets are committed only once the
+dead-letter write is acknowledged. While Redis is down the consumer
 pauses its partitions and retries; it commits nothing until the write succeeds.
 Run as its own process (`python -m services.feature.ingest`) so it scales out
 with the topic's partitions, separately from look-ups.
@@ -182,7 +183,7 @@ class Ingestor:
                 if records:
                     previous = in_hand[-1] if in_hand else None
                     batch = _Batch(asyncio.Event())
-                    batch.task = asyncio.create_task(self._process(records, previous, batch.written, stop))
+                    batch.task = asyncio.create_task(self._process(records, previous, batch.written))
                     in_hand.append(batch)
                     if previous is not None:
                         await previous.task
@@ -206,7 +207,6 @@ class Ingestor:
         records: list[ConsumerRecord],
         previous: _Batch | None,
         written: asyncio.Event,
-        stop: asyncio.Event,
     ) -> None:
         with kafka_consume_span(records):
             consumed_at = time.time()
@@ -216,10 +216,11 @@ class Ingestor:
             for rec in records:
                 tp = TopicPartition(rec.topic, rec.partition)
                 offsets[tp] = max(offsets.get(tp, 0), rec.offset + 1)
+            plan: WritePlan | RedisError | OSError | None = None
             try:
-                plan: WritePlan | None = await self._writer.prepare(good) if good else None
-            except (RedisError, OSError):
-                plan = None  # prepared again once Redis is back
+                plan = await self._writer.prepare(good) if good else None
+            except (RedisError, OSError) as err:
+                plan = err  # prepared again once Redis is back
             if bad:
                 await self._dead_letter(bad)
             try:
@@ -248,16 +249,19 @@ class Ingestor:
                 # and the idempotent apply makes that harmless.
                 _log.warning("commit_failed", error=repr(err))
 
-    async def _write_with_retry(self, events: list[Event], plan: WritePlan | None) -> None:
-        """Write the batch; while Redis fails, pause the partitions and retry with backoff."""
+    async def _write_with_retry(
+        self, events: list[Event], prepared: WritePlan | RedisError | OSError | None
+    ) -> None:
+        """Write the batch (`prepared`: its plan, or why preparing it failed); while
+        Redis fails, pause the partitions and retry with backoff."""
+        plan = prepared if isinstance(prepared, WritePlan) else None
         if plan is not None:
             try:
                 await self._writer.write(plan)
                 return
             except (RedisError, OSError) as err:
-                _log.warning("store_unavailable_pausing", error=repr(err))
-        else:
-            _log.warning("store_unavailable_pausing", error="prepare failed")
+                prepared = err
+        _log.warning("store_unavailable_pausing", error=repr(prepared))
         self._consumer.pause(*self._consumer.assignment())
 
         async def attempt() -> None:
