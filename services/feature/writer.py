@@ -64,27 +64,38 @@ for key, newest in string.gmatch(ARGV[9], '([^\t\n]+)\t(%d+)') do
   redis.call('ZREMRANGEBYRANK', key, 0, -(cap + 1))
   redis.call('EXPIRE', key, ttl)
 end
-local counted, by = 0, {}
-for _, f in ipairs(fresh) do
-  local item, t = f[2], f[3]
-  local viewed = redis.call('ZREVRANGEBYSCORE', f[1],
-    string.format('(%d', t), string.format('(%d', t - window), 'LIMIT', 0, scan)
-  local seen, n = {}, 0
+local function distinct_others(viewed, item)
+  local seen, others = {}, {}
   for _, member in ipairs(viewed) do
     local other = string.match(member, '^.*|(.*)$') or member
     if other ~= item and not seen[other] then
       seen[other] = true
-      n = n + 1
-      local a = by[item]
-      if a == nil then a = {}; by[item] = a end
-      a[other] = (a[other] or 0) + 1
-      local b = by[other]
-      if b == nil then b = {}; by[other] = b end
-      b[item] = (b[item] or 0) + 1
-      if n == previous then break end
+      others[#others + 1] = other
+      if #others == previous then break end
     end
   end
-  counted = counted + n
+  return others
+end
+local counted, by = 0, {}
+for _, f in ipairs(fresh) do
+  local key, item, t = f[1], f[2], f[3]
+  local hi, lo = string.format('(%d', t), string.format('(%d', t - window)
+  -- The newest `previous` members usually hold `previous` distinct items; read
+  -- up to `scan` only when they do not (same answer, half the reply).
+  local viewed = redis.call('ZREVRANGEBYSCORE', key, hi, lo, 'LIMIT', 0, previous)
+  local others = distinct_others(viewed, item)
+  if #others < previous and #viewed == previous then
+    others = distinct_others(redis.call('ZREVRANGEBYSCORE', key, hi, lo, 'LIMIT', 0, scan), item)
+  end
+  for _, other in ipairs(others) do
+    local a = by[item]
+    if a == nil then a = {}; by[item] = a end
+    a[other] = (a[other] or 0) + 1
+    local b = by[other]
+    if b == nil then b = {}; by[other] = b end
+    b[item] = (b[item] or 0) + 1
+  end
+  counted = counted + #others
 end
 local out = {counted}
 for item, incs in pairs(by) do
