@@ -20,7 +20,6 @@ import numpy as np
 import numpy.typing as npt
 import structlog
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from opentelemetry.instrumentation.grpc import aio_client_interceptors
 
 from recmesh.errors import CircuitOpen, DeadlineExceeded, RecmeshError, Unavailable, from_grpc
 from recmesh.resilience import (
@@ -39,6 +38,8 @@ from recmesh.telemetry import (
     DEADLINES_EXPIRED,
     DOWNSTREAM_LATENCY,
     EXTRA_ATTEMPTS,
+    end_rpc_span,
+    grpc_client_span,
 )
 from recmesh.v1 import (
     features_pb2,
@@ -61,7 +62,9 @@ CHANNEL_OPTIONS = (
 
 
 def open_channel(address: str) -> grpc.aio.Channel:
-    return grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS, interceptors=aio_client_interceptors())
+    """A channel without interceptors: GrpcClient opens each call's CLIENT span
+    and sends `traceparent` itself (telemetry.grpc_client_span)."""
+    return grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS)
 
 
 # Codes that say the downstream is unhealthy (they count against its breaker);
@@ -94,6 +97,7 @@ class GrpcClient:
     so callers go straight to their fallback."""
 
     target = "unknown"
+    service_name = "unknown"  # the gRPC service's full name, for span names
 
     def __init__(
         self, address: str, caller: str, margin_ms: float = 5.0, policy: ResiliencePolicy | None = None
@@ -206,35 +210,41 @@ class GrpcClient:
         self._publish_state()
         started = time.perf_counter()
         code = "OK"
-        try:
-            call: Any = rpc(request, timeout=timeout, metadata=((SLO_HEADER, slo), *metadata))
-            response: R = await call
-            trailers = {k: str(v) for k, v in (await call.trailing_metadata() or ())} if want_trailers else {}
-            self._latency[method].add(time.perf_counter() - started)
-            self.breaker.record_success()
-            return response, trailers
-        except grpc.aio.AioRpcError as err:
-            code = err.code().name
-            if err.code() in BREAKER_FAILURES:
-                self.breaker.record_failure()
-            else:
+        with grpc_client_span(f"/{self.service_name}/{method}", slo) as (span, trace_md):
+            try:
+                call: Any = rpc(request, timeout=timeout, metadata=((SLO_HEADER, slo), *metadata, *trace_md))
+                response: R = await call
+                trailers = (
+                    {k: str(v) for k, v in (await call.trailing_metadata() or ())} if want_trailers else {}
+                )
+                end_rpc_span(span, grpc.StatusCode.OK)
+                self._latency[method].add(time.perf_counter() - started)
                 self.breaker.record_success()
-            raise from_grpc(err.code(), f"{self.target}.{method}: {err.details()}") from None
-        except RecmeshError as err:
-            code = err.grpc_code.name
-            raise
-        except asyncio.CancelledError:
-            code = "CANCELLED"  # e.g. the slower copy of a hedged read
-            if timeout is not None and time.perf_counter() - started >= 0.9 * timeout:
-                # Cancelled because the whole request ran out of time (our caller
-                # gave up at about our deadline): for the breaker that is a timeout.
-                self.breaker.record_failure()
-            raise
-        finally:
-            self._publish_state()
-            DOWNSTREAM_LATENCY.labels(self._caller, self.target, method, slo, code).observe(
-                time.perf_counter() - started
-            )
+                return response, trailers
+            except grpc.aio.AioRpcError as err:
+                code = err.code().name
+                end_rpc_span(span, err.code(), err.details() or "")
+                if err.code() in BREAKER_FAILURES:
+                    self.breaker.record_failure()
+                else:
+                    self.breaker.record_success()
+                raise from_grpc(err.code(), f"{self.target}.{method}: {err.details()}") from None
+            except RecmeshError as err:
+                code = err.grpc_code.name
+                raise
+            except asyncio.CancelledError:
+                code = "CANCELLED"  # e.g. the slower copy of a hedged read
+                end_rpc_span(span, grpc.StatusCode.CANCELLED)
+                if timeout is not None and time.perf_counter() - started >= 0.9 * timeout:
+                    # Cancelled because the whole request ran out of time (our caller
+                    # gave up at about our deadline): for the breaker that is a timeout.
+                    self.breaker.record_failure()
+                raise
+            finally:
+                self._publish_state()
+                DOWNSTREAM_LATENCY.labels(self._caller, self.target, method, slo, code).observe(
+                    time.perf_counter() - started
+                )
 
     def _publish_state(self) -> None:
         state = self.breaker.state
@@ -262,6 +272,7 @@ class GrpcClient:
 
 class FeatureClient(GrpcClient):
     target = "feature"
+    service_name = "recmesh.v1.FeatureService"
 
     def __init__(
         self, address: str, caller: str, margin_ms: float = 5.0, policy: ResiliencePolicy | None = None
@@ -325,6 +336,7 @@ class Embedded:
 
 class InferenceClient(GrpcClient):
     target = "inference"
+    service_name = "recmesh.v1.InferenceService"
 
     def __init__(
         self, address: str, caller: str, margin_ms: float = 5.0, policy: ResiliencePolicy | None = None
@@ -367,6 +379,7 @@ class InferenceClient(GrpcClient):
 
 class RankerClient(GrpcClient):
     target = "ranker"
+    service_name = "recmesh.v1.RankerService"
 
     def __init__(
         self, address: str, caller: str, margin_ms: float = 5.0, policy: ResiliencePolicy | None = None
