@@ -8,6 +8,7 @@ import contextlib
 
 import uvicorn
 
+from recmesh import eventloop
 from recmesh.clients import FeatureClient, InferenceClient, RankerClient
 from recmesh.controller import build_overload
 from recmesh.grpcserver import wait_for_shutdown_signal
@@ -81,4 +82,4 @@ if __name__ == "__main__":
     cfg = GatewaySettings()
     setup_logging("gateway", cfg.log_level, cfg.log_format)
     setup_tracing("gateway")
-    asyncio.run(main(cfg))
+    eventloop.run(main(cfg))

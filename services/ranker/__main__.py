@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import asyncio
-
 from prometheus_client import start_http_server
 
+from recmesh import eventloop
 from recmesh.clients import FeatureClient, InferenceClient
 from recmesh.grpcserver import wait_for_shutdown_signal
 from recmesh.settings import RankerSettings
@@ -38,4 +37,4 @@ if __name__ == "__main__":
     setup_logging("ranker", cfg.log_level, cfg.log_format)
     setup_tracing("ranker")
     start_http_server(cfg.metrics_port, addr=cfg.bind_host)
-    asyncio.run(main(cfg))
+    eventloop.run(main(cfg))
