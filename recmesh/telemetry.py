@@ -28,7 +28,6 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import (
     BatchSpanProcessor,
-    SimpleSpanProcessor,
     SpanExporter,
     SpanExportResult,
 )
@@ -165,6 +164,9 @@ class JsonLinesSpanExporter(SpanExporter):
         return SpanExportResult.SUCCESS
 
 
+SPANS_FILE_DELAY_MS = 200
+
+
 def setup_tracing(service: str) -> TracerProvider:
     name = os.environ.get("OTEL_SERVICE_NAME", service)
     provider = TracerProvider(resource=Resource.create({"service.name": name}))
@@ -175,7 +177,14 @@ def setup_tracing(service: str) -> TracerProvider:
         provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
     spans_file = os.environ.get("RECMESH_SPANS_FILE")
     if spans_file:
-        provider.add_span_processor(SimpleSpanProcessor(JsonLinesSpanExporter(spans_file)))
+        # Batched on the SDK's export thread: the request path only queues the
+        # finished span (a synchronous exporter opened and appended to the
+        # file once per span, on the event loop). A full queue drops spans
+        # rather than slow requests; the provider flushes at exit.
+        provider.add_span_processor(
+            BatchSpanProcessor(JsonLinesSpanExporter(spans_file), max_queue_size=8192,
+                               schedule_delay_millis=SPANS_FILE_DELAY_MS, max_export_batch_size=1024)
+        )  # fmt: skip
     trace.set_tracer_provider(provider)
     instrument_redis()
     return provider

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import gc
+
 from prometheus_client import start_http_server
 
 from recmesh import eventloop
@@ -23,6 +25,11 @@ async def main(settings: RankerSettings) -> None:
         raise SystemExit(f"ranker: bad ranking graph: {err}") from None
     server = build_server(settings, pipeline)
     await server.start()
+    # What start-up built (modules, descriptors, the graph, the index) lives as
+    # long as the process: out of the collector's reach, so full collections
+    # stay short under load (as in the feature service).
+    gc.collect()
+    gc.freeze()
     # The ranker is useful as soon as it can answer (its fallbacks cover slow
     # or missing downstreams), so it reports SERVING right away.
     await server.set_serving()
