@@ -345,12 +345,17 @@ class InferenceClient(GrpcClient):
         self._stub = inference_pb2_grpc.InferenceServiceStub(self.channel)
 
     async def score(
-        self, feature_version: str, columns: list[str], values: list[float], level: int = 0,
-        cap_s: float | None = None,
+        self, feature_version: str, columns: list[str], values: list[float] | npt.NDArray[np.float32],
+        level: int = 0, cap_s: float | None = None,
     ) -> Scored:  # fmt: skip
-        req = inference_pb2.ScoreRequest(
-            feature_version=feature_version, feature_names=columns, values=values, level=level
-        )
+        """`values`: the row-major matrix; a NumPy array travels as raw float32
+        bytes (`values_f32`), which spares a per-number conversion on both sides
+        (about 0.25 ms for 200 candidates here), a list as `values`."""
+        req = inference_pb2.ScoreRequest(feature_version=feature_version, feature_names=columns, level=level)
+        if isinstance(values, np.ndarray):
+            req.values_f32 = np.ascontiguousarray(values, dtype="<f4").tobytes()
+        else:
+            req.values.extend(values)
         resp, trailers = await self._call_with_trailers("Score", self._stub.Score, req, cap_s, retry=True)
         suggested = int(trailers.get(SUGGESTED_LEVEL_KEY, "0"))
         return Scored(list(resp.scores), resp.model_version, suggested, resp.level)

@@ -240,9 +240,7 @@ async def _run_score(env: Env, req: RequestState, node: NodeSpec, inputs: Inputs
     matrix = matrix_from_columns(f.user, ids, f.columns)
     # Levels 1-3 ask inference for its cheaper model variants (policy.py).
     variant = min(req.level, SKIP_FINE_RANKING - 1)
-    scored = await env.inference.score(
-        f.feature_version, list(COLUMNS), matrix.ravel().tolist(), level=variant, cap_s=cap_s
-    )
+    scored = await env.inference.score(f.feature_version, list(COLUMNS), matrix, level=variant, cap_s=cap_s)
     req.suggested_level = scored.suggested_level
     trace.get_current_span().set_attribute("recmesh.inference_served_level", scored.level)
     items = top_n(ids, scored.scores, len(ids)) + [(i, 0.0) for i, _ in f.rest]
