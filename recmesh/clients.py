@@ -3,8 +3,8 @@
 Handlers never touch stubs: each method derives its timeout from the request
 budget (resilience.call_timeout), sends the SLO class as metadata, records the
 call's latency, and translates gRPC errors into the recmesh hierarchy here and
-only here. Channels carry OpenTelemetry client interceptors, so `traceparent`
-travels on every hop.
+only here. Each call's CLIENT span is opened here and its `traceparent` sent in
+the call's metadata (no channel interceptors), so the trace travels on every hop.
 """
 
 from __future__ import annotations
@@ -58,6 +58,18 @@ CHANNEL_OPTIONS = (
     ("grpc.max_send_message_length", 16 * 1024 * 1024),
     ("grpc.keepalive_time_ms", 30_000),
     ("grpc.enable_retries", 0),  # retries happen at one layer only, not in the channel
+    # gRPC's default reconnect backoff starts at 1 s and grows x1.6 up to 120 s: a
+    # caller whose peer was down (scaled to zero, restarting) would stay blind to it
+    # for that long after it is back. Cap it at 1 s; a refused loopback connect is cheap.
+    ("grpc.initial_reconnect_backoff_ms", 100),
+    ("grpc.max_reconnect_backoff_ms", 1000),
+)
+# A readiness poll on a process that is starting retries the connection every
+# 10-20 ms, so it sees SERVING within a poll of when it happened.
+PROBE_CHANNEL_OPTIONS = (
+    ("grpc.initial_reconnect_backoff_ms", 10),
+    ("grpc.min_reconnect_backoff_ms", 10),
+    ("grpc.max_reconnect_backoff_ms", 20),
 )
 
 
@@ -65,6 +77,24 @@ def open_channel(address: str) -> grpc.aio.Channel:
     """A channel without interceptors: GrpcClient opens each call's CLIENT span
     and sends `traceparent` itself (telemetry.grpc_client_span)."""
     return grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS)
+
+
+class HealthProbe:
+    """grpc.health polls for a process that is starting (benchmarks, `recmesh up`)."""
+
+    def __init__(self, address: str) -> None:
+        self.channel = grpc.aio.insecure_channel(address, options=PROBE_CHANNEL_OPTIONS)
+        self._stub = health_pb2_grpc.HealthStub(self.channel)
+
+    async def serving(self, timeout_s: float = 0.2, service: str = "") -> bool:
+        try:
+            resp = await self._stub.Check(health_pb2.HealthCheckRequest(service=service), timeout=timeout_s)
+        except grpc.aio.AioRpcError:
+            return False
+        return bool(resp.status == health_pb2.HealthCheckResponse.SERVING)
+
+    async def close(self) -> None:
+        await self.channel.close()
 
 
 # Codes that say the downstream is unhealthy (they count against its breaker);

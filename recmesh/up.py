@@ -20,7 +20,7 @@ from pathlib import Path
 
 import httpx
 
-from recmesh.clients import GrpcClient
+from recmesh.clients import HealthProbe
 from recmesh.embedded import (
     ManagedProcess,
     broker_process,
@@ -207,7 +207,7 @@ class Mesh:
 
     async def wait_ready(self) -> float:
         started = time.monotonic()
-        clients = {n: GrpcClient(a, "up") for n, a in self.addr.items()}
+        clients = {n: HealthProbe(a) for n, a in self.addr.items()}
         pending = set(clients)
         try:
             async with httpx.AsyncClient(timeout=2.0) as http:
@@ -216,7 +216,7 @@ class Mesh:
                     if dead is not None:
                         raise RuntimeError(f"{dead.name} exited with {dead.exited()}:\n{dead.log_tail()}")
                     for name in sorted(pending):
-                        if await clients[name].health(0.5):
+                        if await clients[name].serving(0.5):
                             pending.discard(name)
                             say(f"{name} SERVING on {self.addr[name]}")
                     if not pending:

@@ -22,7 +22,7 @@ from typing import Any
 import httpx
 
 from recmesh.bench.common import emit, free_port, infrastructure
-from recmesh.clients import FeatureClient, InferenceClient, RankerClient
+from recmesh.clients import FeatureClient, HealthProbe, InferenceClient, RankerClient
 from recmesh.demo.generate import make_catalog, offline_rows
 from recmesh.features.definitions import FEATURE_SET_VERSION
 from recmesh.features.vectorize import COLUMNS
@@ -33,13 +33,26 @@ from services.feature.store import FeatureStore
 SIZES = {"small": 32, "large": 512}  # MLP hidden units (every level variant is loaded)
 
 
+async def _serving(
+    module: str, env: dict[str, str], address: str, log: Path
+) -> tuple[subprocess.Popen[bytes], float]:
+    """_started for a gRPC service: polls grpc.health on a channel that retries a
+    refused connection every 10-20 ms (a client channel backs off for up to 1 s)."""
+    probe = HealthProbe(address)
+    try:
+        return await _started(module, env, lambda: probe.serving(0.2), log)
+    finally:
+        await probe.close()
+
+
 async def _started(
     module: str, env: dict[str, str], ready: Callable[[], Awaitable[bool]], log: Path
 ) -> tuple[subprocess.Popen[bytes], float]:
     t0 = time.perf_counter()
-    proc = subprocess.Popen(  # noqa: ASYNC220 (returns at once)
-        [sys.executable, "-m", module], env=env, stdout=log.open("ab"), stderr=subprocess.STDOUT
-    )
+    with log.open("ab") as out:  # the child keeps its own copy of the descriptor
+        proc = subprocess.Popen(  # noqa: ASYNC220 (returns at once)
+            [sys.executable, "-m", module], env=env, stdout=out, stderr=subprocess.STDOUT
+        )
     while not await ready():
         if proc.poll() is not None:
             raise RuntimeError(f"{module} exited during start, see {log}")
@@ -76,9 +89,7 @@ async def run(model_root: Path) -> list[dict[str, Any]]:
         item_ids = [f"i{i}" for i in range(200)]
         try:
             fc = FeatureClient(base["FEATURE_ADDR"], "bench")
-            proc, ready_s = await _started(
-                "services.feature", base, lambda: fc.health(0.2), infra.workdir / "f.log"
-            )
+            proc, ready_s = await _serving("services.feature", base, fc.address, infra.workdir / "f.log")
             procs.append(proc)
             first, warm = await _twice(lambda: fc.get_features("u1", item_ids, 0, cap_s=10))
             rows.append({"service": "feature", "ready_s": ready_s, "first_ms": first, "warm_ms": warm})
@@ -91,14 +102,11 @@ async def run(model_root: Path) -> list[dict[str, Any]]:
                            RECMESH_MODEL_DIR=str(model_root / size))  # fmt: skip
                 ic = InferenceClient(f"127.0.0.1:{port}", "bench")
 
-                async def healthy(c: InferenceClient = ic) -> bool:
-                    return await c.health(0.2)
-
                 async def score(c: InferenceClient = ic) -> object:
                     return await c.score(FEATURE_SET_VERSION, list(COLUMNS), values, cap_s=10)
 
-                proc, ready_s = await _started(
-                    "services.inference", env, healthy, infra.workdir / f"i-{size}.log"
+                proc, ready_s = await _serving(
+                    "services.inference", env, ic.address, infra.workdir / f"i-{size}.log"
                 )
                 procs.append(proc)
                 first, warm = await _twice(score)
@@ -112,9 +120,7 @@ async def run(model_root: Path) -> list[dict[str, Any]]:
                     base["INFERENCE_ADDR"] = f"127.0.0.1:{port}"
 
             rc = RankerClient(base["RANKER_ADDR"], "bench")
-            proc, ready_s = await _started(
-                "services.ranker", base, lambda: rc.health(0.2), infra.workdir / "r.log"
-            )
+            proc, ready_s = await _serving("services.ranker", base, rc.address, infra.workdir / "r.log")
             procs.append(proc)
             first, warm = await _twice(lambda: rc.rank("u1", 10, {}, 0))
             rows.append({"service": "ranker", "ready_s": ready_s, "first_ms": first, "warm_ms": warm})

@@ -31,6 +31,15 @@ def percentile(samples: Sequence[float], q: float) -> float:
     return ordered[rank]
 
 
+def process_cpu_s(pid: int) -> float | None:
+    """CPU seconds (user + system) a process has used so far (Linux /proc; None elsewhere)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 @dataclass
 class Infra:
     redis_url: str

@@ -102,7 +102,7 @@ def in_process(path: Path, x: np.ndarray, rows: int, repeats: int) -> dict[int, 
 async def over_grpc(
     model_dir: Path, card: dict[str, Any], x: np.ndarray, rows: int, repeats: int, work: Path
 ) -> dict[int, dict[str, float]]:
-    proc, addr, _ = await _start(model_dir, InferenceSettings().batching, work / "inference.log")
+    proc, addr, _, _ = await _start(model_dir, InferenceSettings().batching, work / "inference.log", rows)
     client = InferenceClient(addr, "bench")
     cols = list(card["input"]["columns"])
     values = np.ascontiguousarray(x[:rows]).ravel().tolist()

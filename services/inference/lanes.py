@@ -44,7 +44,7 @@ class LaneLimits:
     nice: int = 0
 
 
-def _lower_priority(nice: int) -> None:
+def lower_priority(nice: int) -> None:
     if nice > 0 and hasattr(os, "setpriority"):
         # On Linux PRIO_PROCESS with a thread id sets that thread alone.
         with contextlib.suppress(OSError):
@@ -69,7 +69,7 @@ class Lane:
         self._pool = ThreadPoolExecutor(
             limits.concurrency,
             thread_name_prefix=f"lane-{name}",
-            initializer=_lower_priority,
+            initializer=lower_priority,
             initargs=(limits.nice,),
         )
         self.waiting = 0

@@ -3,16 +3,30 @@
 A request names the degradation level it wants (0 = full model .. 3); the
 response carries the level actually served: the requested one, or the
 nearest less degraded level the served version has (recmesh.modeldir).
+
+Readiness: grpc.health "" and "recmesh.v1.InferenceService" go SERVING once
+the CTR model is loaded and warmed; the text models load after that, and
+TEXT_HEALTH_NAME says when they are in. Until then Embed and Generate shed
+with RESOURCE_EXHAUSTED ("not ready"), the lanes' answer for "no room now",
+which callers treat as an answer, not as a sick service: it does not count
+against their circuit breaker (which also guards Score), and their fallbacks
+(semantic recall without the query, extractive summaries) apply.
 """
 
 from __future__ import annotations
 
+import asyncio
+import time
+from concurrent.futures import ThreadPoolExecutor
+
 import grpc
 import numpy as np
 import numpy.typing as npt
-from prometheus_client import Counter
+import structlog
+from grpc_health.v1 import health_pb2
+from prometheus_client import Counter, Gauge
 
-from recmesh.errors import FailedPrecondition, InvalidArgument
+from recmesh.errors import FailedPrecondition, InvalidArgument, ResourceExhausted
 from recmesh.grpcserver import MeshServer, Registration
 from recmesh.modeldir import LEVELS
 from recmesh.resilience import remaining_s
@@ -20,11 +34,15 @@ from recmesh.settings import InferenceSettings
 from recmesh.v1 import inference_pb2 as pb
 from recmesh.v1 import inference_pb2_grpc
 from services.inference.batcher import MicroBatcher
-from services.inference.lanes import Lane, LaneLimits
+from services.inference.lanes import LANE_SHED, Lane, LaneLimits, lower_priority
 from services.inference.model import ModelRegistry
 from services.inference.pressure import SUGGESTED, SUGGESTED_LEVEL_KEY, GpuProbe, suggest_level
-from services.inference.textmodels import TextModels
+from services.inference.textmodels import TextModels, TextSlot, load_text_models
 
+_log = structlog.get_logger("recmesh.inference")
+
+# grpc.health name that turns SERVING when the text models (Embed, Generate) are loaded.
+TEXT_HEALTH_NAME = "recmesh.v1.InferenceService/text"
 ROWS = Counter("recmesh_inference_rows_total", "Rows scored.")
 SERVED = Counter("recmesh_inference_served_total", "Score requests by level asked and served.",
                  ("requested", "served"))  # fmt: skip
@@ -32,6 +50,7 @@ TEXT_TOKENS = Counter("recmesh_inference_text_tokens_total", "Tokens processed b
 SCHEMA_MISMATCH = Counter(
     "recmesh_inference_schema_mismatch_total", "Requests refused for a feature schema mismatch."
 )
+TEXT_READY = Gauge("recmesh_inference_text_ready", "1 once the text models' start-up load has finished.")
 
 
 def _score_values(request: pb.ScoreRequest) -> npt.NDArray[np.float32]:
@@ -52,13 +71,13 @@ class InferenceServicer(inference_pb2_grpc.InferenceServiceServicer):
         settings: InferenceSettings,
         batcher: MicroBatcher | None = None,
         gpu: GpuProbe | None = None,
-        text: TextModels | None = None,
+        text: TextModels | TextSlot | None = None,
     ) -> None:
         self._registry = registry
         self._settings = settings
         self._batcher = batcher
         self._gpu = gpu
-        self._text = text or TextModels()
+        self.text = text if isinstance(text, TextSlot) else TextSlot(text or TextModels())
         self.embed_lane = Lane(
             "embed", LaneLimits(settings.embed_concurrency, settings.embed_max_queue, settings.text_nice)
         )
@@ -66,6 +85,13 @@ class InferenceServicer(inference_pb2_grpc.InferenceServiceServicer):
             "generate",
             LaneLimits(settings.generate_concurrency, settings.generate_max_queue, settings.text_nice),
         )
+
+    def _text_models(self, lane: Lane) -> TextModels:
+        models = self.text.models
+        if models is None:
+            LANE_SHED.labels(lane.name, "not_ready").inc()
+            raise ResourceExhausted(f"{lane.name} lane not ready: text models still loading; retry shortly")
+        return models
 
     def _suggest(self, context: grpc.aio.ServicerContext) -> None:
         depth = self._batcher.depth if self._batcher is not None else 0
@@ -122,7 +148,7 @@ class InferenceServicer(inference_pb2_grpc.InferenceServiceServicer):
         )
 
     async def Embed(self, request: pb.EmbedRequest, context: grpc.aio.ServicerContext) -> pb.EmbedResponse:
-        embedder = self._text.embedder
+        embedder = self._text_models(self.embed_lane).embedder
         if embedder is None:
             raise FailedPrecondition("no embedding model loaded (run `recmesh embed export`)")
         texts = list(request.texts)
@@ -150,7 +176,7 @@ class InferenceServicer(inference_pb2_grpc.InferenceServiceServicer):
     async def Generate(
         self, request: pb.GenerateRequest, context: grpc.aio.ServicerContext
     ) -> pb.GenerateResponse:
-        generator = self._text.generator
+        generator = self._text_models(self.generate_lane).generator
         if generator is None:
             raise FailedPrecondition("no generative model on this inference service")
         if not request.prompt.strip():
@@ -173,7 +199,9 @@ class InferenceServicer(inference_pb2_grpc.InferenceServiceServicer):
     async def Capabilities(
         self, request: pb.CapabilitiesRequest, context: grpc.aio.ServicerContext
     ) -> pb.CapabilitiesResponse:
-        embedder, generator = self._text.embedder, self._text.generator
+        # While the text models load this says none (the truth for now).
+        text = self.text.models or TextModels()
+        embedder, generator = text.embedder, text.generator
         return pb.CapabilitiesResponse(
             embedding_model=embedder.model if embedder else "",
             embedding_backend=embedder.backend if embedder else "",
@@ -198,7 +226,7 @@ def build_server(
     registry: ModelRegistry,
     batcher: MicroBatcher | None = None,
     gpu: GpuProbe | None = None,
-    text: TextModels | None = None,
+    text: TextModels | TextSlot | None = None,
 ) -> MeshServer:
     return MeshServer(
         "inference",
@@ -211,3 +239,25 @@ def build_server(
             )
         ],
     )
+
+
+async def load_text_into(slot: TextSlot, settings: InferenceSettings, server: MeshServer) -> None:
+    """The start-up load of the text models, run once the service is SERVING for
+    Score: on its own thread at the text lanes' niceness, so the first Score
+    requests get the CPU first; then TEXT_HEALTH_NAME turns SERVING."""
+    await server.health.set(TEXT_HEALTH_NAME, health_pb2.HealthCheckResponse.NOT_SERVING)
+    started = time.perf_counter()
+    pool = ThreadPoolExecutor(1, "text-load", lower_priority, (settings.text_nice,))
+    try:
+        models = await asyncio.get_running_loop().run_in_executor(pool, load_text_models, settings)
+    finally:
+        pool.shutdown(wait=False)  # a shutdown during the load must not wait for it
+    slot.models = models
+    TEXT_READY.set(1)
+    await server.health.set(TEXT_HEALTH_NAME, health_pb2.HealthCheckResponse.SERVING)
+    for note in models.notes:
+        _log.info("text_models", note=note)
+    _log.info("text_models_loaded", seconds=round(time.perf_counter() - started, 3),
+              embedding=models.embedder.model if models.embedder else None,
+              embedding_backend=models.embedder.backend if models.embedder else None,
+              generation=models.generator.model if models.generator else None)  # fmt: skip

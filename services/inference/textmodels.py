@@ -3,21 +3,28 @@ which runtime serves them: `Embedder` (sentence vectors) and `Generator`
 (text, optionally JSON-schema guided). The CPU path is ONNX Runtime for
 embeddings and no generator; the GPU path (vllm_backend.py, `gpu` extra) is
 chosen by RECMESH_TEXT_BACKEND and only when vLLM imports (the `llm` extra).
+
+Text models load after the service is SERVING for `Score` (see __main__): a
+`TextSlot` is empty until then, and the Embed/Generate lanes shed with
+RESOURCE_EXHAUSTED ("not ready") meanwhile. The encoder module (tokenizers)
+is imported only when an encoder is loaded, off the start-up path.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 import numpy.typing as npt
 import structlog
 
-from recmesh.embedding.encoder import TextEncoder
 from recmesh.modeldir import EMBEDDER_DIR
 from recmesh.settings import InferenceSettings
+
+if TYPE_CHECKING:
+    from recmesh.embedding.encoder import TextEncoder
 
 _log = structlog.get_logger("recmesh.inference")
 
@@ -71,6 +78,14 @@ class TextModels:
     notes: list[str] = field(default_factory=list)  # said once at start-up
 
 
+class TextSlot:
+    """The text models as the servicer sees them: `models` is None while the
+    start-up load runs (Score is served meanwhile), then what was loaded."""
+
+    def __init__(self, models: TextModels | None = None) -> None:
+        self.models = models
+
+
 def load_text_models(settings: InferenceSettings) -> TextModels:
     """What this process can serve; every absence is explained in `notes`."""
     models = TextModels()
@@ -90,6 +105,8 @@ def load_text_models(settings: InferenceSettings) -> TextModels:
 
 def _load_onnx(model_dir: Path, threads: int, models: TextModels) -> TextModels:
     if (model_dir / EMBEDDER_DIR).exists():
+        from recmesh.embedding.encoder import TextEncoder
+
         models.embedder = OnnxEmbedder(TextEncoder.from_model_dir(model_dir, threads))
     else:
         models.notes.append(f"no {model_dir / EMBEDDER_DIR}: Embed unavailable until `recmesh embed export`")

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from recmesh.clients import InferenceClient
+from recmesh.clients import HealthProbe, InferenceClient
 from recmesh.embedding.encoder import TextEncoder
 from recmesh.errors import CircuitOpen, InvalidArgument, ResourceExhausted
 from recmesh.features.definitions import FEATURE_SET_VERSION
@@ -19,8 +19,8 @@ from recmesh.grpcserver import MeshServer
 from recmesh.resilience import request_scope
 from recmesh.settings import InferenceSettings
 from services.inference.model import ModelRegistry
-from services.inference.server import build_server
-from services.inference.textmodels import OnnxEmbedder, TextModels
+from services.inference.server import TEXT_HEALTH_NAME, build_server, load_text_into
+from services.inference.textmodels import OnnxEmbedder, TextModels, TextSlot
 from tests.helpers import free_port
 
 
@@ -86,3 +86,38 @@ async def test_embed_flood_is_shed_while_scoring_stays_fast(served: InferenceCli
     )
     # Scoring answered within class A's budget throughout (each call had a 300 ms deadline).
     assert max(latencies) < 0.3
+
+
+async def test_score_serves_while_text_models_load(model_dir: Path, embed_model_dir: Path) -> None:
+    """Start-up order of services/inference/__main__.py: SERVING for Score with an
+    empty text slot; Embed sheds as not ready (an answer, not a breaker failure);
+    the text health name turns SERVING once load_text_into has filled the slot."""
+    settings = InferenceSettings(inference_port=free_port(), model_dir=embed_model_dir, batching=False,
+                                 text_backend="onnx")  # fmt: skip
+    registry = ModelRegistry(model_dir)
+    registry.load_current()
+    slot = TextSlot()
+    server = build_server(settings, registry, text=slot)
+    await server.start()
+    await server.set_serving()
+    client = InferenceClient(server.address, "ranker")
+    probe = HealthProbe(server.address)
+    try:
+        assert await probe.serving() and not await probe.serving(service=TEXT_HEALTH_NAME)
+        rows = np.random.default_rng(0).random((3, len(COLUMNS))).astype(np.float32).ravel().tolist()
+        for _ in range(client.policy.failure_threshold + 2):
+            with pytest.raises(ResourceExhausted, match="embed lane not ready"):
+                await client.embed(["still loading"], cap_s=5)
+        scored = await client.score(FEATURE_SET_VERSION, list(COLUMNS), rows, cap_s=5)
+        assert len(scored.scores) == 3, "Embed's not-ready answers must not open the breaker Score uses"
+        assert (await client.capabilities()).embedding_model == ""
+
+        await load_text_into(slot, settings, server)
+        assert await probe.serving(service=TEXT_HEALTH_NAME)
+        got = await client.embed(["loaded now"], cap_s=10)
+        assert got.matrix.shape == (1, 384)
+        assert (await client.capabilities()).embedding_backend == "onnxruntime-cpu"
+    finally:
+        await probe.close()
+        await client.close()
+        await server.stop(0.2)

@@ -1,0 +1,21 @@
+"""`recmesh bench inference` end to end on a short run: the figures it prints
+are there and consistent (no speed is asserted: figures, not stopwatches)."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+from recmesh.bench.inference import run, table
+
+
+async def test_bench_figures_are_consistent(model_dir: Path) -> None:
+    f = await run(model_dir, rows=2, concurrency=4, seconds=0.3)
+    assert 0 < f["cold_start_s"] <= f["cold_start_max_s"]
+    assert f["first_score_s"] >= f["cold_start_s"], "the first Score comes after SERVING"
+    for mode in ("off", "on"):
+        assert f[f"batching_{mode}_rps"] > 0
+        assert math.isfinite(f[f"batching_{mode}_server_cpu_us"]) and f[f"batching_{mode}_server_cpu_us"] > 0
+    assert f["request_cost_basis"] == "service CPU per request"
+    assert 0 < f["model_share_of_request_cost"] < 1 and f["model_time_ratio_bound"] >= 1
+    assert "x5 needs batching to save 80%" in table(f)
