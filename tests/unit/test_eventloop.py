@@ -7,11 +7,11 @@ import pytest
 from recmesh import eventloop
 
 
-def test_the_loop_is_uvloop_unless_asked_otherwise(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_loop_is_asyncio_unless_uvloop_is_asked_for(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("RECMESH_EVENT_LOOP", raising=False)
-    assert eventloop.loop_kind() == "uvloop"  # a runtime dependency
-    monkeypatch.setenv("RECMESH_EVENT_LOOP", "asyncio")
     assert eventloop.loop_kind() == "asyncio"
+    monkeypatch.setenv("RECMESH_EVENT_LOOP", "uvloop")
+    assert eventloop.loop_kind() == "uvloop"  # a runtime dependency
     monkeypatch.setenv("RECMESH_EVENT_LOOP", "trio")
     with pytest.raises(ValueError, match="RECMESH_EVENT_LOOP"):
         eventloop.loop_kind()
