@@ -87,23 +87,52 @@ def row_to_json(row: pb.FeatureRow) -> dict[str, Any]:
     }
 
 
-def columns_to_pb(entity_ids: list[str], columns: Mapping[str, Column]) -> pb.FeatureTable:
-    """Columns straight into a FeatureTable: a few `extend` calls per feature,
-    no per-entity Python objects for numeric and text features."""
-    table = pb.FeatureTable(entity_ids=entity_ids)
-    to_pb_source = SOURCE_TO_PB.__getitem__
+def _freshness_column(ages: list[int], tau_s: float) -> list[float]:
+    """`freshness` over a column of ages (the same expression, hence the same
+    floats), without a Python call per entity."""
+    scale = tau_s * 1000.0
+    return [0.0 if a < 0 else float(2.0 ** (-a / scale)) for a in ages]
+
+
+def _source_codes(sources: list[str]) -> list[pb.FeatureSource]:
+    # Most columns have one source throughout (all real-time, all offline).
+    if sources and sources.count(sources[0]) == len(sources):
+        return [SOURCE_TO_PB[sources[0]]] * len(sources)
+    return list(map(SOURCE_TO_PB.__getitem__, sources))
+
+
+def columns_to_pb(
+    entity_ids: list[str], columns: Mapping[str, Column], table: pb.FeatureTable | None = None
+) -> pb.FeatureTable:
+    """Columns straight into a FeatureTable (`table`, e.g. a response's own
+    field, which spares copying the finished table in): a few `extend` calls
+    per feature, no per-entity Python objects for numeric and text features.
+
+    Numbers go in as floats: upb converts an int to a double field ~4x slower
+    than a float, which made ints the largest cost of a 200-item answer.
+    """
+    if table is None:
+        table = pb.FeatureTable()
+    table.entity_ids.extend(entity_ids)
+    freshness_seen: tuple[list[int], float, list[float]] | None = None
     for name, column in columns.items():
         col = table.columns.add(name=name)
-        col.sources.extend(map(to_pb_source, column.sources))
+        col.sources.extend(_source_codes(column.sources))
         col.age_ms.extend(column.ages)
         definition = BY_NAME[name]
         if definition.kind == "realtime":
             tau_s = definition.freshness_tau_s
             # Sources other than 'realtime' carry age -1, hence freshness 0.
-            col.freshness.extend([freshness(a, tau_s) for a in column.ages])
+            # Item windows share their ages (clicks and views): compute once.
+            if freshness_seen is not None and freshness_seen[1] == tau_s and freshness_seen[0] == column.ages:
+                scores = freshness_seen[2]
+            else:
+                scores = _freshness_column(column.ages, tau_s)
+                freshness_seen = (column.ages, tau_s, scores)
+            col.freshness.extend(scores)
         dtype = definition.dtype
         if dtype in ("int", "float"):
-            col.numbers.extend(column.values)  # type: ignore[arg-type]
+            col.numbers.extend(list(map(float, column.values)))  # type: ignore[arg-type]
         elif dtype == "str":
             col.texts.extend(column.values)  # type: ignore[arg-type]
         elif dtype == "strings":

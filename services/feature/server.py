@@ -81,13 +81,14 @@ class FeatureServicer(features_pb2_grpc.FeatureServiceServicer):
         total = cache.hits + cache.misses
         if total:
             ITEM_CACHE_HIT_RATIO.set(cache.hits / total)
-        return pb.GetFeaturesResponse(
+        response = pb.GetFeaturesResponse(
             user=row_to_pb(request.user_id, lookup.user),
-            items=columns_to_pb(item_ids, lookup.item_columns),
             feature_version=FEATURE_SET_VERSION,
             as_of_ms=as_of,
             degraded=lookup.degraded,
         )
+        columns_to_pb(item_ids, lookup.item_columns, response.items)
+        return response
 
     async def GetPopular(
         self, request: pb.GetPopularRequest, context: grpc.aio.ServicerContext

@@ -72,6 +72,34 @@ async def test_applying_a_batch_twice_changes_nothing(redis_client: redis.Redis)
     assert twice.items[0]["clicks_10m"][0] == 20
 
 
+async def test_item_age_comes_from_the_newest_click_or_view(redis_client: redis.Redis) -> None:
+    """The window script reads a click back only when one is newer than the
+    newest view: every case of that shortcut agrees with the replay."""
+    store = await loaded_store(redis_client)
+    cases = {
+        "clicks-newer": [("click", T0 - MIN), ("view", T0 - 2 * MIN), ("click", T0 - 3 * MIN)],
+        "views-newer": [("view", T0 - MIN), ("click", T0 - 2 * MIN)],
+        "tie": [("view", T0 - MIN), ("click", T0 - MIN)],
+        "clicks-only": [("click", T0 - 4 * MIN)],
+        "views-only": [("view", T0 - 5 * MIN)],
+        "future-click": [("view", T0 - MIN), ("click", T0 + MIN)],  # after as_of: not the newest
+        "old-view": [("view", T0 - 11 * MIN), ("click", T0 - 2 * MIN)],  # view outside the window
+    }
+    replay = ReplayState({})
+    batch = []
+    for item, evs in cases.items():
+        for n, (behavior, t) in enumerate(evs):
+            ev = e(f"{item}-{n}", "u9", item, behavior, t)
+            batch.append(ev)
+            replay.apply(ev.model_dump())
+    await store.apply_events(batch)
+    got = await store.lookup("u9", list(cases), T0, timeout_s=1.0)
+    for item, row in zip(cases, got.items, strict=True):
+        want = replay.item_features(item, T0)
+        assert {k: (row[k][0], row[k][2]) for k in want} == want, item
+    assert got.items[0]["clicks_10m"][2] == MIN  # the click, not the older view
+
+
 async def check_parity_with_replay(client: AnyRedis) -> None:
     """The same events through the store and through the replay give the same
     features at every as-of time probed, even when applied out of order."""
