@@ -121,7 +121,11 @@ async def test_rank_falls_back_to_recall_order_when_inference_is_down(mesh: Mesh
     try:
         with request_scope("A", 1.0):
             resp = await client.rank("u42", 5, {}, 0)
-        assert resp.degraded == ["scoring_unavailable"]
+        # Exactly one scoring flag; a recall source that ran late on a busy box
+        # may add its own flag, which is not what this test is about.
+        assert [d for d in resp.degraded if "scor" in d or "inference" in d] == ["scoring_unavailable"], (
+            resp.degraded
+        )
         assert resp.model_version == "recall"
         assert len({i.item_id for i in resp.items}) == 5
         # Recall order: fused scores, best first.
