@@ -3,8 +3,8 @@
 Handlers never touch stubs: each method derives its timeout from the request
 budget (resilience.call_timeout), sends the SLO class as metadata, records the
 call's latency, and translates gRPC errors into the recmesh hierarchy here and
-only here. Channels carry OpenTelemetry client interceptors, so `traceparent`
-travels on every hop.
+only here. Each call's CLIENT span is opened here and its `traceparent` sent in
+the call's metadata (no channel interceptors), so the trace travels on every hop.
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ import numpy as np
 import numpy.typing as npt
 import structlog
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from opentelemetry.instrumentation.grpc import aio_client_interceptors
 
 from recmesh.errors import CircuitOpen, DeadlineExceeded, RecmeshError, Unavailable, from_grpc
 from recmesh.resilience import (
@@ -39,6 +38,8 @@ from recmesh.telemetry import (
     DEADLINES_EXPIRED,
     DOWNSTREAM_LATENCY,
     EXTRA_ATTEMPTS,
+    end_rpc_span,
+    grpc_client_span,
 )
 from recmesh.v1 import (
     features_pb2,
@@ -73,7 +74,9 @@ PROBE_CHANNEL_OPTIONS = (
 
 
 def open_channel(address: str) -> grpc.aio.Channel:
-    return grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS, interceptors=aio_client_interceptors())
+    """A channel without interceptors: GrpcClient opens each call's CLIENT span
+    and sends `traceparent` itself (telemetry.grpc_client_span)."""
+    return grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS)
 
 
 class HealthProbe:
@@ -124,6 +127,7 @@ class GrpcClient:
     so callers go straight to their fallback."""
 
     target = "unknown"
+    service_name = "unknown"  # the gRPC service's full name, for span names
 
     def __init__(
         self, address: str, caller: str, margin_ms: float = 5.0, policy: ResiliencePolicy | None = None
@@ -236,35 +240,41 @@ class GrpcClient:
         self._publish_state()
         started = time.perf_counter()
         code = "OK"
-        try:
-            call: Any = rpc(request, timeout=timeout, metadata=((SLO_HEADER, slo), *metadata))
-            response: R = await call
-            trailers = {k: str(v) for k, v in (await call.trailing_metadata() or ())} if want_trailers else {}
-            self._latency[method].add(time.perf_counter() - started)
-            self.breaker.record_success()
-            return response, trailers
-        except grpc.aio.AioRpcError as err:
-            code = err.code().name
-            if err.code() in BREAKER_FAILURES:
-                self.breaker.record_failure()
-            else:
+        with grpc_client_span(f"/{self.service_name}/{method}", slo) as (span, trace_md):
+            try:
+                call: Any = rpc(request, timeout=timeout, metadata=((SLO_HEADER, slo), *metadata, *trace_md))
+                response: R = await call
+                trailers = (
+                    {k: str(v) for k, v in (await call.trailing_metadata() or ())} if want_trailers else {}
+                )
+                end_rpc_span(span, grpc.StatusCode.OK)
+                self._latency[method].add(time.perf_counter() - started)
                 self.breaker.record_success()
-            raise from_grpc(err.code(), f"{self.target}.{method}: {err.details()}") from None
-        except RecmeshError as err:
-            code = err.grpc_code.name
-            raise
-        except asyncio.CancelledError:
-            code = "CANCELLED"  # e.g. the slower copy of a hedged read
-            if timeout is not None and time.perf_counter() - started >= 0.9 * timeout:
-                # Cancelled because the whole request ran out of time (our caller
-                # gave up at about our deadline): for the breaker that is a timeout.
-                self.breaker.record_failure()
-            raise
-        finally:
-            self._publish_state()
-            DOWNSTREAM_LATENCY.labels(self._caller, self.target, method, slo, code).observe(
-                time.perf_counter() - started
-            )
+                return response, trailers
+            except grpc.aio.AioRpcError as err:
+                code = err.code().name
+                end_rpc_span(span, err.code(), err.details() or "")
+                if err.code() in BREAKER_FAILURES:
+                    self.breaker.record_failure()
+                else:
+                    self.breaker.record_success()
+                raise from_grpc(err.code(), f"{self.target}.{method}: {err.details()}") from None
+            except RecmeshError as err:
+                code = err.grpc_code.name
+                raise
+            except asyncio.CancelledError:
+                code = "CANCELLED"  # e.g. the slower copy of a hedged read
+                end_rpc_span(span, grpc.StatusCode.CANCELLED)
+                if timeout is not None and time.perf_counter() - started >= 0.9 * timeout:
+                    # Cancelled because the whole request ran out of time (our caller
+                    # gave up at about our deadline): for the breaker that is a timeout.
+                    self.breaker.record_failure()
+                raise
+            finally:
+                self._publish_state()
+                DOWNSTREAM_LATENCY.labels(self._caller, self.target, method, slo, code).observe(
+                    time.perf_counter() - started
+                )
 
     def _publish_state(self) -> None:
         state = self.breaker.state
@@ -292,6 +302,7 @@ class GrpcClient:
 
 class FeatureClient(GrpcClient):
     target = "feature"
+    service_name = "recmesh.v1.FeatureService"
 
     def __init__(
         self, address: str, caller: str, margin_ms: float = 5.0, policy: ResiliencePolicy | None = None
@@ -355,6 +366,7 @@ class Embedded:
 
 class InferenceClient(GrpcClient):
     target = "inference"
+    service_name = "recmesh.v1.InferenceService"
 
     def __init__(
         self, address: str, caller: str, margin_ms: float = 5.0, policy: ResiliencePolicy | None = None
@@ -363,12 +375,17 @@ class InferenceClient(GrpcClient):
         self._stub = inference_pb2_grpc.InferenceServiceStub(self.channel)
 
     async def score(
-        self, feature_version: str, columns: list[str], values: list[float], level: int = 0,
-        cap_s: float | None = None,
+        self, feature_version: str, columns: list[str], values: list[float] | npt.NDArray[np.float32],
+        level: int = 0, cap_s: float | None = None,
     ) -> Scored:  # fmt: skip
-        req = inference_pb2.ScoreRequest(
-            feature_version=feature_version, feature_names=columns, values=values, level=level
-        )
+        """`values`: the row-major matrix; a NumPy array travels as raw float32
+        bytes (`values_f32`), which spares a per-number conversion on both sides
+        (about 0.25 ms for 200 candidates here), a list as `values`."""
+        req = inference_pb2.ScoreRequest(feature_version=feature_version, feature_names=columns, level=level)
+        if isinstance(values, np.ndarray):
+            req.values_f32 = np.ascontiguousarray(values, dtype="<f4").tobytes()
+        else:
+            req.values.extend(values)
         resp, trailers = await self._call_with_trailers("Score", self._stub.Score, req, cap_s, retry=True)
         suggested = int(trailers.get(SUGGESTED_LEVEL_KEY, "0"))
         return Scored(list(resp.scores), resp.model_version, suggested, resp.level)
@@ -397,6 +414,7 @@ class InferenceClient(GrpcClient):
 
 class RankerClient(GrpcClient):
     target = "ranker"
+    service_name = "recmesh.v1.RankerService"
 
     def __init__(
         self, address: str, caller: str, margin_ms: float = 5.0, policy: ResiliencePolicy | None = None

@@ -1,7 +1,7 @@
 """One way to build and run a recmesh gRPC server.
 
-Every service gets the same stack: OpenTelemetry server spans, the request
-interceptor (budget, class, error translation, latency histogram),
+Every service gets the same stack: the request interceptor (SERVER span from
+the caller's `traceparent`, budget, class, error translation, latency histogram),
 `grpc.health.v1` (NOT_SERVING until the service says it is warm) and server
 reflection. Stopping enters graceful shutdown on the health service first, so
 probes see NOT_SERVING while in-flight RPCs finish within the grace period.
@@ -19,7 +19,6 @@ import grpc
 import structlog
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
-from opentelemetry.instrumentation.grpc import aio_server_interceptor
 
 from recmesh.telemetry import RequestInterceptor
 
@@ -46,7 +45,7 @@ class MeshServer:
         self.service = service
         self._names = [r.full_name for r in registrations]
         self.server = grpc.aio.server(
-            interceptors=[aio_server_interceptor(), RequestInterceptor(service)],
+            interceptors=[RequestInterceptor(service)],
             options=GRPC_OPTIONS,
         )
         for reg in registrations:

@@ -32,11 +32,10 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import (
     BatchSpanProcessor,
-    SimpleSpanProcessor,
     SpanExporter,
     SpanExportResult,
 )
-from opentelemetry.trace import Link, Span, SpanKind
+from opentelemetry.trace import Link, Span, SpanKind, Status, StatusCode
 from prometheus_client import Counter, Gauge, Histogram
 
 from recmesh.errors import DeadlineExceeded, RecmeshError
@@ -181,6 +180,9 @@ class JsonLinesSpanExporter(SpanExporter):
         return SpanExportResult.SUCCESS
 
 
+SPANS_FILE_DELAY_MS = 200
+
+
 def setup_tracing(service: str, *, redis: bool = True) -> TracerProvider:
     """The process's tracer provider. `redis=False` for a service that never
     talks to Redis: instrumenting it imports redis-py (~0.3 s of start-up)."""
@@ -193,7 +195,14 @@ def setup_tracing(service: str, *, redis: bool = True) -> TracerProvider:
         provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
     spans_file = os.environ.get("RECMESH_SPANS_FILE")
     if spans_file:
-        provider.add_span_processor(SimpleSpanProcessor(JsonLinesSpanExporter(spans_file)))
+        # Batched on the SDK's export thread: the request path only queues the
+        # finished span (a synchronous exporter opened and appended to the
+        # file once per span, on the event loop). A full queue drops spans
+        # rather than slow requests; the provider flushes at exit.
+        provider.add_span_processor(
+            BatchSpanProcessor(JsonLinesSpanExporter(spans_file), max_queue_size=8192,
+                               schedule_delay_millis=SPANS_FILE_DELAY_MS, max_export_batch_size=1024)
+        )  # fmt: skip
     trace.set_tracer_provider(provider)
     if redis:
         instrument_redis()
@@ -282,11 +291,48 @@ def current_trace_id() -> str:
 Behavior = Callable[[Any, grpc.aio.ServicerContext], Awaitable[Any]]
 
 
+_grpc_tracer = trace.get_tracer("recmesh.grpc")
+RPC_STATUS_ATTRIBUTE = "rpc.grpc.status_code"
+
+
+def _rpc_attributes(full_method: str, slo_class: str) -> dict[str, str | int]:
+    service, _, method = full_method.lstrip("/").partition("/")
+    return {"rpc.system": "grpc", "rpc.service": service, "rpc.method": method,
+            "recmesh.slo_class": slo_class}  # fmt: skip
+
+
+@contextmanager
+def grpc_client_span(full_method: str, slo_class: str) -> Iterator[tuple[Span, list[tuple[str, str]]]]:
+    """The CLIENT span of one outbound call and the metadata that carries its
+    context (`traceparent`) to the callee. recmesh.clients opens it around each
+    attempt instead of a channel interceptor: grpc.aio runs every intercepted
+    call through an extra task and wrapper call object, about a third of a
+    call's client-side CPU on this box."""
+    with _grpc_tracer.start_as_current_span(
+        full_method, kind=SpanKind.CLIENT, attributes=_rpc_attributes(full_method, slo_class),
+        record_exception=False, set_status_on_exception=False,
+    ) as span:  # fmt: skip
+        carrier: dict[str, str] = {}
+        propagate.inject(carrier)
+        yield span, list(carrier.items())
+
+
+def end_rpc_span(span: Span, code: grpc.StatusCode, details: str = "") -> None:
+    """Status of an RPC span: the gRPC code as an attribute, ERROR unless OK."""
+    if not span.is_recording():
+        return
+    span.set_attribute(RPC_STATUS_ATTRIBUTE, code.value[0])
+    if code is not grpc.StatusCode.OK:
+        span.set_status(Status(StatusCode.ERROR, f"{code.name}: {details}"))
+
+
 class RequestInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
-    """Per request: open the budget scope from the incoming deadline and class,
-    refuse expired work, translate RecmeshError to a status once, and record
-    latency by method and class. Health and reflection pass through untouched.
-    """
+    """Per request: continue the caller's trace in a SERVER span, open the budget
+    scope from the incoming deadline and class, refuse expired work, translate
+    RecmeshError to a status once, and record latency by method and class.
+    Health and reflection pass through untouched (and untraced). One
+    interceptor does all of it: each grpc.aio server interceptor is another
+    await chain per call."""
 
     def __init__(self, service: str) -> None:
         self._service = service
@@ -300,50 +346,67 @@ class RequestInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         if handler is None or handler.unary_unary is None or details.method.startswith("/grpc."):
             return handler
         method = details.method.rsplit("/", 1)[-1]
-        wrapped = self._wrap(method, handler.unary_unary)
+        wrapped = self._wrap(method, handler.unary_unary, details.method)
         return grpc.unary_unary_rpc_method_handler(
             wrapped,
             request_deserializer=handler.request_deserializer,
             response_serializer=handler.response_serializer,
         )
 
-    def _wrap(self, method: str, behavior: Behavior) -> Behavior:
+    def _wrap(self, method: str, behavior: Behavior, full_method: str | None = None) -> Behavior:
         service = self._service
+        span_name = full_method or f"/{service}/{method}"
 
         async def wrapper(request: Any, context: grpc.aio.ServicerContext) -> Any:
             metadata = {k: v for k, v in (context.invocation_metadata() or ())}
             slo_class = str(metadata.get(SLO_HEADER, UNKNOWN_CLASS))
-            span = trace.get_current_span()
-            span.set_attribute("recmesh.slo_class", slo_class)
-            started = time.perf_counter()
-            code = "OK"
-            with request_scope(slo_class, context.time_remaining()):
-                try:
-                    left = remaining_s()
-                    if left is not None and left <= 0:
-                        DEADLINES_EXPIRED.labels(service, "arrival", slo_class).inc()
-                        raise DeadlineExceeded("deadline already passed on arrival")
-                    return await behavior(request, context)
-                except RecmeshError as err:
-                    code = err.grpc_code.name
-                    _log.info("request_failed", method=method, code=code, error=str(err))
-                    retry_after = getattr(err, "retry_after_s", None)
-                    if retry_after is not None:
-                        context.set_trailing_metadata((("retry-after", str(retry_after)),))
-                    await context.abort(err.grpc_code, str(err))
-                except Exception as err:
-                    if isinstance(err, grpc.aio.AbortError):
-                        code = context.code().name if context.code() else "ABORTED"
-                        raise
-                    code = "INTERNAL"
-                    _log.exception("request_crashed", method=method)
-                    await context.abort(grpc.StatusCode.INTERNAL, f"internal error: {err!r}")
-                finally:
-                    REQUEST_LATENCY.labels(service, method, slo_class, code).observe(
-                        time.perf_counter() - started
-                    )
+            with _grpc_tracer.start_as_current_span(
+                span_name, context=propagate.extract(metadata), kind=SpanKind.SERVER,
+                attributes=_rpc_attributes(span_name, slo_class),
+                record_exception=False, set_status_on_exception=False,
+            ) as span:  # fmt: skip
+                return await self._serve(behavior, request, context, span, method, slo_class)
 
         return wrapper
+
+    async def _serve(
+        self,
+        behavior: Behavior,
+        request: Any,
+        context: grpc.aio.ServicerContext,
+        span: Span,
+        method: str,
+        slo_class: str,
+    ) -> Any:
+        service = self._service
+        started = time.perf_counter()
+        code = "OK"
+        with request_scope(slo_class, context.time_remaining()):
+            try:
+                left = remaining_s()
+                if left is not None and left <= 0:
+                    DEADLINES_EXPIRED.labels(service, "arrival", slo_class).inc()
+                    raise DeadlineExceeded("deadline already passed on arrival")
+                return await behavior(request, context)
+            except RecmeshError as err:
+                code = err.grpc_code.name
+                _log.info("request_failed", method=method, code=code, error=str(err))
+                retry_after = getattr(err, "retry_after_s", None)
+                if retry_after is not None:
+                    context.set_trailing_metadata((("retry-after", str(retry_after)),))
+                await context.abort(err.grpc_code, str(err))
+            except Exception as err:
+                if isinstance(err, grpc.aio.AbortError):
+                    code = context.code().name if context.code() else "ABORTED"
+                    raise
+                code = "INTERNAL"
+                _log.exception("request_crashed", method=method)
+                await context.abort(grpc.StatusCode.INTERNAL, f"internal error: {err!r}")
+            finally:
+                end_rpc_span(span, getattr(grpc.StatusCode, code, grpc.StatusCode.UNKNOWN))
+                REQUEST_LATENCY.labels(service, method, slo_class, code).observe(
+                    time.perf_counter() - started
+                )
 
 
 def observe_many(histogram: Histogram, amounts: Sequence[float]) -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -165,6 +165,23 @@ def table_rows(table: pb.FeatureTable) -> dict[str, dict[str, FeatureValue]]:
         for eid, value in zip(ids, _column_values(col), strict=True):
             rows[eid][col.name] = value
     return rows
+
+
+def table_columns(table: pb.FeatureTable, entity_ids: Sequence[str]) -> dict[str, list[Any]]:
+    """feature -> one value per entity of `entity_ids` (in that order), straight
+    from the table's columns for vectorising (`vectorize.matrix_from_columns`):
+    numeric columns stay floats as sent (the vectoriser truncates int features
+    as `int()` would). An entity the table lacks takes each feature's default."""
+    got = list(table.entity_ids)
+    columns = {col.name: list(col.numbers) if col.numbers else _column_values(col) for col in table.columns}
+    if got == list(entity_ids):
+        return columns
+    at = {eid: n for n, eid in enumerate(got)}
+    out: dict[str, list[Any]] = {}
+    for name, values in columns.items():
+        default = BY_NAME[name].default if name in BY_NAME else 0
+        out[name] = [values[at[e]] if e in at else default for e in entity_ids]
+    return out
 
 
 def table_to_json(table: pb.FeatureTable) -> list[dict[str, Any]]:

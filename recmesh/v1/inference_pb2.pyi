@@ -7,16 +7,18 @@ from typing import ClassVar as _ClassVar, Optional as _Optional
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class ScoreRequest(_message.Message):
-    __slots__ = ("feature_version", "feature_names", "values", "level")
+    __slots__ = ("feature_version", "feature_names", "values", "level", "values_f32")
     FEATURE_VERSION_FIELD_NUMBER: _ClassVar[int]
     FEATURE_NAMES_FIELD_NUMBER: _ClassVar[int]
     VALUES_FIELD_NUMBER: _ClassVar[int]
     LEVEL_FIELD_NUMBER: _ClassVar[int]
+    VALUES_F32_FIELD_NUMBER: _ClassVar[int]
     feature_version: str
     feature_names: _containers.RepeatedScalarFieldContainer[str]
     values: _containers.RepeatedScalarFieldContainer[float]
     level: int
-    def __init__(self, feature_version: _Optional[str] = ..., feature_names: _Optional[_Iterable[str]] = ..., values: _Optional[_Iterable[float]] = ..., level: _Optional[int] = ...) -> None: ...
+    values_f32: bytes
+    def __init__(self, feature_version: _Optional[str] = ..., feature_names: _Optional[_Iterable[str]] = ..., values: _Optional[_Iterable[float]] = ..., level: _Optional[int] = ..., values_f32: _Optional[bytes] = ...) -> None: ...
 
 class ScoreResponse(_message.Message):
     __slots__ = ("scores", "model_version", "level")

@@ -21,6 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import grpc
 import numpy as np
+import numpy.typing as npt
 import structlog
 from grpc_health.v1 import health_pb2
 from prometheus_client import Counter, Gauge
@@ -50,6 +51,17 @@ SCHEMA_MISMATCH = Counter(
     "recmesh_inference_schema_mismatch_total", "Requests refused for a feature schema mismatch."
 )
 TEXT_READY = Gauge("recmesh_inference_text_ready", "1 once the text models' start-up load has finished.")
+
+
+def _score_values(request: pb.ScoreRequest) -> npt.NDArray[np.float32]:
+    """The request's matrix, flat: from `values_f32` (raw float32 bytes) or `values`."""
+    if not request.values_f32:
+        return np.asarray(request.values, dtype=np.float32)
+    if request.values:
+        raise InvalidArgument("set values or values_f32, not both")
+    if len(request.values_f32) % 4:
+        raise InvalidArgument(f"values_f32 has {len(request.values_f32)} bytes, not a multiple of 4")
+    return np.frombuffer(request.values_f32, dtype="<f4").astype(np.float32, copy=False)
 
 
 class InferenceServicer(inference_pb2_grpc.InferenceServiceServicer):
@@ -97,11 +109,10 @@ class InferenceServicer(inference_pb2_grpc.InferenceServiceServicer):
         cols = len(request.feature_names)
         if cols == 0:
             raise InvalidArgument("feature_names is empty")
-        if len(request.values) % cols:
-            raise InvalidArgument(
-                f"values has {len(request.values)} entries, not a multiple of {cols} columns"
-            )
-        rows = len(request.values) // cols
+        flat = _score_values(request)
+        if flat.size % cols:
+            raise InvalidArgument(f"values has {flat.size} entries, not a multiple of {cols} columns")
+        rows = flat.size // cols
         if request.level not in LEVELS:
             raise InvalidArgument(f"level {request.level} is not one of {list(LEVELS)}")
         if rows > self._settings.max_rows:
@@ -116,7 +127,7 @@ class InferenceServicer(inference_pb2_grpc.InferenceServiceServicer):
         SERVED.labels(str(request.level), str(variant.level)).inc()
         if rows == 0:
             return pb.ScoreResponse(model_version=model.version, level=variant.level)
-        matrix = np.asarray(request.values, dtype=np.float32).reshape(rows, cols)
+        matrix = flat.reshape(rows, cols)
         if self._batcher is None:
             scores = variant.score(matrix)
         else:

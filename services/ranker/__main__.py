@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-import asyncio
+import gc
 
 from prometheus_client import start_http_server
 
+from recmesh import eventloop
 from recmesh.clients import FeatureClient, InferenceClient
 from recmesh.grpcserver import wait_for_shutdown_signal
 from recmesh.settings import RankerSettings
@@ -24,6 +25,11 @@ async def main(settings: RankerSettings) -> None:
         raise SystemExit(f"ranker: bad ranking graph: {err}") from None
     server = build_server(settings, pipeline)
     await server.start()
+    # What start-up built (modules, descriptors, the graph, the index) lives as
+    # long as the process: out of the collector's reach, so full collections
+    # stay short under load (as in the feature service).
+    gc.collect()
+    gc.freeze()
     # The ranker is useful as soon as it can answer (its fallbacks cover slow
     # or missing downstreams), so it reports SERVING right away.
     await server.set_serving()
@@ -36,6 +42,6 @@ async def main(settings: RankerSettings) -> None:
 if __name__ == "__main__":
     cfg = RankerSettings()
     setup_logging("ranker", cfg.log_level, cfg.log_format)
-    setup_tracing("ranker")
+    setup_tracing("ranker", redis=False)  # the ranker never talks to Redis
     start_http_server(cfg.metrics_port, addr=cfg.bind_host)
-    asyncio.run(main(cfg))
+    eventloop.run(main(cfg))

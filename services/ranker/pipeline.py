@@ -179,8 +179,9 @@ class RankPipeline:
         started: float,
         budget_ms: float,
     ) -> object:
-        values = await asyncio.gather(*upstream)
-        inputs = dict(zip(node.inputs, values, strict=True))
+        # Await the inputs one by one: a done future returns at once, where a
+        # gather would cost a future and a loop turn per node.
+        inputs = {name: await fut for name, fut in zip(node.inputs, upstream, strict=True)}
         kind = KINDS[node.kind]
         slo = current_slo_class()
         self._climb_ladder(req, started, budget_ms)

@@ -12,14 +12,15 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from opentelemetry import trace
 
 from recmesh.clients import FeatureClient, InferenceClient
 from recmesh.errors import RecmeshError, Unavailable
 from recmesh.features.definitions import FEATURE_SET_VERSION, FeatureValue
-from recmesh.features.vectorize import COLUMNS, build_matrix
-from recmesh.features.wire import row_values, table_rows
+from recmesh.features.vectorize import COLUMNS, matrix_from_columns
+from recmesh.features.wire import row_values, table_columns
 from recmesh.settings import RankerSettings
 from services.ranker.fusion import (
     Fused,
@@ -79,7 +80,8 @@ class ItemFeatures:
     user: dict[str, FeatureValue]
     pool: list[tuple[str, float]]  # to be scored, in recall order
     rest: list[tuple[str, float]]  # not scored (sampled out), in recall order
-    rows: dict[str, dict[str, FeatureValue]]
+    # feature -> one value per pool item, in pool order (empty: every feature's default)
+    columns: dict[str, list[Any]]
     feature_version: str
 
 
@@ -213,7 +215,8 @@ async def _run_features(env: Env, req: RequestState, node: NodeSpec, inputs: Inp
     resp = await env.features.get_features(req.user_id, [i for i, _ in pool], req.as_of_ms, cap_s=cap_s)
     req.degraded.extend(f"feature:{d}" for d in resp.degraded)
     user = row_values(resp.user) or _user(inputs)
-    return ItemFeatures(user, pool, rest, table_rows(resp.items), resp.feature_version)
+    columns = table_columns(resp.items, [i for i, _ in pool])
+    return ItemFeatures(user, pool, rest, columns, resp.feature_version)
 
 
 def _neutral_features(env: Env, req: RequestState, node: NodeSpec, inputs: Inputs) -> object:
@@ -222,7 +225,10 @@ def _neutral_features(env: Env, req: RequestState, node: NodeSpec, inputs: Input
 
 
 def _categories(f: ItemFeatures) -> dict[str, str]:
-    return {i: str(r.get("category", "unknown")) for i, r in f.rows.items()}
+    categories = f.columns.get("category")
+    if not categories:
+        return {}
+    return {i: str(c) for (i, _), c in zip(f.pool, categories, strict=True)}
 
 
 async def _run_score(env: Env, req: RequestState, node: NodeSpec, inputs: Inputs, cap_s: float) -> object:
@@ -231,12 +237,10 @@ async def _run_score(env: Env, req: RequestState, node: NodeSpec, inputs: Inputs
     if req.skip_scoring:
         raise InferenceSkipped("the caller presumes inference cold")
     ids = [i for i, _ in f.pool]
-    matrix = build_matrix(f.user, [(i, f.rows.get(i, {})) for i in ids])
+    matrix = matrix_from_columns(f.user, ids, f.columns)
     # Levels 1-3 ask inference for its cheaper model variants (policy.py).
     variant = min(req.level, SKIP_FINE_RANKING - 1)
-    scored = await env.inference.score(
-        f.feature_version, list(COLUMNS), matrix.ravel().tolist(), level=variant, cap_s=cap_s
-    )
+    scored = await env.inference.score(f.feature_version, list(COLUMNS), matrix, level=variant, cap_s=cap_s)
     req.suggested_level = scored.suggested_level
     trace.get_current_span().set_attribute("recmesh.inference_served_level", scored.level)
     items = top_n(ids, scored.scores, len(ids)) + [(i, 0.0) for i, _ in f.rest]

@@ -12,6 +12,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import grpc
 import httpx
@@ -162,19 +163,22 @@ async def test_ready_events_and_recommendations(running: Running) -> None:
             'method="POST /v1/recommend",service="gateway",slo_class="A"}' in metrics
         )
 
-        def services_in_trace() -> set[str]:
+        def spans_in_trace() -> list[dict[str, Any]]:
             if not running.spans.exists():
-                return set()
+                return []
             rows = [json.loads(line) for line in running.spans.read_text().splitlines() if line]
-            return {r["service"] for r in rows if r["trace_id"] == trace_id}
+            return [r for r in rows if r["trace_id"] == trace_id]
 
         async def whole_trace() -> bool:
-            return services_in_trace() >= {
+            # Each process exports its spans in batches (every 200 ms), so poll
+            # until every service's part, down to the last stage, has landed.
+            spans = spans_in_trace()
+            return {r["service"] for r in spans} >= {
                 "recmesh-gateway",
                 "recmesh-ranker",
                 "recmesh-feature",
                 "recmesh-inference",
-            }
+            } and "stage.diversity" in {r["name"] for r in spans}
 
         await poll_until(whole_trace, "one trace across gateway, ranker, feature and inference", timeout=10)
         rows = [json.loads(line) for line in running.spans.read_text().splitlines() if line]

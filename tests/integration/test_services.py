@@ -5,6 +5,8 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import grpc
+import numpy as np
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
@@ -18,6 +20,7 @@ from recmesh.features.vectorize import COLUMNS
 from recmesh.features.wire import table_rows
 from recmesh.resilience import request_scope
 from recmesh.settings import RankerSettings
+from recmesh.v1 import inference_pb2, inference_pb2_grpc
 from services.ranker.pipeline import build_pipeline
 from services.ranker.server import build_server as build_ranker
 from tests.helpers import free_port
@@ -75,6 +78,25 @@ async def test_score_checks_the_schema(mesh: Mesh) -> None:
         await mesh.inference_client.score(FEATURE_SET_VERSION, list(COLUMNS), [0.0] * 5)
 
 
+async def test_score_takes_the_matrix_as_raw_float32_bytes(mesh: Mesh) -> None:
+    x = np.random.default_rng(3).random((7, len(COLUMNS)), dtype=np.float32)
+    as_list = await mesh.inference_client.score(FEATURE_SET_VERSION, list(COLUMNS), x.ravel().tolist())
+    as_bytes = await mesh.inference_client.score(FEATURE_SET_VERSION, list(COLUMNS), x)
+    assert len(as_bytes.scores) == 7 and as_bytes.scores == as_list.scores
+    async with open_channel(mesh.inference.address) as channel:
+        stub = inference_pb2_grpc.InferenceServiceStub(channel)
+        bad = {
+            "not both": inference_pb2.ScoreRequest(values=[0.0] * len(COLUMNS), values_f32=x[0].tobytes()),
+            "multiple of 4": inference_pb2.ScoreRequest(values_f32=x.tobytes()[:-1]),
+        }
+        for message, req in bad.items():
+            req.feature_version = FEATURE_SET_VERSION
+            req.feature_names.extend(COLUMNS)
+            with pytest.raises(grpc.aio.AioRpcError, match=message) as err:
+                await stub.Score(req, timeout=5)
+            assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+
+
 async def test_rank_returns_scored_items_in_order(mesh: Mesh) -> None:
     # The first request of fresh processes pays one-time costs (script loads, empty
     # item caches) and may step down the ladder on a busy machine; the order of a
@@ -99,7 +121,11 @@ async def test_rank_falls_back_to_recall_order_when_inference_is_down(mesh: Mesh
     try:
         with request_scope("A", 1.0):
             resp = await client.rank("u42", 5, {}, 0)
-        assert resp.degraded == ["scoring_unavailable"]
+        # Exactly one scoring flag; a recall source that ran late on a busy box
+        # may add its own flag, which is not what this test is about.
+        assert [d for d in resp.degraded if "scor" in d or "inference" in d] == ["scoring_unavailable"], (
+            resp.degraded
+        )
         assert resp.model_version == "recall"
         assert len({i.item_id for i in resp.items}) == 5
         # Recall order: fused scores, best first.
