@@ -175,6 +175,7 @@ async def run(
             svc_lat: list[float] = []
             raw_lat: list[float] = []
             logged_lat: list[float] = []
+            degraded = 0
             # Both blocks have the same shape (a service call, then the raw read), so
             # the logging service's background work gets the same room in both.
             for start in range(0, len(plans), BLOCK):
@@ -184,7 +185,9 @@ async def run(
                         t = time.perf_counter()
                         resp = await client_.get_features(user, item_ids, as_of, cap_s=5.0)
                         samples.append(time.perf_counter() - t)
-                        assert not resp.degraded, resp.degraded
+                        # A look-up that fell back (Redis past the timeout on a busy
+                        # box) keeps its time in the sample and is counted, not hidden.
+                        degraded += bool(resp.degraded)
                         t = time.perf_counter()
                         await store.read_raw(user, item_ids, as_of)
                         raw_lat.append(time.perf_counter() - t)
@@ -209,6 +212,7 @@ async def run(
         "lookup_p50_ms": round(percentile(svc_lat, 50) * ms, 3),
         "lookup_p99_ms": round(percentile(svc_lat, 99) * ms, 3),
         "lookup_rps": round(throughput, 1),
+        "lookup_degraded": degraded,
         "lookup_concurrency": concurrency,
         "raw_redis_p50_ms": round(percentile(raw_lat, 50) * ms, 3),
         "raw_redis_p99_ms": round(percentile(raw_lat, 99) * ms, 3),
@@ -315,7 +319,7 @@ def table(f: dict[str, Any]) -> str:
     return f"""recmesh bench features (this machine, one run)
   ingest        {f["ingest_events_per_s"]:>10,} events/s per consumer process ({f["ingest_events"]:,} events, lost {f["ingest_lost"]})
                 (producer side: {f["produce_events_per_s"]:,} events/s)
-  GetFeatures   1 user + {f["lookup_items"]} items over gRPC: p50 {f["lookup_p50_ms"]} ms, p99 {f["lookup_p99_ms"]} ms, {f["lookup_rps"]} req/s at concurrency {f["lookup_concurrency"]}
+  GetFeatures   1 user + {f["lookup_items"]} items over gRPC: p50 {f["lookup_p50_ms"]} ms, p99 {f["lookup_p99_ms"]} ms, {f["lookup_rps"]} req/s at concurrency {f["lookup_concurrency"]}; {f["lookup_degraded"]} fell back
   raw Redis     the same look-up's round trip:   p50 {f["raw_redis_p50_ms"]} ms, p99 {f["raw_redis_p99_ms"]} ms
   overhead      service / raw Redis: p50 x{f["ratio_p50"]}, p99 x{f["ratio_p99"]}
   served log    at rate {f["served_log_rate"]}: p50 {f["logged_p50_ms"]} ms, p99 {f["logged_p99_ms"]} ms, vs off: p50 {f["served_log_overhead_p50_pct"]:+}%, p99 {f["served_log_overhead_p99_pct"]:+}% ({f["served_log_records"]:,} records for {f["served_log_lookups"]:,} look-ups)
