@@ -178,7 +178,10 @@ class GrpcClient:
             return self._attempt(method, rpc, request, cap_s, want_trailers, metadata)
 
         tracker = self._latency.setdefault(method, LatencyTracker())
-        delay = tracker.quantile(self.policy.hedge_quantile) if hedge else None
+        # Racing a second copy needs the first as a task plus a timed wait; with
+        # no budget left for a hedge there is nothing to race, so call directly.
+        hedgeable = hedge and self.retry_budget.has_room()
+        delay = tracker.quantile(self.policy.hedge_quantile) if hedgeable else None
         try:
             if delay is not None:
                 return await self._hedged(method, attempt, delay)

@@ -121,3 +121,20 @@ def test_latency_tracker_quantile_needs_enough_samples() -> None:
     for _ in range(100):
         tracker.add(0.5)  # old samples roll out
     assert tracker.quantile(0.5) == 0.5
+
+
+def test_latency_tracker_quantile_follows_new_samples() -> None:
+    tracker = LatencyTracker(size=64, min_samples=4, resort_every=8)
+    for _ in range(64):
+        tracker.add(0.01)
+    assert tracker.quantile(0.5) == 0.01
+    for _ in range(64):
+        tracker.add(0.2)  # the whole window changes; the sorted copy must too
+    assert tracker.quantile(0.5) == 0.2
+
+
+def test_retry_budget_has_room_without_spending() -> None:
+    budget = RetryBudget(ratio=0.0, initial=1.0)
+    assert budget.has_room() and budget.has_room()
+    assert budget.try_spend()
+    assert not budget.has_room()

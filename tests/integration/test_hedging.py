@@ -1,0 +1,105 @@
+"""Hedged reads in `GrpcClient`, against a real gRPC server on a socket: a read
+slower than the observed p95 gets a second copy, which answers first; with no
+retry budget left there is no second copy and the caller waits for the first."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+
+import grpc
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from recmesh.clients import GrpcClient, ResiliencePolicy
+from recmesh.telemetry import EXTRA_ATTEMPTS
+from tests.helpers import free_port
+
+SLOW_S = 1.0
+
+
+class _Health(health_pb2_grpc.HealthServicer):  # type: ignore[misc]
+    """Fast, except that the caller can make the next call slow."""
+
+    def __init__(self) -> None:
+        self.slow_next = False
+        self.calls = 0
+
+    async def Check(
+        self, request: health_pb2.HealthCheckRequest, context: object
+    ) -> health_pb2.HealthCheckResponse:
+        self.calls += 1
+        if self.slow_next:
+            self.slow_next = False
+            await asyncio.sleep(SLOW_S)
+        return health_pb2.HealthCheckResponse(status=health_pb2.HealthCheckResponse.SERVING)
+
+
+class _Client(GrpcClient):
+    target = "hedge-test"
+    service_name = "grpc.health.v1.Health"
+
+    def __init__(self, address: str, policy: ResiliencePolicy) -> None:
+        super().__init__(address, "test", policy=policy)
+        self.stub = health_pb2_grpc.HealthStub(self.channel)
+
+    async def check(self) -> health_pb2.HealthCheckResponse:
+        req = health_pb2.HealthCheckRequest(service="")
+        return await self._call("Check", self.stub.Check, req, cap_s=5.0, hedge=True)
+
+
+@pytest.fixture
+async def server() -> AsyncIterator[tuple[str, _Health]]:
+    srv = grpc.aio.server()
+    servicer = _Health()
+    health_pb2_grpc.add_HealthServicer_to_server(servicer, srv)
+    address = f"127.0.0.1:{free_port()}"
+    srv.add_insecure_port(address)
+    await srv.start()
+    try:
+        yield address, servicer
+    finally:
+        await srv.stop(0)
+
+
+async def _warm(client: _Client) -> None:
+    for _ in range(30):  # enough samples for a p95
+        await client.check()
+
+
+def _hedges() -> float:
+    return EXTRA_ATTEMPTS.labels("test", "hedge-test", "Check", "hedge")._value.get()  # type: ignore[no-any-return]
+
+
+async def test_a_slow_read_is_hedged_and_the_fast_copy_answers(server: tuple[str, _Health]) -> None:
+    address, servicer = server
+    client = _Client(address, ResiliencePolicy(retry_ratio=0.5))
+    try:
+        await _warm(client)
+        before, calls = _hedges(), servicer.calls
+        servicer.slow_next = True
+        t = time.perf_counter()
+        resp = await client.check()
+        took = time.perf_counter() - t
+        assert resp.status == health_pb2.HealthCheckResponse.SERVING
+        assert _hedges() == before + 1 and servicer.calls == calls + 2
+        assert took < SLOW_S / 2, took  # the second copy answered, not the slow first one
+    finally:
+        await client.close()
+
+
+async def test_no_budget_no_hedge(server: tuple[str, _Health]) -> None:
+    address, servicer = server
+    client = _Client(address, ResiliencePolicy(retry_ratio=0.0))
+    client.retry_budget.tokens = 0.0  # the initial allowance spent
+    try:
+        await _warm(client)
+        before, calls = _hedges(), servicer.calls
+        servicer.slow_next = True
+        t = time.perf_counter()
+        await client.check()
+        assert time.perf_counter() - t >= SLOW_S * 0.9
+        assert _hedges() == before and servicer.calls == calls + 1
+    finally:
+        await client.close()
