@@ -65,6 +65,9 @@ STATE_FAMILIES: dict[str, tuple[str, str]] = {
     "user_viewed": ("{u:", "}:viewed"),
     "item_clicks": ("{i:", "}:clicks"),
     "item_views": ("{i:", "}:views"),
+    # Co-visitation state (recall, not features) grows with traffic the same way.
+    "item_covisits": ("{i:", "}:covisits"),
+    "user_covisit_marks": ("{u:", "}:covisit_marks"),
 }
 
 

@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from recmesh.features.keys import item_clicks, item_static, state_family, user_events, user_viewed
+from recmesh.features.keys import (
+    item_clicks,
+    item_covisits,
+    item_static,
+    state_family,
+    user_covisit_marks,
+    user_events,
+    user_viewed,
+)
 from services.feature.drift import growth_pct_per_min
 
 
@@ -38,5 +46,7 @@ def test_state_families_come_from_the_key_layout() -> None:
     assert state_family(user_events("42")) == "user_events"
     assert state_family(user_viewed("42")) == "user_viewed"
     assert state_family(item_clicks("i:7")) == "item_clicks"
+    assert state_family(item_covisits("7")) == "item_covisits"
+    assert state_family(user_covisit_marks("42")) == "user_covisit_marks"
     assert state_family(item_static("7")) is None
     assert state_family("{catalog}:popularity") is None
