@@ -52,22 +52,29 @@ class Job:
 
 
 def take_batch(queue: deque[Job], max_rows: int, now: float) -> tuple[list[Job], list[Job]]:
-    """Pop the next batch from the front: (to score, expired). Always takes at
-    least one live job, even if it alone exceeds max_rows; stops before the job
-    that would overflow the batch or that was validated against another model
-    (a version switch in flight)."""
+    """Pop the next batch: (to score, expired). The oldest live job picks the
+    model (a version and degradation level); later jobs for that model join
+    it, jobs for other models keep their place in the queue for the next
+    batch, so requests at mixed levels still batch per level. Always takes
+    at least one live job, even if it alone exceeds max_rows; stops at the
+    first job of the batch's model that would overflow it."""
     batch: list[Job] = []
     expired: list[Job] = []
+    others: list[Job] = []
     rows = 0
     while queue:
         job = queue[0]
         if job.deadline is not None and job.deadline <= now:
             expired.append(queue.popleft())
             continue
-        if batch and (rows + job.n > max_rows or job.model is not batch[0].model):
+        if batch and job.model is not batch[0].model:
+            others.append(queue.popleft())
+            continue
+        if batch and rows + job.n > max_rows:
             break
         batch.append(queue.popleft())
         rows += job.n
+    queue.extendleft(reversed(others))
     return batch, expired
 
 

@@ -33,6 +33,15 @@ async def test_take_batch_takes_an_oversized_job_alone_and_never_mixes_models() 
     assert len(batch) == 1 and len(q) == 1
 
 
+async def test_take_batch_groups_interleaved_models_and_keeps_the_others_in_order() -> None:
+    a1, b1, a2, b2, a3 = [await _job(1, model=m) for m in ("v1", "v2", "v1", "v2", "v1")]
+    q = deque([a1, b1, a2, b2, a3])
+    batch, _ = take_batch(q, max_rows=10, now=0.0)
+    assert batch == [a1, a2, a3] and list(q) == [b1, b2]
+    batch, _ = take_batch(q, max_rows=10, now=0.0)
+    assert batch == [b1, b2] and not q
+
+
 class Scorer:
     def __init__(self) -> None:
         self.calls: list[int] = []
