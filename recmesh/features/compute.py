@@ -109,9 +109,10 @@ def item_realtime_columns(
     """`item_realtime` for many items at once, column-wise (newest_ms < 0: no
     event in the window): name -> (values, ages) in input order. The look-up
     of hundreds of candidates uses it so that no per-item objects are built.
+    Both windows share one ages list (read-only downstream).
     """
     ages = [-1 if t < 0 else as_of_ms - t for t in newest_ms]
-    return {"clicks_10m": (list(clicks), ages), "views_10m": (list(views), ages[:])}
+    return {"clicks_10m": (list(clicks), ages), "views_10m": (list(views), ages)}
 
 
 def merge_newest(*times: Iterable[int | None]) -> int | None:

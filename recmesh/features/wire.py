@@ -124,7 +124,7 @@ def columns_to_pb(
             tau_s = definition.freshness_tau_s
             # Sources other than 'realtime' carry age -1, hence freshness 0.
             # Item windows share their ages (clicks and views): compute once.
-            if freshness_seen is not None and freshness_seen[1] == tau_s and freshness_seen[0] == column.ages:
+            if freshness_seen is not None and freshness_seen[1] == tau_s and freshness_seen[0] is column.ages:
                 scores = freshness_seen[2]
             else:
                 scores = _freshness_column(column.ages, tau_s)

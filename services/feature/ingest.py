@@ -349,7 +349,7 @@ async def running(
     ingestor = Ingestor(settings, store, consumer, producer, on_applied=on_applied, writer=writer)
     tasks = [asyncio.create_task(ingestor.run(stop))]
     if settings.state_sample_s > 0:
-        sizer = StateSizer(store.redis, settings.state_scan_keys_per_s)
+        sizer = StateSizer(store.client, settings.state_scan_keys_per_s)
         ingestor.sizer = sizer
         tasks.append(asyncio.create_task(sizer.run(stop, settings.state_sample_s)))
     try:

@@ -84,25 +84,6 @@ MAINTAIN_EVERY_S = 60.0
 
 _ITEM_KEY_BY_BEHAVIOR = {"click": keys.item_clicks, "view": keys.item_views}
 
-# ZADD a batch of members, then maintain some keys: trim to the retention behind
-# their newest event, cap, refresh the TTL. KEYS: the touched keys; ARGV:
-# retention_ms, max_per_key, ttl_s, a blob of lines "key_index score member"
-# and a blob of lines "key_index newest_ms" for the keys to maintain. (Two
-# arguments instead of thousands: argument packing dominated the client's cost.)
-_APPLY_LUA = """
-local retention, cap, ttl = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
-for idx, score, member in string.gmatch(ARGV[4], '(%d+) (%d+) ([^\\n]+)') do
-  redis.call('ZADD', KEYS[tonumber(idx)], score, member)
-end
-for idx, newest in string.gmatch(ARGV[5], '(%d+) (%d+)') do
-  local key = KEYS[tonumber(idx)]
-  redis.call('ZREMRANGEBYSCORE', key, '-inf', string.format('(%d', tonumber(newest) - retention))
-  redis.call('ZREMRANGEBYRANK', key, 0, -(cap + 1))
-  redis.call('EXPIRE', key, ttl)
-end
-return #KEYS
-"""
-
 Values = dict[str, tuple[FeatureValue, str, int]]  # name -> (value, source, age_ms)
 ItemWindows = tuple[list[int], list[int], list[int]]  # clicks, views, newest event (-1 none), per item
 
@@ -235,11 +216,6 @@ class FeatureStore:
         self._user_profile: TtlCache[dict[str, Any]] = TtlCache(profile_ttl_s, cache_entries)
         self._maintained: TtlCache[bool] = TtlCache(MAINTAIN_EVERY_S, cache_entries)
         self._item_sha: str | None = None
-        self._apply_sha: str | None = None
-
-    @property
-    def redis(self) -> AnyRedis:
-        return self._redis
 
     @property
     def item_cache(self) -> TtlCache[ItemStatic]:
@@ -251,7 +227,6 @@ class FeatureStore:
 
     async def prepare(self) -> None:
         self._item_sha = await self._redis.script_load(_ITEM_WINDOWS_LUA)
-        self._apply_sha = await self._redis.script_load(_APPLY_LUA)
 
     def _refresh_statics_later(self, item_ids: list[str]) -> None:
         """Queue statics for a re-read off the request path. One refresher runs
@@ -328,8 +303,9 @@ class FeatureStore:
         and given a fresh TTL. Maintaining every key on every batch tripled the
         script's cost; once a minute keeps state bounded (the TTL is an hour)
         and a key's first write in a process is always maintained, so no key is
-        ever left without a TTL. On a single Redis that is one script call per
-        batch; on a cluster, a pipeline grouped per node.
+        ever left without a TTL. One pipeline (grouped per node on a cluster).
+        The consumer writes through `EventWriter` instead, which on a single
+        Redis does this and the co-visit counting in one script call.
         """
         if not events:
             return
@@ -349,23 +325,7 @@ class FeatureStore:
         maintain = {k for k in members if self._maintained.get_fresh(k, now) is None}
         for key in maintain:
             self._maintained.put(key, True, now)
-        if self._cluster:
-            await self._apply_pipelined(members, maintain)
-            return
-        if self._apply_sha is None:
-            await self.prepare()
-        lines: list[str] = []
-        upkeep: list[str] = []
-        for idx, (key, pairs) in enumerate(members.items(), start=1):
-            lines.extend(f"{idx} {score} {member}" for score, member in pairs)
-            if key in maintain:
-                upkeep.append(f"{idx} {max(t for t, _ in pairs)}")
-        args = [STATE_RETENTION_MS, MAX_EVENTS_PER_KEY, STATE_TTL_S, "\n".join(lines), "\n".join(upkeep)]
-        try:
-            await self._redis.evalsha(self._apply_sha, len(members), *members, *args)  # type: ignore[arg-type]
-        except NoScriptError:
-            await self.prepare()
-            await self._redis.evalsha(self._apply_sha, len(members), *members, *args)  # type: ignore[arg-type]
+        await self._apply_pipelined(members, maintain)
 
     async def _apply_pipelined(self, members: dict[str, list[tuple[int, str]]], maintain: set[str]) -> None:
         pipe = self._redis.pipeline(transaction=False)

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import NoScriptError
 
+from recmesh.cache import TtlCache
 from recmesh.events import Event
 from recmesh.features import keys
 from recmesh.features.compute import VIEWING
@@ -134,9 +135,8 @@ class EventWriter:
         self._recall = recall
         self._redis = store.client
         self._cluster = isinstance(self._redis, RedisCluster)
-        # key -> when this process last trimmed it and refreshed its TTL (monotonic s)
-        self._maintained: dict[str, float] = {}
-        self._max_maintained = cache_entries
+        # keys this process trimmed and re-expired in the last MAINTAIN_EVERY_S
+        self._maintained: TtlCache[bool] = TtlCache(MAINTAIN_EVERY_S, cache_entries)
         self._sha: str | None = None
 
     async def apply(self, events: Sequence[Event]) -> int:
@@ -179,18 +179,14 @@ class EventWriter:
         """'key\tnewest' for each written key not maintained by this process in the
         last MAINTAIN_EVERY_S (so always on a key's first write in a process)."""
         now = time.monotonic()
-        due_before = now - MAINTAIN_EVERY_S
         maintained = self._maintained
         upkeep: list[str] = []
         for key_of, newest in families:
             for entity, t in newest.items():
                 key = key_of(entity)
-                if maintained.get(key, -1.0) < due_before:
-                    maintained[key] = now
+                if maintained.get_fresh(key, now) is None:
+                    maintained.put(key, True, now)
                     upkeep.append(f"{key}\t{t}")
-        if len(maintained) > self._max_maintained:  # forget what is due anyway, else everything
-            kept = {k: at for k, at in maintained.items() if at >= due_before}
-            self._maintained = kept if len(kept) <= self._max_maintained // 2 else {}
         return upkeep
 
     async def write(self, plan: WritePlan) -> int:

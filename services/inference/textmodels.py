@@ -32,13 +32,10 @@ _log = structlog.get_logger("recmesh.inference")
 class Embedder(Protocol):
     model: str
     backend: str
-    dim: int
 
     def embed(self, texts: list[str]) -> tuple[npt.NDArray[np.float32], list[int]]:
         """([len(texts), dim] unit rows, tokens per text)."""
         ...
-
-    def count_tokens(self, text: str) -> int: ...
 
 
 @dataclass(frozen=True)
@@ -61,14 +58,10 @@ class OnnxEmbedder:
     def __init__(self, encoder: TextEncoder) -> None:
         self._encoder = encoder
         self.model = encoder.model
-        self.dim = encoder.dim
 
     def embed(self, texts: list[str]) -> tuple[npt.NDArray[np.float32], list[int]]:
         encoded = self._encoder.tokenize(texts)
         return self._encoder.run(encoded), [int(n) for n in encoded.attention_mask.sum(axis=1)]
-
-    def count_tokens(self, text: str) -> int:
-        return self._encoder.count_tokens(text)
 
 
 @dataclass

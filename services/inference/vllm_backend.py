@@ -30,23 +30,18 @@ class VllmEmbedder:
 
     def __init__(self, gpu_memory_utilization: float) -> None:
         self.model = MODEL_NAME
-        self.dim = 384
         self._llm = vllm.LLM(
             model=str(packaged_model_dir()),
             runner="pooling",
             gpu_memory_utilization=gpu_memory_utilization,
             enforce_eager=True,
         )
-        self._tokenizer = self._llm.get_tokenizer()
 
     def embed(self, texts: list[str]) -> tuple[npt.NDArray[np.float32], list[int]]:
         outputs: list[Any] = self._llm.embed(texts, use_tqdm=False)
         matrix = np.asarray([o.outputs.embedding for o in outputs], dtype=np.float32)
         matrix /= np.maximum(np.linalg.norm(matrix, axis=1, keepdims=True), 1e-12)
         return matrix, [len(o.prompt_token_ids) for o in outputs]
-
-    def count_tokens(self, text: str) -> int:
-        return len(self._tokenizer.encode(text))
 
 
 class VllmGenerator:
