@@ -162,9 +162,9 @@ class Mesh:
     def ensure_embedder(self) -> None:
         """The ONNX sentence encoder the inference service serves Embed with (~2 s, once)."""
         from recmesh.embedding.export import export
-        from recmesh.modeldir import EMBEDDER_DIR
+        from recmesh.modeldir import EMBEDDER_DIR, ENCODER_FILE
 
-        if not (self.model_dir / EMBEDDER_DIR / "encoder.onnx").exists():
+        if not (self.model_dir / EMBEDDER_DIR / ENCODER_FILE).exists():
             say("exporting the all-MiniLM-L6-v2 sentence encoder to ONNX (packaged weights, once) ...")
             export(self.model_dir)
 

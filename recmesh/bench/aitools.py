@@ -12,8 +12,9 @@ from typing import Any
 import httpx
 
 from recmesh.bench.common import emit, percentile
+from recmesh.up import DEMO_API_KEY
 
-KEY = {"x-api-key": "demo-interactive"}
+KEY = {"x-api-key": DEMO_API_KEY}
 SHORT = (
     "The summit trail opened last spring. Hikers reach it in four hours. A hut serves soup. Parking is easy."
 )

@@ -30,6 +30,7 @@ import httpx
 
 from recmesh.bench.common import emit, free_port
 from recmesh.bench.loadgen import LoadSpec, StepResult, offer, summarise
+from recmesh.settings import STATE_DIR_DEFAULT
 
 UP_PORTS = (
     "GATEWAY_HTTP_PORT", "GATEWAY_GRPC_PORT", "FEATURE_PORT", "INFERENCE_PORT", "RANKER_PORT",
@@ -52,7 +53,7 @@ def parse_mix(text: str) -> dict[str, float]:
 def _mesh_env(state_dir: Path) -> tuple[dict[str, int], dict[str, str]]:
     ports = {name: free_port() for name in UP_PORTS}
     env = dict(os.environ, RECMESH_STATE_DIR=str(state_dir), **{k: str(v) for k, v in ports.items()})
-    default_models = Path(".recmesh/models").resolve()
+    default_models = (STATE_DIR_DEFAULT / "models").resolve()
     if "RECMESH_MODEL_DIR" not in env and (default_models / "ctr" / "CURRENT").exists():
         env["RECMESH_MODEL_DIR"] = str(default_models)  # reuse the model `recmesh up` trained
     return ports, env

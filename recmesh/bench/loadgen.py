@@ -240,7 +240,10 @@ async def closed_loop(
         nonlocal done
         i = k
         while time.perf_counter() < deadline:
-            status, _, _ = await pool.send(payloads[i % len(payloads)])
+            try:
+                status, _, _ = await pool.send(payloads[i % len(payloads)])
+            except (OSError, asyncio.IncompleteReadError):
+                status = 0  # a reset connection is not an answer; the estimate goes on
             done += status == 200
             i += concurrency
 
