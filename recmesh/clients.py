@@ -177,7 +177,9 @@ class GrpcClient:
         def attempt() -> Awaitable[tuple[R, dict[str, str]]]:
             return self._attempt(method, rpc, request, cap_s, want_trailers, metadata)
 
-        tracker = self._latency.setdefault(method, LatencyTracker())
+        tracker = self._latency.get(method)
+        if tracker is None:
+            tracker = self._latency[method] = LatencyTracker()
         # Racing a second copy needs the first as a task plus a timed wait; with
         # no budget left for a hedge there is nothing to race, so call directly.
         hedgeable = hedge and self.retry_budget.has_room()

@@ -56,7 +56,6 @@ from services.ranker.stages import (
     FINAL_TYPES,
     KIND_SPECS,
     KINDS,
-    UNSCORED_MODEL,
     Candidates,
     Env,
     Ordered,
@@ -96,7 +95,6 @@ SEMANTIC_SIGMA = Histogram(
 )
 _tracer = trace.get_tracer("recmesh.ranker")
 
-FALLBACK_MODEL = UNSCORED_MODEL
 # How much longer than its calls' deadline a node may run before it is cut off
 # (gRPC surfaces an expired deadline a few ms late on a loaded machine).
 NODE_GRACE_FACTOR = 1.25

@@ -2,12 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
-
-
-def drop_seen(candidates: Sequence[tuple[str, float]], seen: Collection[str]) -> list[tuple[str, float]]:
-    """Remove items the user just viewed; keep order."""
-    return [c for c in candidates if c[0] not in seen]
+from collections.abc import Sequence
 
 
 def top_n(item_ids: Sequence[str], scores: Sequence[float], n: int) -> list[tuple[str, float]]:
@@ -18,12 +13,13 @@ def top_n(item_ids: Sequence[str], scores: Sequence[float], n: int) -> list[tupl
 
 # --- degradation ladder -------------------------------------------------------
 
-# Below this much budget after recall there is no time to fetch features and score.
+# Below this much budget left there is no time to fetch features and score.
 SCORING_FLOOR_MS = 15.0
-# Recall that used more than this share of the class budget skips fine ranking
-# (design notes: recall > 1.2 s of a 3 s budget -> skip fine ranking).
+# A request that has used more than this share of the class budget (recall
+# running long) skips fine ranking (design notes: recall > 1.2 s of a 3 s
+# budget -> skip fine ranking).
 RECALL_SKIP_SHARE = 0.4
-# Under this share of the class budget left after recall, sample features.
+# Under this share of the class budget left, sample features.
 LOW_BUDGET_SHARE = 0.3
 
 # Levels 1-3 are the inference service's model variants (the ranker asks for
@@ -38,14 +34,14 @@ LEVEL_NAMES = {
 
 
 def choose_level(
-    remaining_ms: float | None, class_budget_ms: float, recall_ms: float, suggested_level: int
+    remaining_ms: float | None, class_budget_ms: float, elapsed_ms: float, suggested_level: int
 ) -> int:
     """The ladder level for this request, 0 (full model) to 3 (the cheapest
     model variant), or SKIP_FINE_RANKING (recall order only), from what is left
-    of the budget after recall, how long recall took, and the inference
-    service's own suggestion (0-3)."""
+    of the budget, how long the request has run so far (the ranker asks before
+    every graph node), and the inference service's own suggestion (0-3)."""
     level = max(0, min(3, suggested_level))
-    if recall_ms > RECALL_SKIP_SHARE * class_budget_ms:
+    if elapsed_ms > RECALL_SKIP_SHARE * class_budget_ms:
         return SKIP_FINE_RANKING
     if remaining_ms is not None:
         if remaining_ms < SCORING_FLOOR_MS:

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from services.ranker.policy import SKIP_FINE_RANKING, choose_level, drop_seen, sample_candidates, top_n
+from services.ranker.policy import SKIP_FINE_RANKING, choose_level, sample_candidates, top_n
 
 
 def test_top_n_orders_by_score_and_keeps_ties_stable() -> None:
@@ -10,10 +10,6 @@ def test_top_n_orders_by_score_and_keeps_ties_stable() -> None:
         ("c", 0.5),
     ]
     assert top_n([], [], 3) == []
-
-
-def test_drop_seen_keeps_order() -> None:
-    assert drop_seen([("a", 3.0), ("b", 2.0), ("c", 1.0)], ["b"]) == [("a", 3.0), ("c", 1.0)]
 
 
 def test_ladder_full_service_with_budget_to_spare() -> None:
