@@ -351,6 +351,8 @@ SUGGESTED_LEVEL_KEY = "x-recmesh-suggested-level"
 # Request metadata: comma-separated dependencies the callee must not call, e.g.
 # "inference" when the gateway presumes it scaled to zero (services/gateway/cold.py).
 SKIP_HEADER = "x-recmesh-skip"
+# The model_version of a ranking left in recall order (nothing scored it).
+UNSCORED_MODEL = "recall"
 
 
 @dataclass(frozen=True)

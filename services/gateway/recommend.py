@@ -19,7 +19,7 @@ import structlog
 from opentelemetry import trace
 
 from recmesh.admission import AdmissionGate
-from recmesh.clients import FeatureClient, RankerClient
+from recmesh.clients import UNSCORED_MODEL, FeatureClient, RankerClient
 from recmesh.errors import InvalidArgument, RecmeshError, Unauthenticated, Unavailable
 from recmesh.features.definitions import FEATURE_SET_VERSION
 from recmesh.resilience import remaining_s, request_scope
@@ -200,10 +200,8 @@ class Recommender:
         self._cold.observed("ranker", True)
         if "inference" in skipped:
             return
-        degraded = list(ranked.degraded)
-        if "scoring_unavailable" in degraded or "inference_cold" in degraded:
+        if "scoring_unavailable" in ranked.degraded:
             self._cold.observed("inference", False)
-        elif not any(d.startswith("ladder:") for d in degraded):
-            # No scoring fallback and no ladder step that may have skipped scoring: the
-            # ranker's Score call went through, so inference is up.
-            self._cold.observed("inference", True)
+        elif ranked.model_version != UNSCORED_MODEL:
+            self._cold.observed("inference", True)  # a model scored it: inference is up
+        # (else the ladder skipped scoring: nothing learnt about inference)

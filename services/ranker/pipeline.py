@@ -254,11 +254,13 @@ class RankPipeline:
         count: int,
         as_of_ms: int,
         context: Mapping[str, str] | None = None,
-        skip_scoring: bool = False,
+        skip: frozenset[str] = frozenset(),
     ) -> Ranked:
-        """`skip_scoring`: the caller presumes inference cold (scaled to zero) and
-        this request may not wait for it: the recall order stands (`inference_cold`)."""
-        req = RequestState(user_id, count, as_of_ms or int(time.time() * 1000), context or {}, skip_scoring)
+        """`skip`: downstreams the caller presumes cold (scaled to zero) that this
+        request may not wait for. With "inference" in it nothing calls inference:
+        no query embedding for semantic recall, no scoring; the recall order
+        stands (`inference_cold`)."""
+        req = RequestState(user_id, count, as_of_ms or int(time.time() * 1000), context or {}, skip)
         slo = current_slo_class()
         budget_ms = (DEFAULT_CLASSES[slo] if slo in DEFAULT_CLASSES else DEFAULT_CLASSES["C"]).budget_ms
         if self._index is not None:
@@ -272,9 +274,16 @@ class RankPipeline:
         try:
             out = await tasks[self.graph.output]
         finally:
+            # Usually every node has finished by now: wait only for the rest.
+            pending = []
             for task in tasks.values():
-                task.cancel()
-            await asyncio.gather(*tasks.values(), return_exceptions=True)
+                if not task.done():
+                    task.cancel()
+                    pending.append(task)
+                elif not task.cancelled():
+                    task.exception()  # retrieved: a node's failure is handled by its consumers
+            if pending:
+                await asyncio.gather(*pending, return_exceptions=True)
         assert isinstance(out, Ordered)  # load_graph checked the final node's type
         if req.suggested_level is not None:
             self.inference_suggested_level = req.suggested_level

@@ -47,6 +47,7 @@ class RecallContext:
     limit: int
     cap_s: float
     user_freshness: Mapping[str, float] = field(default_factory=dict)
+    skip: frozenset[str] = frozenset()  # downstreams not to call (presumed cold)
 
 
 @dataclass
@@ -170,6 +171,9 @@ class SemanticSource:
     async def _query_vector(self, ctx: RecallContext, attributes: Attributes) -> list[Vector]:
         query = ctx.context.get("query", "").strip()
         if not query or self._inference is None:
+            return []
+        if "inference" in ctx.skip:
+            attributes["query"] = "skipped: inference_cold"
             return []
         try:
             embedded = await self._inference.embed([query[:QUERY_MAX_CHARS]], cap_s=ctx.cap_s / 2)

@@ -31,7 +31,7 @@ class RankerServicer(ranker_pb2_grpc.RankerServiceServicer):
             request.count,
             request.as_of_ms,
             dict(request.context),
-            skip_scoring="inference" in skip,
+            skip=frozenset(skip),
         )
         return ranker_pb2.RankResponse(
             items=[features_pb2.ScoredItem(item_id=i, score=s) for i, s in ranked.items],

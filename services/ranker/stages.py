@@ -16,7 +16,7 @@ from typing import Any
 
 from opentelemetry import trace
 
-from recmesh.clients import FeatureClient, InferenceClient
+from recmesh.clients import UNSCORED_MODEL, FeatureClient, InferenceClient
 from recmesh.errors import RecmeshError, Unavailable
 from recmesh.features.definitions import FEATURE_SET_VERSION, FeatureValue
 from recmesh.features.vectorize import COLUMNS, matrix_from_columns
@@ -35,8 +35,6 @@ from services.ranker.graph import KindSpec, NodeSpec
 from services.ranker.policy import SKIP_FINE_RANKING, sample_candidates, top_n
 from services.ranker.recall import RecallContext, Recalled, RecallSource, last_viewed
 
-UNSCORED_MODEL = "recall"
-
 
 class InferenceSkipped(Unavailable):
     """Scoring not attempted because the caller said inference may be cold."""
@@ -48,7 +46,7 @@ class RequestState:
     count: int
     as_of_ms: int
     context: Mapping[str, str]
-    skip_scoring: bool
+    skip: frozenset[str]  # downstreams the caller presumes cold (x-recmesh-skip): not called
     degraded: list[str] = field(default_factory=list)
     level: int = 0
     sigma: float = 0.0
@@ -158,7 +156,9 @@ def _recall_kind(source: str) -> tuple[Run, Neutral]:
         limit = env.settings.recall_per_source
         if source == "popular":
             limit = max(limit, env.settings.candidates)
-        ctx = RecallContext(req.user_id, _user(inputs), req.context, limit, cap_s, _user_freshness(inputs))
+        ctx = RecallContext(
+            req.user_id, _user(inputs), req.context, limit, cap_s, _user_freshness(inputs), req.skip
+        )
         got = await src.fetch(ctx)
         if got.stale:
             req.degraded.append("candidates_stale" if source == "popular" else f"recall:{node.name}_stale")
@@ -234,7 +234,7 @@ def _categories(f: ItemFeatures) -> dict[str, str]:
 async def _run_score(env: Env, req: RequestState, node: NodeSpec, inputs: Inputs, cap_s: float) -> object:
     f = _one(inputs, ItemFeatures)
     assert isinstance(f, ItemFeatures)  # guaranteed by validation
-    if req.skip_scoring:
+    if "inference" in req.skip:
         raise InferenceSkipped("the caller presumes inference cold")
     ids = [i for i, _ in f.pool]
     matrix = matrix_from_columns(f.user, ids, f.columns)

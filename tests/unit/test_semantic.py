@@ -12,8 +12,11 @@ from pathlib import Path
 
 import numpy as np
 
+from recmesh.clients import InferenceClient
 from recmesh.vectors import save_item_vectors
+from services.ranker.recall import RecallContext, SemanticSource
 from services.ranker.semantic import IndexHolder
+from tests.helpers import free_port
 
 
 def _write(model_dir: Path, n_per_cat: int = 100, cats: int = 6, noise: float = 0.3, seed: int = 0) -> None:
@@ -77,3 +80,27 @@ async def test_new_vectors_are_picked_up_in_the_background(tmp_path: Path) -> No
             break
         await asyncio.sleep(0.01)
     assert holder.index is not None and len(holder.index) == 60
+
+
+async def test_a_query_is_not_embedded_when_inference_is_skipped(tmp_path: Path) -> None:
+    """With inference presumed cold (x-recmesh-skip), semantic recall still
+    answers from the viewed items and never calls Embed; otherwise it tries
+    (here against a port nobody listens on, so the query is 'unavailable')."""
+    _write(tmp_path)
+    holder = IndexHolder(tmp_path)
+    holder.refresh()
+    client = InferenceClient(f"127.0.0.1:{free_port()}", "test")
+    source = SemanticSource(holder, client)
+    user = {"last_viewed_3": ["c2-0", "c2-1"]}
+    context = {"query": "jazz quartet"}
+    try:
+        skipped = await source.fetch(
+            RecallContext("u1", user, context, 20, 0.5, skip=frozenset({"inference"}))
+        )
+        assert skipped.attributes["query"] == "skipped: inference_cold"
+        assert len(skipped.items) == 20 and client.breaker.failures == 0
+        tried = await source.fetch(RecallContext("u1", user, context, 20, 0.5))
+        assert str(tried.attributes["query"]).startswith("unavailable")
+        assert client.breaker.failures == 1
+    finally:
+        await client.close()
