@@ -20,8 +20,10 @@ def user_profile(user_id: str) -> str:
     return f"{{u:{user_id}}}:profile"
 
 
-# The item window script in services/feature/store.py builds the two item keys
-# below from ids itself; the parity tests fail if the formats ever diverge.
+# Two scripts build keys from ids themselves: the item window script in
+# services/feature/store.py (the item click/view keys below) and the ingest
+# write in services/feature/writer.py (user events/viewed, item clicks/views/
+# covisits). test_parity and test_writer fail if the formats ever diverge.
 
 
 def item_clicks(item_id: str) -> str:

@@ -338,8 +338,9 @@ async def running(
     **consumer_overrides: Any,
 ) -> AsyncIterator[Ingestor]:
     """An Ingestor consuming in the background until the block exits, with the
-    state-drift sampler beside it; on exit it finishes the batch in hand,
-    commits it, and closes its Kafka clients."""
+    state-drift sampler beside it; on exit it finishes the batches in hand
+    (up to two: one being written, the next prepared), commits them, and
+    closes its Kafka clients."""
     consumer = make_consumer(settings, **consumer_overrides)
     producer = make_producer(settings)
     await retry_until(producer.start, "kafka producer", retry_on=(KafkaError, OSError))
