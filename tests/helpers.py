@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TypeVar
+
+import orjson
+from aiokafka import AIOKafkaProducer
 
 from recmesh.embedded import free_port
 
@@ -29,3 +32,16 @@ async def poll_until(
             return last
         await asyncio.sleep(interval)
     raise AssertionError(f"timed out after {timeout} s waiting for: {description} (last: {last!r})")
+
+
+async def produce_events(bootstrap: str, topic: str, events: Sequence[Mapping[str, object]]) -> None:
+    """Send JSON events keyed by user_id (pipelined, then awaited together)."""
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=5)
+    await producer.start()
+    try:
+        futures = [
+            await producer.send(topic, key=str(e["user_id"]).encode(), value=orjson.dumps(e)) for e in events
+        ]
+        await asyncio.gather(*futures)
+    finally:
+        await producer.stop()

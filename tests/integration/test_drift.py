@@ -10,9 +10,7 @@ from __future__ import annotations
 import asyncio
 import time
 
-import orjson
 import redis.asyncio as redis
-from aiokafka import AIOKafkaProducer
 from prometheus_client import REGISTRY
 
 from recmesh.events import Event
@@ -20,25 +18,13 @@ from recmesh.redis_client import connect
 from recmesh.settings import IngestSettings
 from services.feature.ingest import running
 from services.feature.store import FeatureStore
-from tests.helpers import poll_until
+from tests.helpers import poll_until, produce_events
 
 
 def _gauge(name: str, **labels: str) -> float:
     value = REGISTRY.get_sample_value(name, labels)
     assert value is not None, name
     return value
-
-
-async def _produce(bootstrap: str, topic: str, events: list[dict[str, object]]) -> None:
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=5)
-    await producer.start()
-    try:
-        futures = [
-            await producer.send(topic, key=str(e["user_id"]).encode(), value=orjson.dumps(e)) for e in events
-        ]
-        await asyncio.gather(*futures)
-    finally:
-        await producer.stop()
 
 
 def _events(prefix: str, n: int, event_time_ms: int) -> list[dict[str, object]]:
@@ -70,7 +56,9 @@ async def test_a_burst_moves_processing_delay_and_state_growth(
         async with running(settings, store, on_applied=on_applied) as ingestor:
             sizer = ingestor.sizer
             assert sizer is not None
-            await _produce(kafka_bootstrap, topics["events"], _events("live", 200, int(time.time() * 1000)))
+            await produce_events(
+                kafka_bootstrap, topics["events"], _events("live", 200, int(time.time() * 1000))
+            )
             await poll_until(lambda: asyncio.sleep(0, ingestor.applied == 200), "trickle applied", 20)
             steady_delay = max(d for _, d in delays)
             passes = sizer.passes
@@ -79,7 +67,7 @@ async def test_a_burst_moves_processing_delay_and_state_growth(
             delays.clear()
 
             burst = _events("burst", 6000, int(time.time() * 1000) - 20_000)
-            await _produce(kafka_bootstrap, topics["events"], burst)
+            await produce_events(kafka_bootstrap, topics["events"], burst)
             await poll_until(lambda: asyncio.sleep(0, ingestor.applied == 6200), "burst applied", 30)
             passes = sizer.passes
             await poll_until(lambda: asyncio.sleep(0, sizer.passes >= passes + 2), "two scans", 20)

@@ -17,7 +17,7 @@ from services.feature.ingest import running
 from services.feature.recall_store import RecallStore
 from services.feature.store import FeatureStore
 from services.feature.writer import EventWriter, WritePlan
-from tests.helpers import poll_until
+from tests.helpers import poll_until, produce_events
 
 
 async def _produce(bootstrap: str, topic: str, records: list[tuple[bytes, bytes]]) -> None:
@@ -162,7 +162,7 @@ async def test_co_visits_over_many_small_batches_are_those_of_the_rule(
          "behavior": "view" if n % 5 else "click", "event_time": now + n * 1000}
         for n in range(700)
     ]  # fmt: skip
-    await _produce_fast(kafka_bootstrap, topics["events"], views)
+    await produce_events(kafka_bootstrap, topics["events"], views)
     settings = IngestSettings(
         kafka_bootstrap=kafka_bootstrap, redis_url=scratch_redis_url, events_topic=topics["events"],
         dlq_topic=topics["dlq"], consumer_group=f"g-{topics['events']}", max_batch=20,
@@ -179,15 +179,3 @@ async def test_co_visits_over_many_small_batches_are_those_of_the_rule(
         got = dict(await recall.related([item], 100, 100))
         assert got == {k: float(v) for k, v in counts.items()}, item
     await client.aclose()
-
-
-async def _produce_fast(bootstrap: str, topic: str, events: Sequence[Mapping[str, object]]) -> None:
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=5)
-    await producer.start()
-    try:
-        futures = [
-            await producer.send(topic, key=str(e["user_id"]).encode(), value=orjson.dumps(e)) for e in events
-        ]
-        await asyncio.gather(*futures)
-    finally:
-        await producer.stop()
