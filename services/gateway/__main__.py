@@ -16,7 +16,7 @@ from recmesh.grpcserver import wait_for_shutdown_signal
 from recmesh.settings import GatewaySettings
 from recmesh.telemetry import setup_logging, setup_tracing
 from services.gateway.aitools import AiTools
-from services.gateway.app import GatewayDeps, create_app, with_shed_front
+from services.gateway.app import GatewayDeps, create_app
 from services.gateway.cold import build_cold_guard
 from services.gateway.events import EventPublisher
 from services.gateway.grpc_api import build_grpc_server
@@ -57,7 +57,7 @@ async def main(settings: GatewaySettings) -> None:
     await grpc_server.set_serving()
     http = uvicorn.Server(
         uvicorn.Config(
-            with_shed_front(app, deps), host=settings.bind_host, port=settings.gateway_http_port,
+            app, host=settings.bind_host, port=settings.gateway_http_port,
             log_level="warning", access_log=False, lifespan="off",
         )
     )  # fmt: skip

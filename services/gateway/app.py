@@ -2,6 +2,9 @@
 
 Errors are translated once, here: RecmeshError -> its HTTP status with a JSON
 body {"error", "message"}; request validation -> 400 naming the bad field.
+POST /v1/recommend is served in front of FastAPI by `RecommendRoute`
+(recommend_route.py) with the same contract; the FastAPI route below
+documents it (OpenAPI) and serves it when the app is used without the front.
 """
 
 from __future__ import annotations
@@ -12,7 +15,6 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Annotated, Any
 
-import orjson
 from fastapi import FastAPI, Header, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
@@ -22,7 +24,6 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from recmesh.admission import AdmissionGate
 from recmesh.errors import InvalidArgument, RecmeshError
 from recmesh.events import Event
 from recmesh.settings import GatewaySettings
@@ -31,16 +32,9 @@ from services.gateway.aitools import AiTools
 from services.gateway.aitools_api import build_router as build_ai_tool_router
 from services.gateway.events import EventPublisher
 from services.gateway.recommend import ClassPolicy, Recommender
+from services.gateway.recommend_route import RecommendBody, RecommendRoute, field_path
 
 HealthCheck = Callable[[], Awaitable[bool]]
-
-
-class RecommendBody(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    user_id: str = Field(min_length=1, max_length=128)
-    count: int = Field(10, ge=1, le=500, strict=True)
-    context: dict[str, str] = Field(default_factory=dict)
 
 
 class ScoredItemOut(BaseModel):
@@ -81,57 +75,10 @@ class GatewayDeps:
     ai_tools: AiTools | None = None  # /v2/ai-tool/* (services/gateway/aitools.py)
 
 
-def _loc(loc: tuple[Any, ...]) -> str:
-    parts = [p for p in loc if p != "body"]
-    return "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in parts).lstrip(".") or "body"
-
-
 def _trace_headers() -> dict[str, str]:
     carrier: dict[str, str] = {}
     propagate.inject(carrier)
     return {k: v for k, v in carrier.items() if k == "traceparent"}
-
-
-class ShedFront:
-    """Pure ASGI wrapper around the whole app: a recommendation the admission
-    gate would shed anyway is answered 429 (+ Retry-After) before the
-    OpenTelemetry middleware and FastAPI parse and validate it, so refusing work
-    stays much cheaper than doing it (such refusals are counted in
-    `recmesh_admission_shed_total` and the latency histogram, not traced).
-    Everything else, including requests with a bad class or key (the endpoint
-    answers those), passes through; admitted requests take their slot in
-    `Recommender`."""
-
-    def __init__(self, app: ASGIApp, gate: AdmissionGate, policy: ClassPolicy) -> None:
-        self._app = app
-        self._gate = gate
-        self._policy = policy
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["path"] != "/v1/recommend":
-            await self._app(scope, receive, send)
-            return
-        started = time.perf_counter()
-        headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
-        try:
-            slo = self._policy.decide(headers).slo.name
-        except RecmeshError:
-            await self._app(scope, receive, send)
-            return
-        if not self._gate.would_shed(slo):
-            await self._app(scope, receive, send)
-            return
-        err = self._gate.refuse(slo)
-        body = orjson.dumps({"error": "ResourceExhausted", "message": str(err)})
-        response_headers = [(b"content-type", b"application/json"), (b"x-slo-class", slo.encode()),
-                            (b"retry-after", str(err.retry_after_s or 1).encode()),
-                            (b"content-length", str(len(body)).encode())]  # fmt: skip
-        response_headers += [(k.encode(), v.encode()) for k, v in _trace_headers().items()]
-        await send({"type": "http.response.start", "status": 429, "headers": response_headers})
-        await send({"type": "http.response.body", "body": body})
-        REQUEST_LATENCY.labels("gateway", "POST /v1/recommend", slo, "429").observe(
-            time.perf_counter() - started
-        )
 
 
 class RecordLatency:
@@ -165,13 +112,9 @@ class RecordLatency:
             )
 
 
-def with_shed_front(app: ASGIApp, deps: GatewayDeps) -> ASGIApp:
-    """The app behind ShedFront when the recommender has an admission gate."""
-    gate = deps.recommender.gate
-    return app if gate is None else ShedFront(app, gate, deps.class_policy)
-
-
-def create_app(settings: GatewaySettings, deps: GatewayDeps) -> FastAPI:
+def create_app(settings: GatewaySettings, deps: GatewayDeps) -> RecommendRoute:
+    """The gateway's ASGI app: POST /v1/recommend served by `RecommendRoute`
+    (recommend_route.py), every other route by FastAPI."""
     app = FastAPI(
         title="recmesh gateway",
         version="1",
@@ -194,7 +137,7 @@ def create_app(settings: GatewaySettings, deps: GatewayDeps) -> FastAPI:
 
     @app.exception_handler(RequestValidationError)
     async def invalid_request(request: Request, err: RequestValidationError) -> JSONResponse:
-        message = "; ".join(f"{_loc(tuple(e['loc']))}: {e['msg']}" for e in err.errors())
+        message = "; ".join(f"{field_path(tuple(e['loc']))}: {e['msg']}" for e in err.errors())
         return JSONResponse({"error": "InvalidArgument", "message": message}, status_code=400)
 
     @app.post(
@@ -275,4 +218,4 @@ def create_app(settings: GatewaySettings, deps: GatewayDeps) -> FastAPI:
     FastAPIInstrumentor.instrument_app(
         app, excluded_urls="healthz,readyz,metrics", exclude_spans=["receive", "send"]
     )
-    return app
+    return RecommendRoute(app, deps.recommender, deps.class_policy)

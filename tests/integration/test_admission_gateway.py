@@ -1,5 +1,5 @@
 """The gateway under (simulated) overload against real services: C and B get
-429 + Retry-After from the shed front, A is served, and an anonymous caller
+429 + Retry-After before the body is read, A is served, and an anonymous caller
 asking for A is treated as the B it is entitled to, so it is shed too."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import httpx
 from recmesh.admission import AdmissionConfig, AdmissionGate
 from recmesh.clients import FeatureClient, RankerClient
 from recmesh.settings import GatewaySettings
-from services.gateway.app import GatewayDeps, create_app, with_shed_front
+from services.gateway.app import GatewayDeps, create_app
 from services.gateway.events import EventPublisher
 from services.gateway.recommend import ClassPolicy, Recommender
 from tests.helpers import free_port
@@ -26,7 +26,7 @@ async def test_lagging_gateway_sheds_c_and_b_serves_a_and_escalation_gets_no_pro
     recommender = Recommender(ranker, features, 100, gate)
     publisher = EventPublisher(f"127.0.0.1:{free_port()}", "unused", 0.1)
     deps = GatewayDeps(recommender, ClassPolicy.from_settings(settings), publisher, {})
-    app = with_shed_front(create_app(settings, deps), deps)
+    app = create_app(settings, deps)
     body = {"user_id": "u5", "count": 3}
     try:
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://gw") as http:
