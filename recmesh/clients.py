@@ -316,9 +316,21 @@ class FeatureClient(GrpcClient):
         self._stub = features_pb2_grpc.FeatureServiceStub(self.channel)
 
     async def get_features(
-        self, user_id: str, item_ids: list[str], as_of_ms: int, cap_s: float | None = None
+        self,
+        user_id: str,
+        item_ids: list[str],
+        as_of_ms: int,
+        cap_s: float | None = None,
+        *,
+        related_limit: int = 0,
+        related_per_item: int = 0,
     ) -> features_pb2.GetFeaturesResponse:
-        req = features_pb2.GetFeaturesRequest(user_id=user_id, item_ids=item_ids, as_of_ms=as_of_ms)
+        """`related_limit` > 0 also asks for the user's co-visitation recall
+        (the response's `related`, when `related_included`)."""
+        req = features_pb2.GetFeaturesRequest(
+            user_id=user_id, item_ids=item_ids, as_of_ms=as_of_ms,
+            related_limit=related_limit, related_per_item=related_per_item,
+        )  # fmt: skip
         return await self._call("GetFeatures", self._stub.GetFeatures, req, cap_s, retry=True, hedge=True)
 
     async def popular(self, limit: int, cap_s: float | None = None) -> list[tuple[str, float]]:

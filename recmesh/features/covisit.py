@@ -31,6 +31,16 @@ COVISIT_MAX_PER_ITEM = 200
 COVISIT_TTL_S = 24 * 60 * 60
 
 
+# The user feature whose items seed co-visitation recall (the ranker's covisit
+# source, and GetFeatures when asked for `related`).
+SEED_FEATURE = "last_viewed_3"
+
+
+def seeds_of(value: object) -> list[str]:
+    """The seed item ids in a value of SEED_FEATURE (anything else: none)."""
+    return [str(s) for s in value] if isinstance(value, list) else []
+
+
 def previous_items(item_id: str, viewed_members: Iterable[bytes | str]) -> list[str]:
     """Distinct items (newest first, from `event_id|item_id` members) other than
     `item_id`, at most COVISIT_PREVIOUS."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 import grpc
@@ -9,6 +10,7 @@ from prometheus_client import Counter, Gauge
 from redis.exceptions import RedisError
 
 from recmesh.errors import InvalidArgument, Unavailable
+from recmesh.features.covisit import SEED_FEATURE, seeds_of
 from recmesh.features.definitions import FEATURE_SET_VERSION
 from recmesh.features.wire import columns_to_pb, row_to_pb
 from recmesh.grpcserver import MeshServer, Registration
@@ -19,7 +21,7 @@ from recmesh.v1 import features_pb2 as pb
 from recmesh.v1 import features_pb2_grpc
 from services.feature.recall_store import RecallStore
 from services.feature.served_log import ServedLog
-from services.feature.store import FeatureStore
+from services.feature.store import FeatureStore, Lookup
 
 REQUEST_ID_HEADER = "x-request-id"
 
@@ -54,6 +56,8 @@ class FeatureServicer(features_pb2_grpc.FeatureServiceServicer):
             raise InvalidArgument(
                 f"item_ids has {len(request.item_ids)} entries; at most {self._settings.max_items}"
             )
+        if request.related_limit:
+            _check_related_limits(request.related_limit, request.related_per_item, prefix="related_")
         as_of = request.as_of_ms or int(time.time() * 1000)
         slo = current_slo_class()
         timeout_ms = self._settings.realtime_timeout_ms_by_class.get(slo, self._settings.realtime_timeout_ms)
@@ -88,7 +92,37 @@ class FeatureServicer(features_pb2_grpc.FeatureServiceServicer):
             degraded=lookup.degraded,
         )
         columns_to_pb(item_ids, lookup.item_columns, response.items)
+        if request.related_limit:
+            await self._add_related(request, lookup, timeout_ms / 1000, response)
         return response
+
+    async def _add_related(
+        self,
+        request: pb.GetFeaturesRequest,
+        lookup: Lookup,
+        cap_s: float,
+        response: pb.GetFeaturesResponse,
+    ) -> None:
+        """The user's co-visitation recall, from the seeds the look-up just read.
+        A failed or late read leaves `related_included` unset (the caller can
+        still ask GetRelated) and says why in `degraded`."""
+        value = lookup.user.get(SEED_FEATURE)
+        seeds = seeds_of(value[0] if value is not None else None)[:MAX_SEEDS]
+        if seeds:
+            left = remaining_s()
+            timeout = cap_s if left is None else max(0.001, min(cap_s, left * 0.8))
+            try:
+                async with asyncio.timeout(timeout):
+                    related = await self._recall.related(
+                        seeds, request.related_per_item or request.related_limit, request.related_limit
+                    )
+            except (TimeoutError, RedisError, OSError) as err:
+                reason = "related_timeout" if isinstance(err, TimeoutError) else "related_unavailable"
+                FALLBACKS.labels("feature", reason, current_slo_class()).inc()
+                response.degraded.append(reason)
+                return
+            response.related.extend(pb.ScoredItem(item_id=i, score=s) for i, s in related)
+        response.related_included = True
 
     async def GetPopular(
         self, request: pb.GetPopularRequest, context: grpc.aio.ServicerContext
@@ -101,10 +135,7 @@ class FeatureServicer(features_pb2_grpc.FeatureServiceServicer):
     async def GetRelated(
         self, request: pb.GetRelatedRequest, context: grpc.aio.ServicerContext
     ) -> pb.GetRelatedResponse:
-        if not 0 < request.limit <= MAX_RECALL:
-            raise InvalidArgument(f"limit must be in 1..{MAX_RECALL}")
-        if not 0 <= request.per_item <= MAX_RECALL:
-            raise InvalidArgument(f"per_item must be in 0..{MAX_RECALL}")
+        _check_related_limits(request.limit, request.per_item)
         if len(request.item_ids) > MAX_SEEDS:
             raise InvalidArgument(f"item_ids has {len(request.item_ids)} entries; at most {MAX_SEEDS}")
         try:
@@ -132,6 +163,13 @@ class FeatureServicer(features_pb2_grpc.FeatureServiceServicer):
                 for c, items in rows
             ]
         )
+
+
+def _check_related_limits(limit: int, per_item: int, prefix: str = "") -> None:
+    if not 0 < limit <= MAX_RECALL:
+        raise InvalidArgument(f"{prefix}limit must be in 1..{MAX_RECALL}")
+    if not 0 <= per_item <= MAX_RECALL:
+        raise InvalidArgument(f"{prefix}per_item must be in 0..{MAX_RECALL}")
 
 
 def build_server(

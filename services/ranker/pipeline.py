@@ -144,7 +144,10 @@ def build_pipeline(
         "category": CategorySource(features, settings.affinity_categories),
         "semantic": SemanticSource(holder, inference),
     }
-    return RankPipeline(Env(features, inference, settings, sources), graph, holder)
+    # The user look-up brings the co-visitation recall along when a covisit
+    # source will read it (its seeds are the user's last viewed items).
+    prefetch = any(n.kind == "recall.covisit" for n in graph.nodes.values())
+    return RankPipeline(Env(features, inference, settings, sources, prefetch), graph, holder)
 
 
 class RankPipeline:

@@ -10,7 +10,7 @@ service answered once.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -20,6 +20,7 @@ import numpy.typing as npt
 from recmesh.cache import TtlCache
 from recmesh.clients import FeatureClient, InferenceClient
 from recmesh.errors import RecmeshError
+from recmesh.features.covisit import SEED_FEATURE, seeds_of
 from recmesh.features.definitions import FeatureValue
 from services.ranker.fusion import (
     Role,
@@ -48,6 +49,8 @@ class RecallContext:
     cap_s: float
     user_freshness: Mapping[str, float] = field(default_factory=dict)
     skip: frozenset[str] = frozenset()  # downstreams not to call (presumed cold)
+    # Co-visitation recall the user look-up brought along (None: not there).
+    related: Sequence[tuple[str, float]] | None = None
 
 
 @dataclass
@@ -66,8 +69,7 @@ class RecallSource(Protocol):
 
 
 def last_viewed(user: Mapping[str, FeatureValue]) -> list[str]:
-    seen = user.get("last_viewed_3", [])
-    return [str(s) for s in seen] if isinstance(seen, list) else []
+    return seeds_of(user.get(SEED_FEATURE))
 
 
 class PopularSource:
@@ -97,7 +99,11 @@ class PopularSource:
 
 
 class CovisitSource:
-    """Items co-visited with the user's last viewed items (learnt from the event stream)."""
+    """Items co-visited with the user's last viewed items (learnt from the event stream).
+
+    The user look-up usually brings them along (GetFeatures with
+    `related_limit`, the same read as GetRelated); only when it did not
+    (not asked, or the read failed there) does the source call GetRelated."""
 
     name = "covisit"
     role: Role = "cf"
@@ -109,8 +115,10 @@ class CovisitSource:
         seeds = last_viewed(ctx.user)
         if not seeds:
             return Recalled([], attributes={"seeds": 0})
+        if ctx.related is not None:
+            return Recalled(list(ctx.related[: ctx.limit]), attributes={"seeds": len(seeds), "with_user": 1})
         items = await self._features.related(seeds, ctx.limit, per_item=ctx.limit, cap_s=ctx.cap_s)
-        return Recalled(items, attributes={"seeds": len(seeds)})
+        return Recalled(items, attributes={"seeds": len(seeds), "with_user": 0})
 
 
 class CategorySource:

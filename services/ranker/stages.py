@@ -59,6 +59,9 @@ class UserOut:
     values: dict[str, FeatureValue]
     # Freshness score 2^(-age/tau) per real-time feature, as the feature service served it.
     freshness: dict[str, float] = field(default_factory=dict)
+    # The user's co-visitation recall, read by the feature service in the same
+    # call (None: not asked, or its read failed there).
+    related: list[tuple[str, float]] | None = None
 
 
 @dataclass(frozen=True)
@@ -99,6 +102,9 @@ class Env:
     inference: InferenceClient
     settings: RankerSettings
     sources: dict[str, RecallSource]  # by kind suffix: popular, covisit, category, semantic
+    # Ask the user look-up for the co-visitation recall too (the graph has a
+    # covisit source): one feature call instead of two in a row.
+    prefetch_related: bool = False
 
 
 Inputs = Mapping[str, object]
@@ -129,6 +135,11 @@ def _user_freshness(inputs: Inputs) -> dict[str, float]:
     return u.freshness if isinstance(u, UserOut) else {}
 
 
+def _user_related(inputs: Inputs) -> list[tuple[str, float]] | None:
+    u = _one(inputs, UserOut)
+    return u.related if isinstance(u, UserOut) else None
+
+
 def _candidates(inputs: Inputs) -> list[Fused]:
     c = _one(inputs, Candidates)
     return c.items if isinstance(c, Candidates) else []
@@ -138,9 +149,13 @@ def _candidates(inputs: Inputs) -> list[Fused]:
 
 
 async def _run_user(env: Env, req: RequestState, node: NodeSpec, inputs: Inputs, cap_s: float) -> object:
-    resp = await env.features.get_features(req.user_id, [], req.as_of_ms, cap_s=cap_s)
+    limit = env.settings.recall_per_source if env.prefetch_related else 0
+    resp = await env.features.get_features(
+        req.user_id, [], req.as_of_ms, cap_s=cap_s, related_limit=limit, related_per_item=limit
+    )
     fresh = {name: fv.freshness for name, fv in resp.user.features.items()}
-    return UserOut(row_values(resp.user), fresh)
+    related = [(i.item_id, i.score) for i in resp.related] if resp.related_included else None
+    return UserOut(row_values(resp.user), fresh, related)
 
 
 def _neutral_user(env: Env, req: RequestState, node: NodeSpec, inputs: Inputs) -> object:
@@ -157,8 +172,9 @@ def _recall_kind(source: str) -> tuple[Run, Neutral]:
         if source == "popular":
             limit = max(limit, env.settings.candidates)
         ctx = RecallContext(
-            req.user_id, _user(inputs), req.context, limit, cap_s, _user_freshness(inputs), req.skip
-        )
+            req.user_id, _user(inputs), req.context, limit, cap_s, _user_freshness(inputs), req.skip,
+            _user_related(inputs),
+        )  # fmt: skip
         got = await src.fetch(ctx)
         if got.stale:
             req.degraded.append("candidates_stale" if source == "popular" else f"recall:{node.name}_stale")

@@ -17,8 +17,9 @@ from collections import Counter
 from pathlib import Path
 
 import numpy as np
+from prometheus_client import REGISTRY
 
-from recmesh.clients import InferenceClient, RankerClient
+from recmesh.clients import FeatureClient, InferenceClient, RankerClient
 from recmesh.demo.generate import CATEGORIES, make_catalog
 from recmesh.demo.texts import embedding_text, item_texts
 from recmesh.embedding.encoder import TextEncoder
@@ -31,6 +32,7 @@ from services.inference.model import ModelRegistry
 from services.inference.server import build_server as build_inference
 from services.inference.textmodels import OnnxEmbedder, TextModels
 from services.ranker.pipeline import build_pipeline
+from services.ranker.recall import CovisitSource, RecallContext
 from services.ranker.server import build_server as build_ranker
 from tests.helpers import free_port
 from tests.integration.conftest import Mesh
@@ -62,7 +64,8 @@ async def test_rank_fuses_several_sources_and_caps_categories(mesh: Mesh, tmp_pa
     await RecallStore(mesh.store.client).apply_covisitation(events)
 
     settings = RankerSettings(ranker_port=free_port(), model_dir=tmp_path, max_per_category=3)
-    ranker = build_ranker(settings, build_pipeline(settings, mesh.feature_client, mesh.inference_client))
+    features = FeatureClient(mesh.feature.address, "ranker-recall-test")  # its own metric labels
+    ranker = build_ranker(settings, build_pipeline(settings, features, mesh.inference_client))
     await ranker.start()
     await ranker.set_serving()
     client = RankerClient(ranker.address, "test")
@@ -72,6 +75,15 @@ async def test_rank_fuses_several_sources_and_caps_categories(mesh: Mesh, tmp_pa
     finally:
         await client.close()
         await ranker.stop(0.1)
+        await features.close()
+
+    def calls(method: str) -> float:
+        labels = {"service": "ranker-recall-test", "target": "feature", "method": method,
+                  "slo_class": "B", "code": "OK"}  # fmt: skip
+        return REGISTRY.get_sample_value("recmesh_downstream_duration_seconds_count", labels) or 0.0
+
+    # The user look-up brought the co-visitation recall along: no GetRelated hop.
+    assert calls("GetFeatures") == 2 and calls("GetRelated") == 0
 
     assert resp.degraded == [] and resp.model_version.startswith("ctr-")
     counts = dict(resp.recall_counts)
@@ -82,6 +94,22 @@ async def test_rank_fuses_several_sources_and_caps_categories(mesh: Mesh, tmp_pa
     assert not set(ids) & set(tech[:3]), "items the user just saw are filtered"
     per_category = Counter(CATEGORY[i] for i in ids)
     assert max(per_category.values()) <= 3, per_category
+
+
+async def test_covisit_source_calls_get_related_only_without_the_users_answer(mesh: Mesh) -> None:
+    now = int(time.time() * 1000)
+    tech = [i for i in CATALOG.item_ids if CATEGORY[i] == "tech"][6:9]
+    events = [Event(event_id=f"cs-{n}", user_id="u1997", item_id=iid, behavior="view",
+                    event_time=now - 20_000 + n * 1000) for n, iid in enumerate(tech)]  # fmt: skip
+    await mesh.store.apply_events(events)
+    await RecallStore(mesh.store.client).apply_covisitation(events)
+    source = CovisitSource(mesh.feature_client)
+    user = {"last_viewed_3": [tech[0]]}
+    called = await source.fetch(RecallContext("u1997", user, {}, 5, 2.0))
+    assert called.items and called.attributes == {"seeds": 1, "with_user": 0}, "no answer along: GetRelated"
+    brought = [("x1", 3.0), ("x2", 1.0)]
+    along = await source.fetch(RecallContext("u1997", user, {}, 1, 2.0, related=brought))
+    assert along.items == brought[:1] and along.attributes == {"seeds": 1, "with_user": 1}
 
 
 async def test_without_vectors_the_semantic_source_is_absent(mesh: Mesh) -> None:

@@ -21,6 +21,7 @@ from recmesh.features.wire import table_rows
 from recmesh.resilience import request_scope
 from recmesh.settings import RankerSettings
 from recmesh.v1 import inference_pb2, inference_pb2_grpc
+from services.feature.recall_store import RecallStore
 from services.ranker.pipeline import build_pipeline
 from services.ranker.server import build_server as build_ranker
 from tests.helpers import free_port
@@ -65,6 +66,32 @@ async def test_bad_lookup_is_invalid_argument(mesh: Mesh) -> None:
         await mesh.feature_client.get_features("", ["i1"], 0, cap_s=2.0)
     with pytest.raises(InvalidArgument, match="at most 500"):
         await mesh.feature_client.get_features("u1", [f"i{i}" for i in range(501)], 0, cap_s=2.0)
+
+
+async def test_user_lookup_brings_the_covisitation_recall_along(mesh: Mesh) -> None:
+    now = int(time.time() * 1000)
+    events = [
+        *(Event(event_id=f"rl-o{n}", user_id="u1990", item_id=f"i{40 + n}", behavior="view",
+                event_time=now - 60_000 + n * 1000) for n in range(4)),
+        Event(event_id="rl-u", user_id="u1991", item_id="i40", behavior="view", event_time=now - 5000),
+    ]  # fmt: skip
+    await mesh.store.apply_events(events)
+    await RecallStore(mesh.store.client).apply_covisitation(events)
+
+    resp = await mesh.feature_client.get_features("u1991", [], now, cap_s=2.0, related_limit=5)
+    assert resp.related_included and list(resp.user.features["last_viewed_3"].strings.values) == ["i40"]
+    direct = await mesh.feature_client.related(["i40"], 5, per_item=5, cap_s=2.0)
+    assert [(i.item_id, i.score) for i in resp.related] == direct and direct, "the same read as GetRelated"
+
+    no_views = await mesh.feature_client.get_features("u1992", [], now, cap_s=2.0, related_limit=5)
+    assert no_views.related_included and not no_views.related, "no seeds: an empty answer, not a missing one"
+    not_asked = await mesh.feature_client.get_features("u1991", [], now, cap_s=2.0)
+    assert not not_asked.related_included and not not_asked.related
+    get = mesh.feature_client.get_features
+    with pytest.raises(InvalidArgument, match=r"related_limit must be in 1\.\.1000"):
+        await get("u1991", [], now, cap_s=2.0, related_limit=-1)
+    with pytest.raises(InvalidArgument, match=r"related_per_item must be in 0\.\.1000"):
+        await get("u1991", [], now, cap_s=2.0, related_limit=5, related_per_item=5000)
 
 
 async def test_score_checks_the_schema(mesh: Mesh) -> None:
