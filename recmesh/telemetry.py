@@ -336,6 +336,10 @@ class RequestInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
 
     def __init__(self, service: str) -> None:
         self._service = service
+        # The wrapped handler of each method, built on its first call: a
+        # service's handlers do not change while it runs, and building the
+        # wrapper and its handler object per call cost every RPC.
+        self._wrapped: dict[tuple[str, object], grpc.RpcMethodHandler] = {}
 
     async def intercept_service(
         self,
@@ -345,13 +349,16 @@ class RequestInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         handler = await continuation(details)
         if handler is None or handler.unary_unary is None or details.method.startswith("/grpc."):
             return handler
-        method = details.method.rsplit("/", 1)[-1]
-        wrapped = self._wrap(method, handler.unary_unary, details.method)
-        return grpc.unary_unary_rpc_method_handler(
-            wrapped,
-            request_deserializer=handler.request_deserializer,
-            response_serializer=handler.response_serializer,
-        )
+        key = (details.method, handler.unary_unary)
+        wrapped = self._wrapped.get(key)
+        if wrapped is None:
+            method = details.method.rsplit("/", 1)[-1]
+            wrapped = self._wrapped[key] = grpc.unary_unary_rpc_method_handler(
+                self._wrap(method, handler.unary_unary, details.method),
+                request_deserializer=handler.request_deserializer,
+                response_serializer=handler.response_serializer,
+            )
+        return wrapped
 
     def _wrap(self, method: str, behavior: Behavior, full_method: str | None = None) -> Behavior:
         service = self._service

@@ -81,3 +81,26 @@ async def test_shed_work_is_resource_exhausted_with_a_retry_after_trailer() -> N
         await wrapped("req", ctx)
     assert ctx.aborted is not None and ctx.aborted[0] == grpc.StatusCode.RESOURCE_EXHAUSTED
     assert ctx.trailers == (("retry-after", "2"),)
+
+
+async def test_a_methods_wrapper_is_built_once_and_health_passes_through() -> None:
+    async def handler(request: Any, context: Any) -> str:
+        return "done"
+
+    rank = grpc.unary_unary_rpc_method_handler(handler)
+    health = grpc.unary_unary_rpc_method_handler(handler)
+
+    async def continuation(details: Any) -> grpc.RpcMethodHandler:
+        return health if details.method.startswith("/grpc.") else rank
+
+    class Details:
+        def __init__(self, method: str) -> None:
+            self.method = method
+
+    interceptor = RequestInterceptor("test")
+    first = await interceptor.intercept_service(continuation, Details("/recmesh.v1.RankerService/Rank"))
+    again = await interceptor.intercept_service(continuation, Details("/recmesh.v1.RankerService/Rank"))
+    assert first is again and first is not rank, "wrapped once, then reused"
+    assert await first.unary_unary("req", Context(1.0)) == "done"
+    passed = await interceptor.intercept_service(continuation, Details("/grpc.health.v1.Health/Check"))
+    assert passed is health
