@@ -4,6 +4,12 @@ Used for item/user profile features (design notes: a hot item key pinned one
 Redis shard; a 5 s local cache fixed it) and candidate lists. `get_fresh`
 answers within the TTL; `get_stale` answers whatever is held, for serving a
 fallback when the store is down.
+
+A caller that can tell when its source last changed passes `Vouched` instead
+of relying on age alone: an entry stored since the change is fresh however old
+it is, and one stored before it counts its age from the last moment the source
+was known unchanged (services/feature/store.py learns both from the version
+that every offline load writes and every look-up reads).
 """
 
 from __future__ import annotations
@@ -11,9 +17,19 @@ from __future__ import annotations
 import time
 from collections import OrderedDict
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 V = TypeVar("V")
+
+
+@dataclass(frozen=True, slots=True)
+class Vouched:
+    """The source has not changed since `since`; before that it was last known
+    unchanged at `until` (<= `since`). Times are time.monotonic()."""
+
+    since: float
+    until: float
 
 
 class TtlCache(Generic[V]):
@@ -24,10 +40,12 @@ class TtlCache(Generic[V]):
         self.hits = 0
         self.misses = 0
 
-    def get_fresh(self, key: str, now: float | None = None) -> V | None:
+    def get_fresh(self, key: str, now: float | None = None, vouched: Vouched | None = None) -> V | None:
+        """The entry if fresh: stored within the TTL, or with `vouched`, stored
+        since the source last changed."""
         entry = self._data.get(key)
         now = time.monotonic() if now is None else now
-        if entry is None or now - entry[0] > self._ttl:
+        if entry is None or (entry[0] < vouched.since if vouched else now - entry[0] > self._ttl):
             self.misses += 1
             return None
         self.hits += 1
@@ -39,16 +57,25 @@ class TtlCache(Generic[V]):
         return None if entry is None else entry[1]
 
     def get_many(
-        self, keys: Sequence[str], now: float | None = None, refresh_after_s: float | None = None
+        self,
+        keys: Sequence[str],
+        now: float | None = None,
+        refresh_after_s: float | None = None,
+        vouched: Vouched | None = None,
     ) -> tuple[list[V | None], list[str], list[str]]:
         """What is held for each key (fresh or stale, None if nothing), the
         distinct keys that are not fresh at `now`, and the distinct fresh keys
         older than `refresh_after_s` (due for a refresh ahead of expiry), in
-        first-seen order. One pass for a batch of hundreds of keys, counted
-        like `get_fresh`."""
+        first-seen order. With `vouched`, an entry stored since the change is
+        fresh and never due, and an older one is due at once and served while
+        within the TTL of `vouched.until`. One pass for a batch of hundreds of
+        keys, counted like `get_fresh`."""
         now = time.monotonic() if now is None else now
         data, ttl = self._data, self._ttl
         due_age = ttl if refresh_after_s is None else refresh_after_s
+        since, until = float("inf"), float("-inf")
+        if vouched is not None:
+            since, until, due_age = vouched.since, vouched.until, -1.0
         held: list[V | None] = []
         stale: dict[str, None] = {}
         due: dict[str, None] = {}
@@ -59,7 +86,11 @@ class TtlCache(Generic[V]):
                 stale[key] = None
                 continue
             held.append(entry[1])
-            age = now - entry[0]
+            stored = entry[0]
+            if stored >= since:
+                data.move_to_end(key)
+                continue
+            age = now - max(stored, until)
             if age > ttl:
                 stale[key] = None
             else:

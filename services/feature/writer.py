@@ -41,7 +41,8 @@ from services.feature.store import MAINTAIN_EVERY_S, FeatureStore
 
 # ARGV: retention_ms, cap, state_ttl_s, window_ms, scan, previous, covisit_ttl_s,
 # events "user\titem\tevent_id\tbehavior\tcategory\ttime" per line (sorted by
-# time), upkeep "key\tnewest" per line. Returns {pairs counted, touched item ids...}.
+# time), upkeep "key\tnewest" per line, items "item\tnewest" per line (the
+# batch's newest click or view per item). Returns {pairs counted, touched item ids...}.
 # Keys are built here from ids (as the item window script in store.py does):
 # packing thousands of key arguments cost the client more than the write.
 # Order as in the two-step write: every ZADD, then upkeep, then co-visit reads.
@@ -61,10 +62,25 @@ for user, item, eid, beh, cat, t in string.gmatch(ARGV[8],
     end
   end
 end
+-- Each item's newest event time, for look-ups (keys.item_newest). It is born
+-- with the state's TTL and re-expired whenever one of the item's sorted sets
+-- is, so it outlives them by at most a maintenance interval (look-ups trust it
+-- only while the sets hold events in the window).
+for item, t in string.gmatch(ARGV[10], '([^\t\n]+)\t(%d+)') do
+  local key = '{i:' .. item .. '}:newest'
+  local held = tonumber(redis.call('GET', key))
+  if held == nil then
+    redis.call('SET', key, t, 'EX', ttl)
+  elseif tonumber(t) > held then
+    redis.call('SET', key, t, 'KEEPTTL')
+  end
+end
 for key, newest in string.gmatch(ARGV[9], '([^\t\n]+)\t(%d+)') do
   redis.call('ZREMRANGEBYSCORE', key, '-inf', string.format('(%d', tonumber(newest) - retention))
   redis.call('ZREMRANGEBYRANK', key, 0, -(cap + 1))
   redis.call('EXPIRE', key, ttl)
+  local item = string.match(key, '^({i:.*}):[a-z]+$')
+  if item then redis.call('EXPIRE', item .. ':newest', ttl) end
 end
 local function distinct_others(viewed, item)
   local seen, others = {}, {}
@@ -169,10 +185,15 @@ class EventWriter:
             ((keys.user_events, users), (keys.user_viewed, viewers),
              (keys.item_views, viewed_items), (keys.item_clicks, clicked_items))
         )  # fmt: skip
+        newest_by_item = dict(viewed_items)
+        for item, t in clicked_items.items():
+            if newest_by_item.get(item, -1) < t:
+                newest_by_item[item] = t
         args = (
             STATE_RETENTION_MS, MAX_EVENTS_PER_KEY, STATE_TTL_S,
             COVISIT_WINDOW_MS, COVISIT_SCAN, COVISIT_PREVIOUS, COVISIT_TTL_S,
             "\n".join(lines), "\n".join(upkeep),
+            "\n".join(f"{item}\t{t}" for item, t in newest_by_item.items()),
         )  # fmt: skip
         return WritePlan(events, args)
 

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from recmesh.cache import TtlCache
+from recmesh.cache import TtlCache, Vouched
 
 
 def test_fresh_within_ttl_stale_after_and_bounded() -> None:
@@ -27,3 +27,22 @@ def test_get_many_returns_held_values_and_the_keys_to_refresh() -> None:
     # Fresh but older than refresh_after_s: served, and named for a refresh ahead of expiry.
     held, refresh, due = c.get_many(["new", "old"], now=8.5, refresh_after_s=3.0)
     assert held == [2, 1] and refresh == ["old"] and due == ["new"]
+
+
+def test_vouched_entries_are_fresh_since_the_last_change_and_due_after_it() -> None:
+    c: TtlCache[int] = TtlCache(ttl_s=5.0, max_entries=10)
+    c.put("before", 1, now=0.0)
+    c.put("after", 2, now=2.0)
+    # The source changed at 1.0 and was last known unchanged at 0.5.
+    vouched = Vouched(since=1.0, until=0.5)
+    # Long past the TTL, an entry stored since the change is fresh...
+    assert c.get_fresh("after", now=100.0, vouched=vouched) == 2
+    # ...and one stored before it is not, even inside the TTL.
+    assert c.get_fresh("before", now=1.5, vouched=vouched) is None
+    held, refresh, due = c.get_many(["after", "before"], now=1.5, refresh_after_s=3.0, vouched=vouched)
+    assert held == [2, 1] and refresh == [] and due == ["before"]  # served, re-read at once
+    # Its age counts from `until`, the last moment it was known current.
+    held, refresh, due = c.get_many(["before"], now=5.4, vouched=vouched)
+    assert refresh == [] and due == ["before"]
+    held, refresh, due = c.get_many(["before"], now=5.6, vouched=vouched)
+    assert refresh == ["before"] and due == []
