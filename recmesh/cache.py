@@ -6,10 +6,11 @@ answers within the TTL; `get_stale` answers whatever is held, for serving a
 fallback when the store is down.
 
 A caller that can tell when its source last changed passes `Vouched` instead
-of relying on age alone: an entry stored since the change is fresh however old
-it is, and one stored before it counts its age from the last moment the source
-was known unchanged (services/feature/store.py learns both from the version
-that every offline load writes and every look-up reads).
+of relying on age alone: an entry stored since the change is fresh (up to a
+much longer `max_age_s`, a safety net), and one stored before it counts its
+age from the last moment the source was known unchanged
+(services/feature/store.py learns both from the version that every offline
+load writes and every look-up reads).
 """
 
 from __future__ import annotations
@@ -25,11 +26,24 @@ V = TypeVar("V")
 
 @dataclass(frozen=True, slots=True)
 class Vouched:
-    """The source has not changed since `since`; before that it was last known
-    unchanged at `until` (<= `since`). Times are time.monotonic()."""
+    """What a caller knows of its source's changes (times are time.monotonic()):
+    none since `since`; the change before that was seen at `prev_since`, and
+    the source was last known unchanged at `until` (prev_since <= until <= since).
+
+    So an entry stored since `since` is current; one stored from `prev_since`
+    on was current at `until` (or when stored, if later); an older one only
+    when it was stored. Entries
+    vouched for are still re-read once older than `max_age_s`.
+    """
 
     since: float
     until: float
+    prev_since: float
+    max_age_s: float
+
+    def current_at(self, stored: float) -> float:
+        """The last moment an entry stored at `stored` (before `since`) is known current."""
+        return max(stored, self.until) if stored >= self.prev_since else stored
 
 
 class TtlCache(Generic[V]):
@@ -42,10 +56,14 @@ class TtlCache(Generic[V]):
 
     def get_fresh(self, key: str, now: float | None = None, vouched: Vouched | None = None) -> V | None:
         """The entry if fresh: stored within the TTL, or with `vouched`, stored
-        since the source last changed."""
+        since the source last changed and within `vouched.max_age_s`."""
         entry = self._data.get(key)
         now = time.monotonic() if now is None else now
-        if entry is None or (entry[0] < vouched.since if vouched else now - entry[0] > self._ttl):
+        if entry is None or (
+            entry[0] < vouched.since or now - entry[0] > vouched.max_age_s
+            if vouched
+            else now - entry[0] > self._ttl
+        ):
             self.misses += 1
             return None
         self.hits += 1
@@ -67,15 +85,15 @@ class TtlCache(Generic[V]):
         distinct keys that are not fresh at `now`, and the distinct fresh keys
         older than `refresh_after_s` (due for a refresh ahead of expiry), in
         first-seen order. With `vouched`, an entry stored since the change is
-        fresh and never due, and an older one is due at once and served while
-        within the TTL of `vouched.until`. One pass for a batch of hundreds of
-        keys, counted like `get_fresh`."""
+        fresh (due past `vouched.max_age_s`), and an older one is due at once
+        and served while within the TTL of the last moment it is known current.
+        One pass for a batch of hundreds of keys, counted like `get_fresh`."""
         now = time.monotonic() if now is None else now
         data, ttl = self._data, self._ttl
         due_age = ttl if refresh_after_s is None else refresh_after_s
-        since, until = float("inf"), float("-inf")
+        since, max_age = float("inf"), float("inf")
         if vouched is not None:
-            since, until, due_age = vouched.since, vouched.until, -1.0
+            since, max_age, due_age = vouched.since, vouched.max_age_s, -1.0
         held: list[V | None] = []
         stale: dict[str, None] = {}
         due: dict[str, None] = {}
@@ -88,9 +106,11 @@ class TtlCache(Generic[V]):
             held.append(entry[1])
             stored = entry[0]
             if stored >= since:
+                if now - stored > max_age:
+                    due[key] = None
                 data.move_to_end(key)
                 continue
-            age = now - max(stored, until)
+            age = now - (stored if vouched is None else vouched.current_at(stored))
             if age > ttl:
                 stale[key] = None
             else:

@@ -76,7 +76,7 @@ def category_popularity(category: str) -> str:
 # Real-time state, by feature family: (entity prefix, key suffix) of its keys.
 # The state-drift sampler (services/feature/drift.py) sizes each family in
 # events (ZCARD). item_newest is not one: one small string per item, bounded
-# by the catalogue, that lives and dies with the item's clicks and views.
+# by the catalogue, that the ingest write expires with the item's clicks and views.
 STATE_FAMILIES: dict[str, tuple[str, str]] = {
     "user_events": ("{u:", "}:events"),
     "user_viewed": ("{u:", "}:viewed"),

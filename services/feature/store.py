@@ -52,7 +52,7 @@ STATIC_READS = Counter(
 )
 
 # Window counts and the newest event time for many items in one command:
-# ARGV = lo, hi, then one blob of newline-separated item ids; the reply is flat:
+# ARGV = lo (exclusive, "(<ms>"), hi, then one blob of newline-separated item ids; the reply is flat:
 # clicks_1, views_1, newest_1, clicks_2, ... The script builds the item keys
 # itself (passing 600 key names cost more to pack than the look-up itself), so
 # it is for a single Redis only; on a cluster the store reads the windows with
@@ -65,7 +65,7 @@ _ITEM_WINDOWS_LUA = """
 local call = redis.call
 local out, n = {}, 0
 local lo, hi = ARGV[1], ARGV[2]
-local hi_n = tonumber(hi)
+local lo_n, hi_n = tonumber(string.sub(lo, 2)), tonumber(hi)
 for id in string.gmatch(ARGV[3], '[^\\n]+') do
   local k = '{i:' .. id .. '}:'
   local c = call('ZCOUNT', k .. 'clicks', lo, hi)
@@ -73,7 +73,9 @@ for id in string.gmatch(ARGV[3], '[^\\n]+') do
   local newest = -1
   if c + v > 0 then
     newest = tonumber(call('GET', k .. 'newest'))
-    if newest == nil or newest > hi_n then
+    -- Events in the window imply a newest one inside it; a key that says
+    -- otherwise is not trusted.
+    if newest == nil or newest > hi_n or newest <= lo_n then
       newest = -1
       for _, key in ipairs({k .. 'clicks', k .. 'views'}) do
         local top = call('ZREVRANGEBYSCORE', key, hi, lo, 'WITHSCORES', 'LIMIT', 0, 1)[2]
@@ -88,6 +90,10 @@ for id in string.gmatch(ARGV[3], '[^\\n]+') do
 end
 return out
 """
+
+# Cached offline features that the statics version vouches for are still
+# re-read once this old: a bound for writes that bypass `load_offline`.
+VOUCHED_MAX_AGE_S = 300.0
 
 # Most item statics one background refresh reads in one pipeline.
 REFRESH_BATCH = 500
@@ -225,16 +231,18 @@ class FeatureStore:
         # together into one slow look-up (in-line HGETALLs cost ~15 µs each).
         self._static_refresh_after_s = static_ttl_s * 0.6
         # Offline features change only by an offline load, which writes a new
-        # keys.STATICS_VERSION after its data. Every look-up reads it in its
-        # own round trip: while it is unchanged, cached statics and profiles
-        # read since it last changed are current however old they are, and
-        # none is re-read (a thousand background HGETALLs a second otherwise,
-        # which cost the look-up ~1 ms at p99). After a change, older entries
-        # are served and re-read in the background. Without a read of the
-        # version in the last `static_ttl_s` (no look-ups, e.g. the ingest
-        # consumer), the TTLs bound staleness.
+        # keys.STATICS_VERSION after each batch of its data. Every look-up
+        # reads it in its own round trip: while it is unchanged, cached statics
+        # and profiles read since it last changed are current (re-read only
+        # past VOUCHED_MAX_AGE_S), where TTLs re-read a thousand hashes a
+        # second in the background, which cost the look-up ~1 ms at p99. After
+        # a change, older item statics are served and re-read in the background
+        # at once; older profiles are re-read in-line (one HGETALL in the
+        # look-up's pipeline). Without a version, or without a read of it in
+        # the last `static_ttl_s` (no look-ups, e.g. the ingest consumer), the
+        # TTLs bound staleness.
         self._statics_version: bytes | None = None
-        self._statics_vouched = Vouched(since=float("inf"), until=float("-inf"))
+        self._statics_vouched = Vouched(float("inf"), float("-inf"), float("inf"), VOUCHED_MAX_AGE_S)
         self._statics_confirmed_at = float("-inf")
         self._refreshing: set[str] = set()  # queued or being re-read
         self._refresh_queue: dict[str, None] = {}
@@ -253,6 +261,9 @@ class FeatureStore:
 
     async def prepare(self) -> None:
         self._item_sha = await self._redis.script_load(_ITEM_WINDOWS_LUA)
+        # State loaded before versions existed (or a version lost): name what
+        # is there, so look-ups can vouch for it until the next load.
+        await self._redis.set(keys.STATICS_VERSION, uuid.uuid4().hex, nx=True)
 
     def _refresh_statics_later(self, item_ids: list[str]) -> None:
         """Queue statics for a re-read off the request path. One refresher runs
@@ -352,15 +363,20 @@ class FeatureStore:
         maintain = {k for k in members if self._maintained.get_fresh(k, now) is None}
         for key in maintain:
             self._maintained.put(key, True, now)
-        stale_newest = {keys.item_newest(ev.item_id) for ev in events if ev.behavior in _ITEM_KEY_BY_BEHAVIOR}
+        # This path does not keep the items' `newest` index (that needs a
+        # read-then-write): on a single Redis it drops the keys, so look-ups
+        # read the sorted sets, which stay exact. Cluster look-ups never use it.
+        stale_newest = set()
+        if not self._cluster:
+            stale_newest = {
+                keys.item_newest(e.item_id) for e in events if e.behavior in _ITEM_KEY_BY_BEHAVIOR
+            }
         await self._apply_pipelined(members, maintain, stale_newest)
 
     async def _apply_pipelined(
         self, members: dict[str, list[tuple[int, str]]], maintain: set[str], stale_newest: set[str]
     ) -> None:
         pipe = self._redis.pipeline(transaction=False)
-        # This path does not keep the items' `newest` index (a read-then-write);
-        # dropping it sends look-ups to the sorted sets, which stay exact.
         for key in stale_newest:
             pipe.delete(key)
         for key, pairs in members.items():
@@ -377,14 +393,25 @@ class FeatureStore:
         users: Iterable[tuple[str, dict[str, Any]]],
         items: Iterable[tuple[str, dict[str, Any]]],
     ) -> tuple[int, int]:
+        """Write offline profiles and statics, announcing each flushed batch with
+        a new keys.STATICS_VERSION once its writes are done (a separate call:
+        a cluster pipeline sends each node's commands in parallel, so in the
+        same pipeline the version could land before the data). A load that
+        dies partway has announced what it wrote. Unique versions, so a
+        restarted Redis loaded afresh never repeats one a service cached under."""
         n_users = n_items = 0
         pipe = self._redis.pipeline(transaction=False)
+
+        async def flush() -> None:
+            await pipe.execute()
+            await self._redis.set(keys.STATICS_VERSION, uuid.uuid4().hex)
+
         for uid, feats in users:
             pipe.delete(keys.user_profile(uid))
             pipe.hset(keys.user_profile(uid), mapping={k: orjson.dumps(v) for k, v in feats.items()})
             n_users += 1
             if len(pipe) >= 5000:
-                await pipe.execute()
+                await flush()
         for iid, feats in items:
             pipe.delete(keys.item_static(iid))
             pipe.hset(keys.item_static(iid), mapping={k: orjson.dumps(v) for k, v in feats.items()})
@@ -395,11 +422,8 @@ class FeatureStore:
             )
             n_items += 1
             if len(pipe) >= 5000:
-                await pipe.execute()
-        # After every write it announces; unique, so a restarted Redis loaded
-        # afresh never repeats a version a feature service has cached under.
-        pipe.set(keys.STATICS_VERSION, uuid.uuid4().hex)
-        await pipe.execute()
+                await flush()
+        await flush()
         return n_users, n_items
 
     # --- reads --------------------------------------------------------------
@@ -459,14 +483,20 @@ class FeatureStore:
         return Lookup(user, items)
 
     def _observe_statics_version(self, version: bytes | None, read_at: float) -> None:
-        """`version` as read by a look-up that started at `read_at`."""
+        """`version` as read by a look-up that started at `read_at`. No version
+        (none written yet, or lost) vouches for nothing: the TTLs apply."""
+        vouched = self._statics_vouched
+        if read_at < vouched.since and vouched.since != float("inf"):
+            return  # began before the last change was seen: its version may be older
         if version != self._statics_version:
             # Entries read before now may predate the load (on a cluster the
             # version and the hashes come from different nodes in no set
             # order); they were current when the old version was last read.
             self._statics_version = version
-            self._statics_vouched = Vouched(since=time.monotonic(), until=self._statics_confirmed_at)
-        self._statics_confirmed_at = read_at
+            self._statics_vouched = Vouched(
+                time.monotonic(), self._statics_confirmed_at, vouched.since, VOUCHED_MAX_AGE_S
+            )
+        self._statics_confirmed_at = read_at if version is not None else float("-inf")
 
     async def read_raw(self, user_id: str, item_ids: Sequence[str], as_of_ms: int) -> None:
         """The look-up's Redis round trip alone, without decoding (a benchmark baseline)."""

@@ -62,25 +62,42 @@ for user, item, eid, beh, cat, t in string.gmatch(ARGV[8],
     end
   end
 end
--- Each item's newest event time, for look-ups (keys.item_newest). It is born
--- with the state's TTL and re-expired whenever one of the item's sorted sets
--- is, so it outlives them by at most a maintenance interval (look-ups trust it
--- only while the sets hold events in the window).
-for item, t in string.gmatch(ARGV[10], '([^\t\n]+)\t(%d+)') do
-  local key = '{i:' .. item .. '}:newest'
-  local held = tonumber(redis.call('GET', key))
-  if held == nil then
-    redis.call('SET', key, t, 'EX', ttl)
-  elseif tonumber(t) > held then
-    redis.call('SET', key, t, 'KEEPTTL')
-  end
-end
 for key, newest in string.gmatch(ARGV[9], '([^\t\n]+)\t(%d+)') do
   redis.call('ZREMRANGEBYSCORE', key, '-inf', string.format('(%d', tonumber(newest) - retention))
   redis.call('ZREMRANGEBYRANK', key, 0, -(cap + 1))
-  redis.call('EXPIRE', key, ttl)
   local item = string.match(key, '^({i:.*}):[a-z]+$')
-  if item then redis.call('EXPIRE', item .. ':newest', ttl) end
+  if item then
+    -- An item's clicks, views and newest keys share one expiry: maintaining
+    -- either set re-expires all three, so none outlives the others.
+    redis.call('EXPIRE', item .. ':clicks', ttl)
+    redis.call('EXPIRE', item .. ':views', ttl)
+    redis.call('EXPIRE', item .. ':newest', ttl)
+  else
+    redis.call('EXPIRE', key, ttl)
+  end
+end
+-- Each item's newest event time, for look-ups (keys.item_newest). A missing
+-- key (new item, evicted, dropped by apply_events, state older than the key)
+-- is seeded from the sets this batch has written to, with their expiry, so it
+-- starts from the item's true newest event, not the batch's.
+for item, t in string.gmatch(ARGV[10], '([^\t\n]+)\t(%d+)') do
+  local k = '{i:' .. item .. '}:'
+  local held = tonumber(redis.call('GET', k .. 'newest'))
+  if held == nil then
+    local newest, expire_ms = tonumber(t), -1
+    for _, set in ipairs({k .. 'clicks', k .. 'views'}) do
+      local top = redis.call('ZREVRANGE', set, 0, 0, 'WITHSCORES')[2]
+      if top ~= nil and tonumber(top) > newest then newest = tonumber(top) end
+      expire_ms = math.max(expire_ms, redis.call('PTTL', set))
+    end
+    if expire_ms > 0 then
+      redis.call('SET', k .. 'newest', string.format('%d', newest), 'PX', expire_ms)
+    else
+      redis.call('SET', k .. 'newest', string.format('%d', newest), 'EX', ttl)
+    end
+  elseif tonumber(t) > held then
+    redis.call('SET', k .. 'newest', t, 'KEEPTTL')
+  end
 end
 local function distinct_others(viewed, item)
   local seen, others = {}, {}

@@ -20,7 +20,7 @@ from services.feature.writer import EventWriter
 @pytest.fixture
 async def two_dbs(redis_url: str) -> AsyncIterator[tuple[redis.Redis, redis.Redis]]:
     base = redis_url.rsplit("/", 1)[0]
-    a, b = redis.Redis.from_url(f"{base}/2"), redis.Redis.from_url(f"{base}/3")
+    a, b = redis.Redis.from_url(f"{base}/2", protocol=2), redis.Redis.from_url(f"{base}/3", protocol=2)
     for client in (a, b):
         await client.flushdb()
     yield a, b
