@@ -97,11 +97,13 @@ class TtlCache(Generic[V]):
         held: list[V | None] = []
         stale: dict[str, None] = {}
         due: dict[str, None] = {}
+        misses = 0  # per key given, like get_fresh: a repeated id counts each time
         for key in keys:
             entry = data.get(key)
             if entry is None:
                 held.append(None)
                 stale[key] = None
+                misses += 1
                 continue
             held.append(entry[1])
             stored = entry[0]
@@ -113,12 +115,13 @@ class TtlCache(Generic[V]):
             age = now - (stored if vouched is None else vouched.current_at(stored))
             if age > ttl:
                 stale[key] = None
+                misses += 1
             else:
                 if age > due_age:
                     due[key] = None
                 data.move_to_end(key)
-        self.misses += len(stale)
-        self.hits += len(keys) - len(stale)
+        self.misses += misses
+        self.hits += len(keys) - misses
         return held, list(stale), list(due)
 
     def put(self, key: str, value: V, now: float | None = None) -> None:
