@@ -5,6 +5,10 @@ bound the Redis connection pool and timeouts).
 `REDIS_URL=redis+cluster://host:port` to a Redis Cluster through any of its
 nodes. Feature keys are hash-tagged, so one entity's keys share a slot.
 
+RESP2, not redis-py 8's default RESP3: with RESP3 every score of a
+WITHSCORES reply is re-encoded to bytes and parsed again to keep the legacy
+reply shapes (about a tenth of the look-up's client-side decoding).
+
 No client-side retries: callers hold a per-request budget (often 50 ms) and a
 fallback, so a retry inside the client would only spend the budget twice. The
 ingest consumer retries at its own layer, with backoff, around whole batches.
@@ -34,6 +38,7 @@ def connect(url: str, max_connections: int) -> AnyRedis:
             socket_connect_timeout=1.0,
             socket_timeout=2.0,
             retry=Retry(NoBackoff(), 0),
+            protocol=2,
         )
     return redis.Redis.from_url(
         url,
@@ -42,4 +47,5 @@ def connect(url: str, max_connections: int) -> AnyRedis:
         socket_timeout=2.0,
         health_check_interval=30,
         retry=Retry(NoBackoff(), 0),
+        protocol=2,
     )

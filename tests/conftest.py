@@ -62,7 +62,7 @@ def scratch_redis_url(redis_url: str) -> str:
 
 @pytest.fixture
 async def redis_client(scratch_redis_url: str) -> AsyncIterator[redis.Redis]:
-    client = redis.Redis.from_url(scratch_redis_url)
+    client = redis.Redis.from_url(scratch_redis_url, protocol=2)  # as recmesh.redis_client connects
     await client.flushdb()
     yield client
     await client.aclose()

@@ -104,7 +104,10 @@ async def _memory(store_client: Any, users: list[str], items: list[str]) -> dict
         await usage([keys.user_events(u), keys.user_viewed(u), keys.user_profile(u)]) for u in users
     ]
     user_events = [int(await store_client.zcard(keys.user_events(u))) for u in users]
-    item_bytes = [await usage([keys.item_clicks(i), keys.item_views(i), keys.item_static(i)]) for i in items]
+    item_bytes = [
+        await usage([keys.item_clicks(i), keys.item_views(i), keys.item_newest(i), keys.item_static(i)])
+        for i in items
+    ]
     item_events = []
     for i in items:
         item_events.append(

@@ -21,9 +21,10 @@ def user_profile(user_id: str) -> str:
 
 
 # Two scripts build keys from ids themselves: the item window script in
-# services/feature/store.py (the item click/view keys below) and the ingest
-# write in services/feature/writer.py (user events/viewed, item clicks/views/
-# covisits). test_parity and test_writer fail if the formats ever diverge.
+# services/feature/store.py (the item click/view/newest keys below) and the
+# ingest write in services/feature/writer.py (user events/viewed, item
+# clicks/views/newest/covisits). test_parity and test_writer fail if the
+# formats ever diverge.
 
 
 def item_clicks(item_id: str) -> str:
@@ -36,10 +37,22 @@ def item_views(item_id: str) -> str:
     return f"{{i:{item_id}}}:views"
 
 
+def item_newest(item_id: str) -> str:
+    """STRING: the newest event time among the item's clicks and views, kept by
+    the one-script ingest write as an index for look-ups (which check it and
+    fall back to the sorted sets, the truth, when it is missing or past as-of)."""
+    return f"{{i:{item_id}}}:newest"
+
+
 def item_static(item_id: str) -> str:
     """HASH of offline item features (JSON-encoded values)."""
     return f"{{i:{item_id}}}:static"
 
+
+STATICS_VERSION = "{catalog}:statics_version"
+"""STRING set to a new unique value by every offline load after its writes: a
+feature service that reads the same value again knows no offline feature
+changed meanwhile."""
 
 POPULARITY = "{catalog}:popularity"
 """ZSET item_id -> offline popularity, the candidate source for recall."""
@@ -61,7 +74,9 @@ def category_popularity(category: str) -> str:
 
 
 # Real-time state, by feature family: (entity prefix, key suffix) of its keys.
-# The state-drift sampler (services/feature/drift.py) sizes each family.
+# The state-drift sampler (services/feature/drift.py) sizes each family in
+# events (ZCARD). item_newest is not one: one small string per item, bounded
+# by the catalogue, that the ingest write expires with the item's clicks and views.
 STATE_FAMILIES: dict[str, tuple[str, str]] = {
     "user_events": ("{u:", "}:events"),
     "user_viewed": ("{u:", "}:viewed"),

@@ -11,16 +11,18 @@ from __future__ import annotations
 
 import asyncio
 import time
+import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
 import orjson
 import structlog
+from prometheus_client import Counter
 from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import NoScriptError, RedisError
 
-from recmesh.cache import TtlCache
+from recmesh.cache import TtlCache, Vouched
 from recmesh.events import Event
 from recmesh.features import keys
 from recmesh.features.compute import (
@@ -42,39 +44,56 @@ from recmesh.redis_client import AnyRedis
 
 _log = structlog.get_logger("recmesh.feature.store")
 
+STATIC_READS = Counter(
+    "recmesh_feature_static_reads_total",
+    "Offline item features read from Redis: in-line by a look-up that missed the cache, "
+    "or in the background ahead of expiry or after an offline load.",
+    ("path",),
+)
+
 # Window counts and the newest event time for many items in one command:
-# ARGV = lo, hi, then one blob of newline-separated item ids; the reply is flat:
+# ARGV = lo (exclusive, "(<ms>"), hi, then one blob of newline-separated item ids; the reply is flat:
 # clicks_1, views_1, newest_1, clicks_2, ... The script builds the item keys
-# itself (passing 400 key names cost more to pack than the look-up itself), so
+# itself (passing 600 key names cost more to pack than the look-up itself), so
 # it is for a single Redis only; on a cluster the store reads the windows with
-# plain commands. Reading an event back (ZREVRANGEBYSCORE ... LIMIT 0 1) costs
-# about twice a ZCOUNT; views outnumber clicks, so the newest view is usually
-# the newest event, and a ZCOUNT of the clicks after it decides whether the
-# newest click must be read too (11-13% less script time than reading both).
+# plain commands. The newest event comes from the item's `newest` key (kept by
+# the ingest write) when it is at or before `hi`: a GET, where reading an event
+# back from each sorted set (ZREVRANGEBYSCORE ... LIMIT 0 1) cost about half
+# the script. When the key is missing (state written by `apply_events`, or
+# expired) or after `hi` (an as-of in the past), the sorted sets answer.
 _ITEM_WINDOWS_LUA = """
-local out = {}
+local call = redis.call
+local out, n = {}, 0
 local lo, hi = ARGV[1], ARGV[2]
+local lo_n, hi_n = tonumber(string.sub(lo, 2)), tonumber(hi)
 for id in string.gmatch(ARGV[3], '[^\\n]+') do
-  local ck, vk = '{i:' .. id .. '}:clicks', '{i:' .. id .. '}:views'
-  local c = redis.call('ZCOUNT', ck, lo, hi)
-  local v = redis.call('ZCOUNT', vk, lo, hi)
+  local k = '{i:' .. id .. '}:'
+  local c = call('ZCOUNT', k .. 'clicks', lo, hi)
+  local v = call('ZCOUNT', k .. 'views', lo, hi)
   local newest = -1
-  local newer_click = c > 0
-  if v > 0 then
-    local b = redis.call('ZREVRANGEBYSCORE', vk, hi, lo, 'WITHSCORES', 'LIMIT', 0, 1)
-    newest = tonumber(b[2])
-    newer_click = c > 0 and redis.call('ZCOUNT', ck, '(' .. b[2], hi) > 0
+  if c + v > 0 then
+    newest = tonumber(call('GET', k .. 'newest'))
+    -- Events in the window imply a newest one inside it; a key that says
+    -- otherwise is not trusted.
+    if newest == nil or newest > hi_n or newest <= lo_n then
+      newest = -1
+      for _, key in ipairs({k .. 'clicks', k .. 'views'}) do
+        local top = call('ZREVRANGEBYSCORE', key, hi, lo, 'WITHSCORES', 'LIMIT', 0, 1)[2]
+        if top ~= nil and tonumber(top) > newest then newest = tonumber(top) end
+      end
+    end
   end
-  if newer_click then
-    local a = redis.call('ZREVRANGEBYSCORE', ck, hi, lo, 'WITHSCORES', 'LIMIT', 0, 1)
-    newest = tonumber(a[2])
-  end
-  out[#out + 1] = c
-  out[#out + 1] = v
-  out[#out + 1] = newest
+  out[n + 1] = c
+  out[n + 2] = v
+  out[n + 3] = newest
+  n = n + 3
 end
 return out
 """
+
+# Cached offline features that the statics version vouches for are still
+# re-read once this old: a bound for writes that bypass `load_offline`.
+VOUCHED_MAX_AGE_S = 300.0
 
 # Most item statics one background refresh reads in one pipeline.
 REFRESH_BATCH = 500
@@ -206,10 +225,25 @@ class FeatureStore:
         self._redis = client
         self._cluster = isinstance(client, RedisCluster)
         self._item_static: TtlCache[ItemStatic] = TtlCache(static_ttl_s, cache_entries)
+        self._static_ttl_s = static_ttl_s
         # Item statics older than this are still served but refreshed in the
         # background, so a wave of entries loaded together does not expire
         # together into one slow look-up (in-line HGETALLs cost ~15 µs each).
         self._static_refresh_after_s = static_ttl_s * 0.6
+        # Offline features change only by an offline load, which writes a new
+        # keys.STATICS_VERSION after each batch of its data. Every look-up
+        # reads it in its own round trip: while it is unchanged, cached statics
+        # and profiles read since it last changed are current (re-read only
+        # past VOUCHED_MAX_AGE_S), where TTLs re-read a thousand hashes a
+        # second in the background, which cost the look-up ~1 ms at p99. After
+        # a change, older item statics are served and re-read in the background
+        # at once; older profiles are re-read in-line (one HGETALL in the
+        # look-up's pipeline). Without a version, or without a read of it in
+        # the last `static_ttl_s` (no look-ups, e.g. the ingest consumer), the
+        # TTLs bound staleness.
+        self._statics_version: bytes | None = None
+        self._statics_vouched = Vouched(float("inf"), float("-inf"), float("inf"), VOUCHED_MAX_AGE_S)
+        self._statics_confirmed_at = float("-inf")
         self._refreshing: set[str] = set()  # queued or being re-read
         self._refresh_queue: dict[str, None] = {}
         self._refresher: asyncio.Task[None] | None = None
@@ -227,6 +261,9 @@ class FeatureStore:
 
     async def prepare(self) -> None:
         self._item_sha = await self._redis.script_load(_ITEM_WINDOWS_LUA)
+        # State loaded before versions existed (or a version lost): name what
+        # is there, so look-ups can vouch for it until the next load.
+        await self._redis.set(keys.STATICS_VERSION, uuid.uuid4().hex, nx=True)
 
     def _refresh_statics_later(self, item_ids: list[str]) -> None:
         """Queue statics for a re-read off the request path. One refresher runs
@@ -259,6 +296,7 @@ class FeatureStore:
                 pipe.hgetall(keys.item_static(iid))
             read_at = time.monotonic()  # staleness counts from before the read
             raws = await pipe.execute()
+            STATIC_READS.labels("background").inc(len(item_ids))
             for iid, raw in zip(item_ids, raws, strict=True):
                 previous = self._item_static.get_stale(iid)
                 self._item_static.put(iid, _parse_item_static(raw, previous), read_at)
@@ -325,10 +363,22 @@ class FeatureStore:
         maintain = {k for k in members if self._maintained.get_fresh(k, now) is None}
         for key in maintain:
             self._maintained.put(key, True, now)
-        await self._apply_pipelined(members, maintain)
+        # This path does not keep the items' `newest` index (that needs a
+        # read-then-write): on a single Redis it drops the keys, so look-ups
+        # read the sorted sets, which stay exact. Cluster look-ups never use it.
+        stale_newest = set()
+        if not self._cluster:
+            stale_newest = {
+                keys.item_newest(e.item_id) for e in events if e.behavior in _ITEM_KEY_BY_BEHAVIOR
+            }
+        await self._apply_pipelined(members, maintain, stale_newest)
 
-    async def _apply_pipelined(self, members: dict[str, list[tuple[int, str]]], maintain: set[str]) -> None:
+    async def _apply_pipelined(
+        self, members: dict[str, list[tuple[int, str]]], maintain: set[str], stale_newest: set[str]
+    ) -> None:
         pipe = self._redis.pipeline(transaction=False)
+        for key in stale_newest:
+            pipe.delete(key)
         for key, pairs in members.items():
             pipe.zadd(key, {m: t for t, m in pairs})
             if key not in maintain:
@@ -343,14 +393,25 @@ class FeatureStore:
         users: Iterable[tuple[str, dict[str, Any]]],
         items: Iterable[tuple[str, dict[str, Any]]],
     ) -> tuple[int, int]:
+        """Write offline profiles and statics, announcing each flushed batch with
+        a new keys.STATICS_VERSION once its writes are done (a separate call:
+        a cluster pipeline sends each node's commands in parallel, so in the
+        same pipeline the version could land before the data). A load that
+        dies partway has announced what it wrote. Unique versions, so a
+        restarted Redis loaded afresh never repeats one a service cached under."""
         n_users = n_items = 0
         pipe = self._redis.pipeline(transaction=False)
+
+        async def flush() -> None:
+            await pipe.execute()
+            await self._redis.set(keys.STATICS_VERSION, uuid.uuid4().hex)
+
         for uid, feats in users:
             pipe.delete(keys.user_profile(uid))
             pipe.hset(keys.user_profile(uid), mapping={k: orjson.dumps(v) for k, v in feats.items()})
             n_users += 1
             if len(pipe) >= 5000:
-                await pipe.execute()
+                await flush()
         for iid, feats in items:
             pipe.delete(keys.item_static(iid))
             pipe.hset(keys.item_static(iid), mapping={k: orjson.dumps(v) for k, v in feats.items()})
@@ -361,8 +422,8 @@ class FeatureStore:
             )
             n_items += 1
             if len(pipe) >= 5000:
-                await pipe.execute()
-        await pipe.execute()
+                await flush()
+        await flush()
         return n_users, n_items
 
     # --- reads --------------------------------------------------------------
@@ -379,9 +440,10 @@ class FeatureStore:
         if need be); the reason is in `degraded`.
         """
         now = time.monotonic()
-        profile = self._user_profile.get_fresh(user_id, now)
+        vouched = self._statics_vouched if now - self._statics_confirmed_at <= self._static_ttl_s else None
+        profile = self._user_profile.get_fresh(user_id, now, vouched)
         statics_held, static_missing, static_due = self._item_static.get_many(
-            item_ids, now, self._static_refresh_after_s
+            item_ids, now, self._static_refresh_after_s, vouched
         )
         if static_due:
             self._refresh_statics_later(static_due)
@@ -400,11 +462,13 @@ class FeatureStore:
             user = _with_defaults("user", None, self._user_profile.get_stale(user_id))
             stale = [self._item_static.get_stale(i) for i in item_ids]
             return Lookup(user, _item_columns(None, stale, as_of_ms), [reason])
-        events_raw, viewed_raw, profile_raw, item_windows, statics = results
+        version, events_raw, viewed_raw, profile_raw, item_windows, statics = results
+        self._observe_statics_version(version, now)
         if profile_raw is not None:
             profile = _decode_hash(profile_raw)
             self._user_profile.put(user_id, profile, now)
         if static_missing:
+            STATIC_READS.labels("inline").inc(len(static_missing))
             fetched = {
                 iid: _parse_item_static(raw, self._item_static.get_stale(iid))
                 for iid, raw in zip(static_missing, statics, strict=True)
@@ -417,6 +481,22 @@ class FeatureStore:
         user = _with_defaults("user", user_realtime(events, viewed, as_of_ms), profile)
         items = _item_columns(item_windows, statics_held, as_of_ms)
         return Lookup(user, items)
+
+    def _observe_statics_version(self, version: bytes | None, read_at: float) -> None:
+        """`version` as read by a look-up that started at `read_at`. No version
+        (none written yet, or lost) vouches for nothing: the TTLs apply."""
+        vouched = self._statics_vouched
+        if read_at < vouched.since and vouched.since != float("inf"):
+            return  # began before the last change was seen: its version may be older
+        if version != self._statics_version:
+            # Entries read before now may predate the load (on a cluster the
+            # version and the hashes come from different nodes in no set
+            # order); they were current when the old version was last read.
+            self._statics_version = version
+            self._statics_vouched = Vouched(
+                time.monotonic(), self._statics_confirmed_at, vouched.since, VOUCHED_MAX_AGE_S
+            )
+        self._statics_confirmed_at = read_at if version is not None else float("-inf")
 
     async def read_raw(self, user_id: str, item_ids: Sequence[str], as_of_ms: int) -> None:
         """The look-up's Redis round trip alone, without decoding (a benchmark baseline)."""
@@ -433,10 +513,11 @@ class FeatureStore:
         lo10: int,
         lo1h: int,
         as_of_ms: int,
-    ) -> tuple[Any, Any, Any, ItemWindows, list[Any]]:
+    ) -> tuple[bytes | None, Any, Any, Any, ItemWindows, list[Any]]:
         if self._item_sha is None and not self._cluster:
             await self.prepare()
         pipe = self._redis.pipeline(transaction=False)
+        pipe.get(keys.STATICS_VERSION)
         pipe.zrangebyscore(keys.user_events(user_id), f"({lo10}", as_of_ms, withscores=True)
         pipe.zrevrangebyscore(
             keys.user_viewed(user_id), as_of_ms, f"({lo1h}", start=0, num=10, withscores=True
@@ -462,8 +543,8 @@ class FeatureStore:
             # The server lost its script cache (restart, failover): load and retry once.
             await self.prepare()
             return await self._read(user_id, item_ids, static_missing, want_profile, lo10, lo1h, as_of_ms)
-        events_raw, viewed_raw = out[0], out[1]
-        rest = out[2:]
+        version, events_raw, viewed_raw = out[0], out[1], out[2]
+        rest = out[3:]
         profile_raw = rest.pop(0) if want_profile else None
         windows: ItemWindows = ([], [], [])
         if self._cluster:
@@ -482,4 +563,4 @@ class FeatureStore:
             if len(unique) != len(item_ids):  # repeated ids: spread the unique answers back
                 at = {iid: n for n, iid in enumerate(unique)}
                 windows = tuple([col[at[i]] for i in item_ids] for col in windows)  # type: ignore[assignment]
-        return events_raw, viewed_raw, profile_raw, windows, rest
+        return version, events_raw, viewed_raw, profile_raw, windows, rest

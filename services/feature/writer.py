@@ -41,7 +41,8 @@ from services.feature.store import MAINTAIN_EVERY_S, FeatureStore
 
 # ARGV: retention_ms, cap, state_ttl_s, window_ms, scan, previous, covisit_ttl_s,
 # events "user\titem\tevent_id\tbehavior\tcategory\ttime" per line (sorted by
-# time), upkeep "key\tnewest" per line. Returns {pairs counted, touched item ids...}.
+# time), upkeep "key\tnewest" per line, items "item\tnewest" per line (the
+# batch's newest click or view per item). Returns {pairs counted, touched item ids...}.
 # Keys are built here from ids (as the item window script in store.py does):
 # packing thousands of key arguments cost the client more than the write.
 # Order as in the two-step write: every ZADD, then upkeep, then co-visit reads.
@@ -64,7 +65,39 @@ end
 for key, newest in string.gmatch(ARGV[9], '([^\t\n]+)\t(%d+)') do
   redis.call('ZREMRANGEBYSCORE', key, '-inf', string.format('(%d', tonumber(newest) - retention))
   redis.call('ZREMRANGEBYRANK', key, 0, -(cap + 1))
-  redis.call('EXPIRE', key, ttl)
+  local item = string.match(key, '^({i:.*}):[a-z]+$')
+  if item then
+    -- An item's clicks, views and newest keys share one expiry: maintaining
+    -- either set re-expires all three, so none outlives the others.
+    redis.call('EXPIRE', item .. ':clicks', ttl)
+    redis.call('EXPIRE', item .. ':views', ttl)
+    redis.call('EXPIRE', item .. ':newest', ttl)
+  else
+    redis.call('EXPIRE', key, ttl)
+  end
+end
+-- Each item's newest event time, for look-ups (keys.item_newest). A missing
+-- key (new item, evicted, dropped by apply_events, state older than the key)
+-- is seeded from the sets this batch has written to, with their expiry, so it
+-- starts from the item's true newest event, not the batch's.
+for item, t in string.gmatch(ARGV[10], '([^\t\n]+)\t(%d+)') do
+  local k = '{i:' .. item .. '}:'
+  local held = tonumber(redis.call('GET', k .. 'newest'))
+  if held == nil then
+    local newest, expire_ms = tonumber(t), -1
+    for _, set in ipairs({k .. 'clicks', k .. 'views'}) do
+      local top = redis.call('ZREVRANGE', set, 0, 0, 'WITHSCORES')[2]
+      if top ~= nil and tonumber(top) > newest then newest = tonumber(top) end
+      expire_ms = math.max(expire_ms, redis.call('PTTL', set))
+    end
+    if expire_ms > 0 then
+      redis.call('SET', k .. 'newest', string.format('%d', newest), 'PX', expire_ms)
+    else
+      redis.call('SET', k .. 'newest', string.format('%d', newest), 'EX', ttl)
+    end
+  elseif tonumber(t) > held then
+    redis.call('SET', k .. 'newest', t, 'KEEPTTL')
+  end
 end
 local function distinct_others(viewed, item)
   local seen, others = {}, {}
@@ -169,10 +202,15 @@ class EventWriter:
             ((keys.user_events, users), (keys.user_viewed, viewers),
              (keys.item_views, viewed_items), (keys.item_clicks, clicked_items))
         )  # fmt: skip
+        newest_by_item = dict(viewed_items)
+        for item, t in clicked_items.items():
+            if newest_by_item.get(item, -1) < t:
+                newest_by_item[item] = t
         args = (
             STATE_RETENTION_MS, MAX_EVENTS_PER_KEY, STATE_TTL_S,
             COVISIT_WINDOW_MS, COVISIT_SCAN, COVISIT_PREVIOUS, COVISIT_TTL_S,
             "\n".join(lines), "\n".join(upkeep),
+            "\n".join(f"{item}\t{t}" for item, t in newest_by_item.items()),
         )  # fmt: skip
         return WritePlan(events, args)
 

@@ -8,12 +8,16 @@ import random
 import time
 
 import redis.asyncio as redis
+from prometheus_client import REGISTRY
 
 from recmesh.demo.generate import generate_events, make_catalog, offline_rows
 from recmesh.events import Event
+from recmesh.features import keys
 from recmesh.features.backfill import ReplayState
 from recmesh.redis_client import AnyRedis, connect
+from services.feature.recall_store import RecallStore
 from services.feature.store import FeatureStore
+from services.feature.writer import EventWriter
 from tests.helpers import poll_until
 
 MIN = 60_000
@@ -188,22 +192,94 @@ async def test_slow_redis_times_out_within_budget(redis_client: redis.Redis, scr
     await reader.aclose()
 
 
-async def test_item_statics_are_refreshed_ahead_of_expiry_off_the_request_path(
-    redis_client: redis.Redis,
-) -> None:
+def static_reads(path: str) -> float:
+    return REGISTRY.get_sample_value("recmesh_feature_static_reads_total", {"path": path}) or 0.0
+
+
+async def test_cached_statics_are_reread_only_after_an_offline_load(redis_client: redis.Redis) -> None:
     await loaded_store(redis_client)
-    store = FeatureStore(redis_client, static_ttl_s=2.0)  # refreshed once older than 1.2 s
+    store = FeatureStore(redis_client, static_ttl_s=0.5, profile_ttl_s=0.5)
     first = await store.lookup("u1", ["i1"], T0, timeout_s=1.0)
     assert first.items[0]["category"][0] == "news"
-    await redis_client.hset("{i:i1}:static", "category", '"sports"')
-    misses = store.item_cache.misses
-    await asyncio.sleep(1.3)
-    due = await store.lookup("u1", ["i1"], T0, timeout_s=1.0)
-    assert due.items[0]["category"][0] == "news"  # still fresh: served from the cache
 
-    async def refreshed() -> bool:
+    async def settled() -> bool:
+        # The first read came before the version was known: it is re-read once
+        # in the background; after that, look-ups read no statics at all.
+        await store.lookup("u1", ["i1"], T0, timeout_s=1.0)
+        confirmed = store.item_cache.get_fresh("i1", vouched=store._statics_vouched)
+        return store._refresher is None and confirmed is not None
+
+    await poll_until(settled, "cached statics confirmed by the version", 2.0, interval=0.02)
+    inline, background = static_reads("inline"), static_reads("background")
+    until = time.monotonic() + 1.2  # more than twice the TTLs
+    while time.monotonic() < until:
         got = await store.lookup("u1", ["i1"], T0, timeout_s=1.0)
-        return got.items[0]["category"][0] == "sports"
+        await asyncio.sleep(0.02)
+    assert (static_reads("inline"), static_reads("background")) == (inline, background)
+    assert got.items[0]["category"][0] == "news" and got.user["age_band"][0] == "25-34"
 
-    await poll_until(refreshed, "the background refresh lands", 0.6, interval=0.02)
-    assert store.item_cache.misses == misses  # no look-up had to read it in-line
+
+async def test_an_offline_load_reaches_lookups_long_before_the_ttls(redis_client: redis.Redis) -> None:
+    await loaded_store(redis_client)
+    store = FeatureStore(redis_client, static_ttl_s=60.0, profile_ttl_s=60.0)
+    for _ in range(3):  # cached, then confirmed by the version
+        await store.lookup("u1", ["i1"], T0, timeout_s=1.0)
+    inline = static_reads("inline")
+    await store.load_offline(
+        [("u1", {"age_band": "35-44", "interest_tags": ["food"]})],
+        [("i1", {"category": "sports", "length": 60, "author_level": 2, "popularity": 5.0})],
+    )
+
+    async def loaded() -> bool:
+        got = await store.lookup("u1", ["i1"], T0, timeout_s=1.0)
+        return got.items[0]["category"][0] == "sports" and got.user["age_band"][0] == "35-44"
+
+    await poll_until(loaded, "the load reaches look-ups (the TTLs are 60 s)", 5.0, interval=0.02)
+    assert static_reads("inline") == inline, "served while re-read in the background, never in-line"
+
+
+async def test_without_a_version_the_ttls_apply(redis_client: redis.Redis) -> None:
+    """State loaded before versions existed (or a lost version): look-ups
+    re-read statics on their TTL, not on every look-up."""
+    await loaded_store(redis_client)
+    store = FeatureStore(redis_client, static_ttl_s=60.0)
+    await store.prepare()
+    await redis_client.delete(keys.STATICS_VERSION)
+    await store.lookup("u1", ["i1", "i2"], T0, timeout_s=1.0)
+    reads = static_reads("inline") + static_reads("background")
+    for _ in range(20):
+        await store.lookup("u1", ["i1", "i2"], T0, timeout_s=1.0)
+    await asyncio.sleep(0.05)
+    assert static_reads("inline") + static_reads("background") == reads
+    await store.prepare()  # names the state that is there
+    assert await redis_client.get(keys.STATICS_VERSION) is not None
+
+
+async def test_the_newest_index_answers_as_the_sorted_sets_do(redis_client: redis.Redis) -> None:
+    """Item ages come from each item's `newest` key (kept by the ingest write)
+    when it is at or before as-of, else from the sorted sets: both must agree
+    at every as-of, including ones between and before the events."""
+    store = await loaded_store(redis_client)
+    rng = random.Random(5)
+    events = sorted(
+        (e(f"n{n}", f"u{rng.randrange(5)}", f"i{rng.randrange(1, 3)}", rng.choice(["click", "view"]),
+           T0 - rng.randrange(20 * MIN)) for n in range(200)),
+        key=lambda ev: ev.event_time,
+    )  # fmt: skip
+    writer = EventWriter(store, RecallStore(redis_client))
+    for start in range(0, len(events), 50):
+        await writer.apply(events[start : start + 50])
+    # A missing key (evicted, dropped by apply_events, written before it
+    # existed) re-made by a batch of older events starts from the sets' newest.
+    await redis_client.delete(keys.item_newest("i1"))
+    await writer.apply([e("late", "u1", "i1", "click", events[0].event_time)])
+    assert await redis_client.exists(keys.item_newest("i1"), keys.item_newest("i2")) == 2
+    # The index and the item's sets expire together.
+    ttls = [await redis_client.pttl(k) for k in (keys.item_newest("i1"), keys.item_views("i1"))]
+    assert ttls[0] > 0 and abs(ttls[0] - ttls[1]) < 1000
+    as_ofs = [T0 + 1, T0 - 3 * MIN, T0 - 9 * MIN, T0 - 25 * MIN, *(ev.event_time for ev in events[::37])]
+    indexed = [(await store.lookup("u1", ["i1", "i2", "i3"], t, timeout_s=1.0)).items for t in as_ofs]
+    await redis_client.delete(keys.item_newest("i1"), keys.item_newest("i2"))
+    from_sets = [(await store.lookup("u1", ["i1", "i2", "i3"], t, timeout_s=1.0)).items for t in as_ofs]
+    assert indexed == from_sets
+    assert any(row["clicks_10m"][2] > 0 for rows in indexed for row in rows)  # ages were served

@@ -10,6 +10,8 @@ import pytest
 import redis.asyncio as redis
 
 from recmesh.events import BEHAVIORS, Event
+from recmesh.features import keys
+from recmesh.features.definitions import STATE_TTL_S
 from services.feature.recall_store import RecallStore
 from services.feature.store import FeatureStore
 from services.feature.writer import EventWriter
@@ -18,7 +20,7 @@ from services.feature.writer import EventWriter
 @pytest.fixture
 async def two_dbs(redis_url: str) -> AsyncIterator[tuple[redis.Redis, redis.Redis]]:
     base = redis_url.rsplit("/", 1)[0]
-    a, b = redis.Redis.from_url(f"{base}/2"), redis.Redis.from_url(f"{base}/3")
+    a, b = redis.Redis.from_url(f"{base}/2", protocol=2), redis.Redis.from_url(f"{base}/3", protocol=2)
     for client in (a, b):
         await client.flushdb()
     yield a, b
@@ -53,6 +55,8 @@ async def _state(client: redis.Redis) -> dict[str, object]:
         if key.endswith(":covisit_marks"):
             continue
         kind = await client.type(key)
+        if kind == b"string":  # indexes (item_newest) and the statics version: below
+            continue
         if kind == b"zset":
             if not key.startswith("{catalog}"):  # offline popularity has no TTL
                 assert await client.ttl(key) > 0, f"{key} has no TTL"
@@ -83,6 +87,18 @@ async def test_the_one_script_write_equals_the_two_step_write(
     assert state_a == state_b
     assert any(k.endswith(":covisits") for k in state_b)
     assert not [k async for k in b.scan_iter(match="*:covisit_marks")]
+
+    # The one-script write also keeps each item's newest event time for look-ups.
+    for n in range(30):
+        tops = [
+            await b.zrange(key, -1, -1, withscores=True)
+            for key in (keys.item_clicks(f"i{n}"), keys.item_views(f"i{n}"))
+        ]
+        newest = max((int(top[0][1]) for top in tops if top), default=None)
+        held = await b.get(keys.item_newest(f"i{n}"))
+        assert (int(held) if held is not None else None) == newest, f"i{n}"
+        if held is not None:
+            assert 0 < await b.ttl(keys.item_newest(f"i{n}")) <= STATE_TTL_S
 
     # Everything again, as after a crash before the commit: nothing changes.
     for batch in batches:
