@@ -154,10 +154,12 @@ class GrpcClient:
         retry: bool = False,
         hedge: bool = False,
         metadata: tuple[tuple[str, str], ...] = (),
+        latency_key: str | None = None,
     ) -> R:
         response, _ = await self._call_with_trailers(
-            method, rpc, request, cap_s, want_trailers=False, retry=retry, hedge=hedge, metadata=metadata
-        )
+            method, rpc, request, cap_s, want_trailers=False, retry=retry, hedge=hedge, metadata=metadata,
+            latency_key=latency_key,
+        )  # fmt: skip
         return response
 
     async def _call_with_trailers(
@@ -171,15 +173,21 @@ class GrpcClient:
         retry: bool = False,
         hedge: bool = False,
         metadata: tuple[tuple[str, str], ...] = (),
+        latency_key: str | None = None,
     ) -> tuple[R, dict[str, str]]:
+        """`latency_key` (default: the method) names the latency history whose
+        p95 is the hedge delay: calls of one method that differ in size (a
+        user-only look-up and one for 200 items) keep apart histories, or the
+        slow kind would be hedged far more often than 5 % and the fast one late."""
         self.retry_budget.on_request()
+        key = latency_key or method
+        tracker = self._latency.get(key)
+        if tracker is None:
+            tracker = self._latency[key] = LatencyTracker()
 
         def attempt() -> Awaitable[tuple[R, dict[str, str]]]:
-            return self._attempt(method, rpc, request, cap_s, want_trailers, metadata)
+            return self._attempt(method, rpc, request, cap_s, want_trailers, metadata, tracker)
 
-        tracker = self._latency.get(method)
-        if tracker is None:
-            tracker = self._latency[method] = LatencyTracker()
         # Racing a second copy needs the first as a task plus a timed wait; with
         # no budget left for a hedge there is nothing to race, so call directly.
         hedgeable = hedge and self.retry_budget.has_room()
@@ -231,7 +239,8 @@ class GrpcClient:
         request: Any,
         cap_s: float | None,
         want_trailers: bool,
-        metadata: tuple[tuple[str, str], ...] = (),
+        metadata: tuple[tuple[str, str], ...],
+        tracker: LatencyTracker,
     ) -> tuple[R, dict[str, str]]:
         slo = current_slo_class()
         try:
@@ -253,7 +262,7 @@ class GrpcClient:
                     {k: str(v) for k, v in (await call.trailing_metadata() or ())} if want_trailers else {}
                 )
                 end_rpc_span(span, grpc.StatusCode.OK)
-                self._latency[method].add(time.perf_counter() - started)
+                tracker.add(time.perf_counter() - started)
                 self.breaker.record_success()
                 return response, trailers
             except grpc.aio.AioRpcError as err:
@@ -331,7 +340,11 @@ class FeatureClient(GrpcClient):
             user_id=user_id, item_ids=item_ids, as_of_ms=as_of_ms,
             related_limit=related_limit, related_per_item=related_per_item,
         )  # fmt: skip
-        return await self._call("GetFeatures", self._stub.GetFeatures, req, cap_s, retry=True, hedge=True)
+        # User-only look-ups and candidate look-ups hedge on their own p95.
+        kind = "GetFeatures:items" if item_ids else "GetFeatures:user"
+        return await self._call(
+            "GetFeatures", self._stub.GetFeatures, req, cap_s, retry=True, hedge=True, latency_key=kind
+        )
 
     async def popular(self, limit: int, cap_s: float | None = None) -> list[tuple[str, float]]:
         req = features_pb2.GetPopularRequest(limit=limit)

@@ -44,9 +44,9 @@ class _Client(GrpcClient):
         super().__init__(address, "test", policy=policy)
         self.stub = health_pb2_grpc.HealthStub(self.channel)
 
-    async def check(self) -> health_pb2.HealthCheckResponse:
+    async def check(self, kind: str | None = None) -> health_pb2.HealthCheckResponse:
         req = health_pb2.HealthCheckRequest(service="")
-        return await self._call("Check", self.stub.Check, req, cap_s=5.0, hedge=True)
+        return await self._call("Check", self.stub.Check, req, cap_s=5.0, hedge=True, latency_key=kind)
 
 
 @pytest.fixture
@@ -101,5 +101,27 @@ async def test_no_budget_no_hedge(server: tuple[str, _Health]) -> None:
         await client.check()
         assert time.perf_counter() - t >= SLOW_S * 0.9
         assert _hedges() == before and servicer.calls == calls + 1
+    finally:
+        await client.close()
+
+
+async def test_each_latency_key_hedges_on_its_own_history(server: tuple[str, _Health]) -> None:
+    """A kind of call with no history of its own (say, the large look-ups) is not
+    hedged on the p95 of another kind of the same method (the small ones)."""
+    address, servicer = server
+    client = _Client(address, ResiliencePolicy(retry_ratio=0.5))
+    try:
+        await _warm(client)  # history for the default key (the method) only
+        before, calls = _hedges(), servicer.calls
+        servicer.slow_next = True
+        t = time.perf_counter()
+        await client.check("large")
+        assert time.perf_counter() - t >= SLOW_S * 0.9, "no p95 for 'large' yet: no hedge"
+        assert _hedges() == before and servicer.calls == calls + 1
+        servicer.slow_next = True
+        t = time.perf_counter()
+        await client.check()
+        took = time.perf_counter() - t
+        assert took < SLOW_S / 2 and _hedges() == before + 1, "the method's own history hedges"
     finally:
         await client.close()
