@@ -387,6 +387,7 @@ def build_parser() -> argparse.ArgumentParser:
     be.add_argument("--seconds", type=float, default=8.0, help="seconds per step")
     be.add_argument("--mix", default="A:0.3,B:0.2,C:0.5", help="share of requests per class")
     be.add_argument("--api-key", default="demo-interactive", help="x-api-key sent with class A requests")
+    be.add_argument("--up-pid", type=int, help="with --gateway: pid of its `recmesh up`, for CPU per process")
     be.add_argument("--plot", default=".recmesh/bench-e2e.png", help="PNG of latency and goodput vs load")
     be.add_argument("--json", action="store_true")
     be.set_defaults(func=_lazy("recmesh.bench.e2e"))

@@ -8,6 +8,10 @@ prints, per class, p50/p95/p99 of the answered requests, goodput (answered
 within the class budget, per second) and the shed rate (429). The first step
 is a low rate of class A alone: the unloaded latency. A PNG of latency and
 goodput against offered load is written with matplotlib (a dev dependency).
+With a mesh it starts itself, or `--up-pid` naming the `recmesh up` process of
+a running one, each step also prints the CPU milliseconds per request of every
+mesh process (`recmesh.bench.proccpu`) and the rate two cores could sustain at
+that cost.
 """
 
 from __future__ import annotations
@@ -29,7 +33,8 @@ from urllib.parse import urlsplit
 import httpx
 
 from recmesh.bench.common import emit, free_port
-from recmesh.bench.loadgen import LoadSpec, StepResult, offer, summarise
+from recmesh.bench.loadgen import LoadSpec, Outcome, StepResult, offer, summarise
+from recmesh.bench.proccpu import CpuMeter
 from recmesh.settings import STATE_DIR_DEFAULT
 
 UP_PORTS = (
@@ -60,8 +65,8 @@ def _mesh_env(state_dir: Path) -> tuple[dict[str, int], dict[str, str]]:
 
 
 @contextlib.asynccontextmanager
-async def started_mesh(log_dir: Path, ready_timeout_s: float = 180.0) -> AsyncIterator[str]:
-    """`recmesh up` on free ports; yields the gateway URL; SIGINT on exit."""
+async def started_mesh(log_dir: Path, ready_timeout_s: float = 180.0) -> AsyncIterator[tuple[str, int]]:
+    """`recmesh up` on free ports; yields the gateway URL and the pid of `up`; SIGINT on exit."""
     ports, env = _mesh_env(log_dir)
     log = (log_dir / "up.log").open("ab")
     proc = subprocess.Popen(  # noqa: ASYNC220 (returns at once)
@@ -82,7 +87,7 @@ async def started_mesh(log_dir: Path, ready_timeout_s: float = 180.0) -> AsyncIt
                     raise TimeoutError(f"mesh not ready after {ready_timeout_s} s; see {log_dir / 'up.log'}")
                 await asyncio.sleep(0.5)
         await asyncio.sleep(2.0)  # let the demo events land
-        yield url
+        yield url, proc.pid
     finally:
         proc.send_signal(signal.SIGINT)
         try:
@@ -93,27 +98,50 @@ async def started_mesh(log_dir: Path, ready_timeout_s: float = 180.0) -> AsyncIt
 
 
 async def sweep(
-    url: str, rates: list[float], seconds: float, mix: dict[str, float], api_key: str | None
+    url: str,
+    rates: list[float],
+    seconds: float,
+    mix: dict[str, float],
+    api_key: str | None,
+    up_pid: int | None = None,
 ) -> list[StepResult]:
     parts = urlsplit(url)
     host, port = parts.hostname or "127.0.0.1", parts.port or 80
     keys = {c: api_key if c == "A" else None for c in ("A", "B", "C")}
+    meter = CpuMeter(up_pid) if up_pid else None
     # Warm-up (connections, caches, the controller's first window), not reported.
     await offer(host, port, LoadSpec(rate=50, seconds=2.0, mix=mix, api_keys=keys))
-    steps = []
-    unloaded = LoadSpec(rate=20, seconds=min(seconds, 5.0), mix={"A": 1.0}, api_keys=keys, seed=0)
-    outcomes, lag = await offer(host, port, unloaded)
-    step = summarise(outcomes, unloaded.rate, unloaded.seconds)
-    step.client_lag_ms = lag
-    steps.append(step)
-    for i, rate in enumerate(rates):
-        spec = LoadSpec(rate=rate, seconds=seconds, mix=mix, api_keys=keys, seed=i + 1)
+
+    async def step_of(spec: LoadSpec) -> StepResult:
+        if meter is not None:
+            meter.start()
+        outcomes: list[Outcome]
         outcomes, lag = await offer(host, port, spec)
-        step = summarise(outcomes, rate, seconds)
+        step = summarise(outcomes, spec.rate, spec.seconds)
         step.client_lag_ms = lag
-        steps.append(step)
+        if meter is not None:
+            step.cpu_ms_per_request = meter.per_request(len(outcomes))
+        return step
+
+    steps = [
+        await step_of(LoadSpec(rate=20, seconds=min(seconds, 5.0), mix={"A": 1.0}, api_keys=keys, seed=0))
+    ]
+    for i, rate in enumerate(rates):
+        steps.append(await step_of(LoadSpec(rate=rate, seconds=seconds, mix=mix, api_keys=keys, seed=i + 1)))
         await asyncio.sleep(1.0)  # let queues drain between steps
     return steps
+
+
+def cpu_line(step: StepResult, cores: int = 2) -> str:
+    """`cpu ms/request: gateway 0.74 ranker 2.96 ... all 7.8 (2-core ceiling ~256/s)`."""
+    cpu = step.cpu_ms_per_request
+    total = sum(cpu.values())
+    if not cpu or total <= 0:
+        return ""
+    ranked = sorted(cpu.items(), key=lambda kv: -kv[1])
+    parts = " ".join(f"{name} {ms:.2f}" for name, ms in ranked if ms >= 0.01)
+    ceiling = cores * 1000 / total
+    return f"{'':>9} {'cpu':>5} ms/request: {parts}; all {total:.2f} ({cores}-core ceiling ~{ceiling:.0f}/s)"
 
 
 def table(steps: list[StepResult]) -> str:
@@ -131,6 +159,8 @@ def table(steps: list[StepResult]) -> str:
                 f"{100 * c.degraded / max(1, c.ok):>7.1f} {step.client_lag_ms:>7.1f}"
             )
         lines.append(f"{'':>9} {'all':>5} answered {step.total_ok_rps:.1f}/s")
+        if step.cpu_ms_per_request:
+            lines.append(cpu_line(step))
     return "\n".join(lines)
 
 
@@ -172,10 +202,10 @@ async def run(args: Any) -> list[StepResult]:
     rates = [float(r) for r in args.rates.split(",")]
     mix = parse_mix(args.mix)
     if args.gateway:
-        return await sweep(args.gateway, rates, args.seconds, mix, args.api_key)
+        return await sweep(args.gateway, rates, args.seconds, mix, args.api_key, args.up_pid)
     with tempfile.TemporaryDirectory(prefix="recmesh-bench-e2e-") as tmp:
-        async with started_mesh(Path(tmp)) as url:
-            return await sweep(url, rates, args.seconds, mix, args.api_key)
+        async with started_mesh(Path(tmp)) as (url, up_pid):
+            return await sweep(url, rates, args.seconds, mix, args.api_key, up_pid)
 
 
 def main(args: Any) -> int:

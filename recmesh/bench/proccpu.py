@@ -1,0 +1,81 @@
+"""CPU time per request of each process of a mesh, from /proc (Linux).
+
+`recmesh bench e2e` reads, for every step, the CPU seconds (user + system) the
+children of the `recmesh up` process used, and divides by the requests the
+step sent: the cost of one recommendation per process (gateway, ranker,
+feature, inference, Redis, ...), which does not depend on how busy the shared
+machine was the way latency does. Where /proc is missing the meter reads
+nothing and the bench prints no CPU line.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+PROC = Path("/proc")
+_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def process_name(pid: int) -> str:
+    """A short name: `python -m services.ranker` -> ranker, else the program's name."""
+    try:
+        argv = (PROC / str(pid) / "cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return f"pid{pid}"
+    args = [a.decode(errors="replace") for a in argv if a]
+    if "-m" in args[:-1]:
+        module = args[args.index("-m") + 1]
+        return module.removeprefix("services.").replace(".", "_")
+    return Path(args[0].split()[0]).name.split("-v")[0] if args and args[0].strip() else f"pid{pid}"
+
+
+def children(pid: int) -> dict[str, int]:
+    """The direct children of `pid`, by name (a repeated name gets its pid appended)."""
+    out: dict[str, int] = {}
+    try:
+        tasks = list((PROC / str(pid) / "task").iterdir())
+    except OSError:
+        return out
+    for task in tasks:
+        try:
+            kids = (task / "children").read_text().split()
+        except OSError:
+            continue
+        for kid in map(int, kids):
+            name = process_name(kid)
+            out[name if name not in out else f"{name}:{kid}"] = kid
+    return out
+
+
+def cpu_seconds(pid: int) -> float | None:
+    """User + system CPU seconds of `pid` so far; None when it is gone."""
+    try:
+        stat = (PROC / str(pid) / "stat").read_text()
+    except OSError:
+        return None
+    fields = stat.rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / _TICKS
+
+
+@dataclass
+class CpuMeter:
+    """CPU of the children of one process between `start` and `per_request`."""
+
+    parent: int
+    _pids: dict[str, int] = field(default_factory=dict)
+    _before: dict[str, float] = field(default_factory=dict)
+
+    def start(self) -> None:
+        self._pids = children(self.parent)
+        self._before = {n: c for n, p in self._pids.items() if (c := cpu_seconds(p)) is not None}
+
+    def per_request(self, requests: int) -> dict[str, float]:
+        """CPU milliseconds per request of each child since `start`."""
+        out: dict[str, float] = {}
+        for name, before in self._before.items():
+            after = cpu_seconds(self._pids[name])
+            if after is not None and requests > 0:
+                out[name] = (after - before) * 1000 / requests
+        return out
