@@ -99,18 +99,20 @@ class FeatureTable(_message.Message):
     def __init__(self, entity_ids: _Optional[_Iterable[str]] = ..., columns: _Optional[_Iterable[_Union[FeatureColumn, _Mapping]]] = ...) -> None: ...
 
 class GetFeaturesRequest(_message.Message):
-    __slots__ = ("user_id", "item_ids", "as_of_ms", "related_limit", "related_per_item")
+    __slots__ = ("user_id", "item_ids", "as_of_ms", "related_limit", "related_per_item", "items_only")
     USER_ID_FIELD_NUMBER: _ClassVar[int]
     ITEM_IDS_FIELD_NUMBER: _ClassVar[int]
     AS_OF_MS_FIELD_NUMBER: _ClassVar[int]
     RELATED_LIMIT_FIELD_NUMBER: _ClassVar[int]
     RELATED_PER_ITEM_FIELD_NUMBER: _ClassVar[int]
+    ITEMS_ONLY_FIELD_NUMBER: _ClassVar[int]
     user_id: str
     item_ids: _containers.RepeatedScalarFieldContainer[str]
     as_of_ms: int
     related_limit: int
     related_per_item: int
-    def __init__(self, user_id: _Optional[str] = ..., item_ids: _Optional[_Iterable[str]] = ..., as_of_ms: _Optional[int] = ..., related_limit: _Optional[int] = ..., related_per_item: _Optional[int] = ...) -> None: ...
+    items_only: bool
+    def __init__(self, user_id: _Optional[str] = ..., item_ids: _Optional[_Iterable[str]] = ..., as_of_ms: _Optional[int] = ..., related_limit: _Optional[int] = ..., related_per_item: _Optional[int] = ..., items_only: _Optional[bool] = ...) -> None: ...
 
 class GetFeaturesResponse(_message.Message):
     __slots__ = ("user", "items", "feature_version", "as_of_ms", "degraded", "related", "related_included")

@@ -57,6 +57,8 @@ class FeatureServicer(features_pb2_grpc.FeatureServiceServicer):
                 f"item_ids has {len(request.item_ids)} entries; at most {self._settings.max_items}"
             )
         if request.related_limit:
+            if request.items_only:
+                raise InvalidArgument("related_limit needs the user's features; items_only skips them")
             _check_related_limits(request.related_limit, request.related_per_item, prefix="related_")
         as_of = request.as_of_ms or int(time.time() * 1000)
         slo = current_slo_class()
@@ -67,7 +69,7 @@ class FeatureServicer(features_pb2_grpc.FeatureServiceServicer):
             # Keep a little of the caller's budget to build the answer.
             timeout = max(0.001, min(timeout, left * 0.8))
         item_ids = list(request.item_ids)
-        lookup = await self._store.lookup(request.user_id, item_ids, as_of, timeout)
+        lookup = await self._store.lookup(request.user_id, item_ids, as_of, timeout, not request.items_only)
         LOOKUP_ITEMS.labels(slo).inc(len(item_ids))
         for reason in lookup.degraded:
             FALLBACKS.labels("feature", reason, slo).inc()

@@ -432,16 +432,19 @@ class FeatureStore:
         raw = await self._redis.zrevrange(keys.POPULARITY, 0, limit - 1, withscores=True)
         return [(bytes(m).decode(), float(s)) for m, s in cast(list[tuple[bytes, float]], raw)]
 
-    async def lookup(self, user_id: str, item_ids: Sequence[str], as_of_ms: int, timeout_s: float) -> Lookup:
+    async def lookup(
+        self, user_id: str, item_ids: Sequence[str], as_of_ms: int, timeout_s: float, with_user: bool = True
+    ) -> Lookup:
         """Features of one user and the items, as of `as_of_ms`, in one Redis round trip.
 
         When the round trip fails or exceeds `timeout_s`, real-time features take
         their defaults and offline features come from the in-process cache (stale
-        if need be); the reason is in `degraded`.
+        if need be); the reason is in `degraded`. `with_user=False` reads the
+        items only (the caller has the user's features): `user` is empty.
         """
         now = time.monotonic()
         vouched = self._statics_vouched if now - self._statics_confirmed_at <= self._static_ttl_s else None
-        profile = self._user_profile.get_fresh(user_id, now, vouched)
+        profile = self._user_profile.get_fresh(user_id, now, vouched) if with_user else None
         statics_held, static_missing, static_due = self._item_static.get_many(
             item_ids, now, self._static_refresh_after_s, vouched
         )
@@ -452,14 +455,21 @@ class FeatureStore:
         try:
             async with asyncio.timeout(timeout_s):
                 results = await self._read(
-                    user_id, item_ids, static_missing, profile is None, lo10, lo1h, as_of_ms
+                    user_id,
+                    item_ids,
+                    static_missing,
+                    with_user,
+                    with_user and profile is None,
+                    lo10,
+                    lo1h,
+                    as_of_ms,
                 )
         except (TimeoutError, RedisError, OSError) as err:
             reason = (
                 "realtime_store_timeout" if isinstance(err, TimeoutError) else "realtime_store_unavailable"
             )
             _log.warning("feature_fallback", reason=reason, error=repr(err))
-            user = _with_defaults("user", None, self._user_profile.get_stale(user_id))
+            user = _with_defaults("user", None, self._user_profile.get_stale(user_id)) if with_user else {}
             stale = [self._item_static.get_stale(i) for i in item_ids]
             return Lookup(user, _item_columns(None, stale, as_of_ms), [reason])
         version, events_raw, viewed_raw, profile_raw, item_windows, statics = results
@@ -476,10 +486,12 @@ class FeatureStore:
             for iid, static in fetched.items():
                 self._item_static.put(iid, static, now)
             statics_held = [fetched.get(iid, held) for iid, held in zip(item_ids, statics_held, strict=True)]
+        items = _item_columns(item_windows, statics_held, as_of_ms)
+        if not with_user:
+            return Lookup({}, items)
         events = [UserEvent.decode(m.decode(), int(s)) for m, s in events_raw]
         viewed = [(m.decode().rsplit("|", 1)[1], int(s)) for m, s in viewed_raw]
         user = _with_defaults("user", user_realtime(events, viewed, as_of_ms), profile)
-        items = _item_columns(item_windows, statics_held, as_of_ms)
         return Lookup(user, items)
 
     def _observe_statics_version(self, version: bytes | None, read_at: float) -> None:
@@ -502,13 +514,14 @@ class FeatureStore:
         """The look-up's Redis round trip alone, without decoding (a benchmark baseline)."""
         lo10 = window_lo(as_of_ms, "category_clicks_10m")
         lo1h = window_lo(as_of_ms, "last_viewed_3")
-        await self._read(user_id, item_ids, [], False, lo10, lo1h, as_of_ms)
+        await self._read(user_id, item_ids, [], True, False, lo10, lo1h, as_of_ms)
 
     async def _read(
         self,
         user_id: str,
         item_ids: Sequence[str],
         static_missing: list[str],
+        want_user: bool,
         want_profile: bool,
         lo10: int,
         lo1h: int,
@@ -518,10 +531,11 @@ class FeatureStore:
             await self.prepare()
         pipe = self._redis.pipeline(transaction=False)
         pipe.get(keys.STATICS_VERSION)
-        pipe.zrangebyscore(keys.user_events(user_id), f"({lo10}", as_of_ms, withscores=True)
-        pipe.zrevrangebyscore(
-            keys.user_viewed(user_id), as_of_ms, f"({lo1h}", start=0, num=10, withscores=True
-        )
+        if want_user:
+            pipe.zrangebyscore(keys.user_events(user_id), f"({lo10}", as_of_ms, withscores=True)
+            pipe.zrevrangebyscore(
+                keys.user_viewed(user_id), as_of_ms, f"({lo1h}", start=0, num=10, withscores=True
+            )
         if want_profile:
             pipe.hgetall(keys.user_profile(user_id))
         unique = list(dict.fromkeys(item_ids))
@@ -542,9 +556,11 @@ class FeatureStore:
         except NoScriptError:
             # The server lost its script cache (restart, failover): load and retry once.
             await self.prepare()
-            return await self._read(user_id, item_ids, static_missing, want_profile, lo10, lo1h, as_of_ms)
-        version, events_raw, viewed_raw = out[0], out[1], out[2]
-        rest = out[3:]
+            return await self._read(
+                user_id, item_ids, static_missing, want_user, want_profile, lo10, lo1h, as_of_ms
+            )
+        version, rest = out[0], out[1:]
+        events_raw, viewed_raw = (rest.pop(0), rest.pop(0)) if want_user else ([], [])
         profile_raw = rest.pop(0) if want_profile else None
         windows: ItemWindows = ([], [], [])
         if self._cluster:

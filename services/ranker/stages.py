@@ -228,9 +228,13 @@ def _pool(env: Env, req: RequestState, inputs: Inputs) -> tuple[Pairs, Pairs]:
 
 async def _run_features(env: Env, req: RequestState, node: NodeSpec, inputs: Inputs, cap_s: float) -> object:
     pool, rest = _pool(env, req, inputs)
-    resp = await env.features.get_features(req.user_id, [i for i, _ in pool], req.as_of_ms, cap_s=cap_s)
+    # The user look-up ran at the same as_of: when it answered, read the items only.
+    known = _user(inputs)
+    resp = await env.features.get_features(
+        req.user_id, [i for i, _ in pool], req.as_of_ms, cap_s=cap_s, items_only=bool(known)
+    )
     req.degraded.extend(f"feature:{d}" for d in resp.degraded)
-    user = row_values(resp.user) or _user(inputs)
+    user = row_values(resp.user) or known
     columns = table_columns(resp.items, [i for i, _ in pool])
     return ItemFeatures(user, pool, rest, columns, resp.feature_version)
 

@@ -94,6 +94,16 @@ async def test_user_lookup_brings_the_covisitation_recall_along(mesh: Mesh) -> N
         await get("u1991", [], now, cap_s=2.0, related_limit=5, related_per_item=5000)
 
 
+async def test_an_items_only_lookup_skips_the_user_and_keeps_the_items(mesh: Mesh) -> None:
+    now = int(time.time() * 1000)
+    full = await mesh.feature_client.get_features("u1991", ["i40", "i41"], now, cap_s=2.0)
+    items = await mesh.feature_client.get_features("u1991", ["i40", "i41"], now, cap_s=2.0, items_only=True)
+    assert full.user.features and not items.user.features
+    assert table_rows(items.items) == table_rows(full.items)
+    with pytest.raises(InvalidArgument, match="items_only skips them"):
+        await mesh.feature_client.get_features("u1991", [], now, cap_s=2.0, related_limit=5, items_only=True)
+
+
 async def test_score_checks_the_schema(mesh: Mesh) -> None:
     ok = await mesh.inference_client.score(FEATURE_SET_VERSION, list(COLUMNS), [0.0] * len(COLUMNS) * 3)
     assert len(ok.scores) == 3 and ok.model_version.startswith("ctr-")
