@@ -57,7 +57,8 @@ class StepResult:
     classes: dict[str, ClassSummary] = field(default_factory=dict)
     total_ok_rps: float = 0.0
     client_lag_ms: float = 0.0  # how late the generator launched requests (p99)
-    # CPU milliseconds per request sent, by mesh process (empty: not measured).
+    # CPU milliseconds per recommendation answered, by mesh process (empty: not
+    # measured, or nothing answered).
     cpu_ms_per_request: dict[str, float] = field(default_factory=dict)
 
 

@@ -1,8 +1,9 @@
 """CPU time per request of each process of a mesh, from /proc (Linux).
 
 `recmesh bench e2e` reads, for every step, the CPU seconds (user + system) the
-children of the `recmesh up` process used, and divides by the requests the
-step sent: the cost of one recommendation per process (gateway, ranker,
+children of the `recmesh up` process used, and divides by the recommendations
+the step answered (shed requests' CPU counts as a cost of those served): the
+cost of one recommendation per process (gateway, ranker,
 feature, inference, Redis, ...), which does not depend on how busy the shared
 machine was the way latency does. Where /proc is missing the meter reads
 nothing and the bench prints no CPU line.

@@ -3,8 +3,8 @@
 Errors are translated once, here: RecmeshError -> its HTTP status with a JSON
 body {"error", "message"}; request validation -> 400 naming the bad field.
 POST /v1/recommend is served in front of FastAPI by `RecommendRoute`
-(recommend_route.py) with the same contract; the FastAPI route below
-documents it (OpenAPI) and serves it when the app is used without the front.
+(recommend_route.py) with the same contract; the FastAPI route below only
+documents it (OpenAPI): `create_app` always puts the front before it.
 """
 
 from __future__ import annotations

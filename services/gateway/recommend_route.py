@@ -140,7 +140,9 @@ class RecommendRoute:
             await self._app(scope, receive, send)
             return
         started = time.perf_counter()
-        headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
+        headers: dict[str, str] = {}
+        for k, v in scope["headers"]:  # the first of repeated headers wins, as in Starlette
+            headers.setdefault(k.decode("latin-1"), v.decode("latin-1"))
         decision: ClassDecision | None = None
         decision_error: RecmeshError | None = None
         try:

@@ -62,6 +62,9 @@ class UserOut:
     # The user's co-visitation recall, read by the feature service in the same
     # call (None: not asked, or its read failed there).
     related: list[tuple[str, float]] | None = None
+    # The values are what the store holds (no fallback to defaults): the
+    # candidate look-up need not read the user again.
+    complete: bool = False
 
 
 @dataclass(frozen=True)
@@ -155,7 +158,10 @@ async def _run_user(env: Env, req: RequestState, node: NodeSpec, inputs: Inputs,
     )
     fresh = {name: fv.freshness for name, fv in resp.user.features.items()}
     related = [(i.item_id, i.score) for i in resp.related] if resp.related_included else None
-    return UserOut(row_values(resp.user), fresh, related)
+    # A related read that failed is made up for by GetRelated; a user read that
+    # fell back to defaults is retried by the candidate look-up.
+    complete = not any(not d.startswith("related_") for d in resp.degraded)
+    return UserOut(row_values(resp.user), fresh, related, complete)
 
 
 def _neutral_user(env: Env, req: RequestState, node: NodeSpec, inputs: Inputs) -> object:
@@ -228,13 +234,15 @@ def _pool(env: Env, req: RequestState, inputs: Inputs) -> tuple[Pairs, Pairs]:
 
 async def _run_features(env: Env, req: RequestState, node: NodeSpec, inputs: Inputs, cap_s: float) -> object:
     pool, rest = _pool(env, req, inputs)
-    # The user look-up ran at the same as_of: when it answered, read the items only.
-    known = _user(inputs)
+    # The user look-up ran at the same as_of: when it read the store without
+    # falling back, read the items only.
+    u = _one(inputs, UserOut)
+    complete = isinstance(u, UserOut) and u.complete
     resp = await env.features.get_features(
-        req.user_id, [i for i, _ in pool], req.as_of_ms, cap_s=cap_s, items_only=bool(known)
+        req.user_id, [i for i, _ in pool], req.as_of_ms, cap_s=cap_s, items_only=complete
     )
     req.degraded.extend(f"feature:{d}" for d in resp.degraded)
-    user = row_values(resp.user) or known
+    user = row_values(resp.user) or _user(inputs)
     columns = table_columns(resp.items, [i for i, _ in pool])
     return ItemFeatures(user, pool, rest, columns, resp.feature_version)
 

@@ -1,0 +1,50 @@
+"""The ranker's two feature look-ups: the candidate look-up skips the user part
+only when the user look-up read the store without falling back (pure logic: a
+recording stand-in for the feature client)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from recmesh.settings import RankerSettings
+from recmesh.v1 import features_pb2 as pb
+from services.ranker.fusion import Fused
+from services.ranker.stages import Candidates, Env, ItemFeatures, RequestState, _run_features, _run_user
+
+
+class RecordingFeatures:
+    def __init__(self, user_degraded: list[str]) -> None:
+        self.user_degraded = user_degraded
+        self.calls: list[dict[str, Any]] = []
+
+    async def get_features(self, user_id: str, item_ids: list[str], as_of_ms: int, **kw: Any) -> Any:
+        self.calls.append({"items": list(item_ids), **kw})
+        resp = pb.GetFeaturesResponse(feature_version="fs-v1", as_of_ms=as_of_ms)
+        if not kw.get("items_only"):
+            resp.user.entity_id = user_id
+            resp.user.features["clicks_5m"].number = 0.0 if not item_ids else 7.0
+        if not item_ids:
+            resp.degraded.extend(self.user_degraded)
+        resp.items.entity_ids.extend(item_ids)
+        return resp
+
+
+@pytest.mark.parametrize(
+    ("user_degraded", "items_only"),
+    [([], True), (["related_timeout"], True), (["realtime_store_timeout"], False)],
+)
+async def test_the_candidate_lookup_rereads_the_user_only_after_a_fallback(
+    user_degraded: list[str], items_only: bool
+) -> None:
+    features = RecordingFeatures(user_degraded)
+    env = Env(features, None, RankerSettings(), {})  # type: ignore[arg-type]
+    req = RequestState("u1", 5, 1_000, {}, frozenset())
+    user = await _run_user(env, req, None, {}, 1.0)  # type: ignore[arg-type]
+    inputs = {"user": user, "fuse": Candidates([Fused("i1", 1.0), Fused("i2", 0.5)])}
+    out = await _run_features(env, req, None, inputs, 1.0)  # type: ignore[arg-type]
+    assert isinstance(out, ItemFeatures)
+    assert features.calls[1]["items_only"] is items_only
+    # The user features scored are the freshest read: the re-read's when there was one.
+    assert out.user["clicks_5m"] == (0 if items_only else 7)
