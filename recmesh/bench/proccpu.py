@@ -11,12 +11,12 @@ nothing and the bench prints no CPU line.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from recmesh.bench.common import process_cpu_s
+
 PROC = Path("/proc")
-_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
 def process_name(pid: int) -> str:
@@ -50,16 +50,6 @@ def children(pid: int) -> dict[str, int]:
     return out
 
 
-def cpu_seconds(pid: int) -> float | None:
-    """User + system CPU seconds of `pid` so far; None when it is gone."""
-    try:
-        stat = (PROC / str(pid) / "stat").read_text()
-    except OSError:
-        return None
-    fields = stat.rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / _TICKS
-
-
 @dataclass
 class CpuMeter:
     """CPU of the children of one process between `start` and `per_request`."""
@@ -70,13 +60,13 @@ class CpuMeter:
 
     def start(self) -> None:
         self._pids = children(self.parent)
-        self._before = {n: c for n, p in self._pids.items() if (c := cpu_seconds(p)) is not None}
+        self._before = {n: c for n, p in self._pids.items() if (c := process_cpu_s(p)) is not None}
 
     def per_request(self, requests: int) -> dict[str, float]:
         """CPU milliseconds per request of each child since `start`."""
         out: dict[str, float] = {}
         for name, before in self._before.items():
-            after = cpu_seconds(self._pids[name])
+            after = process_cpu_s(self._pids[name])
             if after is not None and requests > 0:
                 out[name] = (after - before) * 1000 / requests
         return out

@@ -11,9 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from recmesh.bench.common import process_cpu_s
 from recmesh.bench.e2e import cpu_line
 from recmesh.bench.loadgen import StepResult
-from recmesh.bench.proccpu import CpuMeter, children, cpu_seconds, process_name
+from recmesh.bench.proccpu import CpuMeter, children, process_name
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs Linux /proc")
 
@@ -46,7 +47,7 @@ def test_the_meter_charges_each_child_its_own_cpu() -> None:
         parent.wait()
         if parent.stdout is not None:
             parent.stdout.close()
-    assert cpu_seconds(parent.pid) is None, "a reaped process has no CPU to read"
+    assert process_cpu_s(parent.pid) is None, "a reaped process has no CPU to read"
 
 
 def test_process_names_and_the_cpu_line() -> None:
