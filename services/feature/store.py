@@ -242,7 +242,8 @@ class FeatureStore:
         # the last `static_ttl_s` (no look-ups, e.g. the ingest consumer), the
         # TTLs bound staleness.
         self._statics_version: bytes | None = None
-        self._statics_vouched = Vouched(float("inf"), float("-inf"), float("inf"), VOUCHED_MAX_AGE_S)
+        never = float("-inf")  # no change seen yet (and nothing vouched: see confirmed_at)
+        self._statics_vouched = Vouched(never, never, never, VOUCHED_MAX_AGE_S)
         self._statics_confirmed_at = float("-inf")
         self._refreshing: set[str] = set()  # queued or being re-read
         self._refresh_queue: dict[str, None] = {}
@@ -498,7 +499,7 @@ class FeatureStore:
         """`version` as read by a look-up that started at `read_at`. No version
         (none written yet, or lost) vouches for nothing: the TTLs apply."""
         vouched = self._statics_vouched
-        if read_at < vouched.since and vouched.since != float("inf"):
+        if read_at < vouched.since:
             return  # began before the last change was seen: its version may be older
         if version != self._statics_version:
             # Entries read before now may predate the load (on a cluster the
