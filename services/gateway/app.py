@@ -32,7 +32,7 @@ from services.gateway.aitools import AiTools
 from services.gateway.aitools_api import build_router as build_ai_tool_router
 from services.gateway.events import EventPublisher
 from services.gateway.recommend import ClassPolicy, Recommender
-from services.gateway.recommend_route import RecommendBody, RecommendRoute, field_path
+from services.gateway.recommend_route import RecommendBody, RecommendRoute, validation_message
 
 HealthCheck = Callable[[], Awaitable[bool]]
 
@@ -137,8 +137,9 @@ def create_app(settings: GatewaySettings, deps: GatewayDeps) -> RecommendRoute:
 
     @app.exception_handler(RequestValidationError)
     async def invalid_request(request: Request, err: RequestValidationError) -> JSONResponse:
-        message = "; ".join(f"{field_path(tuple(e['loc']))}: {e['msg']}" for e in err.errors())
-        return JSONResponse({"error": "InvalidArgument", "message": message}, status_code=400)
+        return JSONResponse(
+            {"error": "InvalidArgument", "message": validation_message(err.errors())}, status_code=400
+        )
 
     @app.post(
         "/v1/recommend",
@@ -158,20 +159,9 @@ def create_app(settings: GatewaySettings, deps: GatewayDeps) -> RecommendRoute:
             str | None, Header(description="caller's API key (sets the class ceiling)")
         ] = None,
     ) -> RecommendOut:
-        request.state.slo_class = "invalid"
-        decision = deps.class_policy.decide(request.headers)
-        request.state.slo_class = decision.slo.name
-        rec = await deps.recommender.recommend(body.user_id, body.count, body.context, decision)
-        response.headers.update(_trace_headers())
-        response.headers["x-slo-class"] = decision.slo.name
-        return RecommendOut(
-            items=[ScoredItemOut(item_id=i, score=s) for i, s in rec.items],
-            slo_class=rec.slo_class,
-            trace_id=rec.trace_id,
-            model_version=rec.model_version,
-            feature_version=rec.feature_version,
-            degraded=rec.degraded,
-        )
+        """Declared for the OpenAPI document only: `create_app` puts
+        `RecommendRoute` in front, which serves every POST /v1/recommend."""
+        raise AssertionError("POST /v1/recommend is served by RecommendRoute")
 
     @app.post(
         "/v1/events",

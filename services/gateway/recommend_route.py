@@ -26,6 +26,7 @@ the route for its OpenAPI document (`services/gateway/app.py`).
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import orjson
@@ -69,8 +70,9 @@ def field_path(loc: tuple[Any, ...]) -> str:
     return "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in parts).lstrip(".") or "body"
 
 
-def validation_message(err: ValidationError) -> str:
-    return "; ".join(f"{field_path(tuple(e['loc']))}: {e['msg']}" for e in err.errors())
+def validation_message(errors: Sequence[Mapping[str, Any]]) -> str:
+    """pydantic's (or FastAPI's) errors as one message naming each field."""
+    return "; ".join(f"{field_path(tuple(e['loc']))}: {e['msg']}" for e in errors)
 
 
 def is_json(content_type: str | None) -> bool:
@@ -197,7 +199,7 @@ class RecommendRoute:
         try:
             return RecommendBody.model_validate_json(raw)
         except ValidationError as err:
-            raise InvalidArgument(validation_message(err)) from err
+            raise InvalidArgument(validation_message(err.errors())) from err
 
     async def _shed(self, gate: AdmissionGate, slo: str, send: Send, started: float) -> None:
         err = gate.refuse(slo)
