@@ -141,10 +141,17 @@ async def test_redis_down_while_serving_falls_back_without_5xx(own_redis: OwnRed
     )
     try:
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://gw") as http:
-            warm = await http.post(
-                "/v1/recommend", json={"user_id": "u1", "count": 5}, headers={"x-slo-class": "A"}
-            )
-            assert warm.status_code == 200 and warm.json()["degraded"] == []
+
+            async def warm() -> bool:
+                # The first requests of a cold mesh on a busy box may run past a
+                # node's share of class A's budget and degrade (the ladder at
+                # work): warm until an answer comes back whole.
+                resp = await http.post(
+                    "/v1/recommend", json={"user_id": "u1", "count": 5}, headers={"x-slo-class": "A"}
+                )
+                return resp.status_code == 200 and resp.json()["degraded"] == []
+
+            await poll_until(warm, "an undegraded answer before Redis stops", 10, interval=0.1)
             own_redis.stop()
             started = time.perf_counter()
             resp = await http.post(
