@@ -28,7 +28,6 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from redis.asyncio.cluster import RedisCluster
-from redis.exceptions import NoScriptError
 
 from recmesh.cache import TtlCache
 from recmesh.events import Event
@@ -171,7 +170,7 @@ class EventWriter:
         self._cluster = isinstance(self._redis, RedisCluster)
         # keys this process trimmed and re-expired in the last MAINTAIN_EVERY_S
         self._maintained: TtlCache[bool] = TtlCache(MAINTAIN_EVERY_S, cache_entries)
-        self._sha: str | None = None
+        self._apply = self._redis.register_script(_APPLY_LUA)  # reloads it if the server lost it
 
     async def apply(self, events: Sequence[Event]) -> int:
         """Write `events` (sorted by event time); returns the co-visit pairs counted."""
@@ -235,12 +234,6 @@ class EventWriter:
         if plan.args is None:
             await self._store.apply_events(plan.events)
             return await self._recall.apply_covisitation(plan.events)
-        if self._sha is None:
-            self._sha = await self._redis.script_load(_APPLY_LUA)
-        try:
-            out = await self._redis.evalsha(self._sha, 0, *plan.args)
-        except NoScriptError:  # the server restarted: load it again
-            self._sha = await self._redis.script_load(_APPLY_LUA)
-            out = await self._redis.evalsha(self._sha, 0, *plan.args)
+        out = await self._apply(args=plan.args)
         await self._recall.trim([bytes(i).decode() for i in out[1:]])
         return int(out[0])
