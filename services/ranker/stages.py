@@ -160,7 +160,7 @@ async def _run_user(env: Env, req: RequestState, node: NodeSpec, inputs: Inputs,
     related = [(i.item_id, i.score) for i in resp.related] if resp.related_included else None
     # A related read that failed is made up for by GetRelated; a user read that
     # fell back to defaults is retried by the candidate look-up.
-    complete = not any(not d.startswith("related_") for d in resp.degraded)
+    complete = all(d.startswith("related_") for d in resp.degraded)
     return UserOut(row_values(resp.user), fresh, related, complete)
 
 
