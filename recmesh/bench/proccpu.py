@@ -32,41 +32,55 @@ def process_name(pid: int) -> str:
     return Path(args[0].split()[0]).name.split("-v")[0] if args and args[0].strip() else f"pid{pid}"
 
 
-def children(pid: int) -> dict[str, int]:
-    """The direct children of `pid`, by name (a repeated name gets its pid appended)."""
-    out: dict[str, int] = {}
+def child_pids(pid: int) -> list[int]:
+    """The direct children of `pid` (every thread's, from /proc/PID/task/*/children)."""
     try:
         tasks = list((PROC / str(pid) / "task").iterdir())
     except OSError:
-        return out
+        return []
+    out: list[int] = []
     for task in tasks:
         try:
-            kids = (task / "children").read_text().split()
+            out.extend(map(int, (task / "children").read_text().split()))
         except OSError:
             continue
-        for kid in map(int, kids):
-            name = process_name(kid)
-            out[name if name not in out else f"{name}:{kid}"] = kid
     return out
+
+
+def named(pids: list[int]) -> dict[str, int]:
+    """`pids` by name (a repeated name gets its pid appended)."""
+    out: dict[str, int] = {}
+    for kid in pids:
+        name = process_name(kid)
+        out[name if name not in out else f"{name}:{kid}"] = kid
+    return out
+
+
+def children(pid: int) -> dict[str, int]:
+    """The direct children of `pid`, by name."""
+    return named(child_pids(pid))
 
 
 @dataclass
 class CpuMeter:
-    """CPU of the children of one process between `start` and `per_request`."""
+    """CPU of the children of one process between `start` and `per_request`.
+
+    Children are remembered by pid and named only when asked: a process that
+    has just been started can show an empty command line for a moment.
+    """
 
     parent: int
-    _pids: dict[str, int] = field(default_factory=dict)
-    _before: dict[str, float] = field(default_factory=dict)
+    _before: dict[int, float] = field(default_factory=dict)
 
     def start(self) -> None:
-        self._pids = children(self.parent)
-        self._before = {n: c for n, p in self._pids.items() if (c := process_cpu_s(p)) is not None}
+        pids = child_pids(self.parent)
+        self._before = {p: c for p in pids if (c := process_cpu_s(p)) is not None}
 
     def per_request(self, requests: int) -> dict[str, float]:
         """CPU milliseconds per request of each child since `start`."""
         out: dict[str, float] = {}
-        for name, before in self._before.items():
-            after = process_cpu_s(self._pids[name])
+        for name, pid in named(list(self._before)).items():
+            after = process_cpu_s(pid)
             if after is not None and requests > 0:
-                out[name] = (after - before) * 1000 / requests
+                out[name] = (after - self._before[pid]) * 1000 / requests
         return out

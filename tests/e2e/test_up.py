@@ -18,6 +18,7 @@ import grpc
 import httpx
 import pytest
 
+from recmesh.bench.proccpu import child_pids
 from recmesh.embedded import port_is_free
 from recmesh.v1 import recommender_pb2, recommender_pb2_grpc
 from tests.helpers import free_port, poll_until
@@ -41,19 +42,6 @@ class Running:
     @property
     def http(self) -> str:
         return f"http://127.0.0.1:{self.ports['GATEWAY_HTTP_PORT']}"
-
-
-def _children(pid: int) -> list[int]:
-    out = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:
-                continue
-            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
-                out.append(int(entry.name))
-    return out
 
 
 def _alive(pid: int) -> bool:
@@ -229,7 +217,7 @@ async def test_grpc_recommender(running: Running) -> None:
 
 
 def test_sigint_stops_every_child_and_frees_every_port(running: Running) -> None:
-    children = _children(running.proc.pid)
+    children = child_pids(running.proc.pid)
     assert len(children) >= 7, f"expected redis, broker and 5 services, got {children}"
     running.proc.send_signal(signal.SIGINT)
     assert running.proc.wait(timeout=40) == 0, running.log.read_text()[-3000:]
