@@ -31,6 +31,7 @@ class Outcome:
     latency_s: float  # from the scheduled arrival
     degraded: bool
     granted: str  # the class the gateway answered with ("" when it did not say)
+    error: str = ""  # why there was no answer (status 0)
 
 
 @dataclass
@@ -62,13 +63,23 @@ class StepResult:
     cpu_ms_per_request: dict[str, float] = field(default_factory=dict)
 
 
+class StaleConnection(ConnectionError):
+    """The server closed a kept-alive connection before this request reached it."""
+
+
 class _Conn:
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.reader, self.writer = reader, writer
+        self.idle_since = time.perf_counter()
 
     async def request(self, payload: bytes) -> tuple[int, dict[bytes, bytes], bytes]:
         self.writer.write(payload)
-        status_line = await self.reader.readline()
+        try:
+            status_line = await self.reader.readline()
+        except ConnectionResetError as e:
+            raise StaleConnection(str(e)) from e
+        if not status_line:
+            raise StaleConnection("closed by the server before an answer")
         parts = status_line.split(b" ", 2)
         if len(parts) < 2 or not parts[1].isdigit():
             raise ConnectionError(f"no HTTP status line: {status_line[:40]!r}")
@@ -89,27 +100,54 @@ class _Conn:
         self.writer.close()
 
 
+# Servers close kept-alive connections that sat idle (uvicorn after 5 s). An
+# idle connection older than this is closed here first; one the server closed
+# anyway (the race every HTTP client has) is retried once on a new connection,
+# as urllib3 and httpx do: the request never reached the server.
+IDLE_S = 3.0
+
+
 class _Pool:
     def __init__(self, host: str, port: int, max_conns: int) -> None:
         self._host, self._port = host, port
         self._idle: list[_Conn] = []
-        self._open = 0
         self._sem = asyncio.Semaphore(max_conns)
+
+    def _reusable(self) -> _Conn | None:
+        now = time.perf_counter()
+        while self._idle:
+            conn = self._idle.pop()
+            if now - conn.idle_since < IDLE_S:
+                return conn
+            conn.close()
+        return None
+
+    async def _fresh(self) -> _Conn:
+        reader, writer = await asyncio.open_connection(self._host, self._port)
+        return _Conn(reader, writer)
 
     async def send(self, payload: bytes) -> tuple[int, dict[bytes, bytes], bytes]:
         async with self._sem:
-            conn = self._idle.pop() if self._idle else None
-            if conn is None:
-                reader, writer = await asyncio.open_connection(self._host, self._port)
-                conn = _Conn(reader, writer)
+            conn = self._reusable()
             try:
-                result = await conn.request(payload)
+                if conn is None:
+                    conn = await self._fresh()
+                    result = await conn.request(payload)
+                else:
+                    try:
+                        result = await conn.request(payload)
+                    except StaleConnection:
+                        conn.close()
+                        conn = await self._fresh()
+                        result = await conn.request(payload)
             except BaseException:
-                conn.close()
+                if conn is not None:
+                    conn.close()
                 raise
             if result[1].get(b"connection") == b"close":
                 conn.close()
             else:
+                conn.idle_since = time.perf_counter()
                 self._idle.append(conn)
             return result
 
@@ -163,15 +201,15 @@ async def offer(host: str, port: int, spec: LoadSpec) -> tuple[list[Outcome], fl
     tasks: set[asyncio.Task[None]] = set()
 
     async def one(slo_class: str, payload: bytes, scheduled: float) -> None:
-        status, granted, degraded = 0, "", False
+        status, granted, degraded, error = 0, "", False, ""
         try:
             async with asyncio.timeout(REQUEST_TIMEOUT_S):
                 status, headers, body = await pool.send(payload)
             granted = headers.get(b"x-slo-class", b"").decode()
             degraded = status == 200 and b'"degraded":[]' not in body
-        except (OSError, TimeoutError, ConnectionError, asyncio.IncompleteReadError, ValueError):
-            status = 0
-        outcomes.append(Outcome(slo_class, status, time.perf_counter() - scheduled, degraded, granted))
+        except (OSError, TimeoutError, ConnectionError, asyncio.IncompleteReadError, ValueError) as e:
+            status, error = 0, f"{type(e).__name__}: {e}"
+        outcomes.append(Outcome(slo_class, status, time.perf_counter() - scheduled, degraded, granted, error))
 
     n = int(spec.rate * spec.seconds)
     interval = 1.0 / spec.rate

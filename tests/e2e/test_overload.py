@@ -80,7 +80,8 @@ async def test_class_a_keeps_its_goodput_at_twice_capacity_while_c_is_shed(mesh_
         f"goodput {100 * c.goodput_ratio:.1f}%; "
         f"generator lag p99 {lag_ms:.0f} ms"
     )
-    assert a.errors == 0 and c.errors == 0, "overload answers 200 or 429, never 5xx or nothing"
+    failed = [(o.slo_class, o.status, o.error) for o in outcomes if o.status not in (200, 429)]
+    assert not failed, f"overload answers 200 or 429, never 5xx or nothing: {failed[:5]}"
     assert a.goodput_ratio >= 0.95, f"class A goodput {a.goodput_ratio:.3f} < 95% within 300 ms"
     assert c.shed_rate >= 0.2, f"class C shed only {c.shed_rate:.3f}"
     async with httpx.AsyncClient(base_url=mesh_url) as http:
