@@ -22,6 +22,7 @@ import numpy as np
 import numpy.typing as npt
 
 DIR_NAME = "item_vectors"
+RELOAD_CHECK_S = 5.0  # how often a reader (the ranker) looks for new vectors
 
 
 @dataclass(frozen=True)

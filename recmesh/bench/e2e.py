@@ -36,6 +36,7 @@ from recmesh.bench.common import emit, free_port
 from recmesh.bench.loadgen import LoadSpec, Outcome, StepResult, offer, summarise
 from recmesh.bench.proccpu import CpuMeter
 from recmesh.settings import STATE_DIR_DEFAULT
+from recmesh.vectors import RELOAD_CHECK_S, load_item_vectors
 
 UP_PORTS = (
     "GATEWAY_HTTP_PORT", "GATEWAY_GRPC_PORT", "FEATURE_PORT", "INFERENCE_PORT", "RANKER_PORT",
@@ -64,6 +65,19 @@ def _mesh_env(state_dir: Path) -> tuple[dict[str, int], dict[str, str]]:
     return ports, env
 
 
+async def _background_done(model_dir: Path, log_dir: Path, deadline: float) -> None:
+    """Wait for `recmesh up`'s background item embedding (a fresh state dir has
+    no item vectors) and for the ranker to load them: measuring while it runs
+    would charge a busy core to the mesh and leave semantic recall off."""
+    if load_item_vectors(model_dir) is None:
+        print("waiting for the background item embedding (fresh state, ~30 s) ...", flush=True)
+        while load_item_vectors(model_dir) is None:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"no item vectors in {model_dir}; see {log_dir / 'logs'}")
+            await asyncio.sleep(1.0)
+        await asyncio.sleep(RELOAD_CHECK_S + 2.0)  # the ranker looks every few seconds, then builds
+
+
 @contextlib.asynccontextmanager
 async def started_mesh(log_dir: Path, ready_timeout_s: float = 180.0) -> AsyncIterator[tuple[str, int]]:
     """`recmesh up` on free ports; yields the gateway URL and the pid of `up`; SIGINT on exit."""
@@ -87,6 +101,8 @@ async def started_mesh(log_dir: Path, ready_timeout_s: float = 180.0) -> AsyncIt
                     raise TimeoutError(f"mesh not ready after {ready_timeout_s} s; see {log_dir / 'up.log'}")
                 await asyncio.sleep(0.5)
         await asyncio.sleep(2.0)  # let the demo events land
+        model_dir = Path(env.get("RECMESH_MODEL_DIR") or log_dir / "models")
+        await _background_done(model_dir, log_dir, deadline)
         yield url, proc.pid
     finally:
         proc.send_signal(signal.SIGINT)

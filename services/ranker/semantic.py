@@ -22,7 +22,7 @@ import numpy as np
 import numpy.typing as npt
 import structlog
 
-from recmesh.vectors import DIR_NAME, ItemVectors, load_item_vectors
+from recmesh.vectors import DIR_NAME, RELOAD_CHECK_S, ItemVectors, load_item_vectors
 
 _log = structlog.get_logger("recmesh.ranker.semantic")
 
@@ -77,7 +77,7 @@ class IndexHolder:
     """The current index, rebuilt when the vectors on disk change (checked at
     most every `check_every_s`; a reader never sees a half-built index)."""
 
-    def __init__(self, model_dir: Path, check_every_s: float = 5.0) -> None:
+    def __init__(self, model_dir: Path, check_every_s: float = RELOAD_CHECK_S) -> None:
         self._model_dir = model_dir
         self._stamp: float | None = None
         self._check_every_s = check_every_s
