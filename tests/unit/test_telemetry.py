@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 from prometheus_client import CollectorRegistry, Histogram
@@ -57,3 +59,31 @@ def test_observe_many_refuses_a_labelled_parent() -> None:
     hist = Histogram("p", "h", ("stage",), buckets=BUCKETS, registry=CollectorRegistry())
     with pytest.raises(ValueError):
         observe_many(hist, [1.0])
+
+
+SAMPLING_PROBE = """
+from recmesh.telemetry import setup_tracing
+from opentelemetry import trace
+setup_tracing("probe", redis=False)
+with trace.get_tracer("t").start_as_current_span("s") as span:
+    ctx = span.get_span_context()
+    print(span.is_recording(), ctx.is_valid, ctx.trace_flags.sampled)
+"""
+
+
+@pytest.mark.parametrize(
+    ("env", "expected"),
+    [
+        ({}, "False True False"),  # nothing exports: context flows, nothing is built
+        ({"RECMESH_SPANS_FILE": "{tmp}/spans.jsonl"}, "True True True"),
+        ({"OTEL_TRACES_SAMPLER": "always_on"}, "True True True"),  # the user's choice stands
+    ],
+)
+def test_spans_are_recorded_only_where_something_exports_them(
+    tmp_path: Path, env: dict[str, str], expected: str
+) -> None:
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "RECMESH_SPANS"))}
+    clean.update({k: v.format(tmp=tmp_path) for k, v in env.items()})
+    out = subprocess.run([sys.executable, "-c", SAMPLING_PROBE], env=clean, capture_output=True,
+                         text=True, check=True, timeout=60)  # fmt: skip
+    assert out.stdout.strip() == expected, out.stderr
