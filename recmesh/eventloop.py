@@ -1,14 +1,11 @@
 """The event loop every recmesh service runs on.
 
 asyncio's own loop unless `RECMESH_EVENT_LOOP=uvloop` (libuv; installed as a
-dependency). On the request path a service spends much of its CPU in the loop
-itself (callbacks, socket reads and writes for HTTP and the gRPC poller's
-wake-ups), which uvloop does in C: about 10 % less CPU per recommendation for
-the gateway and ranker together, measured back to back. It is not the default
-because once, in the joint load test, a gateway on uvloop never finished
-starting, with gRPC's own poller reporting `epoll_wait: Bad file descriptor`
-(not reproduced in 15 standalone starts and 3 reruns); the standard loop has
-shown no such failure.
+dependency). uvloop once measured about 10 % less CPU for the gateway and
+ranker, but a later A/B (alternated meshes, CPU per recommendation from /proc)
+found no difference above the machine's drift, so asyncio stays the default
+(docs/architecture.md, *Performance*). A start-up hang once blamed on uvloop
+was gRPC's fork handlers (grpc/grpc#43055, see recmesh/__init__.py).
 """
 
 from __future__ import annotations
