@@ -35,7 +35,7 @@ from opentelemetry.sdk.trace.export import (
     SpanExporter,
     SpanExportResult,
 )
-from opentelemetry.sdk.trace.sampling import ALWAYS_OFF
+from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, ParentBased
 from opentelemetry.trace import Link, Span, SpanKind, Status, StatusCode
 from prometheus_client import Counter, Gauge, Histogram
 
@@ -188,10 +188,12 @@ def setup_tracing(service: str, *, redis: bool = True) -> TracerProvider:
     """The process's tracer provider. `redis=False` for a service that never
     talks to Redis: instrumenting it imports redis-py (~0.3 s of start-up).
 
-    With no exporter configured (and no `OTEL_TRACES_SAMPLER`), spans are not
-    recorded at all: building spans nobody exports cost the ranker a tenth of
-    its CPU. Trace context still flows (ids for logs, `traceparent` on every
-    hop); it just carries the not-sampled flag."""
+    With no exporter configured (and no `OTEL_TRACES_SAMPLER`), traces that
+    start here are not recorded: building spans nobody exports cost the
+    ranker a tenth of its CPU. Trace context still flows (ids for logs,
+    `traceparent` on every hop) with the not-sampled flag. A caller that sends
+    a sampled `traceparent` is still honoured (its spans are built and the
+    flag travels on), so hops further on that do export record its trace."""
     name = os.environ.get("OTEL_SERVICE_NAME", service)
     processors: list[BatchSpanProcessor] = []
     exporter_names = os.environ.get("OTEL_TRACES_EXPORTER", "")
@@ -210,9 +212,8 @@ def setup_tracing(service: str, *, redis: bool = True) -> TracerProvider:
                                schedule_delay_millis=SPANS_FILE_DELAY_MS, max_export_batch_size=1024)
         )  # fmt: skip
     unexported = not processors and "OTEL_TRACES_SAMPLER" not in os.environ
-    provider = TracerProvider(
-        resource=Resource.create({"service.name": name}), sampler=ALWAYS_OFF if unexported else None
-    )
+    sampler = ParentBased(ALWAYS_OFF) if unexported else None  # None: the SDK's, from OTEL_TRACES_SAMPLER
+    provider = TracerProvider(resource=Resource.create({"service.name": name}), sampler=sampler)
     for processor in processors:
         provider.add_span_processor(processor)
     trace.set_tracer_provider(provider)

@@ -65,13 +65,17 @@ def _mesh_env(state_dir: Path) -> tuple[dict[str, int], dict[str, str]]:
     return ports, env
 
 
-async def _background_done(model_dir: Path, log_dir: Path, deadline: float) -> None:
+async def _background_done(
+    proc: subprocess.Popen[bytes], model_dir: Path, log_dir: Path, deadline: float
+) -> None:
     """Wait for `recmesh up`'s background item embedding (a fresh state dir has
     no item vectors) and for the ranker to load them: measuring while it runs
     would charge a busy core to the mesh and leave semantic recall off."""
     if load_item_vectors(model_dir) is None:
         print("waiting for the background item embedding (fresh state, ~30 s) ...", flush=True)
         while load_item_vectors(model_dir) is None:
+            if proc.poll() is not None:
+                raise RuntimeError(f"recmesh up exited {proc.returncode}; see {log_dir / 'up.log'}")
             if time.monotonic() > deadline:
                 raise TimeoutError(f"no item vectors in {model_dir}; see {log_dir / 'logs'}")
             await asyncio.sleep(1.0)
@@ -102,7 +106,7 @@ async def started_mesh(log_dir: Path, ready_timeout_s: float = 180.0) -> AsyncIt
                 await asyncio.sleep(0.5)
         await asyncio.sleep(2.0)  # let the demo events land
         model_dir = Path(env.get("RECMESH_MODEL_DIR") or log_dir / "models")
-        await _background_done(model_dir, log_dir, deadline)
+        await _background_done(proc, model_dir, log_dir, deadline)
         yield url, proc.pid
     finally:
         proc.send_signal(signal.SIGINT)

@@ -64,7 +64,7 @@ class StepResult:
 
 
 class StaleConnection(ConnectionError):
-    """The server closed a kept-alive connection before this request reached it."""
+    """A reused kept-alive connection was closed by the server before it answered."""
 
 
 class _Conn:
@@ -76,7 +76,7 @@ class _Conn:
         self.writer.write(payload)
         try:
             status_line = await self.reader.readline()
-        except ConnectionResetError as e:
+        except (ConnectionResetError, BrokenPipeError) as e:
             raise StaleConnection(str(e)) from e
         if not status_line:
             raise StaleConnection("closed by the server before an answer")
@@ -102,8 +102,10 @@ class _Conn:
 
 # Servers close kept-alive connections that sat idle (uvicorn after 5 s). An
 # idle connection older than this is closed here first; one the server closed
-# anyway (the race every HTTP client has) is retried once on a new connection,
-# as urllib3 and httpx do: the request never reached the server.
+# anyway (the race every HTTP client has) is retried once on a new connection.
+# A server that read the request and then dropped the connection looks the
+# same, so that request may be sent twice: harmless for the read-only
+# recommend call this generator sends.
 IDLE_S = 3.0
 
 

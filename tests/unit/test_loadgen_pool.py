@@ -23,6 +23,18 @@ async def serve_then_close(reader: asyncio.StreamReader, writer: asyncio.StreamW
     writer.close()
 
 
+async def serve_kept_alive(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """Answer every request on the connection until the client closes it."""
+    while True:
+        while (line := await reader.readline()) not in (b"\r\n", b""):
+            pass
+        if not line:
+            break
+        writer.write(ANSWER)
+        await writer.drain()
+    writer.close()
+
+
 async def test_a_connection_the_server_closed_is_retried_anew(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(loadgen, "IDLE_S", 60.0)  # keep the closed connection in the pool
     server = await asyncio.start_server(serve_then_close, "127.0.0.1", 0)
@@ -41,16 +53,18 @@ async def test_a_connection_the_server_closed_is_retried_anew(monkeypatch: pytes
 
 
 async def test_connections_idle_past_the_limit_are_not_reused(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(loadgen, "IDLE_S", 0.0)
-    server = await asyncio.start_server(serve_then_close, "127.0.0.1", 0)
+    server = await asyncio.start_server(serve_kept_alive, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
     pool = _Pool("127.0.0.1", port, max_conns=4)
+    request = b"GET / HTTP/1.1\r\nhost: x\r\n\r\n"
     try:
-        request = b"GET / HTTP/1.1\r\nhost: x\r\n\r\n"
         await pool.send(request)
         first = pool._idle[0]
         await pool.send(request)
-        assert pool._idle[0] is not first and first.writer.is_closing()
+        assert pool._idle == [first], "a connection the server keeps open is reused"
+        monkeypatch.setattr(loadgen, "IDLE_S", 0.0)
+        await pool.send(request)
+        assert pool._idle[0] is not first and first.writer.is_closing(), "idle past the limit: a new one"
     finally:
         pool.close()
         server.close()

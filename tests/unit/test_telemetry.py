@@ -64,19 +64,23 @@ def test_observe_many_refuses_a_labelled_parent() -> None:
 SAMPLING_PROBE = """
 from recmesh.telemetry import setup_tracing
 from opentelemetry import trace
+from opentelemetry.propagate import extract
 setup_tracing("probe", redis=False)
-with trace.get_tracer("t").start_as_current_span("s") as span:
-    ctx = span.get_span_context()
-    print(span.is_recording(), ctx.is_valid, ctx.trace_flags.sampled)
+for flags in ("", "01", "00"):  # a root, a sampled caller, an unsampled caller
+    parent = extract({"traceparent": f"00-{'ab' * 16}-{'cd' * 8}-{flags}"}) if flags else None
+    with trace.get_tracer("t").start_as_current_span("s", context=parent) as span:
+        ctx = span.get_span_context()
+        print(span.is_recording(), ctx.is_valid, ctx.trace_flags.sampled, end="; ")
 """
 
 
 @pytest.mark.parametrize(
     ("env", "expected"),
     [
-        ({}, "False True False"),  # nothing exports: context flows, nothing is built
-        ({"RECMESH_SPANS_FILE": "{tmp}/spans.jsonl"}, "True True True"),
-        ({"OTEL_TRACES_SAMPLER": "always_on"}, "True True True"),  # the user's choice stands
+        # Nothing exports: a trace started here is not built; a sampled caller's is (and says so on).
+        ({}, "False True False; True True True; False True False;"),
+        ({"RECMESH_SPANS_FILE": "{tmp}/spans.jsonl"}, "True True True; True True True; False True False;"),
+        ({"OTEL_TRACES_SAMPLER": "always_on"}, "True True True; True True True; True True True;"),
     ],
 )
 def test_spans_are_recorded_only_where_something_exports_them(
