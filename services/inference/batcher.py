@@ -2,7 +2,11 @@
 
 Requests queue up (bounded: a full queue answers RESOURCE_EXHAUSTED at once);
 one worker takes the oldest, then keeps collecting until the batch holds
-`max_rows` rows or `max_delay_us` has passed since the first was taken.
+`max_rows` rows or `max_delay_us` has passed since the first was taken --
+but only while requests arrive, on average, within that wait
+(`expect_company`): at a few hundred requests per second the next one is
+milliseconds away, and waiting for it only added the delay (rounded up to
+the event loop's 1 ms timer) to every answer.
 Requests whose deadline has passed are dropped before scoring
 (DEADLINE_EXCEEDED), so an overloaded queue never spends the model on answers
 nobody waits for. The decision of what goes into a batch is the pure function
@@ -78,6 +82,24 @@ def take_batch(queue: deque[Job], max_rows: int, now: float) -> tuple[list[Job],
     return batch, expired
 
 
+# Arrival gaps are smoothed exponentially; one gap counts at most
+# GAP_CAP x max_delay, so after an idle spell two close arrivals bring the waiting back.
+GAP_SMOOTHING = 0.3
+GAP_CAP = 4.0
+
+
+def expect_company(mean_gap_s: float, max_delay_s: float) -> bool:
+    """Whether waiting up to `max_delay_s` for more requests should pay: the
+    next one is, on average, due within it."""
+    return mean_gap_s < max_delay_s
+
+
+def smoothed_gap(mean_gap_s: float, gap_s: float, max_delay_s: float) -> float:
+    """The mean arrival gap after one more arrival `gap_s` after the last."""
+    gap = min(gap_s, GAP_CAP * max_delay_s)
+    return GAP_SMOOTHING * gap + (1 - GAP_SMOOTHING) * mean_gap_s
+
+
 class MicroBatcher:
     def __init__(
         self,
@@ -93,6 +115,8 @@ class MicroBatcher:
         self._max_queue = max_queue
         self._queue: deque[Job] = deque()
         self._wakeup = asyncio.Event()
+        self._last_arrival = float("-inf")
+        self._mean_gap_s = GAP_CAP * self._max_delay_s  # no company expected yet
 
     @property
     def depth(self) -> int:
@@ -102,7 +126,10 @@ class MicroBatcher:
         if len(self._queue) >= self._max_queue:
             REJECTED.inc()
             raise ResourceExhausted(f"inference queue full ({self._max_queue} requests)")
-        job = Job(model, rows, None if timeout_s is None else time.monotonic() + timeout_s)
+        now = time.monotonic()
+        self._mean_gap_s = smoothed_gap(self._mean_gap_s, now - self._last_arrival, self._max_delay_s)
+        self._last_arrival = now
+        job = Job(model, rows, None if timeout_s is None else now + timeout_s)
         self._queue.append(job)
         QUEUE_DEPTH.set(len(self._queue))
         self._wakeup.set()
@@ -114,8 +141,11 @@ class MicroBatcher:
                 self._wakeup.clear()
                 await self._wakeup.wait()
             first_seen = time.monotonic()
-            # Give concurrent requests up to max_delay to join, unless the batch is already full.
-            while sum(j.n for j in self._queue) < self._max_rows:
+            # Give concurrent requests up to max_delay to join, unless the batch
+            # is already full or none is due within it.
+            while expect_company(self._mean_gap_s, self._max_delay_s) and (
+                sum(j.n for j in self._queue) < self._max_rows
+            ):
                 left = self._max_delay_s - (time.monotonic() - first_seen)
                 if left <= 0:
                     break

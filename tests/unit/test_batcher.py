@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import deque
 from typing import Any
 
@@ -10,7 +11,15 @@ import numpy as np
 import pytest
 
 from recmesh.errors import DeadlineExceeded, ResourceExhausted
-from services.inference.batcher import F32, Job, MicroBatcher, take_batch
+from services.inference.batcher import (
+    F32,
+    GAP_CAP,
+    Job,
+    MicroBatcher,
+    expect_company,
+    smoothed_gap,
+    take_batch,
+)
 
 
 async def _job(n: int, deadline: float | None = None, model: object = "m1") -> Job:
@@ -86,3 +95,48 @@ async def test_full_queue_is_refused_and_expired_requests_are_not_scored() -> No
         assert scorer.calls == []
     finally:
         worker.cancel()
+
+
+def test_company_is_expected_only_when_requests_arrive_within_the_wait() -> None:
+    delay = 0.0005
+    gap = GAP_CAP * delay  # the starting point: nobody expected
+    assert not expect_company(gap, delay)
+    for _ in range(5):  # a burst 100 us apart
+        gap = smoothed_gap(gap, 0.0001, delay)
+    assert expect_company(gap, delay)
+    idle = smoothed_gap(gap, 30.0, delay)  # one long idle spell counts as GAP_CAP x delay
+    assert not expect_company(idle, delay)
+    again = smoothed_gap(smoothed_gap(idle, 0.0001, delay), 0.0001, delay)
+    assert expect_company(again, delay), "busy again after two close arrivals"
+    assert not expect_company(smoothed_gap(smoothed_gap(gap, 0.05, delay), 0.05, delay), delay)  # 20/s
+
+
+async def test_a_lone_request_does_not_wait_for_company() -> None:
+    scorer = Scorer()
+    batcher = MicroBatcher(scorer, max_rows=64, max_delay_us=400_000, max_queue=10)
+    worker = asyncio.create_task(batcher.run())
+    try:
+        for _ in range(3):
+            start = time.monotonic()
+            await batcher.submit("m", np.ones((2, 3), np.float32), 5.0)
+            assert time.monotonic() - start < 0.2, "scored at once, not after the 400 ms wait"
+            await asyncio.sleep(0.01)
+    finally:
+        worker.cancel()
+    assert scorer.calls == [2, 2, 2]
+
+
+async def test_requests_arriving_within_the_wait_share_a_batch() -> None:
+    scorer = Scorer()
+    batcher = MicroBatcher(scorer, max_rows=64, max_delay_us=100_000, max_queue=100)
+    worker = asyncio.create_task(batcher.run())
+    try:
+        tasks = []
+        for _ in range(12):  # 1 ms apart: well within the 100 ms wait
+            tasks.append(asyncio.create_task(batcher.submit("m", np.ones((1, 3), np.float32), 5.0)))
+            await asyncio.sleep(0.001)
+        await asyncio.gather(*tasks)
+    finally:
+        worker.cancel()
+    assert sum(scorer.calls) == 12
+    assert len(scorer.calls) <= 6 and scorer.calls[-1] >= 6, scorer.calls  # a few alone, then together
