@@ -187,10 +187,11 @@ class LoadSpec:
 
 # asyncio's timers fire up to ~1 ms late (epoll counts whole milliseconds), and
 # an open loop counts that lateness as the mesh's latency: 0.7 ms of the p50 at
-# 20/s. At low rates the generator sleeps until SPIN_S before a launch and
-# then yields to the loop until it is due (<= 5% of a core at 50/s); at higher
-# rates launches come often enough that the loop is awake anyway.
-SPIN_S = 0.002
+# 20/s. At rates up to SPIN_MAX_RATE the generator sleeps until SPIN_S before a
+# launch and then yields to the loop until it is due (SPIN_S x rate of a core:
+# 6% at 50/s). Above it spinning would take too much of the cores the mesh
+# runs on, so launches may again be up to ~1 ms late (the `lag` column).
+SPIN_S = 0.0012
 SPIN_MAX_RATE = 50.0
 
 

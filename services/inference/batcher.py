@@ -143,8 +143,10 @@ class MicroBatcher:
             first_seen = time.monotonic()
             # Give concurrent requests up to max_delay to join, unless the batch
             # is already full or none is due within it.
-            while expect_company(self._mean_gap_s, self._max_delay_s) and (
-                sum(j.n for j in self._queue) < self._max_rows
+            while (
+                expect_company(self._mean_gap_s, self._max_delay_s)
+                and len(self._queue) < self._max_queue  # a full queue admits nobody to wait for
+                and sum(j.n for j in self._queue) < self._max_rows
             ):
                 left = self._max_delay_s - (time.monotonic() - first_seen)
                 if left <= 0:
@@ -163,6 +165,7 @@ class MicroBatcher:
             if not batch:
                 continue
             self._run_batch(batch)
+            await asyncio.sleep(0)  # let the answers go out before the next batch
 
     def _run_batch(self, batch: list[Job]) -> None:
         rows = batch[0].rows if len(batch) == 1 else np.concatenate([j.rows for j in batch])
