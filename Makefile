@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 UV_VERSION := 0.13.9
 
-.PHONY: venv run test lint typecheck unit integration e2e overload proto proto-check load lock images clean
+.PHONY: venv run test lint typecheck unit integration e2e overload proto load lock images clean
 
 # Bytecode is compiled at install (as pip does in the image): with PYTHONDONTWRITEBYTECODE
 # set, every process start would otherwise compile its imports again (~0.4 s per service).

@@ -154,7 +154,7 @@ class Mesh:
 
         path = current_model(self.model_dir)
         if path is None:
-            say(f"no model in {self.model_dir}: training one (takes ~20 s) ...")
+            say(f"no model in {self.model_dir}: training one (takes 10-20 s) ...")
             train(TrainConfig(), self.model_dir, progress=lambda m: say(f"  train: {m}"))
             path = current_model(self.model_dir)
         say(f"model: {path}")
