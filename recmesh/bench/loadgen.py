@@ -130,18 +130,17 @@ class _Pool:
 
     async def send(self, payload: bytes) -> tuple[int, dict[bytes, bytes], bytes]:
         async with self._sem:
-            conn = self._reusable()
+            conn = reused = self._reusable()
             try:
-                if conn is None:
+                conn = conn or await self._fresh()
+                try:
+                    result = await conn.request(payload)
+                except StaleConnection:
+                    if reused is None:
+                        raise
+                    conn.close()
                     conn = await self._fresh()
                     result = await conn.request(payload)
-                else:
-                    try:
-                        result = await conn.request(payload)
-                    except StaleConnection:
-                        conn.close()
-                        conn = await self._fresh()
-                        result = await conn.request(payload)
             except BaseException:
                 if conn is not None:
                     conn.close()

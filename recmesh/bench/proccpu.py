@@ -56,11 +56,6 @@ def named(pids: list[int]) -> dict[str, int]:
     return out
 
 
-def children(pid: int) -> dict[str, int]:
-    """The direct children of `pid`, by name."""
-    return named(child_pids(pid))
-
-
 @dataclass
 class CpuMeter:
     """CPU of the children of one process between `start` and `per_request`.

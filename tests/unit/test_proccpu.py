@@ -14,7 +14,7 @@ import pytest
 from recmesh.bench.common import process_cpu_s
 from recmesh.bench.e2e import cpu_line
 from recmesh.bench.loadgen import StepResult
-from recmesh.bench.proccpu import CpuMeter, children, process_name
+from recmesh.bench.proccpu import CpuMeter, child_pids, named, process_name
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs Linux /proc")
 
@@ -37,8 +37,8 @@ def test_the_meter_charges_each_child_its_own_cpu() -> None:
         meter = CpuMeter(parent.pid)
         meter.start()
         time.sleep(1.0)  # the spinning child spins
-        named = children(parent.pid)
-        assert "timeit" in named, f"a `python -m module` child is named after its module: {named}"
+        by_name = named(child_pids(parent.pid))
+        assert "timeit" in by_name, f"a `python -m module` child is named after its module: {by_name}"
         per = meter.per_request(10)
         assert 10 <= max(per.values()) <= 35, per  # up to 0.3 s over 10 requests
         assert per["timeit"] < 5, per
