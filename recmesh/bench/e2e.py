@@ -35,6 +35,7 @@ import httpx
 from recmesh.bench.common import emit, free_port
 from recmesh.bench.loadgen import LoadSpec, Outcome, StepResult, offer, summarise
 from recmesh.bench.proccpu import CpuMeter
+from recmesh.errors import InvalidArgument
 from recmesh.settings import STATE_DIR_DEFAULT
 from recmesh.vectors import RELOAD_CHECK_S, load_item_vectors
 
@@ -45,14 +46,29 @@ UP_PORTS = (
 )  # fmt: skip
 
 
+def parse_rates(text: str) -> list[float]:
+    """`20,50,100` -> offered rates (bad text: InvalidArgument)."""
+    try:
+        rates = [float(r) for r in text.split(",")]
+    except ValueError:
+        raise InvalidArgument(f"'{text}' is not a comma-separated list of rates") from None
+    if not all(r > 0 for r in rates):
+        raise InvalidArgument(f"'{text}': every rate must be > 0")
+    return rates
+
+
 def parse_mix(text: str) -> dict[str, float]:
+    """`A:0.3,B:0.2,C:0.5` -> shares that sum to 1 (bad text: InvalidArgument)."""
     mix = {}
     for part in text.split(","):
         name, _, share = part.partition(":")
-        mix[name.strip().upper()] = float(share)
+        try:
+            mix[name.strip().upper()] = float(share)
+        except ValueError:
+            raise InvalidArgument(f"'{part}' is not CLASS:SHARE (e.g. A:0.3,B:0.2,C:0.5)") from None
+    if not all(name for name in mix) or any(v < 0 for v in mix.values()) or sum(mix.values()) <= 0:
+        raise InvalidArgument(f"'{text}': each class needs a name and a share >= 0, not all 0")
     total = sum(mix.values())
-    if total <= 0:
-        raise ValueError("the class mix must have a positive share")
     return {k: v / total for k, v in mix.items()}
 
 
@@ -123,12 +139,11 @@ async def sweep(
     seconds: float,
     mix: dict[str, float],
     api_key: str | None,
-    up_pid: int | None = None,
+    meter: CpuMeter | None = None,
 ) -> list[StepResult]:
     parts = urlsplit(url)
     host, port = parts.hostname or "127.0.0.1", parts.port or 80
     keys = {c: api_key if c == "A" else None for c in ("A", "B", "C")}
-    meter = CpuMeter(up_pid) if up_pid else None
     # Warm-up (connections, caches, the controller's first window), not reported.
     await offer(host, port, LoadSpec(rate=50, seconds=2.0, mix=mix, api_keys=keys))
 
@@ -167,9 +182,12 @@ def cpu_line(step: StepResult, cores: int = 2) -> str:
     return f"{'':>9} {'cpu':>5} ms/request: {parts}; all {total:.2f} ({cores}-core ceiling ~{ceiling:.0f}/s)"
 
 
-def table(steps: list[StepResult]) -> str:
+TITLE = "recmesh bench e2e: POST /v1/recommend (count 10), open loop; latency of 200s from scheduled arrival"
+
+
+def table(steps: list[StepResult], title: str = TITLE) -> str:
     lines = [
-        "recmesh bench e2e: POST /v1/recommend (count 10), open loop; latency of 200s from scheduled arrival",
+        title,
         f"{'offered/s':>9} {'class':>5} {'sent':>6} {'p50 ms':>8} {'p95 ms':>8} {'p99 ms':>8} "
         f"{'goodput/s':>9} {'good %':>7} {'shed %':>7} {'err %':>6} {'degr %':>7} {'lag ms':>7}",
     ]
@@ -222,13 +240,13 @@ def plot(steps: list[StepResult], out: Path) -> str:
 
 
 async def run(args: Any) -> list[StepResult]:
-    rates = [float(r) for r in args.rates.split(",")]
-    mix = parse_mix(args.mix)
+    rates, mix = parse_rates(args.rates), parse_mix(args.mix)
     if args.gateway:
-        return await sweep(args.gateway, rates, args.seconds, mix, args.api_key, args.up_pid)
+        meter = CpuMeter(args.up_pid) if args.up_pid else None
+        return await sweep(args.gateway, rates, args.seconds, mix, args.api_key, meter)
     with tempfile.TemporaryDirectory(prefix="recmesh-bench-e2e-") as tmp:
         async with started_mesh(Path(tmp)) as (url, up_pid):
-            return await sweep(url, rates, args.seconds, mix, args.api_key, up_pid)
+            return await sweep(url, rates, args.seconds, mix, args.api_key, CpuMeter(up_pid))
 
 
 def main(args: Any) -> int:
