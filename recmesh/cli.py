@@ -392,6 +392,12 @@ def build_parser() -> argparse.ArgumentParser:
     be.add_argument("--json", action="store_true")
     be.set_defaults(func=_lazy("recmesh.bench.e2e"))
 
+    bf = bench.add_parser("floor", help="the mesh's calls with no work in them: a ceiling for this machine")
+    bf.add_argument("--rates", default="200,400,800,1200", help="offered requests/s, one step each")
+    bf.add_argument("--seconds", type=float, default=5.0, help="seconds per step")
+    bf.add_argument("--json", action="store_true")
+    bf.set_defaults(func=_lazy("recmesh.bench.floor"))
+
     tr_rep = sub.add_parser("trace-report", help="latency attribution per component from span files")
     tr_rep.add_argument("files", nargs="+", help="JSON-lines span files (RECMESH_SPANS_FILE)")
     tr_rep.add_argument("--slo-class", help="only traces of this class")

@@ -65,6 +65,8 @@ class CpuMeter:
     """
 
     parent: int
+    # Names for children that `process_name` cannot tell apart (pid -> name).
+    names: dict[int, str] = field(default_factory=dict)
     _before: dict[int, float] = field(default_factory=dict)
 
     def start(self) -> None:
@@ -77,5 +79,5 @@ class CpuMeter:
         for name, pid in named(list(self._before)).items():
             after = process_cpu_s(pid)
             if after is not None and requests > 0:
-                out[name] = (after - self._before[pid]) * 1000 / requests
+                out[self.names.get(pid, name)] = (after - self._before[pid]) * 1000 / requests
         return out
