@@ -212,12 +212,16 @@ class AdmissionGate:
         self.loop_lag_ms = 0.7 * self.loop_lag_ms + 0.3 * max(0.0, lag_ms)
         LOOP_LAG.labels(self._service).set(self.loop_lag_ms / 1000)
 
-    async def watch_loop_lag(self, interval_s: float = 0.01) -> None:
-        """Measure this event loop's lag forever (a background task)."""
+    async def watch_loop_lag(self, interval_s: float = 0.01, idle_interval_s: float = 0.1) -> None:
+        """Measure this event loop's lag forever (a background task): every
+        `interval_s` while requests are in flight, every `idle_interval_s`
+        while none are (waking 100 times a second cost an idle gateway 2.5 %
+        of a core; a loop with nothing in flight has no lag to shed for)."""
         while True:
+            wait_s = interval_s if self.in_flight else idle_interval_s
             started = time.perf_counter()
-            await asyncio.sleep(interval_s)
-            self.record_loop_lag((time.perf_counter() - started - interval_s) * 1000)
+            await asyncio.sleep(wait_s)
+            self.record_loop_lag((time.perf_counter() - started - wait_s) * 1000)
 
     def refuse(self, slo_class: str) -> ResourceExhausted:
         """Count a refusal decided by `would_shed` and return the error to answer with."""

@@ -147,3 +147,21 @@ async def test_gate_smooths_lag_and_names_the_reason() -> None:
     for _ in range(30):
         gate.record_loop_lag(0.0)
     assert not gate.would_shed("C")
+
+
+async def test_lag_watcher_wakes_often_only_while_requests_are_in_flight() -> None:
+    gate = AdmissionGate(AdmissionConfig(), service="test")
+    samples: list[float] = []
+    gate.record_loop_lag = samples.append  # type: ignore[method-assign]
+
+    async def wakeups(in_flight: int) -> int:
+        gate.in_flight = in_flight
+        samples.clear()
+        watcher = asyncio.create_task(gate.watch_loop_lag(interval_s=0.005, idle_interval_s=0.2))
+        await asyncio.sleep(0.25)
+        watcher.cancel()
+        return len(samples)
+
+    idle, busy = await wakeups(0), await wakeups(1)
+    assert idle <= 2, f"{idle} samples idle: the idle interval is 0.2 s"
+    assert busy >= 10, f"{busy} samples busy: the busy interval is 5 ms"
