@@ -58,16 +58,17 @@ def fuse(lists: Mapping[str, Sequence[tuple[str, float]]], weights: Mapping[str,
         w = weights.get(name, 0.0)
         if w <= 0.0:
             continue
-        for rank, item_id in enumerate(dict.fromkeys(i for i, _ in items)):
-            s = w * RRF_K / (RRF_K + rank)
-            prev = score.get(item_id)
-            if prev is None:
-                score[item_id] = s
-                sources[item_id] = (name,)
+        wk, one = w * RRF_K, (name,)
+        for rank, item_id in enumerate(dict.fromkeys([i for i, _ in items])):
+            s = wk / (RRF_K + rank)  # w * rank_score(rank), inlined: this loop is the ranker's hottest
+            if item_id in score:
+                score[item_id] += s
+                sources[item_id] += one
             else:
-                score[item_id] = prev + s
-                sources[item_id] += (name,)
-    ordered = sorted(score, key=lambda i: (-score[i], i))
+                score[item_id] = s
+                sources[item_id] = one
+    ordered = sorted(score)  # ties by item id: the sort below is stable
+    ordered.sort(key=score.__getitem__, reverse=True)
     return [Fused(i, score[i], sources[i]) for i in ordered]
 
 

@@ -7,8 +7,9 @@ from collections.abc import Sequence
 
 def top_n(item_ids: Sequence[str], scores: Sequence[float], n: int) -> list[tuple[str, float]]:
     """The n best (item, score) pairs, best first; ties keep candidate order."""
-    ranked = sorted(range(len(item_ids)), key=lambda i: (-scores[i], i))
-    return [(item_ids[i], float(scores[i])) for i in ranked[:n]]
+    values = [float(s) for s in scores]
+    ranked = sorted(range(len(values)), key=values.__getitem__, reverse=True)  # stable: ties in order
+    return [(item_ids[i], values[i]) for i in ranked[:n]]
 
 
 # --- degradation ladder -------------------------------------------------------
