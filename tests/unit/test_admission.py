@@ -149,10 +149,12 @@ async def test_gate_smooths_lag_and_names_the_reason() -> None:
     assert not gate.would_shed("C")
 
 
-async def test_lag_watcher_wakes_often_only_while_requests_are_in_flight() -> None:
+async def test_lag_watcher_wakes_often_only_while_requests_are_in_flight(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     gate = AdmissionGate(AdmissionConfig(), service="test")
     samples: list[float] = []
-    gate.record_loop_lag = samples.append  # type: ignore[method-assign]
+    monkeypatch.setattr(gate, "record_loop_lag", samples.append)
 
     async def wakeups(in_flight: int) -> int:
         gate.in_flight = in_flight
