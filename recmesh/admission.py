@@ -40,6 +40,8 @@ from prometheus_client import Counter, Gauge
 from recmesh.errors import ResourceExhausted
 
 PRIORITY = ("A", "B", "C")  # most important first
+# Smoothed loop lag at or above which the lag watcher keeps sampling often.
+BUSY_LAG_MS = 1.0
 
 SHED = Counter(
     "recmesh_admission_shed_total",
@@ -54,7 +56,9 @@ LATENCY_TARGET = Gauge(
 )
 IN_FLIGHT = Gauge("recmesh_admission_in_flight", "Requests admitted and not yet finished.", ("service",))
 LOOP_LAG = Gauge(
-    "recmesh_event_loop_lag_seconds", "How late a 10 ms timer fires in this process (smoothed).", ("service",)
+    "recmesh_event_loop_lag_seconds",
+    "How late a timer fires in this process's event loop (smoothed; sampled every 10 ms under traffic).",
+    ("service",),
 )
 QUEUED = Gauge("recmesh_admission_queued", "Requests waiting for a slot, by class.", ("service", "slo_class"))
 
@@ -186,6 +190,7 @@ class AdmissionGate:
         self._waiters: dict[str, deque[asyncio.Future[None]]] = {c: deque() for c in PRIORITY}
         self.window = ClassWindow()
         self.loop_lag_ms = 0.0
+        self._asked = 0  # admission decisions taken (the lag watcher's sign of traffic)
         LIMIT.labels(service).set(self.limiter.limit)
         LATENCY_TARGET.labels(service).set(self.limiter.target_ms / 1000)
 
@@ -201,6 +206,7 @@ class AdmissionGate:
         return {c: len(q) for c, q in self._waiters.items()}
 
     def _decide(self, slo_class: str) -> Verdict:
+        self._asked += 1
         queued = self._queued()
         return decide(slo_class, self.in_flight, self.limiter.limit, queued, self.config, self.loop_lag_ms)
 
@@ -214,11 +220,17 @@ class AdmissionGate:
 
     async def watch_loop_lag(self, interval_s: float = 0.01, idle_interval_s: float = 0.1) -> None:
         """Measure this event loop's lag forever (a background task): every
-        `interval_s` while requests are in flight, every `idle_interval_s`
-        while none are (waking 100 times a second cost an idle gateway 2.5 %
-        of a core; a loop with nothing in flight has no lag to shed for)."""
+        `interval_s` while the gate sees traffic (requests in flight, requests
+        asked about since the last sample, shed ones included) or the loop
+        lags, every `idle_interval_s` otherwise: waking 100 times a second cost
+        an idle gateway 2.5 % of a core. A burst on an idle gateway is first
+        sampled at most `idle_interval_s` later (the sample still measures the
+        whole lag: it is how late the timer fired)."""
+        seen = -1
         while True:
-            wait_s = interval_s if self.in_flight else idle_interval_s
+            busy = self.in_flight > 0 or self._asked != seen or self.loop_lag_ms >= BUSY_LAG_MS
+            seen = self._asked
+            wait_s = interval_s if busy else idle_interval_s
             started = time.perf_counter()
             await asyncio.sleep(wait_s)
             self.record_loop_lag((time.perf_counter() - started - wait_s) * 1000)
@@ -262,6 +274,7 @@ class AdmissionGate:
     @contextlib.asynccontextmanager
     async def slot(self, slo_class: str, budget_s: float | None) -> AsyncIterator[None]:
         """Hold one admission slot for the body; raise ResourceExhausted if none is given."""
+        arrived = self._clock()
         verdict = self._decide(slo_class)
         if verdict is Verdict.SHED:
             raise self._shed(slo_class, self._shed_reason(slo_class))
@@ -277,10 +290,12 @@ class AdmissionGate:
         finally:
             self.in_flight -= 1
             IN_FLIGHT.labels(self._service).set(self.in_flight)
-            elapsed_ms = (self._clock() - started) * 1000
-            self.limiter.on_sample(elapsed_ms, self.in_flight + 1, dropped)
+            now = self._clock()
+            # The limit learns from service time; the controller's window holds
+            # what the caller saw, the wait for a slot included.
+            self.limiter.on_sample((now - started) * 1000, self.in_flight + 1, dropped)
             LIMIT.labels(self._service).set(self.limiter.limit)
-            self.window.add_latency(slo_class, elapsed_ms)
+            self.window.add_latency(slo_class, (now - arrived) * 1000)
             self._wake()
 
     async def _wait(self, slo_class: str, budget_s: float | None) -> None:

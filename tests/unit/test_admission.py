@@ -149,21 +149,61 @@ async def test_gate_smooths_lag_and_names_the_reason() -> None:
     assert not gate.would_shed("C")
 
 
-async def test_lag_watcher_wakes_often_only_while_requests_are_in_flight(
+async def test_lag_watcher_wakes_often_only_while_the_gate_sees_traffic(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     gate = AdmissionGate(AdmissionConfig(), service="test")
     samples: list[float] = []
     monkeypatch.setattr(gate, "record_loop_lag", samples.append)
 
-    async def wakeups(in_flight: int) -> int:
+    async def wakeups(in_flight: int = 0, asking: bool = False) -> int:
         gate.in_flight = in_flight
         samples.clear()
-        watcher = asyncio.create_task(gate.watch_loop_lag(interval_s=0.005, idle_interval_s=0.2))
-        await asyncio.sleep(0.25)
+        watcher = asyncio.create_task(gate.watch_loop_lag(interval_s=0.005, idle_interval_s=0.05))
+        for _ in range(50):  # 0.25 s
+            if asking:
+                gate.would_shed("C")  # a request the gate was asked about (shed ones too)
+            await asyncio.sleep(0.005)
         watcher.cancel()
         return len(samples)
 
-    idle, busy = await wakeups(0), await wakeups(1)
-    assert idle <= 2, f"{idle} samples idle: the idle interval is 0.2 s"
-    assert busy >= 10, f"{busy} samples busy: the busy interval is 5 ms"
+    idle = await wakeups()
+    assert idle <= 6, f"{idle} samples idle: the idle interval is 50 ms"
+    assert await wakeups(in_flight=1) >= 2 * idle + 6, "requests in flight: every 5 ms"
+    assert await wakeups(asking=True) >= 2 * idle + 6, "nothing in flight, but requests arriving"
+
+
+async def test_the_window_counts_the_wait_for_a_slot_and_the_limit_does_not(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    clock = Clock()
+    config = AdmissionConfig(initial_limit=1, min_limit=1, max_limit=1, queue_caps={"A": 1}, floors={})
+    gate = AdmissionGate(config, service="test", clock=clock)
+    service_ms: list[float] = []
+    real = gate.limiter.on_sample
+
+    def on_sample(latency_ms: float, in_flight: int, dropped: bool = False) -> float:
+        service_ms.append(latency_ms)
+        return real(latency_ms, in_flight, dropped)
+
+    monkeypatch.setattr(gate.limiter, "on_sample", on_sample)
+    first_done, second_done, second_in = asyncio.Event(), asyncio.Event(), asyncio.Event()
+
+    async def hold(done: asyncio.Event, entered: asyncio.Event | None = None) -> None:
+        async with gate.slot("A", budget_s=10.0):
+            if entered is not None:
+                entered.set()
+            await done.wait()
+
+    first = asyncio.create_task(hold(first_done))
+    await asyncio.sleep(0)
+    second = asyncio.create_task(hold(second_done, second_in))  # queued behind the first
+    await asyncio.sleep(0)
+    clock.now = 0.050
+    first_done.set()
+    await second_in.wait()
+    clock.now = 0.080
+    second_done.set()
+    await asyncio.gather(first, second)
+    assert sorted(gate.take_window().latencies_ms["A"]) == pytest.approx([50.0, 80.0]), "queued 50 ms, ran 30"
+    assert sorted(service_ms) == pytest.approx([30.0, 50.0])
