@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import os
 import signal
 import subprocess
@@ -52,8 +53,8 @@ def parse_rates(text: str) -> list[float]:
         rates = [float(r) for r in text.split(",")]
     except ValueError:
         raise InvalidArgument(f"'{text}' is not a comma-separated list of rates") from None
-    if not all(r > 0 for r in rates):
-        raise InvalidArgument(f"'{text}': every rate must be > 0")
+    if not all(0 < r < math.inf for r in rates):
+        raise InvalidArgument(f"'{text}': every rate must be a finite number > 0")
     return rates
 
 
@@ -63,11 +64,14 @@ def parse_mix(text: str) -> dict[str, float]:
     for part in text.split(","):
         name, _, share = part.partition(":")
         try:
-            mix[name.strip().upper()] = float(share)
+            value = float(share)
         except ValueError:
             raise InvalidArgument(f"'{part}' is not CLASS:SHARE (e.g. A:0.3,B:0.2,C:0.5)") from None
-    if not all(name for name in mix) or any(v < 0 for v in mix.values()) or sum(mix.values()) <= 0:
-        raise InvalidArgument(f"'{text}': each class needs a name and a share >= 0, not all 0")
+        if name.strip().upper() in mix:
+            raise InvalidArgument(f"'{text}': class {name.strip().upper()} is given twice")
+        mix[name.strip().upper()] = value
+    if not all(mix) or not all(0 <= v < math.inf for v in mix.values()) or sum(mix.values()) <= 0:
+        raise InvalidArgument(f"'{text}': each class needs a name and a finite share >= 0, not all 0")
     total = sum(mix.values())
     return {k: v / total for k, v in mix.items()}
 

@@ -11,7 +11,10 @@ interceptors, metrics or spans). It then offers the same open-loop load as
 
 What the skeleton sustains on this machine is a ceiling for the real mesh, and
 its CPU per request is the share of the real mesh's that is transport alone
-(grpc.aio and uvicorn on asyncio, as the services run them).
+(grpc.aio with the services' channel and server options, uvicorn on asyncio).
+Left out, so the floor is lower still than what the mesh's transport costs:
+hedged second feature reads under load, trailing metadata, and deadlines
+taken from each request's budget (a fixed one here).
 """
 
 from __future__ import annotations
@@ -19,25 +22,24 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import os
-import signal
-import subprocess
 import sys
-import time
+import tempfile
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import asdict
+from pathlib import Path
 from typing import Any
 
 import grpc
-import httpx
 import uvicorn
 
 from recmesh import eventloop
-from recmesh.bench.common import emit, free_port
+from recmesh.bench.common import emit
 from recmesh.bench.e2e import parse_rates, sweep, table
 from recmesh.bench.loadgen import StepResult
 from recmesh.bench.proccpu import CpuMeter
-from recmesh.grpcserver import wait_for_shutdown_signal
+from recmesh.clients import open_channel
+from recmesh.embedded import ManagedProcess, free_port, wait_tcp
+from recmesh.grpcserver import GRPC_OPTIONS, wait_for_shutdown_signal
 
 # (request, response) bytes of one recommendation's messages in the demo mesh
 # (200 candidates, 100 co-visited items with the user, 23 model columns,
@@ -67,13 +69,14 @@ def _canned(reply: bytes) -> Handler:
 
 
 async def _grpc_server(port: int, service: str, handlers: dict[str, Handler]) -> None:
-    server = grpc.aio.server()
+    server = grpc.aio.server(options=GRPC_OPTIONS)
     server.add_generic_rpc_handlers(
         (grpc.method_handlers_generic_handler(
             service, {name: grpc.unary_unary_rpc_method_handler(h) for name, h in handlers.items()}
         ),)
     )  # fmt: skip
-    server.add_insecure_port(f"127.0.0.1:{port}")
+    if server.add_insecure_port(f"127.0.0.1:{port}") == 0:
+        raise OSError(f"floor {service}: cannot bind port {port}")
     await server.start()
     await wait_for_shutdown_signal()
     await server.stop(None)
@@ -96,8 +99,8 @@ async def serve(role: str, port: int, downstream: dict[str, int]) -> None:
         await _grpc_server(port, f"floor.{role}", {m: _canned(bytes(SIZES[m][1])) for m in methods})
         return
     if role == "ranker":
-        feature = grpc.aio.insecure_channel(f"127.0.0.1:{downstream['feature']}")
-        inference = grpc.aio.insecure_channel(f"127.0.0.1:{downstream['inference']}")
+        feature = open_channel(f"127.0.0.1:{downstream['feature']}")
+        inference = open_channel(f"127.0.0.1:{downstream['inference']}")
         user = _call(feature, "/floor.feature/user", bytes(SIZES["user"][0]))
         items = _call(feature, "/floor.feature/items", bytes(SIZES["items"][0]))
         score = _call(inference, "/floor.inference/score", bytes(SIZES["score"][0]))
@@ -111,17 +114,22 @@ async def serve(role: str, port: int, downstream: dict[str, int]) -> None:
 
         await _grpc_server(port, "floor.ranker", {"rank": rank})
         return
-    ranker = grpc.aio.insecure_channel(f"127.0.0.1:{downstream['ranker']}")
+    ranker = open_channel(f"127.0.0.1:{downstream['ranker']}")
     rank_call = _call(ranker, "/floor.ranker/rank", bytes(SIZES["rank"][0]))
-    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(HTTP_BODY)).encode())]
+    headers = [(b"content-type", b"application/json")]
 
     async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
         more = True
         while more:
             more = (await receive()).get("more_body", False)
-        await rank_call()
-        await send({"type": "http.response.start", "status": 200, "headers": headers})
-        await send({"type": "http.response.body", "body": HTTP_BODY})
+        status, body = 200, HTTP_BODY
+        try:
+            await rank_call()
+        except grpc.aio.AioRpcError as err:  # answered like the gateway: no traceback per request
+            status, body = 503, f'{{"error":"{err.code().name}"}}'.encode()
+        await send({"type": "http.response.start", "status": status,
+                    "headers": [*headers, (b"content-length", str(len(body)).encode())]})  # fmt: skip
+        await send({"type": "http.response.body", "body": body})
 
     config = uvicorn.Config(
         app, host="127.0.0.1", port=port, log_level="warning", access_log=False, lifespan="off"
@@ -130,45 +138,36 @@ async def serve(role: str, port: int, downstream: dict[str, int]) -> None:
 
 
 @contextlib.asynccontextmanager
-async def started_skeleton(ready_timeout_s: float = 60.0) -> AsyncIterator[tuple[str, dict[int, str]]]:
-    """The four processes on free ports; yields the gateway URL and {pid: role}."""
+async def started_skeleton(
+    log_dir: Path, ready_timeout_s: float = 60.0
+) -> AsyncIterator[tuple[str, dict[int, str]]]:
+    """The four processes on free ports, listening; yields the gateway URL and {pid: role}. Each
+    dies with this process (ManagedProcess) and logs to `log_dir`/ROLE.log."""
     ports = {role: free_port() for role in ROLES}
     down = ",".join(f"{r}={p}" for r, p in ports.items())
-    procs = {
-        role: subprocess.Popen(  # noqa: ASYNC220 (returns at once)
-            [sys.executable, "-m", "recmesh.bench.floor", role, str(ports[role]), down]
-        )
+    procs = [
+        ManagedProcess(role, [sys.executable, "-m", "recmesh.bench.floor", role, str(ports[role]), down],
+                       log_dir / f"{role}.log")
         for role in ROLES
-    }
-    url = f"http://127.0.0.1:{ports['gateway']}"
+    ]  # fmt: skip
     try:
-        deadline = time.monotonic() + ready_timeout_s
-        async with httpx.AsyncClient(timeout=2.0) as http:
-            while True:
-                if any(p.poll() is not None for p in procs.values()):
-                    raise RuntimeError("a skeleton process exited before it was ready")
-                with contextlib.suppress(httpx.HTTPError):
-                    if (await http.post(f"{url}/v1/recommend")).status_code == 200:
-                        break
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"the skeleton did not answer within {ready_timeout_s} s")
-                await asyncio.sleep(0.2)
-        yield url, {p.pid: role for role, p in procs.items()}
+        for proc in procs:
+            proc.start()
+        for proc in procs:
+            await wait_tcp("127.0.0.1", ports[proc.name], ready_timeout_s, proc)
+        url = f"http://127.0.0.1:{ports['gateway']}"
+        yield url, {proc.pid: proc.name for proc in procs if proc.pid is not None}
     finally:
-        for p in procs.values():
-            p.send_signal(signal.SIGTERM)
-        for p in procs.values():
-            try:
-                await asyncio.to_thread(p.wait, 10)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        for proc in procs:
+            await asyncio.to_thread(proc.stop)
 
 
 async def run(args: Any) -> list[StepResult]:
     rates = parse_rates(args.rates)
-    async with started_skeleton() as (url, roles):
-        meter = CpuMeter(os.getpid(), names=roles)
-        return await sweep(url, rates, args.seconds, {"A": 1.0}, None, meter=meter)
+    with tempfile.TemporaryDirectory(prefix="recmesh-bench-floor-") as tmp:
+        async with started_skeleton(Path(tmp)) as (url, roles):
+            meter = CpuMeter(names=roles)
+            return await sweep(url, rates, args.seconds, {"A": 1.0}, None, meter=meter)
 
 
 TITLE = "recmesh bench floor: the mesh's calls with no work in them (canned bytes), class A, open loop"

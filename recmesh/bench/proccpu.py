@@ -1,7 +1,8 @@
 """CPU time per request of each process of a mesh, from /proc (Linux).
 
 `recmesh bench e2e` reads, for every step, the CPU seconds (user + system) the
-children of the `recmesh up` process used, and divides by the recommendations
+children of the `recmesh up` process used (`recmesh bench floor`: its four
+skeleton processes), and divides by the recommendations
 the step answered (shed requests' CPU counts as a cost of those served): the
 cost of one recommendation per process (gateway, ranker,
 feature, inference, Redis, ...), which does not depend on how busy the shared
@@ -58,19 +59,20 @@ def named(pids: list[int]) -> dict[str, int]:
 
 @dataclass
 class CpuMeter:
-    """CPU of the children of one process between `start` and `per_request`.
+    """CPU of the children of one process (`parent`), or of exactly the
+    processes `names` lists, between `start` and `per_request`.
 
     Children are remembered by pid and named only when asked: a process that
     has just been started can show an empty command line for a moment.
     """
 
-    parent: int
-    # Names for children that `process_name` cannot tell apart (pid -> name).
+    parent: int | None = None
+    # pid -> name: measure exactly these (processes `process_name` cannot tell apart).
     names: dict[int, str] = field(default_factory=dict)
     _before: dict[int, float] = field(default_factory=dict)
 
     def start(self) -> None:
-        pids = child_pids(self.parent)
+        pids = list(self.names) or (child_pids(self.parent) if self.parent is not None else [])
         self._before = {p: c for p in pids if (c := process_cpu_s(p)) is not None}
 
     def per_request(self, requests: int) -> dict[str, float]:

@@ -16,7 +16,8 @@ async def test_the_skeleton_answers_every_request_and_names_each_role() -> None:
     for step in steps:
         a = step.classes["A"]
         assert a.ok == a.offered > 0 and a.errors == 0, a
-        assert set(step.cpu_ms_per_request) == set(ROLES), step.cpu_ms_per_request
-        assert all(ms > 0 for ms in step.cpu_ms_per_request.values())
+        assert set(step.cpu_ms_per_request) == set(ROLES), "the four processes, nothing else"
+    # /proc counts CPU in 10 ms ticks: only the loaded step is sure to show every role.
+    assert all(ms > 0 for ms in steps[-1].cpu_ms_per_request.values()), steps[-1].cpu_ms_per_request
     text = table(steps, title=TITLE)
     assert text.splitlines()[0] == TITLE and "cpu ms/request: " in text

@@ -19,14 +19,14 @@ def test_rates_in_order() -> None:
 @pytest.mark.parametrize(
     ("text", "said"),
     [("A=1", "'A=1' is not CLASS:SHARE"), (":1", "each class needs a name"), ("A:0,B:0", "not all 0"),
-     ("A:-1,B:2", "share >= 0")],
+     ("A:-1,B:2", "share >= 0"), ("A:inf", "finite"), ("A:1,a:2", "class A is given twice")],
 )  # fmt: skip
 def test_bad_mix_is_an_invalid_argument(text: str, said: str) -> None:
     with pytest.raises(InvalidArgument, match=said):
         parse_mix(text)
 
 
-@pytest.mark.parametrize("text", ["1,x", "", "0,10", "-5"])
+@pytest.mark.parametrize("text", ["1,x", "", "0,10", "-5", "inf", "nan"])
 def test_bad_rates_are_an_invalid_argument(text: str) -> None:
     with pytest.raises(InvalidArgument):
         parse_rates(text)
