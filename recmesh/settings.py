@@ -11,11 +11,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from recmesh.slo import SloName
+
 STATE_DIR_DEFAULT = Path(".recmesh")
-SloName = Literal["A", "B", "C"]
 
 
 def _default_shares() -> dict[SloName, float]:
@@ -38,6 +39,19 @@ class CommonSettings(BaseSettings):
     log_format: Literal["json", "console"] = Field("json", validation_alias="RECMESH_LOG_FORMAT")
     # Seconds a stopping server gives in-flight RPCs before cancelling them.
     shutdown_grace_s: float = Field(3.0, validation_alias="RECMESH_SHUTDOWN_GRACE_S")
+    # End-to-end budget per SLO class in ms over the defaults (A 300, B 850,
+    # C 3000), e.g. '{"A": 200}'. The gateway turns it into the deadline and the
+    # ranker plans its stages against it: give both the same value.
+    slo_budgets_ms: dict[SloName, int] = Field(
+        default_factory=dict, validation_alias="RECMESH_SLO_BUDGETS_MS"
+    )
+
+    @field_validator("slo_budgets_ms")
+    @classmethod
+    def _positive_budgets(cls, value: dict[SloName, int]) -> dict[SloName, int]:
+        if any(ms <= 0 for ms in value.values()):
+            raise ValueError("every SLO budget must be > 0 ms")
+        return value
 
 
 class RedisSettings(BaseSettings):

@@ -7,11 +7,14 @@ from gRPC metadata (`x-slo-class`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Literal
 
 from recmesh.errors import InvalidArgument
 
 SLO_HEADER = "x-slo-class"
+SloName = Literal["A", "B", "C"]
 
 
 @dataclass(frozen=True)
@@ -21,11 +24,31 @@ class SloClass:
     description: str
 
 
+# The design notes' budgets; `RECMESH_SLO_BUDGETS_MS` moves them (`with_budgets`).
 DEFAULT_CLASSES: dict[str, SloClass] = {
-    "A": SloClass("A", 300, "interactive recommendations (p99 <= 300 ms)"),
-    "B": SloClass("B", 850, "AI-tool calls and standard traffic (p99 <= 850 ms)"),
+    "A": SloClass("A", 300, "interactive recommendations"),
+    "B": SloClass("B", 850, "AI-tool calls and standard traffic"),
     "C": SloClass("C", 3000, "best effort and batch"),
 }
+
+
+def with_budgets(budgets_ms: Mapping[SloName, int]) -> dict[str, SloClass]:
+    """The classes with the configured budgets (ms) in place of the defaults.
+
+    The class names and their order of importance (A before B before C) are
+    fixed: admission shares, queues and shedding order are keyed by them.
+    """
+    budgets = {str(name): int(ms) for name, ms in budgets_ms.items()}
+    unknown = set(budgets) - set(DEFAULT_CLASSES)
+    if unknown:
+        known = sorted(DEFAULT_CLASSES)
+        raise ValueError(f"unknown SLO class(es) {sorted(unknown)}; the classes are {known}")
+    if any(ms <= 0 for ms in budgets.values()):
+        raise ValueError(f"SLO budgets must be > 0 ms, got {budgets}")
+    return {
+        name: replace(slo, budget_ms=budgets.get(name, slo.budget_ms))
+        for name, slo in DEFAULT_CLASSES.items()
+    }
 
 
 def resolve_class(
@@ -114,6 +137,25 @@ def decide_class(
         downgraded_from, name = name, entitlement.max_class
         promoted_by = None  # a promotion the caller may not have does not count
     return ClassDecision(classes[name], requested, downgraded_from, promoted_by)
+
+
+# A REST caller's own deadline, in ms from when the gateway reads it (gRPC
+# callers set theirs on the call). The request gets min(class budget, it).
+TIMEOUT_HEADER = "x-request-timeout-ms"
+TIMEOUT_DOC = "the caller's deadline in ms: the request gets the smaller of it and its class budget"
+
+
+def parse_timeout_s(raw: str | None) -> float | None:
+    """`x-request-timeout-ms` in seconds; None when absent."""
+    if raw is None or raw.strip() == "":
+        return None
+    try:
+        value = int(raw)
+    except ValueError:
+        raise InvalidArgument(f"{TIMEOUT_HEADER} must be an integer number of ms, got {raw!r}") from None
+    if value <= 0:
+        raise InvalidArgument(f"{TIMEOUT_HEADER} must be > 0")
+    return value / 1000
 
 
 def parse_token_budget(raw: str | None) -> int | None:

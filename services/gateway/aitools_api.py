@@ -7,7 +7,15 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Header, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
 
-from recmesh.slo import TOKEN_BUDGET_HEADER, ClassDecision, parse_token_budget
+from recmesh.resilience import request_scope
+from recmesh.slo import (
+    TIMEOUT_DOC,
+    TIMEOUT_HEADER,
+    TOKEN_BUDGET_HEADER,
+    ClassDecision,
+    parse_timeout_s,
+    parse_token_budget,
+)
 from services.gateway.aitools import AiTools
 from services.gateway.recommend import ClassPolicy
 
@@ -77,9 +85,11 @@ def build_router(tools: AiTools, policy: ClassPolicy) -> APIRouter:
         response: Response,
         x_slo_class: Annotated[str | None, Header(description="SLO class: A, B or C")] = None,
         x_llm_token_budget: Annotated[str | None, Header(description=budget_doc)] = None,
+        x_request_timeout_ms: Annotated[int | None, Header(gt=0, description=TIMEOUT_DOC)] = None,
     ) -> SummarizeOut:
         decision, tenant, budget = _caller(request, policy)
-        out = await tools.summarize(body.text, body.max_sentences, decision.slo, tenant, budget)
+        with request_scope(decision.slo.name, parse_timeout_s(request.headers.get(TIMEOUT_HEADER))):
+            out = await tools.summarize(body.text, body.max_sentences, decision.slo, tenant, budget)
         response.headers["x-slo-class"] = decision.slo.name
         return SummarizeOut(
             summary=out.summary, backend=out.backend, model=out.model, sentences=out.sentences,
@@ -94,11 +104,13 @@ def build_router(tools: AiTools, policy: ClassPolicy) -> APIRouter:
         response: Response,
         x_slo_class: Annotated[str | None, Header(description="SLO class: A, B or C")] = None,
         x_llm_token_budget: Annotated[str | None, Header(description=budget_doc)] = None,
+        x_request_timeout_ms: Annotated[int | None, Header(gt=0, description=TIMEOUT_DOC)] = None,
     ) -> ActionOut:
         decision, tenant, budget = _caller(request, policy)
-        out = await tools.action(
-            body.intent, body.constraints, body.output_schema, body.context, decision.slo, tenant, budget
-        )
+        with request_scope(decision.slo.name, parse_timeout_s(request.headers.get(TIMEOUT_HEADER))):
+            out = await tools.action(
+                body.intent, body.constraints, body.output_schema, body.context, decision.slo, tenant, budget
+            )
         response.headers["x-slo-class"] = decision.slo.name
         return ActionOut(
             output=out.output, backend=out.backend, model=out.model, checks=out.checks, attempts=out.attempts,

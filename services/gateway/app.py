@@ -27,6 +27,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from recmesh.errors import InvalidArgument, RecmeshError
 from recmesh.events import Event
 from recmesh.settings import GatewaySettings
+from recmesh.slo import TIMEOUT_DOC
 from recmesh.telemetry import REQUEST_LATENCY
 from services.gateway.aitools import AiTools
 from services.gateway.aitools_api import build_router as build_ai_tool_router
@@ -158,6 +159,7 @@ def create_app(settings: GatewaySettings, deps: GatewayDeps) -> RecommendRoute:
         x_api_key: Annotated[
             str | None, Header(description="caller's API key (sets the class ceiling)")
         ] = None,
+        x_request_timeout_ms: Annotated[int | None, Header(gt=0, description=TIMEOUT_DOC)] = None,
     ) -> RecommendOut:
         """Declared for the OpenAPI document only: `create_app` puts
         `RecommendRoute` in front, which serves every POST /v1/recommend."""

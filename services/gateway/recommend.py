@@ -26,13 +26,16 @@ from recmesh.resilience import remaining_s, request_scope
 from recmesh.settings import GatewaySettings
 from recmesh.slo import (
     API_KEY_HEADER,
+    DEFAULT_CLASSES,
     SLO_HEADER,
     TIER_HEADER,
     TOKEN_BUDGET_HEADER,
     ClassDecision,
     Entitlement,
+    SloClass,
     decide_class,
     parse_token_budget,
+    with_budgets,
 )
 from recmesh.telemetry import FALLBACKS, current_trace_id
 from recmesh.v1 import ranker_pb2
@@ -57,18 +60,24 @@ class ClassPolicy:
     """Turns a request's headers (or gRPC metadata) into its SLO class decision."""
 
     def __init__(
-        self, default_class: str, api_keys: Mapping[str, Entitlement], anonymous: Entitlement
+        self,
+        default_class: str,
+        api_keys: Mapping[str, Entitlement],
+        anonymous: Entitlement,
+        classes: dict[str, SloClass] = DEFAULT_CLASSES,
     ) -> None:
         self._default = default_class
         self._keys = dict(api_keys)
         self._anonymous = anonymous
+        self._classes = classes
 
     @classmethod
     def from_settings(cls, settings: GatewaySettings) -> ClassPolicy:
         keys = {
             k: Entitlement(v.tenant, v.max_class, v.trusted_context) for k, v in settings.api_keys.items()
         }
-        return cls(settings.default_slo_class, keys, Entitlement("anonymous", settings.anonymous_max_class))
+        anonymous = Entitlement("anonymous", settings.anonymous_max_class)
+        return cls(settings.default_slo_class, keys, anonymous, with_budgets(settings.slo_budgets_ms))
 
     def entitlement(self, headers: Mapping[str, str]) -> Entitlement:
         key = headers.get(API_KEY_HEADER)
@@ -87,6 +96,7 @@ class ClassPolicy:
             self._default,
             user_tier=headers.get(TIER_HEADER),
             token_budget=parse_token_budget(headers.get(TOKEN_BUDGET_HEADER)),
+            classes=self._classes,
         )
 
 

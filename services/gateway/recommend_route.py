@@ -38,7 +38,8 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from recmesh.admission import AdmissionGate
 from recmesh.errors import InvalidArgument, RecmeshError
-from recmesh.slo import ClassDecision
+from recmesh.resilience import request_scope
+from recmesh.slo import TIMEOUT_HEADER, ClassDecision, parse_timeout_s
 from recmesh.telemetry import REQUEST_LATENCY
 from services.gateway.recommend import ClassPolicy, Recommendation, Recommender
 
@@ -171,7 +172,8 @@ class RecommendRoute:
                     assert decision_error is not None
                     raise decision_error
                 slo_label = decision.slo.name
-                rec = await self._recommender.recommend(body.user_id, body.count, body.context, decision)
+                with request_scope(decision.slo.name, parse_timeout_s(headers.get(TIMEOUT_HEADER))):
+                    rec = await self._recommender.recommend(body.user_id, body.count, body.context, decision)
                 payload = recommendation_json(rec)
                 status = 200
                 extra.append((b"x-slo-class", decision.slo.name.encode()))

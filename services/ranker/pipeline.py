@@ -39,7 +39,7 @@ from recmesh.errors import DeadlineExceeded, RecmeshError
 from recmesh.features.definitions import FEATURE_SET_VERSION
 from recmesh.resilience import current_slo_class, remaining_s
 from recmesh.settings import RankerSettings
-from recmesh.slo import DEFAULT_CLASSES
+from recmesh.slo import with_budgets
 from recmesh.telemetry import FALLBACKS, LATENCY_BUCKETS
 from services.ranker import graph as graphs
 from services.ranker.graph import Graph, NodeSpec, PipelineGraphError
@@ -156,6 +156,7 @@ class RankPipeline:
         self.graph = graph
         self._nodes = graph.nodes
         self._index = index
+        self._classes = with_budgets(env.settings.slo_budgets_ms)
         # The inference service's latest degradation hint (for the ladder).
         self.inference_suggested_level = 0
 
@@ -265,7 +266,7 @@ class RankPipeline:
         stands (`inference_cold`)."""
         req = RequestState(user_id, count, as_of_ms or int(time.time() * 1000), context or {}, skip)
         slo = current_slo_class()
-        budget_ms = (DEFAULT_CLASSES[slo] if slo in DEFAULT_CLASSES else DEFAULT_CLASSES["C"]).budget_ms
+        budget_ms = (self._classes[slo] if slo in self._classes else self._classes["C"]).budget_ms
         if self._index is not None:
             self._index.refresh_in_background()
         started = time.perf_counter()

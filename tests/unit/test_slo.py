@@ -1,9 +1,19 @@
 from __future__ import annotations
 
 import pytest
+from pydantic import ValidationError
 
 from recmesh.errors import InvalidArgument
-from recmesh.slo import DEFAULT_CLASSES, Entitlement, decide_class, parse_token_budget, resolve_class
+from recmesh.settings import GatewaySettings
+from recmesh.slo import (
+    DEFAULT_CLASSES,
+    Entitlement,
+    decide_class,
+    parse_token_budget,
+    resolve_class,
+    with_budgets,
+)
+from services.gateway.recommend import ClassPolicy
 
 
 def test_header_names_the_class_case_insensitively() -> None:
@@ -62,3 +72,25 @@ def test_bad_token_budget_is_a_clear_error() -> None:
     with pytest.raises(InvalidArgument, match="x-llm-token-budget"):
         parse_token_budget("lots")
     assert parse_token_budget(None) is None and parse_token_budget("10") == 10
+
+
+def test_budgets_are_configured_over_the_defaults() -> None:
+    classes = with_budgets({"A": 120})
+    assert {n: c.budget_ms for n, c in classes.items()} == {"A": 120, "B": 850, "C": 3000}
+    assert DEFAULT_CLASSES["A"].budget_ms == 300, "the defaults are not changed"
+    with pytest.raises(ValueError, match=r"unknown SLO class\(es\) \['D'\]"):
+        with_budgets({"D": 5})  # type: ignore[dict-item]
+    with pytest.raises(ValueError, match="> 0 ms"):
+        with_budgets({"B": 0})
+
+
+def test_the_gateway_decides_with_the_configured_budget(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RECMESH_SLO_BUDGETS_MS", '{"A": 150, "C": 10000}')
+    monkeypatch.setenv("RECMESH_API_KEYS", '{"demo-interactive": {"tenant": "demo", "max_class": "A"}}')
+    policy = ClassPolicy.from_settings(GatewaySettings())
+    decision = policy.decide({"x-api-key": "demo-interactive", "x-slo-class": "A"})
+    assert (decision.slo.name, decision.slo.budget_ms) == ("A", 150)
+    assert policy.decide({"x-slo-class": "C"}).slo.budget_ms == 10000
+    monkeypatch.setenv("RECMESH_SLO_BUDGETS_MS", '{"A": -1}')
+    with pytest.raises(ValidationError, match="every SLO budget must be > 0 ms"):
+        GatewaySettings()
