@@ -20,7 +20,7 @@ import structlog
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from recmesh.telemetry import RequestInterceptor
+from recmesh.telemetry import Classify, RequestInterceptor
 
 _log = structlog.get_logger("recmesh.grpcserver")
 
@@ -41,11 +41,17 @@ class Registration:
 
 
 class MeshServer:
-    def __init__(self, service: str, address: str, registrations: Sequence[Registration]) -> None:
+    def __init__(
+        self,
+        service: str,
+        address: str,
+        registrations: Sequence[Registration],
+        classify: Classify | None = None,
+    ) -> None:
         self.service = service
         self._names = [r.full_name for r in registrations]
         self.server = grpc.aio.server(
-            interceptors=[RequestInterceptor(service)],
+            interceptors=[RequestInterceptor(service, classify)],
             options=GRPC_OPTIONS,
         )
         for reg in registrations:

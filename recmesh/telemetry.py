@@ -19,7 +19,7 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Awaitable, Callable, Iterator, MutableMapping, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, MutableMapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -41,7 +41,7 @@ from prometheus_client import Counter, Gauge, Histogram
 
 from recmesh.errors import DeadlineExceeded, RecmeshError
 from recmesh.resilience import UNKNOWN_CLASS, current_slo_class, remaining_s, request_scope
-from recmesh.slo import SLO_HEADER
+from recmesh.slo import DEFAULT_CLASSES, SLO_HEADER
 
 LATENCY_BUCKETS = (
     0.0005, 0.001, 0.002, 0.003, 0.004, 0.005, 0.0075, 0.01, 0.0125, 0.015, 0.02, 0.025,
@@ -339,6 +339,16 @@ def end_rpc_span(span: Span, code: grpc.StatusCode, details: str = "") -> None:
         span.set_status(Status(StatusCode.ERROR, f"{code.name}: {details}"))
 
 
+Classify = Callable[[Mapping[str, Any]], str]
+
+
+def hop_class(metadata: Mapping[str, Any]) -> str:
+    """The class an internal hop runs in: what the caller put in `x-slo-class`,
+    if it is a class at all (a metric label must not take any string)."""
+    name = metadata.get(SLO_HEADER)
+    return name if isinstance(name, str) and name in DEFAULT_CLASSES else UNKNOWN_CLASS
+
+
 class RequestInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
     """Per request: continue the caller's trace in a SERVER span, open the budget
     scope from the incoming deadline and class, refuse expired work, translate
@@ -347,8 +357,12 @@ class RequestInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
     interceptor does all of it: each grpc.aio server interceptor is another
     await chain per call."""
 
-    def __init__(self, service: str) -> None:
+    def __init__(self, service: str, classify: Classify | None = None) -> None:
         self._service = service
+        # The class a request is labelled and scoped with, from its metadata:
+        # by default the `x-slo-class` the previous hop set (a known class, else
+        # "unknown"); a public server passes the class it grants instead.
+        self._classify = classify or hop_class
         # The wrapped handler of each method, built on its first call: a
         # service's handlers do not change while it runs, and building the
         # wrapper and its handler object per call cost every RPC.
@@ -376,10 +390,11 @@ class RequestInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
     def _wrap(self, method: str, behavior: Behavior, full_method: str | None = None) -> Behavior:
         service = self._service
         span_name = full_method or f"/{service}/{method}"
+        classify = self._classify
 
         async def wrapper(request: Any, context: grpc.aio.ServicerContext) -> Any:
             metadata = {k: v for k, v in (context.invocation_metadata() or ())}
-            slo_class = str(metadata.get(SLO_HEADER, UNKNOWN_CLASS))
+            slo_class = classify(metadata)
             with _grpc_tracer.start_as_current_span(
                 span_name, context=propagate.extract(metadata), kind=SpanKind.SERVER,
                 attributes=_rpc_attributes(span_name, slo_class),

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 import grpc
 
+from recmesh.errors import RecmeshError
 from recmesh.grpcserver import MeshServer, Registration
 from recmesh.settings import GatewaySettings
+from recmesh.telemetry import Classify
 from recmesh.v1 import features_pb2, recommender_pb2, recommender_pb2_grpc
 from services.gateway.recommend import ClassPolicy, Recommender
 
@@ -33,6 +38,20 @@ class RecommenderServicer(recommender_pb2_grpc.RecommenderServicer):
         )
 
 
+def granted_class(policy: ClassPolicy) -> Classify:
+    """What the public server labels and scopes a call with: the class the
+    caller is granted (its header capped by its entitlement), as REST does;
+    "invalid" when the class or the key is refused."""
+
+    def classify(metadata: Mapping[str, Any]) -> str:
+        try:
+            return policy.decide(metadata).slo.name
+        except RecmeshError:
+            return "invalid"
+
+    return classify
+
+
 def build_grpc_server(settings: GatewaySettings, recommender: Recommender, policy: ClassPolicy) -> MeshServer:
     return MeshServer(
         "gateway",
@@ -44,4 +63,5 @@ def build_grpc_server(settings: GatewaySettings, recommender: Recommender, polic
                 RecommenderServicer(recommender, policy),
             )
         ],
+        classify=granted_class(policy),
     )

@@ -214,6 +214,18 @@ async def test_grpc_recommender(running: Running) -> None:
             await stub.Recommend(recommender_pb2.RecommendRequest(user_id="u42", count=5),
                                  metadata=(("x-slo-class", "Z"),), timeout=5)  # fmt: skip
         assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        # No key: asking for A is granted B, and the call is labelled with what was granted.
+        capped = await stub.Recommend(recommender_pb2.RecommendRequest(user_id="u42", count=5),
+                                      metadata=(("x-slo-class", "A"),), timeout=5)  # fmt: skip
+        assert capped.slo_class == "B" and "slo_class_downgraded:A->B" in capped.degraded
+    async with httpx.AsyncClient(timeout=5) as http:
+        metrics = (await http.get(f"http://127.0.0.1:{running.ports['GATEWAY_HTTP_PORT']}/metrics")).text
+    labels = {
+        line.split('slo_class="')[1].split('"')[0]
+        for line in metrics.splitlines()
+        if line.startswith("recmesh_request_duration_seconds_count{") and 'method="Recommend"' in line
+    }
+    assert labels == {"B", "invalid"}, f"gRPC Recommend labelled {labels}: not the granted class"
 
 
 def test_sigint_stops_every_child_and_frees_every_port(running: Running) -> None:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry, Histogram
 
-from recmesh.telemetry import observe_many, process_age_s
+from recmesh.telemetry import hop_class, observe_many, process_age_s
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
@@ -91,3 +91,9 @@ def test_spans_are_recorded_only_where_something_exports_them(
     out = subprocess.run([sys.executable, "-c", SAMPLING_PROBE], env=clean, capture_output=True,
                          text=True, check=True, timeout=60)  # fmt: skip
     assert out.stdout.strip() == expected, out.stderr
+
+
+def test_an_internal_hop_takes_only_a_known_class_from_metadata() -> None:
+    assert hop_class({"x-slo-class": "A"}) == "A"
+    assert hop_class({"x-slo-class": "drop table"}) == "unknown", "a label must not take any string"
+    assert hop_class({}) == "unknown"
