@@ -28,6 +28,7 @@ import grpc
 import orjson
 import structlog
 from opentelemetry import propagate, trace
+from opentelemetry.context import Context
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import (
@@ -256,14 +257,20 @@ def kafka_trace_headers() -> list[tuple[str, bytes]]:
 
 
 @contextmanager
-def kafka_produce_span(topic: str, count: int) -> Iterator[Span]:
-    """A PRODUCER span around sending `count` records (and waiting for their acks)."""
-    with _kafka_tracer.start_as_current_span(f"{topic} publish", kind=SpanKind.PRODUCER) as span:
+def kafka_produce_span(
+    topic: str, count: int, parent: Context | None = None, slo_class: str | None = None
+) -> Iterator[Span]:
+    """A PRODUCER span around sending `count` records (and waiting for their
+    acks); `parent` and `slo_class` for a send made later, off the request
+    that caused it (default: the current context and class)."""
+    with _kafka_tracer.start_as_current_span(
+        f"{topic} publish", context=parent, kind=SpanKind.PRODUCER
+    ) as span:
         span.set_attribute("messaging.system", "kafka")
         span.set_attribute("messaging.destination.name", topic)
         span.set_attribute("messaging.operation.type", "publish")
         span.set_attribute("messaging.batch.message_count", count)
-        span.set_attribute("recmesh.slo_class", current_slo_class())
+        span.set_attribute("recmesh.slo_class", slo_class or current_slo_class())
         yield span
 
 

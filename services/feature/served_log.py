@@ -21,11 +21,14 @@ import orjson
 import structlog
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError
+from opentelemetry import context as otel_context
+from opentelemetry.context import Context
 from prometheus_client import Counter
 
 from recmesh.features.served import served_record
-from recmesh.resilience import retry_until
+from recmesh.resilience import current_slo_class, retry_until
 from recmesh.settings import FeatureSettings
+from recmesh.telemetry import kafka_produce_span, kafka_trace_headers
 from services.feature.store import Lookup
 
 _log = structlog.get_logger("recmesh.feature.served_log")
@@ -49,6 +52,8 @@ class _Served:
     user_id: str
     item_ids: Sequence[str]
     lookup: Lookup
+    context: Context  # the look-up's trace context: the send's span is its child
+    slo_class: str
 
 
 class ServedLog:
@@ -84,7 +89,10 @@ class ServedLog:
         """Queue a served look-up (call only when `sampled()`); never blocks."""
         now_ms = int(time.time() * 1000)
         request_id = request_id or uuid.uuid4().hex
-        entry = _Served(request_id, trace_id, now_ms, as_of_ms, user_id, item_ids, lookup)
+        entry = _Served(
+            request_id, trace_id, now_ms, as_of_ms, user_id, item_ids, lookup,
+            otel_context.get_current(), current_slo_class(),
+        )  # fmt: skip
         try:
             self._queue.put_nowait(entry)
         except asyncio.QueueFull:
@@ -133,14 +141,19 @@ class ServedLog:
             item_columns=lk.item_columns,
             degraded=lk.degraded,
         )
-        try:
-            # The send is awaited only until the record is in the producer's
-            # batch, not for the broker's acknowledgement.
-            await producer.send(self.topic, value=orjson.dumps(record), key=entry.user_id.encode())
-        except KafkaError as err:
-            _FAILED.inc()
-            _log.warning("served_log_send_failed", error=repr(err))
-            return
+        with kafka_produce_span(self.topic, 1, entry.context, entry.slo_class) as span:
+            try:
+                # The send is awaited only until the record is in the producer's
+                # batch, not for the broker's acknowledgement.
+                await producer.send(
+                    self.topic, value=orjson.dumps(record), key=entry.user_id.encode(),
+                    headers=kafka_trace_headers(),
+                )  # fmt: skip
+            except KafkaError as err:
+                _FAILED.inc()
+                span.set_attribute("recmesh.fallback_reason", "served_log_send_failed")
+                _log.warning("served_log_send_failed", error=repr(err))
+                return
         self.sent += 1
         _SENT.inc()
 

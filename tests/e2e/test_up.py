@@ -58,7 +58,8 @@ def running(tmp_path_factory: pytest.TempPathFactory, model_dir: Path) -> Iterat
     ports = {name: free_port() for name in PORT_VARS}
     spans = state / "spans.jsonl"
     env = dict(os.environ, RECMESH_STATE_DIR=str(state), RECMESH_MODEL_DIR=str(model_dir),
-               RECMESH_SPANS_FILE=str(spans), **{k: str(v) for k, v in ports.items()})  # fmt: skip
+               RECMESH_SPANS_FILE=str(spans), RECMESH_SERVED_LOG_RATE="1",
+               **{k: str(v) for k, v in ports.items()})  # fmt: skip
     for var in ("REDIS_URL", "KAFKA_BOOTSTRAP"):
         env.pop(var, None)
     log = state / "up.log"
@@ -166,7 +167,7 @@ async def test_ready_events_and_recommendations(running: Running) -> None:
                 "recmesh-ranker",
                 "recmesh-feature",
                 "recmesh-inference",
-            } and "stage.diversity" in {r["name"] for r in spans}
+            } and {"stage.diversity", "served_features publish"} <= {r["name"] for r in spans}
 
         await poll_until(whole_trace, "one trace across gateway, ranker, feature and inference", timeout=10)
         rows = [json.loads(line) for line in running.spans.read_text().splitlines() if line]
@@ -174,6 +175,14 @@ async def test_ready_events_and_recommendations(running: Running) -> None:
             r for r in rows if r["trace_id"] == trace_id and r["attributes"].get("db.system") == "redis"
         ]
         assert redis_spans and {r["attributes"]["recmesh.slo_class"] for r in redis_spans} == {"A"}
+        # The feature service's served-feature log: its Kafka send is part of the trace.
+        served = [r for r in rows if r["trace_id"] == trace_id and r["name"] == "served_features publish"]
+        feature_spans = {r["span_id"] for r in rows if r["service"] == "recmesh-feature"}
+        assert served and all(
+            r["kind"] == "PRODUCER" and r["attributes"]["messaging.system"] == "kafka"
+            and r["attributes"]["recmesh.slo_class"] == "A" and r["parent_id"] in feature_spans
+            for r in served
+        ), served  # fmt: skip
         # One span per node of the ranking graph, recall sources with their counts and sigma.
         stages = {
             r["name"]: r["attributes"]

@@ -64,7 +64,19 @@ def test_self_time_subtracts_the_union_of_nested_and_overlapping_children(tmp_pa
     assert {k: v / MS for k, v in self_times(loaded).items()} == {"gateway": 70, "ranker": 55, "redis": 5}
     report = attribute(loaded)
     assert report.traces == 1 and report.e2e_p50_ms == pytest.approx(100)
-    assert by_component(report) == pytest.approx({"gateway": 70, "ranker": 55, "redis": 5})
+    # The report counts what falls inside the root: d only for [90, 100].
+    assert by_component(report) == pytest.approx({"gateway": 50, "ranker": 55, "redis": 5})
+
+
+def test_work_after_the_answer_is_not_the_requests_latency(tmp_path: Path) -> None:
+    spans = [
+        span("t", "a", None, "recmesh-gateway", 0, 100, "SERVER"),
+        span("t", "b", "a", "recmesh-feature", 10, 60, "SERVER"),
+        # The served-feature log's send, after the answer went out.
+        span("t", "k", "b", "recmesh-feature", 150, 155, "PRODUCER", "send", **{"messaging.system": "kafka"}),
+    ]
+    report = report_for(tmp_path, spans)
+    assert by_component(report) == pytest.approx({"gateway": 50, "feature": 50})
 
 
 def test_client_time_outside_the_callee_server_span_is_network(tmp_path: Path) -> None:
