@@ -6,6 +6,7 @@ import asyncio
 import time
 
 import grpc
+from opentelemetry import trace
 from prometheus_client import Counter, Gauge
 from redis.exceptions import RedisError
 
@@ -73,6 +74,8 @@ class FeatureServicer(features_pb2_grpc.FeatureServiceServicer):
         LOOKUP_ITEMS.labels(slo).inc(len(item_ids))
         for reason in lookup.degraded:
             FALLBACKS.labels("feature", reason, slo).inc()
+        if lookup.degraded:
+            trace.get_current_span().set_attribute("recmesh.fallback_reason", ",".join(lookup.degraded))
         if self._served_log is not None and self._served_log.sampled():
             metadata = dict(context.invocation_metadata() or ())
             self._served_log.offer(

@@ -163,7 +163,9 @@ class RankPipeline:
     def _fallback(self, req: RequestState, reason: str, err: Exception) -> None:
         req.degraded.append(reason)
         FALLBACKS.labels("ranker", reason, current_slo_class()).inc()
-        trace.get_current_span().add_event("fallback", {"reason": reason, "error": str(err)})
+        span = trace.get_current_span()  # the node's stage span
+        span.set_attribute("recmesh.fallback_reason", reason)
+        span.add_event("fallback", {"reason": reason, "error": str(err)})
         _log.warning("fallback", reason=reason, error=str(err))
 
     def _climb_ladder(self, req: RequestState, started: float, budget_ms: float) -> None:
