@@ -137,6 +137,9 @@ class RankerSettings(CommonSettings):
     candidates: int = Field(200, validation_alias="RECMESH_RANKER_CANDIDATES")
     # Time kept back from every downstream call so this hop can still answer.
     hop_margin_ms: float = Field(5.0, validation_alias="RECMESH_HOP_MARGIN_MS")
+    # Rank calls in flight the ranker counts as full load: from 70 % of it the
+    # degradation ladder steps down (policy.load_level).
+    capacity: int = Field(48, gt=0, validation_alias="RECMESH_RANKER_CAPACITY")
     # --- recall fusion (services/ranker/fusion.py) ---
     # Base weight per recall source, before the hybrid rule shifts them by sigma, e.g.
     # RECMESH_RANKER_FUSION_WEIGHTS='{"popular": 0.1, "covisit": 0.35, "category": 0.45, "semantic": 0.2}'.

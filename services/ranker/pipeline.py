@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 
 import structlog
 from opentelemetry import trace
-from prometheus_client import Counter, Histogram
+from prometheus_client import Counter, Gauge, Histogram
 
 from recmesh.clients import FeatureClient, InferenceClient
 from recmesh.errors import DeadlineExceeded, RecmeshError
@@ -68,6 +68,9 @@ _log = structlog.get_logger("recmesh.ranker")
 
 DEGRADATIONS = Counter(
     "recmesh_ranker_degradations_total", "Requests ranked at a degradation level > 0.", ("level", "slo_class")
+)
+IN_FLIGHT = Gauge(
+    "recmesh_ranker_in_flight", "Rank calls in flight (over RECMESH_RANKER_CAPACITY: the ladder's load)."
 )
 STAGE_LATENCY = Histogram(
     "recmesh_ranker_stage_seconds",
@@ -157,8 +160,10 @@ class RankPipeline:
         self._nodes = graph.nodes
         self._index = index
         self._classes = with_budgets(env.settings.slo_budgets_ms)
-        # The inference service's latest degradation hint (for the ladder).
+        # The inference service's latest degradation hint and the Rank calls
+        # now in flight (the ladder's load signals).
         self.inference_suggested_level = 0
+        self.in_flight = 0
 
     def _fallback(self, req: RequestState, reason: str, err: Exception) -> None:
         req.degraded.append(reason)
@@ -171,8 +176,9 @@ class RankPipeline:
     def _climb_ladder(self, req: RequestState, started: float, budget_ms: float) -> None:
         left = remaining_s()
         elapsed_ms = (time.perf_counter() - started) * 1000
+        load = self.in_flight / self._env.settings.capacity
         level = choose_level(None if left is None else left * 1000, budget_ms, elapsed_ms,
-                             self.inference_suggested_level)  # fmt: skip
+                             self.inference_suggested_level, load)  # fmt: skip
         req.level = max(req.level, level)
 
     async def _run_node(
@@ -266,6 +272,22 @@ class RankPipeline:
         request may not wait for. With "inference" in it nothing calls inference:
         no query embedding for semantic recall, no scoring; the recall order
         stands (`inference_cold`)."""
+        self.in_flight += 1
+        IN_FLIGHT.set(self.in_flight)
+        try:
+            return await self._rank(user_id, count, as_of_ms, context, skip)
+        finally:
+            self.in_flight -= 1
+            IN_FLIGHT.set(self.in_flight)
+
+    async def _rank(
+        self,
+        user_id: str,
+        count: int,
+        as_of_ms: int,
+        context: Mapping[str, str] | None,
+        skip: frozenset[str],
+    ) -> Ranked:
         req = RequestState(user_id, count, as_of_ms or int(time.time() * 1000), context or {}, skip)
         slo = current_slo_class()
         budget_ms = (self._classes[slo] if slo in self._classes else self._classes["C"]).budget_ms

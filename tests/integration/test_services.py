@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from pathlib import Path
 
@@ -200,3 +201,17 @@ async def test_tight_budget_steps_down_the_ladder(mesh: Mesh) -> None:
     assert skipped.model_version == "recall"
     scores = [i.score for i in skipped.items]
     assert len(scores) == 5 and scores == sorted(scores, reverse=True)
+
+
+async def test_the_ranker_steps_down_the_ladder_under_its_own_load(mesh: Mesh, tmp_path: Path) -> None:
+    settings = RankerSettings(ranker_port=free_port(), model_dir=tmp_path, capacity=2)
+    pipeline = build_pipeline(settings, mesh.feature_client, mesh.inference_client)
+    with request_scope("A", 5.0):
+        alone = await pipeline.rank("u5", 5, 0)
+        together = await asyncio.gather(*(pipeline.rank(f"u{i}", 5, 0) for i in range(2)))
+    assert not any(d.startswith("ladder:") for d in alone.degraded), alone.degraded
+    # Two in flight on a capacity of 2: load 1.0, the cheapest model variant.
+    assert all(r.degraded[0] == "ladder:L3_no_cross_features" for r in together), [
+        r.degraded for r in together
+    ]
+    assert pipeline.in_flight == 0
