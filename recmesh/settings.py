@@ -14,7 +14,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from recmesh.slo import SloName
+from recmesh.slo import SloClass, SloName, with_budgets
 
 STATE_DIR_DEFAULT = Path(".recmesh")
 
@@ -52,6 +52,12 @@ class CommonSettings(BaseSettings):
         if any(ms <= 0 for ms in value.values()):
             raise ValueError("every SLO budget must be > 0 ms")
         return value
+
+
+def configured_classes() -> dict[str, SloClass]:
+    """The SLO classes with this environment's budgets (RECMESH_SLO_BUDGETS_MS):
+    for tools outside the services, such as the benchmarks' goodput."""
+    return with_budgets(CommonSettings().slo_budgets_ms)
 
 
 class RedisSettings(BaseSettings):

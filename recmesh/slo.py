@@ -147,12 +147,11 @@ TIMEOUT_DOC = "the caller's deadline in ms: the request gets the smaller of it a
 
 def parse_timeout_s(raw: str | None) -> float | None:
     """`x-request-timeout-ms` in seconds; None when absent."""
-    if raw is None or raw.strip() == "":
+    if raw is None:
         return None
-    try:
-        value = int(raw)
-    except ValueError:
-        raise InvalidArgument(f"{TIMEOUT_HEADER} must be an integer number of ms, got {raw!r}") from None
+    if not raw.strip().isdigit():
+        raise InvalidArgument(f"{TIMEOUT_HEADER} must be a whole number of ms, got {raw!r}")
+    value = int(raw)
     if value <= 0:
         raise InvalidArgument(f"{TIMEOUT_HEADER} must be > 0")
     return value / 1000

@@ -4,9 +4,9 @@ This module owns reading the JSON-lines span files written by
 `recmesh.telemetry.JsonLinesSpanExporter`, rebuilding each trace's span tree and
 attributing its latency to components: a span's *self time* is its duration
 minus the union of its direct children's intervals (clipped to the span), and
-self time is summed per component; only what falls inside the root span counts
-(a span that outlives the answer, like the served-feature log's Kafka send,
-adds its time before the answer only). The component is "redis" for spans with
+self time is summed per component; a span counts only inside its parent's
+(clipped) interval (a span that outlives its parent, like the served-feature
+log's Kafka send, ran beside the request, not in it). The component is "redis" for spans with
 `db.system == "redis"`, "kafka" for `messaging.system == "kafka"`, otherwise
 the service name without a leading "recmesh-". A CLIENT span whose SERVER
 child runs in another service charges its self time (wire, queueing,
@@ -171,23 +171,35 @@ def find_root(trace: Sequence[Span]) -> Span | None:
     return roots[0] if len(roots) == 1 else None
 
 
-def self_times(trace: Sequence[Span], window: tuple[int, int] | None = None) -> dict[str, int]:
-    """Self time in ns per component for the spans of one trace, counting only
-    what falls inside `window` (the root span's interval: work a span does
-    after the answer went out, such as a background log write, is not the
-    request's latency)."""
+def self_times(trace: Sequence[Span], clip: bool = True) -> dict[str, int]:
+    """Self time in ns per component for the spans of one trace. With `clip`,
+    a span counts only inside its parent's (clipped) interval: work that
+    outlives its parent or starts after it, such as the served-feature log's
+    Kafka send, ran beside the request, not in it, and charging it would make
+    the components add up to more than the request took."""
     children: dict[str, list[Span]] = defaultdict(list)
     for span in trace:
         if span.parent_id is not None:
             children[span.parent_id].append(span)
+    ids = {span.span_id for span in trace}
+    todo = [
+        (span, (span.start_ns, span.end_ns))
+        for span in trace
+        if span.parent_id is None or span.parent_id not in ids
+    ]
     totals: dict[str, int] = defaultdict(int)
-    for span in trace:
+    while todo:
+        span, (start, end) = todo.pop()
         kids = children.get(span.span_id, [])
-        start, end = span.start_ns, span.end_ns
-        if window is not None:
-            start, end = max(start, window[0]), min(end, window[1])
-            if end <= start:
-                continue
+        for kid in kids:
+            todo.append(
+                (
+                    kid,
+                    (max(kid.start_ns, start), min(kid.end_ns, end)) if clip else (kid.start_ns, kid.end_ns),
+                )
+            )
+        if end <= start:
+            continue
         own = (end - start) - _covered_ns(start, end, ((k.start_ns, k.end_ns) for k in kids))
         component = span.component
         if span.kind == "CLIENT":
@@ -246,7 +258,7 @@ def attribute(spans: Iterable[Span], slo_class: str | None = None) -> Report:
             if cls is None or cls.strip().upper() != wanted:
                 continue
         e2e.append(root.duration_ns / _NS_PER_MS)
-        for component, ns in self_times(trace, (root.start_ns, root.end_ns)).items():
+        for component, ns in self_times(trace).items():
             per_component[component].append(ns / _NS_PER_MS)
     n = len(e2e)
     e2e_mean = sum(e2e) / n if n else 0.0

@@ -107,9 +107,12 @@ async def serve(role: str, port: int, downstream: dict[str, int]) -> None:
         reply = bytes(SIZES["rank"][1])
 
         async def rank(request: bytes, context: grpc.aio.ServicerContext[bytes, bytes]) -> bytes:
-            await user()
-            await items()
-            await score()
+            try:
+                await user()
+                await items()
+                await score()
+            except grpc.aio.AioRpcError as err:  # passed on, as the ranker would: no traceback per call
+                await context.abort(err.code(), err.details() or "")
             return reply
 
         await _grpc_server(port, "floor.ranker", {"rank": rank})

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import orjson
 
 from recmesh.bench.common import percentile
-from recmesh.slo import DEFAULT_CLASSES
+from recmesh.settings import configured_classes
 
 REQUEST_TIMEOUT_S = 5.0
 
@@ -257,7 +257,7 @@ async def offer(host: str, port: int, spec: LoadSpec) -> tuple[list[Outcome], fl
 def summarise(
     outcomes: Sequence[Outcome], rate: float, seconds: float, budgets_ms: Mapping[str, int] | None = None
 ) -> StepResult:
-    budgets = budgets_ms or {n: c.budget_ms for n, c in DEFAULT_CLASSES.items()}
+    budgets = budgets_ms or {n: c.budget_ms for n, c in configured_classes().items()}
     result = StepResult(rate, seconds)
     by_class: dict[str, list[Outcome]] = {}
     for o in outcomes:

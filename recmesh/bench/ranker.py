@@ -17,14 +17,14 @@ from recmesh.bench.common import emit, percentile
 from recmesh.clients import RankerClient
 from recmesh.errors import RecmeshError
 from recmesh.resilience import request_scope
-from recmesh.slo import DEFAULT_CLASSES
+from recmesh.settings import configured_classes
 
 
 async def bench_ranker(
     addr: str, calls: int, warmup: int, slo_class: str, count: int, users: int
 ) -> dict[str, Any]:
     client = RankerClient(addr, "bench")
-    budget_s = DEFAULT_CLASSES[slo_class].budget_ms / 1000
+    budget_s = configured_classes()[slo_class].budget_ms / 1000
     latencies: list[float] = []
     degraded: Counter[str] = Counter()
     errors = 0

@@ -23,6 +23,7 @@ from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError
 from opentelemetry import context as otel_context
 from opentelemetry.context import Context
+from opentelemetry.trace import Status, StatusCode
 from prometheus_client import Counter
 
 from recmesh.features.served import served_record
@@ -151,7 +152,7 @@ class ServedLog:
                 )  # fmt: skip
             except KafkaError as err:
                 _FAILED.inc()
-                span.set_attribute("recmesh.fallback_reason", "served_log_send_failed")
+                span.set_status(Status(StatusCode.ERROR, repr(err)))
                 _log.warning("served_log_send_failed", error=repr(err))
                 return
         self.sent += 1

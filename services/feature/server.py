@@ -74,8 +74,6 @@ class FeatureServicer(features_pb2_grpc.FeatureServiceServicer):
         LOOKUP_ITEMS.labels(slo).inc(len(item_ids))
         for reason in lookup.degraded:
             FALLBACKS.labels("feature", reason, slo).inc()
-        if lookup.degraded:
-            trace.get_current_span().set_attribute("recmesh.fallback_reason", ",".join(lookup.degraded))
         if self._served_log is not None and self._served_log.sampled():
             metadata = dict(context.invocation_metadata() or ())
             self._served_log.offer(
@@ -99,6 +97,8 @@ class FeatureServicer(features_pb2_grpc.FeatureServiceServicer):
         columns_to_pb(item_ids, lookup.item_columns, response.items)
         if request.related_limit:
             await self._add_related(request, lookup, timeout_ms / 1000, response)
+        if response.degraded:
+            trace.get_current_span().set_attribute("recmesh.fallback_reason", ",".join(response.degraded))
         return response
 
     async def _add_related(

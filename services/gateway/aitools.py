@@ -82,6 +82,7 @@ def build_tool_gate(settings: AiToolSettings) -> AdmissionGate:
 def _fallback(slo: str, reason: str, degraded: list[str], err: Exception | None = None) -> None:
     FALLBACKS.labels("gateway", reason, slo).inc()
     span = trace.get_current_span()
+    span.set_attribute("recmesh.fallback_reason", reason)
     span.add_event("fallback", {"reason": reason, "error": str(err) if err else ""})
     _log.info("ai_tool_fallback", reason=reason, error=str(err) if err else None)
     degraded.append(reason)

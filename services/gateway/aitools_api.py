@@ -10,10 +10,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from recmesh.resilience import request_scope
 from recmesh.slo import (
     TIMEOUT_DOC,
-    TIMEOUT_HEADER,
     TOKEN_BUDGET_HEADER,
     ClassDecision,
-    parse_timeout_s,
     parse_token_budget,
 )
 from services.gateway.aitools import AiTools
@@ -88,7 +86,7 @@ def build_router(tools: AiTools, policy: ClassPolicy) -> APIRouter:
         x_request_timeout_ms: Annotated[int | None, Header(gt=0, description=TIMEOUT_DOC)] = None,
     ) -> SummarizeOut:
         decision, tenant, budget = _caller(request, policy)
-        with request_scope(decision.slo.name, parse_timeout_s(request.headers.get(TIMEOUT_HEADER))):
+        with request_scope(decision.slo.name, x_request_timeout_ms / 1000 if x_request_timeout_ms else None):
             out = await tools.summarize(body.text, body.max_sentences, decision.slo, tenant, budget)
         response.headers["x-slo-class"] = decision.slo.name
         return SummarizeOut(
@@ -107,7 +105,7 @@ def build_router(tools: AiTools, policy: ClassPolicy) -> APIRouter:
         x_request_timeout_ms: Annotated[int | None, Header(gt=0, description=TIMEOUT_DOC)] = None,
     ) -> ActionOut:
         decision, tenant, budget = _caller(request, policy)
-        with request_scope(decision.slo.name, parse_timeout_s(request.headers.get(TIMEOUT_HEADER))):
+        with request_scope(decision.slo.name, x_request_timeout_ms / 1000 if x_request_timeout_ms else None):
             out = await tools.action(
                 body.intent, body.constraints, body.output_schema, body.context, decision.slo, tenant, budget
             )

@@ -7,7 +7,6 @@ from typing import Any
 
 import grpc
 
-from recmesh.errors import RecmeshError
 from recmesh.grpcserver import MeshServer, Registration
 from recmesh.settings import GatewaySettings
 from recmesh.telemetry import Classify
@@ -46,7 +45,7 @@ def granted_class(policy: ClassPolicy) -> Classify:
     def classify(metadata: Mapping[str, Any]) -> str:
         try:
             return policy.decide(metadata).slo.name
-        except RecmeshError:
+        except Exception:
             return "invalid"
 
     return classify

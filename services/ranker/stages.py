@@ -183,7 +183,9 @@ def _recall_kind(source: str) -> tuple[Run, Neutral]:
         )  # fmt: skip
         got = await src.fetch(ctx)
         if got.stale:
-            req.degraded.append("candidates_stale" if source == "popular" else f"recall:{node.name}_stale")
+            reason = "candidates_stale" if source == "popular" else f"recall:{node.name}_stale"
+            req.degraded.append(reason)
+            trace.get_current_span().set_attribute("recmesh.fallback_reason", reason)  # the stage's span
         return SourceOut(node.name, src.role, got)
 
     def neutral(env: Env, req: RequestState, node: NodeSpec, inputs: Inputs) -> object:

@@ -206,7 +206,7 @@ async def test_tight_budget_steps_down_the_ladder(mesh: Mesh) -> None:
 async def test_the_ranker_steps_down_the_ladder_under_its_own_load(mesh: Mesh, tmp_path: Path) -> None:
     settings = RankerSettings(ranker_port=free_port(), model_dir=tmp_path, capacity=2)
     pipeline = build_pipeline(settings, mesh.feature_client, mesh.inference_client)
-    with request_scope("A", 5.0):
+    with request_scope("C", 10.0):  # a long budget: only the load moves the ladder
         alone = await pipeline.rank("u5", 5, 0)
         together = await asyncio.gather(*(pipeline.rank(f"u{i}", 5, 0) for i in range(2)))
     assert not any(d.startswith("ladder:") for d in alone.degraded), alone.degraded

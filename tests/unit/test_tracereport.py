@@ -61,22 +61,37 @@ def test_self_time_subtracts_the_union_of_nested_and_overlapping_children(tmp_pa
     ]
     loaded = load_spans([write(tmp_path, spans)])
     # a: 100 - 60 = 40, d: 30 (no children) -> gateway 70; b: 30 - 5 = 25, c: 30 -> ranker 55
-    assert {k: v / MS for k, v in self_times(loaded).items()} == {"gateway": 70, "ranker": 55, "redis": 5}
+    unclipped = self_times(loaded, clip=False)
+    assert {k: v / MS for k, v in unclipped.items()} == {"gateway": 70, "ranker": 55, "redis": 5}
     report = attribute(loaded)
     assert report.traces == 1 and report.e2e_p50_ms == pytest.approx(100)
-    # The report counts what falls inside the root: d only for [90, 100].
+    # Clipped to its parent, d counts only for [90, 100]: gateway 40 + 10.
     assert by_component(report) == pytest.approx({"gateway": 50, "ranker": 55, "redis": 5})
 
 
-def test_work_after_the_answer_is_not_the_requests_latency(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("k_start", "k_end"), [(150, 155), (62, 70), (55, 65)])
+def test_work_beside_the_request_is_not_its_latency(tmp_path: Path, k_start: float, k_end: float) -> None:
     spans = [
         span("t", "a", None, "recmesh-gateway", 0, 100, "SERVER"),
         span("t", "b", "a", "recmesh-feature", 10, 60, "SERVER"),
-        # The served-feature log's send, after the answer went out.
-        span("t", "k", "b", "recmesh-feature", 150, 155, "PRODUCER", "send", **{"messaging.system": "kafka"}),
+        # The served-feature log's send, a child of the look-up that runs after
+        # it: after the answer, while the request goes on, or across its end.
+        span(
+            "t",
+            "k",
+            "b",
+            "recmesh-feature",
+            k_start,
+            k_end,
+            "PRODUCER",
+            "send",
+            **{"messaging.system": "kafka"},
+        ),
     ]
-    report = report_for(tmp_path, spans)
-    assert by_component(report) == pytest.approx({"gateway": 50, "feature": 50})
+    components = by_component(report_for(tmp_path, spans))
+    assert sum(components.values()) == pytest.approx(100), "the components add up to the request"
+    assert components["gateway"] == pytest.approx(50)
+    assert components.get("kafka", 0) == pytest.approx(max(0, min(k_end, 60) - k_start))
 
 
 def test_client_time_outside_the_callee_server_span_is_network(tmp_path: Path) -> None:
