@@ -389,6 +389,10 @@ def build_parser() -> argparse.ArgumentParser:
     be.add_argument("--api-key", default="demo-interactive", help="x-api-key sent with class A requests")
     be.add_argument("--up-pid", type=int, help="with --gateway: pid of its `recmesh up`, for CPU per process")
     be.add_argument("--plot", default=".recmesh/bench-e2e.png", help="PNG of latency and goodput vs load")
+    be.add_argument(
+        "--no-baseline", dest="baseline", action="store_false",
+        help="skip the floor (`recmesh bench floor`) run after the sweep for mesh/floor ratios",
+    )  # fmt: skip
     be.add_argument("--json", action="store_true")
     be.set_defaults(func=_lazy("recmesh.bench.e2e"))
 

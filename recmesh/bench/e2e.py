@@ -243,6 +243,24 @@ def plot(steps: list[StepResult], out: Path) -> str:
     return f"plot: {out}"
 
 
+def baseline_table(mesh: list[StepResult], floor: list[StepResult]) -> str:
+    """Per step, the mesh against the floor measured in the same run (the
+    same calls with no work in them): class-A p50 and CPU per request, as
+    ratios, which move less with the machine's speed than the figures do."""
+    lines = [
+        "baseline: `recmesh bench floor` in the same run (the same calls, no work); ratio = mesh / floor",
+        f"{'offered/s':>9} {'floor A p50':>11} {'p50 ratio':>9} {'floor cpu ms':>12} {'cpu ratio':>9}",
+    ]
+    for m, f in zip(mesh, floor, strict=False):
+        m_a, f_a = m.classes.get("A"), f.classes.get("A")
+        m_cpu, f_cpu = sum(m.cpu_ms_per_request.values()), sum(f.cpu_ms_per_request.values())
+        p50 = f"{m_a.p50_ms / f_a.p50_ms:>8.2f}x" if m_a and f_a and f_a.p50_ms > 0 else f"{'-':>9}"
+        cpu = f"{m_cpu / f_cpu:>8.2f}x" if m_cpu > 0 and f_cpu > 0 else f"{'-':>9}"
+        f_p50 = f"{f_a.p50_ms:>8.1f} ms" if f_a else f"{'-':>11}"
+        lines.append(f"{m.rate:>9.0f} {f_p50} {p50} {f_cpu:>9.2f} ms {cpu}")
+    return "\n".join(lines)
+
+
 async def run(args: Any) -> list[StepResult]:
     rates, mix = parse_rates(args.rates), parse_mix(args.mix)
     if args.gateway:
@@ -257,5 +275,11 @@ def main(args: Any) -> int:
     steps = asyncio.run(run(args))
     figures: dict[str, Any] = {"steps": [asdict(s) for s in steps]}
     text = table(steps) + "\n" + plot(steps, Path(args.plot))
+    if args.baseline:
+        from recmesh.bench import floor  # floor reuses this module's sweep
+
+        base = asyncio.run(floor.sweep_floor(args.rates, min(args.seconds, 5.0)))
+        figures["baseline"] = [asdict(s) for s in base]
+        text += "\n" + baseline_table(steps, base)
     emit(figures, args.json, text)
     return 0

@@ -165,12 +165,16 @@ async def started_skeleton(
             await asyncio.to_thread(proc.stop)
 
 
-async def run(args: Any) -> list[StepResult]:
-    rates = parse_rates(args.rates)
+async def sweep_floor(rates: str, seconds: float) -> list[StepResult]:
+    """The skeleton under the e2e sweep: `rates` as `--rates` takes them."""
     with tempfile.TemporaryDirectory(prefix="recmesh-bench-floor-") as tmp:
         async with started_skeleton(Path(tmp)) as (url, roles):
             meter = CpuMeter(names=roles)
-            return await sweep(url, rates, args.seconds, {"A": 1.0}, None, meter=meter)
+            return await sweep(url, parse_rates(rates), seconds, {"A": 1.0}, None, meter=meter)
+
+
+async def run(args: Any) -> list[StepResult]:
+    return await sweep_floor(args.rates, args.seconds)
 
 
 TITLE = "recmesh bench floor: the mesh's calls with no work in them (canned bytes), class A, open loop"
