@@ -4,10 +4,10 @@ This module owns reading the JSON-lines span files written by
 `recmesh.telemetry.JsonLinesSpanExporter`, rebuilding each trace's span tree and
 attributing its latency to components: a span's *self time* is its duration
 minus the union of its direct children's intervals (clipped to the span), and
-self time is summed per component; a span counts only inside its parent's
-(clipped) interval (a span that outlives its parent, like the served-feature
-log's Kafka send, ran beside the request, not in it). The component is "redis" for spans with
-`db.system == "redis"`, "kafka" for `messaging.system == "kafka"`, otherwise
+self time is summed per component. A span counts only inside its parent's
+(clipped) interval: one that outlives its parent, like the served-feature
+log's Kafka send, ran beside the request, not in it. The component is "redis"
+for spans with `db.system == "redis"`, "kafka" for `messaging.system == "kafka"`, otherwise
 the service name without a leading "recmesh-". A CLIENT span whose SERVER
 child runs in another service charges its self time (wire, queueing,
 (de)serialisation outside the callee's handler) to "network:<callee component>".
@@ -192,12 +192,8 @@ def self_times(trace: Sequence[Span], clip: bool = True) -> dict[str, int]:
         span, (start, end) = todo.pop()
         kids = children.get(span.span_id, [])
         for kid in kids:
-            todo.append(
-                (
-                    kid,
-                    (max(kid.start_ns, start), min(kid.end_ns, end)) if clip else (kid.start_ns, kid.end_ns),
-                )
-            )
+            window = (max(kid.start_ns, start), min(kid.end_ns, end)) if clip else (kid.start_ns, kid.end_ns)
+            todo.append((kid, window))
         if end <= start:
             continue
         own = (end - start) - _covered_ns(start, end, ((k.start_ns, k.end_ns) for k in kids))

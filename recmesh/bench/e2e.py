@@ -62,14 +62,15 @@ def parse_mix(text: str) -> dict[str, float]:
     """`A:0.3,B:0.2,C:0.5` -> shares that sum to 1 (bad text: InvalidArgument)."""
     mix = {}
     for part in text.split(","):
-        name, _, share = part.partition(":")
+        raw_name, _, share = part.partition(":")
+        name = raw_name.strip().upper()
         try:
             value = float(share)
         except ValueError:
             raise InvalidArgument(f"'{part}' is not CLASS:SHARE (e.g. A:0.3,B:0.2,C:0.5)") from None
-        if name.strip().upper() in mix:
-            raise InvalidArgument(f"'{text}': class {name.strip().upper()} is given twice")
-        mix[name.strip().upper()] = value
+        if name in mix:
+            raise InvalidArgument(f"'{text}': class {name} is given twice")
+        mix[name] = value
     if not all(mix) or not all(0 <= v < math.inf for v in mix.values()) or sum(mix.values()) <= 0:
         raise InvalidArgument(f"'{text}': each class needs a name and a finite share >= 0, not all 0")
     total = sum(mix.values())
