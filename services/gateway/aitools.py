@@ -88,6 +88,23 @@ def _fallback(slo: str, reason: str, degraded: list[str], err: Exception | None 
     degraded.append(reason)
 
 
+@dataclass(frozen=True)
+class _Spend:
+    """An action call's token budget and what its steps may cost."""
+
+    budget: int | None
+    attempt_tokens: int  # one generation: the prompt and the output allowance
+    template_tokens: int  # the template's answer, the fallback after any attempt
+
+    def allows_another(self, spent: int) -> bool:
+        """Whether one more attempt, and the template after it, still fit."""
+        return self.budget is None or spent + self.attempt_tokens + self.template_tokens <= self.budget
+
+
+def _summary_prompt(sentences: list[str], k: int) -> str:
+    return f"Summarize in at most {k} sentences:\n" + " ".join(sentences)
+
+
 class AiTools:
     def __init__(
         self,
@@ -137,7 +154,14 @@ class AiTools:
         sentences, truncated = summarize.split_sentences(text, self._settings.max_sentences)
         if not sentences:
             raise InvalidArgument("text has no sentence to summarize")
-        estimate = self._counter.count(" ".join(sentences))
+        # What the call may spend, counted before it runs: embedding each
+        # sentence costs its tokens and the model's two special ones (as the
+        # embed answer counts them); a generative model, the prompt and the
+        # output allowance. The budget caps the larger.
+        estimate = sum(self._counter.count(s) for s in sentences)
+        if await self._generation_model():
+            prompt_tokens = self._counter.count(_summary_prompt(sentences, max_sentences))
+            estimate = max(estimate, prompt_tokens + self._settings.max_output_tokens)
         self._charge(tenant, "summarize", estimate, token_budget)
         span = trace.get_current_span()
         budget_s = self._budget_s(slo)
@@ -153,7 +177,7 @@ class AiTools:
     async def _summarize(self, sentences: list[str], k: int, slo: str) -> Summary:
         degraded: list[str] = []
         if await self._generation_model():
-            prompt = f"Summarize in at most {k} sentences:\n" + " ".join(sentences)
+            prompt = _summary_prompt(sentences, k)
             try:
                 out = await self._inference.generate(
                     prompt, self._settings.max_output_tokens, cap_s=self._fuse_s()
@@ -198,12 +222,18 @@ class AiTools:
         prompt = actions.llm_prompt(intent, constraints, schema, context)
         prompt_tokens = self._counter.count(prompt)
         budget_s = self._budget_s(slo)
+        # The template's answer is what a call without (or after) a generative
+        # model spends; each generation attempt the prompt and the output allowance.
+        template_tokens = self._counter.count(json.dumps(actions.template_fill(schema, intent, context)))
         with request_scope(slo.name, budget_s):
             async with self.gate.slot(slo.name, budget_s):
                 generator = await self._generation_model()
-                estimate = prompt_tokens + (self._settings.max_output_tokens if generator else 0)
-                self._charge(tenant, "action", estimate, token_budget)
-                result = await self._action(intent, constraints, schema, context, prompt, generator, slo.name)
+                attempt_tokens = prompt_tokens + self._settings.max_output_tokens if generator else 0
+                self._charge(tenant, "action", attempt_tokens + template_tokens, token_budget)
+                result = await self._action(
+                    intent, constraints, schema, context, prompt, generator, slo.name,
+                    _Spend(token_budget, attempt_tokens, template_tokens),
+                )  # fmt: skip
         trace.get_current_span().set_attribute("recmesh.ai_tool.backend", result.backend)
         TOKENS_USED.labels(tenant, "action", slo.name).inc(result.tokens_used)
         return result
@@ -217,6 +247,7 @@ class AiTools:
         prompt: str,
         generator: str,
         slo: str,
+        spend: _Spend,
     ) -> Action:
         degraded: list[str] = []
         tokens = 0
@@ -227,6 +258,9 @@ class AiTools:
                 left = remaining_s()
                 if attempts and (left is None or left < 0.1):
                     _fallback(slo, "retry_skipped:budget", degraded)
+                    break
+                if attempts and not spend.allows_another(tokens):
+                    _fallback(slo, "retry_skipped:token_budget", degraded)
                     break
                 attempts += 1
                 try:

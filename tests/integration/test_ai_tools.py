@@ -153,3 +153,23 @@ async def test_action_errors_are_400_or_422(http: httpx.AsyncClient) -> None:
                   "required": ["code"]}  # fmt: skip
     resp = await http.post("/v2/ai-tool/action", json={**base, "output_schema": impossible})
     assert resp.status_code == 422 and "does not match" in resp.json()["message"]
+
+
+async def test_the_token_budget_caps_what_a_call_spends(http: httpx.AsyncClient) -> None:
+    action = {"intent": "drive_trial_conversion", "constraints": ["must_include_cta"],
+              "output_schema": SCHEMA, "context": {"url": "https://example.org/trial"}}  # fmt: skip
+    for path, payload in (("summarize", {"text": TEXT, "max_sentences": 2}), ("action", action)):
+        free = await http.post(f"/v2/ai-tool/{path}", json=payload)
+        assert free.status_code == 200, free.text
+        spent = free.json()["tokens_used"]
+        # Exactly what the call spends is allowed; one token less is refused up front.
+        fits = await http.post(
+            f"/v2/ai-tool/{path}", json=payload, headers={"x-llm-token-budget": str(spent)}
+        )
+        assert fits.status_code == 200 and fits.json()["tokens_used"] <= spent, (path, fits.text)
+        short = await http.post(
+            f"/v2/ai-tool/{path}", json=payload, headers={"x-llm-token-budget": str(spent - 1)}
+        )
+        assert short.status_code == 422 and f"needs about {spent} tokens" in short.json()["message"], (
+            short.text
+        )

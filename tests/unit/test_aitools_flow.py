@@ -117,3 +117,17 @@ async def test_summarize_prefers_generation_then_centrality_then_lead() -> None:
         [0, 1],
         "One fact here. Another fact there.",
     )
+
+
+async def test_a_retry_the_token_budget_cannot_cover_is_skipped() -> None:
+    tools = _tools(Scripted(replies=[PRICEY, GOOD]))
+    unbudgeted = await _tools(Scripted(replies=[PRICEY, GOOD])).action(
+        "trial", CONSTRAINTS, SCHEMA, {}, B, "t", None
+    )
+    assert unbudgeted.attempts == 2
+    # An attempt may cost its prompt (120 tokens) and the output allowance
+    # (256), the template after it 31: 407 fit in 430, a second attempt after
+    # the first one's 60 tokens (467) does not.
+    out = await tools.action("trial", CONSTRAINTS, SCHEMA, {}, B, "t", 430)
+    assert out.attempts == 1 and out.backend == "template" and out.tokens_used <= 430
+    assert out.degraded == ["output_invalid:attempt_1", "retry_skipped:token_budget", "fallback:template"]
