@@ -149,12 +149,9 @@ def parse_timeout_s(raw: str | None) -> float | None:
     """`x-request-timeout-ms` in seconds; None when absent."""
     if raw is None:
         return None
-    if not raw.strip().isdigit():
-        raise InvalidArgument(f"{TIMEOUT_HEADER} must be a whole number of ms, got {raw!r}")
-    value = int(raw)
-    if value <= 0:
-        raise InvalidArgument(f"{TIMEOUT_HEADER} must be > 0")
-    return value / 1000
+    if not raw.strip().isdigit() or int(raw) <= 0:
+        raise InvalidArgument(f"{TIMEOUT_HEADER} must be a whole number of ms above 0, got {raw!r}")
+    return int(raw) / 1000
 
 
 def parse_token_budget(raw: str | None) -> int | None:

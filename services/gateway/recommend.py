@@ -4,8 +4,9 @@ The gateway stamps the request's logical timestamp (as-of time) and turns the
 SLO class budget, or a tighter caller deadline, into the deadline every hop
 inherits. When the ranker cannot answer in time, the popular items the gateway
 holds in memory (refreshed from the feature service every few seconds) are
-served instead, flagged `ranker_unavailable`: the fallback needs no network
-call, so it still fits in a budget the ranker used up.
+served instead, flagged `ranker_unavailable` (or `ranker_timeout` when the
+budget ran out first): the fallback needs no network call, so it still fits
+in a budget the ranker used up.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from opentelemetry import trace
 
 from recmesh.admission import AdmissionGate
 from recmesh.clients import UNSCORED_MODEL, FeatureClient, RankerClient
-from recmesh.errors import InvalidArgument, RecmeshError, Unauthenticated, Unavailable
+from recmesh.errors import DeadlineExceeded, InvalidArgument, RecmeshError, Unauthenticated, Unavailable
 from recmesh.features.definitions import FEATURE_SET_VERSION
 from recmesh.resilience import remaining_s, request_scope
 from recmesh.settings import GatewaySettings
@@ -186,15 +187,19 @@ class Recommender:
         except RecmeshError as err:
             if isinstance(err, InvalidArgument):
                 raise
-            if self._cold is not None:
+            # Out of time (the request's budget, maybe a caller's tight deadline)
+            # says nothing about whether the ranker is up; failing to reach it does.
+            timed_out = isinstance(err, DeadlineExceeded)
+            if self._cold is not None and not timed_out:
                 self._cold.observed("ranker", False)
             if not self._popular:
                 raise Unavailable(f"ranker failed and no fallback is held yet: {err}") from err
-            FALLBACKS.labels("gateway", "ranker_unavailable", slo.name).inc()
-            span.add_event("fallback", {"reason": "ranker_unavailable", "error": str(err)})
-            span.set_attribute("recmesh.fallback_reason", "ranker_unavailable")
-            _log.warning("fallback", reason="ranker_unavailable", error=str(err))
-            return self._popular_fallback(count, slo.name, [*notes, "ranker_unavailable"])
+            reason = "ranker_timeout" if timed_out else "ranker_unavailable"
+            FALLBACKS.labels("gateway", reason, slo.name).inc()
+            span.add_event("fallback", {"reason": reason, "error": str(err)})
+            span.set_attribute("recmesh.fallback_reason", reason)
+            _log.warning("fallback", reason=reason, error=str(err))
+            return self._popular_fallback(count, slo.name, [*notes, reason])
 
     def _popular_fallback(self, count: int, slo_class: str, degraded: list[str]) -> Recommendation:
         if not self._popular:

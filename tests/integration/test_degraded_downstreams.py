@@ -128,7 +128,7 @@ async def test_slow_inference_class_a_answers_in_budget_flagged_then_breaker_ope
                 assert out["slo_class"] == "A" and len(out["items"]) == 5
                 # The ranker serves its unscored recall order; on a loaded machine it may
                 # miss its own 5 ms hop margin, and then the gateway's popularity fallback answers.
-                if "ranker_unavailable" in out["degraded"]:
+                if {"ranker_unavailable", "ranker_timeout"} & set(out["degraded"]):
                     assert out["model_version"] == "popularity"
                 else:
                     assert "scoring_unavailable" in out["degraded"], out["degraded"]

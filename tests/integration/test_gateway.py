@@ -7,6 +7,7 @@ import httpx
 from recmesh.clients import FeatureClient, RankerClient
 from recmesh.settings import GatewaySettings
 from services.gateway.app import GatewayDeps, create_app
+from services.gateway.cold import DependencyState, build_cold_guard
 from services.gateway.events import EventPublisher
 from services.gateway.recommend import ClassPolicy, Recommender
 from tests.helpers import free_port
@@ -93,21 +94,25 @@ async def test_entitlement_caps_the_class_end_to_end(mesh: Mesh) -> None:
 async def test_a_rest_caller_can_tighten_its_deadline(mesh: Mesh) -> None:
     ranker = RankerClient(mesh.ranker.address, "gateway")
     features = FeatureClient(mesh.feature.address, "gateway")
-    recommender = Recommender(ranker, features, max_count=100)
+    settings = GatewaySettings.model_validate({"RECMESH_MAY_BE_COLD": ["ranker"]})
+    cold = build_cold_guard(settings, {"ranker": ranker.health})
+    assert cold is not None
+    recommender = Recommender(ranker, features, max_count=100, cold=cold)
     assert await recommender.refresh_popular()
     publisher = EventPublisher(f"127.0.0.1:{free_port()}", "unused", 0.5)
-    settings = GatewaySettings()
     app = create_app(settings, GatewayDeps(recommender, ClassPolicy.from_settings(settings), publisher, {}))
     body = {"user_id": "u3", "count": 3}
     try:
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://gw") as http:
             roomy = await http.post("/v1/recommend", json=body, headers={"x-request-timeout-ms": "5000"})
-            assert roomy.status_code == 200 and "ranker_unavailable" not in roomy.json()["degraded"]
+            assert roomy.status_code == 200 and roomy.json()["model_version"] != "popularity", roomy.text
+            assert cold.watches["ranker"].state() is DependencyState.WARM
             # 1 ms leaves no time to call the ranker: the held popular list answers at once.
             tight = await http.post("/v1/recommend", json=body, headers={"x-request-timeout-ms": "1"})
             assert tight.status_code == 200, tight.text
-            assert "ranker_unavailable" in tight.json()["degraded"]
+            assert "ranker_timeout" in tight.json()["degraded"], "out of time, not the ranker's fault"
             assert tight.json()["model_version"] == "popularity"
+            assert cold.watches["ranker"].state() is DependencyState.WARM, "a caller's deadline is no outage"
             for bad in ("soon", "0", "-5"):
                 resp = await http.post("/v1/recommend", json=body, headers={"x-request-timeout-ms": bad})
                 assert resp.status_code == 400 and "x-request-timeout-ms" in resp.json()["message"], resp.text
@@ -115,3 +120,4 @@ async def test_a_rest_caller_can_tighten_its_deadline(mesh: Mesh) -> None:
         await ranker.close()
         await features.close()
         await publisher.stop()
+        await cold.close()
