@@ -9,9 +9,13 @@ import grpc
 
 from recmesh.grpcserver import MeshServer, Registration
 from recmesh.settings import GatewaySettings
+from recmesh.slo import SLO_HEADER
 from recmesh.telemetry import Classify
 from recmesh.v1 import features_pb2, recommender_pb2, recommender_pb2_grpc
 from services.gateway.recommend import ClassPolicy, Recommender
+
+# A request's count when it sets none (proto3 sends 0), as REST's default.
+DEFAULT_COUNT = 10
 
 
 class RecommenderServicer(recommender_pb2_grpc.RecommenderServicer):
@@ -25,8 +29,10 @@ class RecommenderServicer(recommender_pb2_grpc.RecommenderServicer):
         metadata = {k: v for k, v in (context.invocation_metadata() or ())}
         decision = self._policy.decide(metadata)
         rec = await self._recommender.recommend(
-            request.user_id, request.count or 10, dict(request.context), decision
+            request.user_id, request.count or DEFAULT_COUNT, dict(request.context), decision
         )
+        # The granted class, as REST's x-slo-class response header.
+        await context.send_initial_metadata(((SLO_HEADER, rec.slo_class),))
         return recommender_pb2.RecommendResponse(
             items=[features_pb2.ScoredItem(item_id=i, score=s) for i, s in rec.items],
             slo_class=rec.slo_class,

@@ -57,7 +57,7 @@ class RecommendBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     user_id: str = Field(min_length=1, max_length=128)
-    count: int = Field(10, ge=1, le=500, strict=True)
+    count: int = Field(10, ge=1, strict=True)  # at most RECMESH_MAX_COUNT: Recommender checks it
     context: dict[str, str] = Field(default_factory=dict)
 
 

@@ -224,9 +224,18 @@ async def test_grpc_recommender(running: Running) -> None:
                                  metadata=(("x-slo-class", "Z"),), timeout=5)  # fmt: skip
         assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
         # No key: asking for A is granted B, and the call is labelled with what was granted.
-        capped = await stub.Recommend(recommender_pb2.RecommendRequest(user_id="u42", count=5),
-                                      metadata=(("x-slo-class", "A"),), timeout=5)  # fmt: skip
+        call = stub.Recommend(recommender_pb2.RecommendRequest(user_id="u42"),
+                              metadata=(("x-slo-class", "A"),), timeout=5)  # fmt: skip
+        capped = await call
         assert capped.slo_class == "B" and "slo_class_downgraded:A->B" in capped.degraded
+        assert ("x-slo-class", "B") in tuple(await call.initial_metadata()), (
+            "the granted class, as REST's header"
+        )
+        assert len(capped.items) == 10, "no count: REST's default"
+        with pytest.raises(grpc.aio.AioRpcError) as too_many:
+            await stub.Recommend(recommender_pb2.RecommendRequest(user_id="u42", count=101), timeout=5)
+        assert too_many.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert "count must be in 1..100" in (too_many.value.details() or "")
     async with httpx.AsyncClient(timeout=5) as http:
         metrics = (await http.get(f"http://127.0.0.1:{running.ports['GATEWAY_HTTP_PORT']}/metrics")).text
     labels = {
