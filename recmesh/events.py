@@ -11,12 +11,15 @@ from __future__ import annotations
 from typing import Literal
 
 import orjson
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from recmesh.errors import InvalidArgument
 
 Behavior = Literal["view", "click", "add_to_cart", "purchase"]
 BEHAVIORS: tuple[str, ...] = ("view", "click", "add_to_cart", "purchase")
+
+
+MIN_EVENT_TIME_MS = 1_000_000_000_000
 
 
 class Event(BaseModel):
@@ -26,7 +29,19 @@ class Event(BaseModel):
     user_id: str = Field(min_length=1, max_length=128, pattern=r"^[^|{}\s]+$")
     item_id: str = Field(min_length=1, max_length=128, pattern=r"^[^|{}\s]+$")
     behavior: Behavior
-    event_time: int = Field(gt=0, strict=True, description="epoch milliseconds")
+    # Epoch milliseconds. Anything before 2001-09-09 (1e12 ms) is refused: it
+    # is almost surely epoch *seconds*, which would land 50 years in the past,
+    # outside every window, and silently change nothing.
+    event_time: int = Field(strict=True, description="epoch milliseconds")
+
+    @field_validator("event_time")
+    @classmethod
+    def _milliseconds(cls, value: int) -> int:
+        if value < MIN_EVENT_TIME_MS:
+            raise ValueError(
+                f"must be epoch milliseconds (>= {MIN_EVENT_TIME_MS}); {value} looks like seconds"
+            )
+        return value
 
     def to_json(self) -> bytes:
         return orjson.dumps(self.model_dump())

@@ -41,7 +41,8 @@ async def test_dead_ranker_falls_back_to_held_popular_items(mesh: Mesh) -> None:
             assert ready.status_code == 503 and ready.json()["checks"]["ranker"] is False
 
             events = await http.post("/v1/events", json={"events": [
-                {"event_id": "e", "user_id": "u1", "item_id": "i1", "behavior": "view", "event_time": 1}
+                {"event_id": "e", "user_id": "u1", "item_id": "i1", "behavior": "view",
+                 "event_time": 1_767_225_600_000}
             ]})  # fmt: skip
             assert events.status_code == 503, "no broker: the events must not be accepted"
 

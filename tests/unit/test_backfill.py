@@ -32,7 +32,7 @@ def test_features_never_see_the_future() -> None:
 
 def test_backfill_of_a_shuffled_log_equals_the_in_memory_replay(tmp_path: Path) -> None:
     catalog = make_catalog()
-    events = list(generate_events(catalog, 0, 30 * MIN, 150, seed=9))
+    events = list(generate_events(catalog, 1_767_225_600_000, 30 * MIN, 150, seed=9))
     shuffled = events[:]
     random.Random(4).shuffle(shuffled)
     log = tmp_path / "events.jsonl"

@@ -5,12 +5,15 @@ import pytest
 from recmesh.errors import InvalidArgument
 from recmesh.events import parse_event
 
-GOOD = b'{"event_id": "e1", "user_id": "u1", "item_id": "i1", "behavior": "view", "event_time": 5, "x": 1}'
+GOOD = (
+    b'{"event_id": "e1", "user_id": "u1", "item_id": "i1", "behavior": "view", '
+    b'"event_time": 1767225600000, "x": 1}'
+)
 
 
 def test_good_event_with_extra_fields() -> None:
     e = parse_event(GOOD)
-    assert (e.user_id, e.behavior, e.event_time) == ("u1", "view", 5)
+    assert (e.user_id, e.behavior, e.event_time) == ("u1", "view", 1767225600000)
 
 
 @pytest.mark.parametrize(
@@ -19,7 +22,8 @@ def test_good_event_with_extra_fields() -> None:
         (b"{not json", "not JSON"),
         (b"[1]", "JSON object"),
         (GOOD.replace(b'"view"', b'"like"'), "behavior"),
-        (GOOD.replace(b'"event_time": 5', b'"event_time": "5"'), "event_time"),
+        (GOOD.replace(b'"event_time": 1767225600000', b'"event_time": "1767225600000"'), "event_time"),
+        (GOOD.replace(b'"event_time": 1767225600000', b'"event_time": 1767225600'), "looks like seconds"),
         (GOOD.replace(b'"user_id": "u1", ', b""), "user_id"),
         (GOOD.replace(b'"u1"', b'"u|1"'), "user_id"),
     ],
