@@ -146,14 +146,20 @@ def _cmd_events_export_demo(args: argparse.Namespace) -> int:
 
 def _cmd_events_send(args: argparse.Namespace) -> int:
     from recmesh.demo.live import demo_events
+    from recmesh.errors import InvalidArgument
     from recmesh.events import parse_event
     from recmesh.producer import produce
     from recmesh.settings import KafkaSettings
 
     if args.file:
-        events = [
-            parse_event(line.encode()) for line in Path(args.file).read_text().splitlines() if line.strip()
-        ]
+        events = []
+        for n, line in enumerate(Path(args.file).read_text().splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                events.append(parse_event(line.encode()))
+            except InvalidArgument as err:  # all or nothing: say where, send none
+                raise InvalidArgument(f"{args.file} line {n}: {err}; nothing was sent") from None
     else:
         events = demo_events(args.demo, seed=args.seed)
     kafka = KafkaSettings()
@@ -189,9 +195,13 @@ def _cmd_health(args: argparse.Namespace) -> int:
         import httpx
 
         try:
-            return 0 if httpx.get(args.http, timeout=args.timeout).status_code == 200 else 1
-        except httpx.HTTPError:
+            status = httpx.get(args.http, timeout=args.timeout).status_code
+        except httpx.HTTPError as err:
+            print(f"recmesh health: {args.http} unreachable: {err!r}", file=sys.stderr)
             return 1
+        if status != 200:
+            print(f"recmesh health: {args.http} answered {status}", file=sys.stderr)
+        return 0 if status == 200 else 1
     from recmesh.clients import GrpcClient
 
     async def check() -> bool:
@@ -201,7 +211,10 @@ def _cmd_health(args: argparse.Namespace) -> int:
         finally:
             await client.close()
 
-    return 0 if asyncio.run(check()) else 1
+    if asyncio.run(check()):
+        return 0
+    print(f"recmesh health: {args.grpc} is not SERVING (or not reachable)", file=sys.stderr)
+    return 1
 
 
 def _cmd_demo_write(args: argparse.Namespace) -> int:
@@ -261,7 +274,7 @@ def build_parser() -> argparse.ArgumentParser:
         dest="features_command", required=True
     )
     get = feats.add_parser("get", help="print the features the ranker would see, as JSON")
-    get.add_argument("--user", required=True)
+    get.add_argument("--user", required=True, help="user id, e.g. u42")
     get.add_argument("--item", action="append", help="repeat for several items")
     get.add_argument("--as-of", type=int, help="epoch ms (default: now)")
     get.add_argument("--addr", help="feature service address (default: FEATURE_ADDR)")
@@ -293,7 +306,9 @@ def build_parser() -> argparse.ArgumentParser:
         dest="events_command", required=True
     )
     send = events.add_parser("send", help="send demo events, or events from a JSON-lines file")
-    send.add_argument("--demo", type=int, default=1000, help="number of demo events")
+    send.add_argument(
+        "--demo", type=int, default=1000, help="number of demo events (default 1000; ignored with --file)"
+    )
     send.add_argument("--file", help="JSON lines, one event per line")
     send.add_argument("--seed", type=int, default=1)
     send.set_defaults(func=_cmd_events_send)
@@ -360,7 +375,9 @@ def build_parser() -> argparse.ArgumentParser:
     ba = bench.add_parser(
         "ai-tools", help="per-call latency of /v2/ai-tool/* vs /v1/recommend (running mesh)"
     )
-    ba.add_argument("--url", default="http://127.0.0.1:8000")
+    ba.add_argument(
+        "--url", default="http://127.0.0.1:8000", help="gateway URL (default http://127.0.0.1:8000)"
+    )
     ba.add_argument("--n", type=int, default=100)
     ba.add_argument("--json", action="store_true")
     ba.set_defaults(func=_lazy("recmesh.bench.aitools"))
@@ -373,8 +390,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     br = bench.add_parser("ranker", help="Rank latency p50/p95/p99 against a running ranker")
     br.add_argument("--addr", help="ranker address (default: RANKER_ADDR)")
-    br.add_argument("--calls", type=int, default=300)
-    br.add_argument("--warmup", type=int, default=30)
+    br.add_argument("--calls", type=int, default=300, help="Rank calls measured (default 300)")
+    br.add_argument("--warmup", type=int, default=30, help="calls first, not measured (default 30)")
     br.add_argument("--slo-class", default="A", choices=("A", "B", "C"))
     br.add_argument("--count", type=int, default=10)
     br.add_argument("--users", type=int, default=2000, help="demo users u0..u(N-1)")
@@ -383,9 +400,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     be = bench.add_parser("e2e", help="recommend latency, goodput and shed per class as offered load rises")
     be.add_argument("--gateway", help="URL of a running gateway (default: start a mesh like `recmesh up`)")
-    be.add_argument("--rates", default="100,200,400,600,800,1200", help="offered requests/s, one step each")
-    be.add_argument("--seconds", type=float, default=8.0, help="seconds per step")
-    be.add_argument("--mix", default="A:0.3,B:0.2,C:0.5", help="share of requests per class")
+    be.add_argument(
+        "--rates", default="100,200,400,600,800,1200",
+        help="offered requests/s, one step each (default %(default)s); every sweep first runs an "
+        "unreported 2 s warm-up at 50/s and a 20/s class-A step (the unloaded figures)",
+    )  # fmt: skip
+    be.add_argument("--seconds", type=float, default=8.0, help="seconds per step (default 8)")
+    be.add_argument(
+        "--mix", default="A:0.3,B:0.2,C:0.5", help="CLASS:SHARE,... of the requests (default %(default)s)"
+    )
     be.add_argument("--api-key", default="demo-interactive", help="x-api-key sent with class A requests")
     be.add_argument("--up-pid", type=int, help="with --gateway: pid of its `recmesh up`, for CPU per process")
     be.add_argument("--plot", default=".recmesh/bench-e2e.png", help="PNG of latency and goodput vs load")
@@ -397,8 +420,11 @@ def build_parser() -> argparse.ArgumentParser:
     be.set_defaults(func=_lazy("recmesh.bench.e2e"))
 
     bf = bench.add_parser("floor", help="the mesh's calls with no work in them: a ceiling for this machine")
-    bf.add_argument("--rates", default="200,400,800,1200", help="offered requests/s, one step each")
-    bf.add_argument("--seconds", type=float, default=5.0, help="seconds per step")
+    bf.add_argument(
+        "--rates", default="200,400,800,1200",
+        help="offered requests/s, one step each (default %(default)s), after a warm-up and a 20/s step",
+    )  # fmt: skip
+    bf.add_argument("--seconds", type=float, default=5.0, help="seconds per step (default 5)")
     bf.add_argument("--json", action="store_true")
     bf.set_defaults(func=_lazy("recmesh.bench.floor"))
 
