@@ -124,13 +124,24 @@ def _cmd_features_compare(args: argparse.Namespace) -> int:
 
 
 def _cmd_features_dump_served(args: argparse.Namespace) -> int:
-    from recmesh.features.served import dump_served
+    from recmesh.features.served import dump_topic
     from recmesh.settings import FeatureSettings
 
     settings = FeatureSettings()
     topic = args.topic or settings.served_topic
-    n = asyncio.run(dump_served(settings.kafka_bootstrap, topic, Path(args.out), args.timeout))
+    n = asyncio.run(dump_topic(settings.kafka_bootstrap, topic, Path(args.out), args.timeout))
     print(f"wrote {n} served records from {topic} to {args.out}")
+    return 0
+
+
+def _cmd_events_dump(args: argparse.Namespace) -> int:
+    from recmesh.features.served import dump_topic
+    from recmesh.settings import KafkaSettings
+
+    kafka = KafkaSettings()
+    topic = args.topic or kafka.events_topic
+    n = asyncio.run(dump_topic(kafka.kafka_bootstrap, topic, Path(args.out), args.timeout))
+    print(f"wrote {n} events from {topic} to {args.out}")
     return 0
 
 
@@ -312,6 +323,13 @@ def build_parser() -> argparse.ArgumentParser:
     send.add_argument("--file", help="JSON lines, one event per line")
     send.add_argument("--seed", type=int, default=1)
     send.set_defaults(func=_cmd_events_send)
+    edump = events.add_parser(
+        "dump", help="copy the events topic to a JSON-lines event log (for features compare / backfill)"
+    )
+    edump.add_argument("--out", required=True)
+    edump.add_argument("--topic", help="default: RECMESH_EVENTS_TOPIC (user_behavior)")
+    edump.add_argument("--timeout", type=float, default=30.0, help="seconds at most (default 30)")
+    edump.set_defaults(func=_cmd_events_dump)
     export = events.add_parser("export-demo", help="write a demo event log as JSON lines")
     export.add_argument("out")
     export.add_argument("--sessions", type=int, default=2000)

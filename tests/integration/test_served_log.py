@@ -21,7 +21,7 @@ from recmesh.events import Event
 from recmesh.features import keys
 from recmesh.features.eventlog import sorted_events, write_events
 from recmesh.features.offline import write_csv
-from recmesh.features.served import compare, dump_served, read_served
+from recmesh.features.served import compare, dump_topic, read_served
 from recmesh.redis_client import connect
 from recmesh.settings import FeatureSettings
 from services.feature.served_log import ServedLog
@@ -88,7 +88,7 @@ async def test_served_rows_match_the_replay_and_an_injected_skew_is_reported(
     assert served_log.sent == 10 and served_log.dropped == 0
 
     dumped = tmp_path / "served.jsonl"
-    assert await dump_served(kafka_bootstrap, served_topic, dumped, timeout_s=20) == 10
+    assert await dump_topic(kafka_bootstrap, served_topic, dumped, timeout_s=20) == 10
     rows = read_served(dumped)
     assert {r["feature_version"] for r in rows} == {"fs-v1"}
     assert all(len(r["item_ids"]) == 31 and r["request_id"] for r in rows)
