@@ -129,8 +129,8 @@ def _cmd_features_dump_served(args: argparse.Namespace) -> int:
 
     settings = FeatureSettings()
     topic = args.topic or settings.served_topic
-    n = asyncio.run(dump_topic(settings.kafka_bootstrap, topic, Path(args.out), args.timeout))
-    print(f"wrote {n} served records from {topic} to {args.out}")
+    dump = asyncio.run(dump_topic(settings.kafka_bootstrap, topic, Path(args.out), args.timeout))
+    print(f"wrote {dump.written} served records from {topic} to {args.out}")
     return 0
 
 
@@ -140,9 +140,20 @@ def _cmd_events_dump(args: argparse.Namespace) -> int:
 
     kafka = KafkaSettings()
     topic = args.topic or kafka.events_topic
-    n = asyncio.run(dump_topic(kafka.kafka_bootstrap, topic, Path(args.out), args.timeout))
-    print(f"wrote {n} events from {topic} to {args.out}")
+    dump = asyncio.run(dump_topic(kafka.kafka_bootstrap, topic, Path(args.out), args.timeout, _is_event))
+    skipped = f"; left out {dump.skipped} malformed (the ingest dead-lettered them)" if dump.skipped else ""
+    print(f"wrote {dump.written} events from {topic} to {args.out}{skipped}")
     return 0
+
+
+def _is_event(raw: bytes) -> bool:
+    from recmesh.events import parse_event
+
+    try:
+        parse_event(raw)
+    except RecmeshError:
+        return False
+    return True
 
 
 def _cmd_events_export_demo(args: argparse.Namespace) -> int:

@@ -204,6 +204,26 @@ def broker_process(port: int, log_dir: Path) -> ManagedProcess:
     return ManagedProcess(f"kafka:{port}", argv, log_dir / f"broker-{port}.log", env=env)
 
 
+async def topic_partitions(bootstrap: str, topic: str) -> list[int]:
+    """The partition ids of `topic` ([] when it does not exist). Listed first:
+    a metadata request naming a missing topic creates it on a broker that
+    auto-creates topics, as Tansu does."""
+    from aiokafka.admin import AIOKafkaAdminClient
+
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=5000)
+    await admin.start()
+    try:
+        if topic not in await admin.list_topics():
+            return []
+        described = await admin.describe_topics([topic])
+    finally:
+        await admin.close()
+    for t in described:
+        if t.get("topic", t.get("name")) == topic and not t.get("error_code"):
+            return sorted(p.get("partition", p.get("partition_index")) for p in t["partitions"])
+    return []
+
+
 async def ensure_topics(bootstrap: str, topics: Mapping[str, int], timeout_s: float = 20.0) -> None:
     """Create the topics that do not exist yet (name -> partitions)."""
     from aiokafka.admin import AIOKafkaAdminClient, NewTopic

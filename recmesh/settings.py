@@ -264,7 +264,7 @@ class GatewaySettings(CommonSettings, KafkaSettings):
     cold_reserve_ms: float = Field(150.0, ge=0, validation_alias="RECMESH_COLD_RESERVE_MS")
     # Bound of the background wake-up a class-A fallback starts.
     cold_wake_timeout_s: float = Field(30.0, gt=0, validation_alias="RECMESH_COLD_WAKE_TIMEOUT_S")
-    max_count: int = Field(100, validation_alias="RECMESH_MAX_COUNT")
+    max_count: int = Field(100, ge=1, le=500, validation_alias="RECMESH_MAX_COUNT")  # the ranker caps at 500
     max_events_per_request: int = Field(1000, validation_alias="RECMESH_MAX_EVENTS_PER_REQUEST")
     produce_timeout_s: float = Field(5.0, validation_alias="RECMESH_PRODUCE_TIMEOUT_S")
     # Overload protection (recmesh/admission.py, recmesh/controller.py).

@@ -18,13 +18,15 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import orjson
 
+from recmesh.embedded import topic_partitions
+from recmesh.errors import DeadlineExceeded, NotFound
 from recmesh.features.backfill import ReplayState, offline_values
 from recmesh.features.definitions import FEATURE_SET_VERSION, FeatureValue
 from recmesh.features.wire import Column
@@ -199,41 +201,66 @@ def format_report(report: CompareReport) -> str:
 QUIET_POLLS, QUIET_POLL_MS = 2, 500
 
 
-async def dump_topic(bootstrap: str, topic: str, out: Path, timeout_s: float = 30.0) -> int:
-    """Copy every record on `topic` into `out` as JSON lines.
+@dataclass
+class Dump:
+    written: int = 0
+    skipped: int = 0  # records `keep` refused
+
+
+async def dump_topic(
+    bootstrap: str,
+    topic: str,
+    out: Path,
+    timeout_s: float = 30.0,
+    keep: Callable[[bytes], bool] | None = None,
+) -> Dump:
+    """Copy every record on `topic` (that `keep` accepts) into `out` as JSON lines.
 
     Reads without a consumer group (nothing committed, nothing rebalanced)
     from the beginning until the partitions have been quiet for QUIET_POLLS
-    polls past the end offsets seen at the start, or for `timeout_s`. The end
-    offsets alone are not trusted as the stop: the embedded Tansu broker
-    reports ends short of its last batches (3,000 demo events read back as
-    2,878 when the dump stopped there).
+    polls past their end offsets (read again when quiet, in case the topic
+    grew). The end offsets alone are not trusted as the stop: the embedded
+    Tansu broker reports ends short of its last batches (3,000 demo events
+    read back as 2,827-2,878 when the dump stopped there). NotFound when the
+    topic does not exist; DeadlineExceeded after `timeout_s`, with what was
+    read so far left in `out`.
     """
     from aiokafka import AIOKafkaConsumer, TopicPartition
 
+    partitions = [TopicPartition(topic, p) for p in await topic_partitions(bootstrap, topic)]
+    if not partitions:
+        raise NotFound(f"topic {topic!r} does not exist on {bootstrap}")
     consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, group_id=None)
     await consumer.start()
-    written = 0
+    dump = Dump()
     try:
-        await consumer.topics()  # fresh metadata: the topic's partitions
-        partitions = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic) or ())]
-        if not partitions:
-            return 0
         consumer.assign(partitions)
         await consumer.seek_to_beginning(*partitions)
         ends = await consumer.end_offsets(partitions)
         deadline = time.monotonic() + timeout_s
         quiet = 0
         with out.open("wb") as fh:
-            while time.monotonic() < deadline and quiet < QUIET_POLLS:
+            while quiet < QUIET_POLLS:
+                if time.monotonic() > deadline:
+                    raise DeadlineExceeded(
+                        f"{topic}: still reading after {timeout_s} s ({dump.written} records in {out} so far)"
+                    )
                 batch = await consumer.getmany(timeout_ms=QUIET_POLL_MS)
                 for records in batch.values():
                     for rec in records:
-                        if rec.value:
-                            fh.write(rec.value.rstrip(b"\n") + b"\n")
-                            written += 1
-                reached = all([await consumer.position(tp) >= ends[tp] for tp in partitions])
-                quiet = quiet + 1 if reached and not batch else 0
+                        if not rec.value:
+                            continue
+                        if keep is not None and not keep(rec.value):
+                            dump.skipped += 1
+                            continue
+                        fh.write(rec.value.rstrip(b"\n") + b"\n")
+                        dump.written += 1
+                positions = {tp: await consumer.position(tp) for tp in partitions}
+                if batch or any(positions[tp] < ends[tp] for tp in partitions):
+                    quiet = 0
+                    continue
+                quiet += 1
+                ends = await consumer.end_offsets(partitions)  # grown meanwhile? then go on
     finally:
         await consumer.stop()
-    return written
+    return dump

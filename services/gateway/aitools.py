@@ -156,27 +156,31 @@ class AiTools:
             raise InvalidArgument("text has no sentence to summarize")
         # What the call may spend, counted before it runs: embedding each
         # sentence costs its tokens and the model's two special ones (as the
-        # embed answer counts them); a generative model, the prompt and the
-        # output allowance. The budget caps the larger.
+        # embed answer counts them); a generative model first, the prompt and
+        # the output allowance on top (a failed or empty generation falls
+        # back to embedding). The model is looked up once, so what runs is
+        # what was charged.
+        generator = await self._generation_model()
         estimate = sum(self._counter.count(s) for s in sentences)
-        if await self._generation_model():
+        if generator:
             prompt_tokens = self._counter.count(_summary_prompt(sentences, max_sentences))
-            estimate = max(estimate, prompt_tokens + self._settings.max_output_tokens)
+            estimate += prompt_tokens + self._settings.max_output_tokens
         self._charge(tenant, "summarize", estimate, token_budget)
         span = trace.get_current_span()
         budget_s = self._budget_s(slo)
         with request_scope(slo.name, budget_s):
             async with self.gate.slot(slo.name, budget_s):
-                result = await self._summarize(sentences, max_sentences, slo.name)
+                result = await self._summarize(sentences, max_sentences, slo.name, generator)
         if truncated:
             result.degraded.append(f"text_truncated_to_{self._settings.max_sentences}_sentences")
         span.set_attribute("recmesh.ai_tool.backend", result.backend)
         TOKENS_USED.labels(tenant, "summarize", slo.name).inc(result.tokens_used)
         return result
 
-    async def _summarize(self, sentences: list[str], k: int, slo: str) -> Summary:
+    async def _summarize(self, sentences: list[str], k: int, slo: str, generator: str) -> Summary:
         degraded: list[str] = []
-        if await self._generation_model():
+        generated = 0  # tokens an empty generation still used
+        if generator:
             prompt = _summary_prompt(sentences, k)
             try:
                 out = await self._inference.generate(
@@ -185,6 +189,7 @@ class AiTools:
                 if out.text.strip():
                     return Summary(out.backend, out.model, out.prompt_tokens + out.completion_tokens, slo,
                                    current_trace_id(), degraded, out.text.strip())  # fmt: skip
+                generated = out.prompt_tokens + out.completion_tokens
                 _fallback(slo, "generation_empty", degraded)
             except RecmeshError as err:
                 _fallback(slo, f"generation_failed:{type(err).__name__}", degraded, err)
@@ -195,12 +200,13 @@ class AiTools:
                 raise
             _fallback(slo, f"embed_unavailable:{type(err).__name__}", degraded, err)
             picked = summarize.lead(sentences, k)
-            tokens = self._counter.count(" ".join(sentences))
+            tokens = generated + self._counter.count(" ".join(sentences))
             return Summary("extractive-lead", "none", tokens, slo, current_trace_id(), degraded,
                            " ".join(sentences[i] for i in picked), picked)  # fmt: skip
         picked = summarize.pick(summarize.centrality(embedded.matrix), k)
+        tokens = generated + sum(embedded.tokens)
         return Summary(
-            f"extractive-centrality/{embedded.backend}", embedded.model, sum(embedded.tokens), slo,
+            f"extractive-centrality/{embedded.backend}", embedded.model, tokens, slo,
             current_trace_id(), degraded, " ".join(sentences[i] for i in picked), picked,
         )  # fmt: skip
 
@@ -222,11 +228,11 @@ class AiTools:
         prompt = actions.llm_prompt(intent, constraints, schema, context)
         prompt_tokens = self._counter.count(prompt)
         budget_s = self._budget_s(slo)
-        # The template's answer is what a call without (or after) a generative
-        # model spends; each generation attempt the prompt and the output allowance.
-        template_tokens = self._counter.count(json.dumps(actions.template_fill(schema, intent, context)))
         with request_scope(slo.name, budget_s):
             async with self.gate.slot(slo.name, budget_s):
+                # The template's answer is what a call without (or after) a generative
+                # model spends; each generation attempt the prompt and the output allowance.
+                template_tokens = self._template_tokens(schema, intent, context)
                 generator = await self._generation_model()
                 attempt_tokens = prompt_tokens + self._settings.max_output_tokens if generator else 0
                 self._charge(tenant, "action", attempt_tokens + template_tokens, token_budget)
@@ -237,6 +243,14 @@ class AiTools:
         trace.get_current_span().set_attribute("recmesh.ai_tool.backend", result.backend)
         TOKENS_USED.labels(tenant, "action", slo.name).inc(result.tokens_used)
         return result
+
+    def _template_tokens(self, schema: dict[str, Any], intent: str, context: dict[str, Any]) -> int:
+        """Tokens of the template's answer; 0 for a schema the template cannot fill
+        (a generator may still satisfy it, and without one the call fails anyway)."""
+        try:
+            return self._counter.count(json.dumps(actions.template_fill(schema, intent, context)))
+        except Exception:
+            return 0
 
     async def _action(
         self,

@@ -88,7 +88,7 @@ async def test_served_rows_match_the_replay_and_an_injected_skew_is_reported(
     assert served_log.sent == 10 and served_log.dropped == 0
 
     dumped = tmp_path / "served.jsonl"
-    assert await dump_topic(kafka_bootstrap, served_topic, dumped, timeout_s=20) == 10
+    assert (await dump_topic(kafka_bootstrap, served_topic, dumped, timeout_s=20)).written == 10
     rows = read_served(dumped)
     assert {r["feature_version"] for r in rows} == {"fs-v1"}
     assert all(len(r["item_ids"]) == 31 and r["request_id"] for r in rows)

@@ -131,3 +131,16 @@ async def test_a_retry_the_token_budget_cannot_cover_is_skipped() -> None:
     out = await tools.action("trial", CONSTRAINTS, SCHEMA, {}, B, "t", 430)
     assert out.attempts == 1 and out.backend == "template" and out.tokens_used <= 430
     assert out.degraded == ["output_invalid:attempt_1", "retry_skipped:token_budget", "fallback:template"]
+
+
+async def test_an_empty_generation_is_charged_with_the_embedding_after_it() -> None:
+    text = "One fact here. Another fact there. A third fact."
+    out = await _tools(Scripted(replies=["   "])).summarize(text, 1, B, "t", None)
+    assert out.backend == "extractive-centrality/onnxruntime-cpu" and out.degraded == ["generation_empty"]
+    assert out.tokens_used == 60 + 3 * 5, "the empty generation's 60 tokens and the 3 embedded sentences"
+
+
+async def test_a_schema_the_template_cannot_fill_is_left_to_the_generator() -> None:
+    odd: dict[str, Any] = {"type": "object", "properties": {"x": True}}
+    out = await _tools(Scripted(replies=["{}"])).action("trial", [], odd, {}, B, "t", None)
+    assert (out.backend, out.output) == ("vllm", {})
