@@ -434,8 +434,9 @@ class RequestInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
                 code = err.grpc_code.name
                 _log.info("request_failed", method=method, code=code, error=str(err))
                 retry_after = getattr(err, "retry_after_s", None)
-                if retry_after is not None:
-                    context.set_trailing_metadata((("retry-after", str(retry_after)),))
+                if retry_after is not None:  # when to retry, and in which class, as REST's 429 says
+                    trailers = (("retry-after", str(retry_after)), (SLO_HEADER, slo_class))
+                    context.set_trailing_metadata(trailers)
                 await context.abort(err.grpc_code, str(err))
             except Exception as err:
                 if isinstance(err, grpc.aio.AbortError):
