@@ -101,6 +101,17 @@ async def retry_until(
 # --- circuit breaker, retry budget, hedging delay (pure, clock passed in) ----
 
 
+def load_band(load: float) -> int:
+    """The design notes' degradation bands for a load ratio (in use / capacity):
+    >= 0.95 -> 3, >= 0.85 -> 2, >= 0.7 -> 1, else 0. The inference service
+    suggests levels by them, the ranker steps its ladder by them."""
+    if load >= 0.95:
+        return 3
+    if load >= 0.85:
+        return 2
+    return 1 if load >= 0.7 else 0
+
+
 class BreakerState(Enum):
     CLOSED = 0
     HALF_OPEN = 1

@@ -48,9 +48,8 @@ class CommonSettings(BaseSettings):
 
     @field_validator("slo_budgets_ms")
     @classmethod
-    def _positive_budgets(cls, value: dict[SloName, int]) -> dict[SloName, int]:
-        if any(ms <= 0 for ms in value.values()):
-            raise ValueError("every SLO budget must be > 0 ms")
+    def _valid_budgets(cls, value: dict[SloName, int]) -> dict[SloName, int]:
+        with_budgets(value)  # raises on a budget <= 0
         return value
 
 
@@ -144,7 +143,7 @@ class RankerSettings(CommonSettings):
     # Time kept back from every downstream call so this hop can still answer.
     hop_margin_ms: float = Field(5.0, validation_alias="RECMESH_HOP_MARGIN_MS")
     # Rank calls in flight the ranker counts as full load: from 70 % of it the
-    # degradation ladder steps down (policy.load_level).
+    # degradation ladder steps down (resilience.load_band).
     capacity: int = Field(48, gt=0, validation_alias="RECMESH_RANKER_CAPACITY")
     # --- recall fusion (services/ranker/fusion.py) ---
     # Base weight per recall source, before the hybrid rule shifts them by sigma, e.g.

@@ -44,7 +44,7 @@ def with_budgets(budgets_ms: Mapping[SloName, int]) -> dict[str, SloClass]:
         known = sorted(DEFAULT_CLASSES)
         raise ValueError(f"unknown SLO class(es) {sorted(unknown)}; the classes are {known}")
     if any(ms <= 0 for ms in budgets.values()):
-        raise ValueError(f"SLO budgets must be > 0 ms, got {budgets}")
+        raise ValueError(f"every SLO budget must be > 0 ms, got {budgets}")
     return {
         name: replace(slo, budget_ms=budgets.get(name, slo.budget_ms))
         for name, slo in DEFAULT_CLASSES.items()

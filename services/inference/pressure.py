@@ -13,6 +13,7 @@ import structlog
 from prometheus_client import Gauge
 
 from recmesh.clients import SUGGESTED_LEVEL_KEY
+from recmesh.resilience import load_band
 
 _log = structlog.get_logger("recmesh.inference.pressure")
 
@@ -32,12 +33,7 @@ def suggest_level(
     memory = gpu_memory_ratio or 0.0
     if memory < GPU_MEMORY_THRESHOLD and queue_depth < queue_threshold:
         return 0
-    load = max(memory, queue_depth / max(1, queue_capacity))
-    if load >= 0.95:
-        return 3
-    if load >= 0.85:
-        return 2
-    return 1
+    return max(1, load_band(max(memory, queue_depth / max(1, queue_capacity))))
 
 
 class GpuProbe:

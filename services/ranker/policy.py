@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from recmesh.resilience import load_band
+
 
 def top_n(item_ids: Sequence[str], scores: Sequence[float], n: int) -> list[tuple[str, float]]:
     """The n best (item, score) pairs, best first; ties keep candidate order."""
@@ -34,17 +36,6 @@ LEVEL_NAMES = {
 }
 
 
-def load_level(load: float) -> int:
-    """The level the ranker's own load asks for: `load` is its Rank calls in
-    flight over its capacity; the design notes' load bands (>= 0.7 -> 1,
-    >= 0.85 -> 2, >= 0.95 -> 3), as the inference service uses for its queue."""
-    if load >= 0.95:
-        return 3
-    if load >= 0.85:
-        return 2
-    return 1 if load >= 0.7 else 0
-
-
 def choose_level(
     remaining_ms: float | None,
     class_budget_ms: float,
@@ -56,10 +47,11 @@ def choose_level(
     model variant), or SKIP_FINE_RANKING (recall order only), from what is left
     of the budget, how long the request has run so far (the ranker asks before
     every graph node), the inference service's own suggestion (0-3) and the
-    ranker's load (`load_level`). Downstream health acts through the circuit
+    ranker's load (Rank calls in flight over its capacity, in the design notes'
+    bands: `resilience.load_band`). Downstream health acts through the circuit
     breakers instead: a call to an open one fails at once and its node takes
     its neutral answer (e.g. recall order, flagged `scoring_unavailable`)."""
-    level = max(0, min(3, suggested_level), load_level(load))
+    level = max(0, min(3, suggested_level), load_band(load))
     if elapsed_ms > RECALL_SKIP_SHARE * class_budget_ms:
         return SKIP_FINE_RANKING
     if remaining_ms is not None:

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
-from services.ranker.policy import SKIP_FINE_RANKING, choose_level, load_level, sample_candidates, top_n
+from recmesh.resilience import load_band
+from services.ranker.policy import SKIP_FINE_RANKING, choose_level, sample_candidates, top_n
 
 
 def test_top_n_orders_by_score_and_keeps_ties_stable() -> None:
@@ -43,7 +44,7 @@ def test_sampling_keeps_the_better_half_in_recall_order() -> None:
 
 
 def test_load_steps_down_the_ladder_in_the_design_notes_bands() -> None:
-    assert [load_level(x) for x in (0.0, 0.69, 0.7, 0.84, 0.85, 0.94, 0.95, 3.0)] == [0, 0, 1, 1, 2, 2, 3, 3]
+    assert [load_band(x) for x in (0.0, 0.69, 0.7, 0.84, 0.85, 0.94, 0.95, 3.0)] == [0, 0, 1, 1, 2, 2, 3, 3]
     assert choose_level(280.0, 300.0, 5.0, 0, load=0.75) == 1, "plenty of budget, but the ranker is loaded"
     assert choose_level(280.0, 300.0, 5.0, 2, load=0.75) == 2, "the worse of the two signals"
     assert choose_level(10.0, 300.0, 1.0, 0, load=0.99) == SKIP_FINE_RANKING, "the budget still rules"
