@@ -12,7 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from recmesh.errors import RecmeshError
+from recmesh.errors import InvalidArgument, RecmeshError
 
 
 def _cmd_up(args: argparse.Namespace) -> int:
@@ -23,16 +23,29 @@ def _cmd_up(args: argparse.Namespace) -> int:
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
+    from recmesh.commands.data import catalog_tables, repository
     from recmesh.settings import InferenceSettings
-    from recmesh.training.train import TrainConfig, train
+    from recmesh.training.train import TrainConfig, build_dataset, train
 
+    fs = repository(args)
     model_dir = Path(args.model_dir) if args.model_dir else InferenceSettings().model_dir
-    quiet = args.json
-    card = train(
-        TrainConfig(seed=args.seed, sessions=args.sessions, epochs=args.epochs),
-        model_dir,
-        progress=(lambda m: print(m, file=sys.stderr)) if quiet else print,
-    )
+    say = (lambda m: print(m, file=sys.stderr, flush=True)) if args.json else print
+    cfg = TrainConfig(seed=args.seed, sessions=args.sessions, epochs=args.epochs)
+    dataset = None
+    if args.events:
+        from recmesh.features.eventlog import sorted_events
+
+        users, items = catalog_tables(fs, args.users, args.items)
+        say(f"replaying {args.events} through repository {fs.name!r} ({fs.version}) for training rows ...")
+        dataset = build_dataset(fs, sorted_events(Path(args.events), fs.event_schema), users, items)
+        dataset.source = {
+            "events": str(Path(args.events).resolve()),
+            "users": args.users,
+            "items": args.items,
+        }
+    elif not fs.demo:
+        raise InvalidArgument(f"repository {fs.name!r}: give your event log with --events LOG")
+    card = train(cfg, model_dir, fs, dataset, progress=say)
     figures = {
         "version": card["version"],
         **card["metrics"],
@@ -47,151 +60,9 @@ def _cmd_train(args: argparse.Namespace) -> int:
     return 0
 
 
-async def _features_get(args: argparse.Namespace) -> dict[str, Any]:
-    from recmesh.clients import FeatureClient
-    from recmesh.features.wire import row_to_json, table_to_json
-    from recmesh.settings import RankerSettings
-
-    client = FeatureClient(args.addr or RankerSettings().feature_addr, "cli")
-    try:
-        resp = await client.get_features(args.user, args.item or [], args.as_of or 0, cap_s=5.0)
-    finally:
-        await client.close()
-    return {
-        "feature_version": resp.feature_version,
-        "as_of_ms": resp.as_of_ms,
-        "degraded": list(resp.degraded),
-        "user": {"user_id": resp.user.entity_id, "features": row_to_json(resp.user)},
-        "items": table_to_json(resp.items),
-    }
-
-
-def _cmd_features_get(args: argparse.Namespace) -> int:
-    print(json.dumps(asyncio.run(_features_get(args)), indent=2))
-    return 0
-
-
-def _cmd_features_load_offline(args: argparse.Namespace) -> int:
-    from recmesh.features.offline import read_entities
-    from recmesh.redis_client import connect
-    from recmesh.settings import FeatureSettings
-    from services.feature.store import FeatureStore
-
-    async def load() -> tuple[int, int]:
-        client = connect(FeatureSettings().redis_url, 4)
-        try:
-            store = FeatureStore(client)
-            path = Path(args.path)
-            return await store.load_offline(read_entities(path, "user"), read_entities(path, "item"))
-        finally:
-            await client.aclose()
-
-    users, items = asyncio.run(load())
-    print(f"loaded {users} users and {items} items")
-    return 0
-
-
-def _cmd_features_backfill(args: argparse.Namespace) -> int:
-    from recmesh.features.backfill import backfill
-    from recmesh.features.offline import read_entities
-    from recmesh.up import DEMO_DATA_DIR
-
-    offline = Path(args.offline) if args.offline else DEMO_DATA_DIR
-    users = dict(read_entities(offline, "user"))
-    items = dict(read_entities(offline, "item"))
-    say = (lambda m: print(m, file=sys.stderr)) if args.json else print
-    figures = backfill(Path(args.events), Path(args.out), users, items, progress=say)
-    if args.json:
-        print(json.dumps(figures))
-    else:
-        print(f"wrote {figures['rows']} rows ({figures['positives']} positive) to {args.out} "
-              f"in {figures['seconds']} s")  # fmt: skip
-    return 0
-
-
-def _cmd_features_compare(args: argparse.Namespace) -> int:
-    from recmesh.features.eventlog import sorted_events
-    from recmesh.features.offline import read_entities
-    from recmesh.features.served import compare, format_report, read_served
-    from recmesh.up import DEMO_DATA_DIR
-
-    offline = Path(args.offline) if args.offline else DEMO_DATA_DIR
-    users = dict(read_entities(offline, "user"))
-    items = dict(read_entities(offline, "item"))
-    report = compare(read_served(Path(args.served)), sorted_events(Path(args.events)), users, items)
-    print(json.dumps(report.to_json()) if args.json else format_report(report))
-    return 1 if report.mismatches else 0
-
-
-def _cmd_features_dump_served(args: argparse.Namespace) -> int:
-    from recmesh.features.served import dump_topic
-    from recmesh.settings import FeatureSettings
-
-    settings = FeatureSettings()
-    topic = args.topic or settings.served_topic
-    dump = asyncio.run(dump_topic(settings.kafka_bootstrap, topic, Path(args.out), args.timeout))
-    print(f"wrote {dump.written} served records from {topic} to {args.out}")
-    return 0
-
-
-def _cmd_events_dump(args: argparse.Namespace) -> int:
-    from recmesh.features.served import dump_topic
-    from recmesh.settings import KafkaSettings
-
-    kafka = KafkaSettings()
-    topic = args.topic or kafka.events_topic
-    dump = asyncio.run(dump_topic(kafka.kafka_bootstrap, topic, Path(args.out), args.timeout, _is_event))
-    skipped = f"; left out {dump.skipped} malformed (the ingest dead-lettered them)" if dump.skipped else ""
-    print(f"wrote {dump.written} events from {topic} to {args.out}{skipped}")
-    return 0
-
-
-def _is_event(raw: bytes) -> bool:
-    from recmesh.events import parse_event
-
-    try:
-        parse_event(raw)
-    except RecmeshError:
-        return False
-    return True
-
-
-def _cmd_events_export_demo(args: argparse.Namespace) -> int:
-    from recmesh.demo.generate import generate_events, make_catalog
-    from recmesh.features.eventlog import write_events
-
-    start = args.start or 1_767_225_600_000
-    events = generate_events(make_catalog(), start, int(args.hours * 3_600_000), args.sessions, args.seed)
-    print(f"wrote {write_events(Path(args.out), events)} events to {args.out}")
-    return 0
-
-
-def _cmd_events_send(args: argparse.Namespace) -> int:
-    from recmesh.demo.live import demo_events
-    from recmesh.errors import InvalidArgument
-    from recmesh.events import parse_event
-    from recmesh.producer import produce
-    from recmesh.settings import KafkaSettings
-
-    if args.file:
-        events = []
-        for n, line in enumerate(Path(args.file).read_text().splitlines(), 1):
-            if not line.strip():
-                continue
-            try:
-                events.append(parse_event(line.encode()))
-            except InvalidArgument as err:  # all or nothing: say where, send none
-                raise InvalidArgument(f"{args.file} line {n}: {err}; nothing was sent") from None
-    else:
-        events = demo_events(args.demo, seed=args.seed)
-    kafka = KafkaSettings()
-    asyncio.run(produce(kafka.kafka_bootstrap, kafka.events_topic, events))
-    print(f"sent {len(events)} events to {kafka.events_topic}")
-    return 0
-
-
 def _cmd_init(args: argparse.Namespace) -> int:
-    """Topics and offline features for a mesh whose Redis and Kafka run elsewhere."""
+    """Topics and the catalog for a mesh whose Redis and Kafka run elsewhere."""
+    from recmesh.commands.data import _refuse_demo, load_catalog_files, repository
     from recmesh.embedded import ensure_topics
     from recmesh.settings import UpSettings
     from recmesh.up import Mesh
@@ -200,14 +71,17 @@ def _cmd_init(args: argparse.Namespace) -> int:
     if settings.redis_url is None or settings.kafka_bootstrap is None:
         print("recmesh init: set REDIS_URL and KAFKA_BOOTSTRAP", file=sys.stderr)
         return 2
+    fs = repository(args)
+    _refuse_demo(fs, args, "recmesh init")
     mesh = Mesh(settings)
 
-    async def init() -> None:
+    async def init() -> dict[str, Any]:
         await ensure_topics(mesh.kafka, mesh.topics(), timeout_s=args.wait)
-        await mesh.load_data()
+        return await load_catalog_files(fs, mesh.redis_url, None, None, print)
 
-    asyncio.run(init())
-    print("topics created and offline features loaded")
+    figures = asyncio.run(init())
+    print(f"topics created; catalog of repository {fs.name!r} loaded: {figures['users']} users, "
+          f"{figures['items']} items")  # fmt: skip
     return 0
 
 
@@ -237,16 +111,6 @@ def _cmd_health(args: argparse.Namespace) -> int:
         return 0
     print(f"recmesh health: {args.grpc} is not SERVING (or not reachable)", file=sys.stderr)
     return 1
-
-
-def _cmd_demo_write(args: argparse.Namespace) -> int:
-    from recmesh.demo.generate import make_catalog, offline_rows
-    from recmesh.features.offline import write_csv
-
-    users, items = offline_rows(make_catalog())
-    out = Path(args.out)
-    print(write_csv(out, "user", users), write_csv(out, "item", items))
-    return 0
 
 
 def _cmd_pipeline_show(args: argparse.Namespace) -> int:
@@ -284,73 +148,29 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--demo-events", type=int, default=3000, help="demo events to send once ready (0: none)")
     up.set_defaults(func=_cmd_up)
 
-    tr = sub.add_parser("train", help="train the CTR model and export ONNX + model card")
+    tr = sub.add_parser(
+        "train", help="train the model family on your event log (or the demo's) and export ONNX + model card"
+    )
+    tr.add_argument("--events", help="canonical JSON-lines event log (events import --to log); "
+                    "without it, the demo repository trains on generated demo sessions")  # fmt: skip
+    tr.add_argument("--users", help="users file (default: the repository's users.source)")
+    tr.add_argument("--items", help="items file (default: the repository's items.source)")
+    tr.add_argument("--repository", help="the repository file (default: RECMESH_REPOSITORY, else the demo's)")
     tr.add_argument("--model-dir", help="default: RECMESH_MODEL_DIR or .recmesh/models")
     tr.add_argument("--seed", type=int, default=42)
-    tr.add_argument("--sessions", type=int, default=6000)
+    tr.add_argument("--sessions", type=int, default=6000, help="demo sessions (without --events)")
     tr.add_argument("--epochs", type=int, default=4, help="passes over the training rows")
     tr.add_argument("--json", action="store_true", help="print figures as JSON on the last line")
     tr.set_defaults(func=_cmd_train)
 
-    feats = sub.add_parser("features", help="feature look-ups and loading").add_subparsers(
-        dest="features_command", required=True
-    )
-    get = feats.add_parser("get", help="print the features the ranker would see, as JSON")
-    get.add_argument("--user", required=True, help="user id, e.g. u42")
-    get.add_argument("--item", action="append", help="repeat for several items")
-    get.add_argument("--as-of", type=int, help="epoch ms (default: now)")
-    get.add_argument("--addr", help="feature service address (default: FEATURE_ADDR)")
-    get.set_defaults(func=_cmd_features_get)
-    bf = feats.add_parser("backfill", help="point-in-time training rows from an event log (JSON lines)")
-    bf.add_argument("--events", required=True, help="JSON-lines event log, any order, any size")
-    bf.add_argument("--out", required=True, help="output JSON lines, one row per view")
-    bf.add_argument("--offline", help="directory with users/items offline features (default: demo data)")
-    bf.add_argument("--json", action="store_true")
-    bf.set_defaults(func=_cmd_features_backfill)
-    cmp_ = feats.add_parser(
-        "compare", help="recompute served feature rows with the offline replay; exit 1 on any mismatch"
-    )
-    cmp_.add_argument("--served", required=True, help="served records, JSON lines (features dump-served)")
-    cmp_.add_argument("--events", required=True, help="JSON-lines event log covering the served as-of times")
-    cmp_.add_argument("--offline", help="directory with users/items offline features (default: demo data)")
-    cmp_.add_argument("--json", action="store_true")
-    cmp_.set_defaults(func=_cmd_features_compare)
-    dump = feats.add_parser("dump-served", help="copy the served_features topic to a JSON-lines file")
-    dump.add_argument("--out", required=True)
-    dump.add_argument("--topic", help="default: RECMESH_SERVED_TOPIC (served_features)")
-    dump.add_argument("--timeout", type=float, default=30.0, help="seconds at most (default 30)")
-    dump.set_defaults(func=_cmd_features_dump_served)
-    load = feats.add_parser("load-offline", help="load users/items CSV or Parquet into Redis")
-    load.add_argument("path")
-    load.set_defaults(func=_cmd_features_load_offline)
+    from recmesh.commands.data import add_commands as add_data_commands
 
-    events = sub.add_parser("events", help="produce events").add_subparsers(
-        dest="events_command", required=True
-    )
-    send = events.add_parser("send", help="send demo events, or events from a JSON-lines file")
-    send.add_argument(
-        "--demo", type=int, default=1000, help="number of demo events (default 1000; ignored with --file)"
-    )
-    send.add_argument("--file", help="JSON lines, one event per line")
-    send.add_argument("--seed", type=int, default=1)
-    send.set_defaults(func=_cmd_events_send)
-    edump = events.add_parser(
-        "dump", help="copy the events topic to a JSON-lines event log (for features compare / backfill)"
-    )
-    edump.add_argument("--out", required=True)
-    edump.add_argument("--topic", help="default: RECMESH_EVENTS_TOPIC (user_behavior)")
-    edump.add_argument("--timeout", type=float, default=30.0, help="seconds at most (default 30)")
-    edump.set_defaults(func=_cmd_events_dump)
-    export = events.add_parser("export-demo", help="write a demo event log as JSON lines")
-    export.add_argument("out")
-    export.add_argument("--sessions", type=int, default=2000)
-    export.add_argument("--hours", type=float, default=2.0)
-    export.add_argument("--start", type=int, help="epoch ms of the first event")
-    export.add_argument("--seed", type=int, default=11)
-    export.set_defaults(func=_cmd_events_export_demo)
+    add_data_commands(sub)
 
-    init = sub.add_parser("init", help="create topics and load offline features (external Redis/Kafka)")
+    init = sub.add_parser("init", help="create topics and load the catalog (external Redis/Kafka)")
     init.add_argument("--wait", type=float, default=60.0, help="seconds to wait for the broker")
+    init.add_argument("--repository", help="the repository file (default: RECMESH_REPOSITORY)")
+    init.add_argument("--demo", action="store_true", help="allow loading the demo repository's catalog")
     init.set_defaults(func=_cmd_init)
 
     health = sub.add_parser("health", help="probe a service: exit 0 when ready")
@@ -475,10 +295,6 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_embed_commands(sub)
 
-    demo = sub.add_parser("demo", help="demo data").add_subparsers(dest="demo_command", required=True)
-    write = demo.add_parser("write-data", help="write the demo users.csv and items.csv")
-    write.add_argument("out")
-    write.set_defaults(func=_cmd_demo_write)
     return parser
 
 

@@ -424,6 +424,20 @@ class InferenceClient(GrpcClient):
         suggested = int(trailers.get(SUGGESTED_LEVEL_KEY, "0"))
         return Scored(list(resp.scores), resp.model_version, suggested, resp.level)
 
+    async def score_features(
+        self, feature_version: str, user: features_pb2.FeatureRow, items: features_pb2.FeatureTable,
+        level: int = 0, cap_s: float | None = None,
+    ) -> Scored:  # fmt: skip
+        """Scores of `items` (one per entity, in the table's order) for `user`,
+        from their served features: the inference service builds the model's
+        inputs with the transforms its model card declares."""
+        req = inference_pb2.ScoreRequest(feature_version=feature_version, level=level)
+        req.user.CopyFrom(user)
+        req.items.CopyFrom(items)
+        resp, trailers = await self._call_with_trailers("Score", self._stub.Score, req, cap_s, retry=True)
+        suggested = int(trailers.get(SUGGESTED_LEVEL_KEY, "0"))
+        return Scored(list(resp.scores), resp.model_version, suggested, resp.level)
+
     async def embed(self, texts: list[str], cap_s: float | None = None) -> Embedded:
         resp: inference_pb2.EmbedResponse = await self._call(
             "Embed", self._stub.Embed, inference_pb2.EmbedRequest(texts=texts), cap_s

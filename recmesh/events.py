@@ -1,38 +1,69 @@
-"""The user-behaviour event contract (topic `user_behavior`, key = user_id).
+"""The canonical behaviour event (topic `user_behavior`, key = user_id).
 
-Value: JSON {"event_id", "user_id", "item_id", "behavior", "event_time"
-(epoch ms)}; extra fields are allowed and ignored. The gateway validates on the
-way in (400 naming the field), the ingest consumer on the way out (bad records
-go to the dead-letter topic).
+Value: JSON {"event_id", "user_id", "item_id", "behavior", "event_time" (epoch
+ms)} plus the numeric fields the repository declares in `events.values`, at
+the top level (e.g. "rating": 4). The behaviour is one of the repository's
+vocabulary or an alias of one (mapped on the way in); other extra fields are
+allowed and ignored. The gateway validates on the way in (400 naming the
+field), the ingest consumer on the way out (bad records go to the dead-letter
+topic). `recmesh events import` maps a team's own records onto this form
+(recmesh/features/importer.py).
 """
 
 from __future__ import annotations
 
-from typing import Literal
+import math
+from collections.abc import Mapping
+from typing import Any
 
 import orjson
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
 from recmesh.errors import InvalidArgument
 
-Behavior = Literal["view", "click", "add_to_cart", "purchase"]
-BEHAVIORS: tuple[str, ...] = ("view", "click", "add_to_cart", "purchase")
+# 1e11 ms is 1973-03-03: history since then is accepted (MovieLens-100k is from
+# 1997), while epoch *seconds* (1.7e9 today, below 1e11 until the year 5138) are not.
+MIN_EVENT_TIME_MS = 100_000_000_000
 
 
-MIN_EVENT_TIME_MS = 1_000_000_000_000
+class EventSchema:
+    """What a repository accepts as an event: its behaviour vocabulary (with
+    aliases) and its numeric value fields."""
+
+    def __init__(
+        self, behaviors: tuple[str, ...], aliases: Mapping[str, str], values: tuple[str, ...]
+    ) -> None:
+        self.behaviors = behaviors
+        self._canonical = {b: b for b in behaviors} | dict(aliases)
+        self.values = values
+
+    def behavior(self, name: str) -> str:
+        canonical = self._canonical.get(name)
+        if canonical is None:
+            known = ", ".join(self.behaviors)
+            aliases = [a for a in self._canonical if a not in self.behaviors]
+            also = f" (or the aliases {', '.join(aliases)})" if aliases else ""
+            raise ValueError(f"unknown behaviour {name!r}: the repository declares {known}{also}")
+        return canonical
 
 
 class Event(BaseModel):
-    model_config = ConfigDict(extra="ignore", frozen=True)
+    # Extra fields are kept (a repository's numeric values travel at the top
+    # level) but never written back: `to_dict` is the canonical form.
+    model_config = ConfigDict(extra="allow", frozen=True)
 
-    event_id: str = Field(min_length=1, max_length=128, pattern=r"^\S+$")
-    user_id: str = Field(min_length=1, max_length=128, pattern=r"^[^|{}\s]+$")
-    item_id: str = Field(min_length=1, max_length=128, pattern=r"^[^|{}\s]+$")
-    behavior: Behavior
-    # Epoch milliseconds. Anything before 2001-09-09 (1e12 ms) is refused: it
-    # is almost surely epoch *seconds*, which would land 50 years in the past,
-    # outside every window, and silently change nothing.
+    # Ids carry no whitespace or control characters (they frame stored members
+    # and the write script's lines); user and item ids no '{', '}' or '|' (hash tags).
+    event_id: str = Field(min_length=1, max_length=128, pattern=r"^[^\s\x00-\x1f\x7f]+$")
+    user_id: str = Field(min_length=1, max_length=128, pattern=r"^[^|{}\s\x00-\x1f\x7f]+$")
+    item_id: str = Field(min_length=1, max_length=128, pattern=r"^[^|{}\s\x00-\x1f\x7f]+$")
+    behavior: str = Field(min_length=1, max_length=64)
+    # Epoch milliseconds. Anything before 1973 (1e11 ms) is refused: it is
+    # almost surely epoch *seconds*, which would land in 1970, outside every
+    # window, and silently change nothing.
     event_time: int = Field(strict=True, description="epoch milliseconds")
+    # The repository's numeric event fields present on this event (top-level in JSON).
+    values: dict[str, float] = Field(default_factory=dict, exclude=True)
 
     @field_validator("event_time")
     @classmethod
@@ -43,8 +74,37 @@ class Event(BaseModel):
             )
         return value
 
+    @field_validator("behavior")
+    @classmethod
+    def _known(cls, value: str, info: ValidationInfo) -> str:
+        schema = _schema(info)
+        return schema.behavior(value) if schema is not None else value
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "event_id": self.event_id, "user_id": self.user_id, "item_id": self.item_id,
+            "behavior": self.behavior, "event_time": self.event_time, **self.values,
+        }  # fmt: skip
+
     def to_json(self) -> bytes:
-        return orjson.dumps(self.model_dump())
+        return orjson.dumps(self.to_dict())
+
+
+def _schema(info: ValidationInfo) -> EventSchema | None:
+    ctx = info.context
+    return ctx.get("schema") if isinstance(ctx, dict) else None
+
+
+def _values(obj: Mapping[str, Any], schema: EventSchema) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for name in schema.values:
+        raw = obj.get(name)
+        if raw is None:
+            continue
+        if isinstance(raw, bool) or not isinstance(raw, int | float) or not math.isfinite(raw):
+            raise InvalidArgument(f"{name}: must be a finite number, got {raw!r}")
+        out[name] = float(raw)
+    return out
 
 
 def describe_validation_error(err: ValidationError, prefix: str = "") -> str:
@@ -52,18 +112,38 @@ def describe_validation_error(err: ValidationError, prefix: str = "") -> str:
     parts = []
     for e in err.errors():
         loc = prefix + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in e["loc"])
-        parts.append(f"{loc.lstrip('.')}: {e['msg']}")
+        parts.append(f"{loc.lstrip('.')}: {e['msg'].removeprefix('Value error, ')}")
     return "; ".join(parts)
 
 
-def parse_event(raw: bytes) -> Event:
+def validate_event(obj: Any, schema: EventSchema | None, prefix: str = "") -> Event:
+    """A canonical event from a decoded JSON value; raises InvalidArgument naming the field."""
+    if not isinstance(obj, dict):
+        raise InvalidArgument(f"{prefix or 'event'} must be a JSON object")
+    try:
+        event = Event.model_validate(obj, context={"schema": schema})
+    except ValidationError as err:
+        raise InvalidArgument(describe_validation_error(err, prefix)) from None
+    if schema is not None and schema.values:
+        try:
+            values = _values(obj, schema)
+        except InvalidArgument as err:
+            raise InvalidArgument(f"{prefix}.{err}".lstrip(".")) from None
+        if values:
+            return event.model_copy(update={"values": values})
+    return event
+
+
+def conform(event: Event, schema: EventSchema, prefix: str = "") -> Event:
+    """An event parsed without a schema (e.g. by FastAPI), checked against one:
+    the behaviour mapped onto the vocabulary, the declared values taken from its extra fields."""
+    return validate_event({**event.to_dict(), **(event.model_extra or {})}, schema, prefix)
+
+
+def parse_event(raw: bytes, schema: EventSchema | None) -> Event:
     """Decode and validate one record value; raises InvalidArgument with the reason."""
     try:
-        return Event.model_validate_json(raw)
-    except ValidationError as err:
-        first = err.errors()[0]
-        if first["type"] == "json_invalid":
-            raise InvalidArgument(f"not JSON: {first['msg']}") from None
-        if first["type"] == "model_type":
-            raise InvalidArgument("event must be a JSON object") from None
-        raise InvalidArgument(describe_validation_error(err)) from None
+        obj = orjson.loads(raw)
+    except orjson.JSONDecodeError as err:
+        raise InvalidArgument(f"not JSON: {err}") from None
+    return validate_event(obj, schema)

@@ -45,6 +45,9 @@ class CommonSettings(BaseSettings):
     slo_budgets_ms: dict[SloName, int] = Field(
         default_factory=dict, validation_alias="RECMESH_SLO_BUDGETS_MS"
     )
+    # The feature repository file (recmesh.toml, docs/features.md) every
+    # process serves; unset: the demo's, next to a source checkout.
+    repository: Path | None = Field(None, validation_alias="RECMESH_REPOSITORY")
 
     @field_validator("slo_budgets_ms")
     @classmethod
@@ -280,7 +283,6 @@ class UpSettings(CommonSettings):
     embedded_kafka_port: int = Field(9092, validation_alias="RECMESH_KAFKA_PORT")
     state_dir: Path = Field(STATE_DIR_DEFAULT, validation_alias="RECMESH_STATE_DIR")
     model_dir: Path | None = Field(None, validation_alias="RECMESH_MODEL_DIR")
-    offline_dir: Path | None = Field(None, validation_alias="RECMESH_OFFLINE_DIR")
     events_topic: str = Field("user_behavior", validation_alias="RECMESH_EVENTS_TOPIC")
     dlq_topic: str = Field("user_behavior.dlq", validation_alias="RECMESH_DLQ_TOPIC")
     served_topic: str = Field("served_features", validation_alias="RECMESH_SERVED_TOPIC")

@@ -1,11 +1,14 @@
 """`recmesh up`: the whole mesh on one machine, the way `make run` starts it.
 
-Order: Redis and the broker (embedded unless REDIS_URL / KAFKA_BOOTSTRAP name
-existing ones) -> topics -> offline features -> a trained model (trained now if
-none) -> feature, ingest, inference, ranker, gateway -> wait until every one
-reports SERVING -> a burst of demo events so real-time features are live ->
-print endpoints. SIGINT/SIGTERM stop the children in reverse order; if one
-dies unexpectedly the rest are stopped and `up` exits non-zero.
+It serves the feature repository RECMESH_REPOSITORY names (the demo's when
+unset). Order: Redis and the broker (embedded unless REDIS_URL /
+KAFKA_BOOTSTRAP name existing ones) -> topics -> the repository's catalog ->
+a model for its feature set (the demo trains one now if none; another
+repository needs one trained with `recmesh train --events`) -> feature,
+ingest, inference, ranker, gateway -> wait until every one reports SERVING ->
+for the demo, a burst of demo events so real-time features are live -> print
+endpoints. SIGINT/SIGTERM stop the children in reverse order; if one dies
+unexpectedly the rest are stopped and `up` exits non-zero.
 """
 
 from __future__ import annotations
@@ -16,7 +19,6 @@ import os
 import signal
 import sys
 import time
-from pathlib import Path
 
 import httpx
 
@@ -29,9 +31,9 @@ from recmesh.embedded import (
     redis_process,
     wait_tcp,
 )
+from recmesh.features.repository import FeatureSet, resolve_repository
 from recmesh.settings import UpSettings
 
-DEMO_DATA_DIR = Path(__file__).parent / "demo" / "data"
 DEMO_API_KEY = "demo-interactive"
 DEMO_API_KEYS = '{"demo-interactive": {"tenant": "demo", "max_class": "A", "trusted_context": true}}'
 
@@ -41,8 +43,9 @@ def say(msg: str) -> None:
 
 
 class Mesh:
-    def __init__(self, settings: UpSettings) -> None:
+    def __init__(self, settings: UpSettings, fs: FeatureSet | None = None) -> None:
         self.s = settings
+        self.fs = fs or resolve_repository(settings.repository)
         self.state = settings.state_dir.resolve()
         self.logs = self.state / "logs"
         self.model_dir = (settings.model_dir or self.state / "models").resolve()
@@ -87,6 +90,7 @@ class Mesh:
             RECMESH_EVENTS_TOPIC=s.events_topic,
             RECMESH_DLQ_TOPIC=s.dlq_topic,
             RECMESH_SERVED_TOPIC=s.served_topic,
+            RECMESH_REPOSITORY=str(self.fs.path),
             PYTHONUNBUFFERED="1",
         )
         # A demo caller entitled to class A, unless the user brought their own keys.
@@ -134,28 +138,34 @@ class Mesh:
         say(f"topics ready: {', '.join(self.topics())} ({s.topic_partitions} partitions for events)")
 
     async def load_data(self) -> None:
-        from recmesh.features.offline import read_entities
-        from recmesh.redis_client import connect
-        from services.feature.store import FeatureStore
+        from recmesh.commands.data import load_catalog_files
 
-        directory = self.s.offline_dir or DEMO_DATA_DIR
-        client = connect(self.redis_url, 4)
-        try:
-            n_users, n_items = await FeatureStore(client).load_offline(
-                read_entities(directory, "user"), read_entities(directory, "item")
-            )
-        finally:
-            await client.aclose()
-        say(f"offline features loaded from {directory}: {n_users} users, {n_items} items")
+        fs = self.fs
+        figures = await load_catalog_files(fs, self.redis_url, None, None, lambda m: say(m.strip()))
+        say(f"catalog of repository {fs.name!r} loaded: {figures['users']} users, {figures['items']} items")
 
     def ensure_model(self) -> None:
+        """A model for the served feature set: the current one if it was built on
+        it; for the demo, one trained now; otherwise the steps to make one."""
+        import json
+
         from recmesh.modeldir import current_model
         from recmesh.training.train import TrainConfig, train
 
         path = current_model(self.model_dir)
-        if path is None:
-            say(f"no model in {self.model_dir}: training one (takes 10-20 s) ...")
-            train(TrainConfig(), self.model_dir, progress=lambda m: say(f"  train: {m}"))
+        built_on = json.loads((path / "card.json").read_text()).get("feature_set_version") if path else None
+        if built_on != self.fs.version:
+            if not self.fs.demo:
+                current = "" if path is None else f"; the current one was built on {built_on}"
+                raise RuntimeError(
+                    f"no model in {self.model_dir} for repository {self.fs.name!r} ({self.fs.version}"
+                    f"{current}): train one with "
+                    "`recmesh events import YOUR_LOG --to log --out events.jsonl` then "
+                    f"`RECMESH_MODEL_DIR={self.model_dir} recmesh train --events events.jsonl`"
+                )
+            why = "no model" if path is None else f"the model was built on feature set {built_on}"
+            say(f"{why} in {self.model_dir}: training one on the demo's generated sessions (10-20 s) ...")
+            train(TrainConfig(), self.model_dir, self.fs, progress=lambda m: say(f"  train: {m}"))
             path = current_model(self.model_dir)
         say(f"model: {path}")
 
@@ -175,14 +185,13 @@ class Mesh:
         the vectors are written atomically when done. Stopped with the mesh."""
         from recmesh.vectors import load_item_vectors
 
-        directory = self.s.offline_dir or DEMO_DATA_DIR
         if load_item_vectors(self.model_dir) is not None:
             return
-        if not (directory / "item_texts.csv").exists():
-            say(f"no {directory / 'item_texts.csv'}: no item vectors (semantic recall stays off)")
+        if self.fs.decl.items.texts is None:
+            say("the repository declares no item texts: no item vectors (semantic recall stays off)")
             return
         argv = ["nice", "-n", "10", sys.executable, "-m", "recmesh.cli", "embed", "items",
-                "--model-dir", str(self.model_dir), "--texts", str(directory)]  # fmt: skip
+                "--model-dir", str(self.model_dir), "--repository", str(self.fs.path)]  # fmt: skip
         self.background = ManagedProcess(
             "embed-items", argv, self.logs / "embed-items.log", self._child_env()
         )
@@ -318,7 +327,7 @@ async def _start(mesh: Mesh, demo_events: int) -> None:
     mesh.start_services()
     await mesh.wait_ready()
     mesh.embed_items_in_background()
-    if demo_events:
+    if demo_events and mesh.fs.demo:
         n = await mesh.send_demo_events(demo_events)
         say(f"sent {n} demo events to {mesh.s.events_topic} (real-time features are live)")
     print(banner(mesh, time.monotonic() - t0), flush=True)

@@ -10,6 +10,7 @@ import pytest
 import redis.asyncio as redis
 
 from recmesh.embedded import broker_process, ensure_topics, redis_process, start_redis_cluster, wait_tcp
+from recmesh.features.repository import DEMO_REPOSITORY, FeatureSet, load_repository
 from recmesh.training.train import TrainConfig, train
 from tests.helpers import free_port
 
@@ -48,9 +49,15 @@ def kafka_bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 
 @pytest.fixture(scope="session")
-def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def demo_fs() -> FeatureSet:
+    """The demo repository's feature set (examples/demo/recmesh.toml)."""
+    return load_repository(DEMO_REPOSITORY)
+
+
+@pytest.fixture(scope="session")
+def model_dir(tmp_path_factory: pytest.TempPathFactory, demo_fs: FeatureSet) -> Path:
     out = tmp_path_factory.mktemp("models")
-    train(SMALL_TRAINING, out, progress=lambda _: None)
+    train(SMALL_TRAINING, out, demo_fs, progress=lambda _: None)
     return out
 
 

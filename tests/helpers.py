@@ -5,14 +5,25 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from pathlib import Path
 from typing import TypeVar
 
 import orjson
 from aiokafka import AIOKafkaProducer
 
 from recmesh.embedded import free_port
+from recmesh.events import Event
+from services.feature.store import FeatureStore
+from services.feature.writer import EventWriter, WriteResult
 
-__all__ = ["free_port", "poll_until"]
+__all__ = ["card_schema", "free_port", "poll_until", "write_events"]
+
+
+async def write_events(store: FeatureStore, events: Sequence[Event]) -> WriteResult:
+    """Events through the one write path (as the ingest consumer writes them)."""
+    writer = EventWriter(store.client, store.feature_set, store.attributes)
+    return await writer.apply(sorted(events, key=lambda e: e.event_time))
+
 
 T = TypeVar("T")
 
@@ -45,3 +56,15 @@ async def produce_events(bootstrap: str, topic: str, events: Sequence[Mapping[st
         await asyncio.gather(*futures)
     finally:
         await producer.stop()
+
+
+def card_schema(model_dir: Path) -> tuple[str, list[str]]:
+    """The served model's feature-set version and input columns (for rows a test builds)."""
+    import json
+
+    from recmesh.modeldir import current_model
+
+    path = current_model(model_dir)
+    assert path is not None, f"no model in {model_dir}"
+    card = json.loads((path / "card.json").read_text())
+    return str(card["feature_set_version"]), list(card["input"]["columns"])

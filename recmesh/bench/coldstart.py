@@ -22,13 +22,13 @@ from typing import Any
 import httpx
 
 from recmesh.bench.common import emit, free_port, infrastructure
+from recmesh.bench.inference import schema
 from recmesh.clients import FeatureClient, HealthProbe, InferenceClient, RankerClient
 from recmesh.demo.generate import make_catalog, offline_rows
-from recmesh.features.definitions import FEATURE_SET_VERSION
-from recmesh.features.vectorize import COLUMNS
+from recmesh.features.repository import DEMO_REPOSITORY, load_repository
 from recmesh.redis_client import connect
 from recmesh.training.train import TrainConfig, train
-from services.feature.store import FeatureStore
+from services.feature.catalog import load_catalog
 
 SIZES = {"small": 32, "large": 512}  # MLP hidden units (every level variant is loaded)
 
@@ -77,9 +77,10 @@ async def run(model_root: Path) -> list[dict[str, Any]]:
     async with infrastructure({"user_behavior": 3, "user_behavior.dlq": 1}) as infra:
         client = connect(infra.redis_url, 4)
         users, items = offline_rows(make_catalog())
-        await FeatureStore(client).load_offline(users, items)
+        await load_catalog(client, load_repository(DEMO_REPOSITORY), users, items)
         await client.aclose()
         base = dict(os.environ, REDIS_URL=infra.redis_url, KAFKA_BOOTSTRAP=infra.kafka_bootstrap,
+                    RECMESH_REPOSITORY=str(DEMO_REPOSITORY),
                     RECMESH_LOG_LEVEL="WARNING", FEATURE_METRICS_PORT=str(free_port()),
                     RANKER_METRICS_PORT=str(free_port()))  # fmt: skip
         ports = {n: free_port() for n in ("feature", "ranker", "http", "grpc")}
@@ -95,7 +96,6 @@ async def run(model_root: Path) -> list[dict[str, Any]]:
             rows.append({"service": "feature", "ready_s": ready_s, "first_ms": first, "warm_ms": warm})
             await fc.close()
 
-            values = [0.1] * (len(COLUMNS) * 200)
             for size, hidden in SIZES.items():
                 port = free_port()
                 env = dict(base, INFERENCE_PORT=str(port), INFERENCE_METRICS_PORT=str(free_port()),
@@ -103,7 +103,8 @@ async def run(model_root: Path) -> list[dict[str, Any]]:
                 ic = InferenceClient(f"127.0.0.1:{port}", "bench")
 
                 async def score(c: InferenceClient = ic) -> object:
-                    return await c.score(FEATURE_SET_VERSION, list(COLUMNS), values, cap_s=10)
+                    version, cols = await schema(c)
+                    return await c.score(version, cols, [0.1] * (len(cols) * 200), cap_s=10)
 
                 proc, ready_s = await _serving(
                     "services.inference", env, ic.address, infra.workdir / f"i-{size}.log"
@@ -168,6 +169,7 @@ def main(args: Any) -> int:
             train(
                 TrainConfig(sessions=1500, hours=2.0, epochs=1, hidden=hidden),
                 root / size,
+                load_repository(DEMO_REPOSITORY),
                 progress=lambda _: None,
             )
         rows = asyncio.run(run(root))

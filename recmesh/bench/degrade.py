@@ -29,10 +29,13 @@ import numpy as np
 from recmesh.bench.common import emit, percentile
 from recmesh.bench.inference import _start
 from recmesh.clients import InferenceClient
+from recmesh.errors import FailedPrecondition
+from recmesh.features.repository import FeatureSet, resolve_repository
+from recmesh.features.vectorize import transforms_from_card
 from recmesh.modeldir import current_model
-from recmesh.settings import InferenceSettings
+from recmesh.settings import CommonSettings, InferenceSettings
 from recmesh.training.family import auc
-from recmesh.training.train import TrainConfig, build_dataset, train
+from recmesh.training.train import TrainConfig, build_dataset, demo_dataset, train
 from services.inference.model import load, load_variant, session_options
 
 
@@ -70,14 +73,30 @@ def session_memory(path: Path, level: int, width: int) -> int:
     return int(out.stdout.strip().splitlines()[-1])
 
 
-def holdout(card: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
+def holdout(card: dict[str, Any], fs: FeatureSet) -> tuple[np.ndarray, np.ndarray]:
+    """The card's time-based holdout, rebuilt from what it was trained on (the
+    demo generator's configuration, or the event log and catalog files) with
+    the model's own inputs."""
     data = card["training_data"]
-    demo = data["demo"]
-    cfg = TrainConfig(seed=demo["seed"], sessions=demo["sessions"], hours=demo["hours"],
-                      start_ms=demo["start_ms"], shuffle_times=demo["shuffle_times"])  # fmt: skip
-    x, y, t = build_dataset(cfg)
-    ho = t >= data["holdout_from_ms"]
-    return x[ho], y[ho]
+    if card["feature_set_version"] != fs.version:
+        raise FailedPrecondition(
+            f"model {card['version']} was built on {card['feature_set_version']}, the repository "
+            f"{fs.path} is {fs.version}: point RECMESH_REPOSITORY at the one it was trained with"
+        )
+    transforms = transforms_from_card(card["input"]["transforms"])
+    if "demo" in data:
+        demo = data["demo"]
+        cfg = TrainConfig(seed=demo["seed"], sessions=demo["sessions"], hours=demo["hours"],
+                          start_ms=demo["start_ms"], shuffle_times=demo["shuffle_times"])  # fmt: skip
+        ds = demo_dataset(fs, cfg, transforms)
+    else:
+        from recmesh.commands.data import catalog_tables
+        from recmesh.features.eventlog import sorted_events
+
+        users, items = catalog_tables(fs, data.get("users"), data.get("items"))
+        ds = build_dataset(fs, sorted_events(Path(data["events"]), fs.event_schema), users, items, transforms)
+    ho = ds.t >= data["holdout_from_ms"]
+    return ds.x[ho], ds.y[ho]
 
 
 def in_process(path: Path, x: np.ndarray, rows: int, repeats: int) -> dict[int, dict[str, float]]:
@@ -130,13 +149,14 @@ async def run(model_dir: Path | None, rows: int, repeats: int) -> dict[str, Any]
     with tempfile.TemporaryDirectory(prefix="recmesh-bench-") as tmp:
         work = Path(tmp)
         path = current_model(model_dir) if model_dir is not None else None
+        fs = resolve_repository(CommonSettings().repository)
         if model_dir is None or path is None:
             model_dir = work / "models"
-            train(TrainConfig(), model_dir, progress=lambda _: None)
+            train(TrainConfig(), model_dir, fs, progress=lambda _: None)
             path = current_model(model_dir)
         assert path is not None
         card: dict[str, Any] = json.loads((path / "card.json").read_text())
-        x, y = holdout(card)
+        x, y = holdout(card, fs)
         local = in_process(path, x, rows, repeats)
         remote = await over_grpc(model_dir, card, x, rows, repeats, work)
         model = load(path)

@@ -30,8 +30,10 @@ from recmesh.clients import FeatureClient, ResiliencePolicy
 from recmesh.demo.generate import make_catalog, offline_rows
 from recmesh.events import Event
 from recmesh.features import keys
+from recmesh.features.repository import DEMO_REPOSITORY, FeatureSet, load_repository
 from recmesh.redis_client import connect
 from recmesh.settings import IngestSettings
+from services.feature.catalog import load_catalog
 from services.feature.ingest import running
 from services.feature.store import FeatureStore
 
@@ -93,27 +95,28 @@ class _Ingest:
             await asyncio.sleep(0.01)
 
 
-async def _memory(store_client: Any, users: list[str], items: list[str]) -> dict[str, float]:
+async def _memory(store_client: Any, fs: FeatureSet, users: list[str], items: list[str]) -> dict[str, float]:
+    """Bytes (MEMORY USAGE) of every key an active user or item holds, and the
+    events its streams hold."""
+
     async def usage(keys_: list[str]) -> int:
         total = 0
         for k in keys_:
             total += int(await store_client.memory_usage(k) or 0)
         return total
 
-    user_bytes = [
-        await usage([keys.user_events(u), keys.user_viewed(u), keys.user_profile(u)]) for u in users
-    ]
-    user_events = [int(await store_client.zcard(keys.user_events(u))) for u in users]
+    async def events_in(streams: list[str]) -> int:
+        return sum([int(await store_client.zcard(k)) for k in streams])
+
+    def streams(entity: str, entity_id: str) -> list[str]:
+        return [keys.stream(entity, entity_id, s.id) for s in fs.streams_of(entity)]  # type: ignore[arg-type]
+
+    user_bytes = [await usage([*streams("user", u), keys.user_ids(u), keys.user_profile(u)]) for u in users]
+    user_events = [await events_in(streams("user", u)) for u in users]
     item_bytes = [
-        await usage([keys.item_clicks(i), keys.item_views(i), keys.item_newest(i), keys.item_static(i)])
-        for i in items
+        await usage([*streams("item", i), keys.newest("item", i), keys.item_static(i)]) for i in items
     ]
-    item_events = []
-    for i in items:
-        item_events.append(
-            int(await store_client.zcard(keys.item_clicks(i)))
-            + int(await store_client.zcard(keys.item_views(i)))
-        )
+    item_events = [await events_in(streams("item", i)) for i in items]
     return {
         "bytes_per_user": round(sum(user_bytes) / len(users)),
         "events_per_user": round(sum(user_events) / len(users), 1),
@@ -128,10 +131,11 @@ async def run(
     rng = random.Random(7)
     async with infrastructure({TOPIC: 3, DLQ: 1, SERVED: 1}) as infra:
         client = connect(infra.redis_url, 32)
-        store = FeatureStore(client)
+        fs = load_repository(DEMO_REPOSITORY)
+        store = FeatureStore(client, fs)
         await store.prepare()
         users, items = offline_rows(make_catalog())
-        await store.load_offline(users, items)
+        await load_catalog(client, fs, users, items)
 
         # 1. ingest throughput, nothing lost
         now = int(time.time() * 1000)
@@ -142,15 +146,14 @@ async def run(
             await ingest.wait_for(events, 300)
             assert ingest.first is not None
             ingest_rate = (events - ingest.first_batch) / max(1e-9, ingest.last - ingest.first)
-            stored = 0
+            # Every event written is in its user's event-id set exactly once.
             pipe = client.pipeline(transaction=False)
-            for i in range(3000):
-                pipe.zcard(keys.item_clicks(f"i{i}"))
-                pipe.zcard(keys.item_views(f"i{i}"))
+            for u in range(2000):
+                pipe.zcard(keys.user_ids(f"u{u}"))
             stored = sum(await pipe.execute())
             lost = events - stored
             memory = await _memory(
-                client, [f"u{i}" for i in range(0, 2000, 40)], [f"i{i}" for i in range(0, 3000, 60)]
+                client, fs, [f"u{i}" for i in range(0, 2000, 40)], [f"i{i}" for i in range(0, 3000, 60)]
             )
 
             # 2. freshness while events stream at `rate`/s
@@ -277,7 +280,8 @@ async def _topic_records(bootstrap: str, topic: str) -> int:
 async def _start_feature_service(infra: Infra, served_rate: float) -> tuple[subprocess.Popen[bytes], int]:
     port = free_port()
     env = dict(os.environ, REDIS_URL=infra.redis_url, FEATURE_PORT=str(port),
-               FEATURE_METRICS_PORT=str(free_port()), RECMESH_LOG_LEVEL="WARNING",
+               RECMESH_REPOSITORY=str(DEMO_REPOSITORY), FEATURE_METRICS_PORT=str(free_port()),
+               RECMESH_LOG_LEVEL="WARNING",
                KAFKA_BOOTSTRAP=infra.kafka_bootstrap, RECMESH_SERVED_TOPIC=SERVED,
                RECMESH_SERVED_LOG_RATE=str(served_rate))  # fmt: skip
     log = (infra.workdir / "feature.log").open("ab")

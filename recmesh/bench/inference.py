@@ -41,8 +41,7 @@ import numpy as np
 
 from recmesh.bench.common import emit, free_port, percentile, process_cpu_s
 from recmesh.clients import HealthProbe, InferenceClient
-from recmesh.features.definitions import FEATURE_SET_VERSION
-from recmesh.features.vectorize import COLUMNS
+from recmesh.features.repository import DEMO_REPOSITORY, load_repository
 from recmesh.modeldir import current_model
 from recmesh.settings import InferenceSettings
 from recmesh.training.train import TrainConfig, train
@@ -78,31 +77,38 @@ async def _start(
         await probe.close()
     client = InferenceClient(addr, "bench")
     try:
-        await client.score(FEATURE_SET_VERSION, list(COLUMNS), _values(rows), cap_s=5.0)
+        version, cols = await schema(client)
+        await client.score(version, cols, _values(rows, len(cols)), cap_s=5.0)
     finally:
         await client.close()
     return proc, addr, serving_s, time.perf_counter() - started
 
 
-def _values(rows: int) -> list[float]:
-    return np.random.default_rng(0).random((rows, len(COLUMNS))).astype(np.float32).ravel().tolist()
+async def schema(client: InferenceClient) -> tuple[str, list[str]]:
+    """The served model's feature-set version and input columns (rows built by the caller)."""
+    info = await client.model_info()
+    return info.feature_version, list(info.feature_names)
+
+
+def _values(rows: int, width: int) -> list[float]:
+    return np.random.default_rng(0).random((rows, width)).astype(np.float32).ravel().tolist()
 
 
 async def _load(addr: str, rows: int, concurrency: int, seconds: float, pid: int) -> dict[str, float]:
     """Closed-loop load; also the service process's CPU time per request
     (robust to a shared machine, where wall-clock throughput is not)."""
     client = InferenceClient(addr, "bench")
-    values = _values(rows)
-    cols = list(COLUMNS)
+    version, cols = await schema(client)
+    values = _values(rows, len(cols))
     for _ in range(50):
-        await client.score(FEATURE_SET_VERSION, cols, values, cap_s=5.0)
+        await client.score(version, cols, values, cap_s=5.0)
     latencies: list[float] = []
     deadline = time.perf_counter() + seconds
 
     async def caller() -> None:
         while time.perf_counter() < deadline:
             t = time.perf_counter()
-            await client.score(FEATURE_SET_VERSION, cols, values, cap_s=5.0)
+            await client.score(version, cols, values, cap_s=5.0)
             latencies.append(time.perf_counter() - t)
 
     cpu_before = process_cpu_s(pid)
@@ -129,8 +135,9 @@ def model_costs(model_dir: Path, rows: int, concurrency: int) -> dict[str, float
     path = current_model(model_dir)
     assert path is not None
     settings = InferenceSettings()
-    variant = load(path, settings.intra_op_threads).variant(0)
-    width = len(COLUMNS)
+    model = load(path, settings.intra_op_threads)
+    variant = model.variant(0)
+    width = len(model.columns)
     per_batch = max(1, min(concurrency, settings.batch_max_rows // max(1, rows)))
 
     def median_run(n: int) -> float:
@@ -151,7 +158,8 @@ async def run(model_dir: Path | None, rows: int, concurrency: int, seconds: floa
         work = Path(tmp)
         if model_dir is None or current_model(model_dir) is None:
             model_dir = work / "models"
-            train(TrainConfig(sessions=1500, hours=2.0, epochs=3), model_dir, progress=lambda _: None)
+            fs = load_repository(DEMO_REPOSITORY)
+            train(TrainConfig(sessions=1500, hours=2.0, epochs=3), model_dir, fs, progress=lambda _: None)
         results: dict[str, dict[str, float]] = {}
         cold: list[float] = []
         first_score: list[float] = []

@@ -15,11 +15,13 @@ def _model_dir(args: argparse.Namespace) -> Path:
     return Path(args.model_dir) if args.model_dir else InferenceSettings().model_dir
 
 
-def _demo_texts() -> dict[str, str]:
-    from recmesh.demo.texts import embedding_text, read_item_texts
-    from recmesh.up import DEMO_DATA_DIR
+def _repository_texts() -> dict[str, str]:
+    """The served repository's item texts (RECMESH_REPOSITORY, else the demo's)."""
+    from recmesh.features.offline import read_texts
+    from recmesh.features.repository import resolve_repository
+    from recmesh.settings import CommonSettings
 
-    return {i: embedding_text(t, d) for i, (t, d) in read_item_texts(DEMO_DATA_DIR).items()}
+    return read_texts(resolve_repository(CommonSettings().repository))
 
 
 def _cmd_export(args: argparse.Namespace) -> int:
@@ -35,14 +37,13 @@ def _cmd_export(args: argparse.Namespace) -> int:
 
 
 def _cmd_items(args: argparse.Namespace) -> int:
-    from recmesh.demo.texts import embedding_text, read_item_texts
     from recmesh.embedding.items import embed_items
+    from recmesh.features.offline import read_texts
+    from recmesh.features.repository import resolve_repository
+    from recmesh.settings import CommonSettings
 
-    texts = (
-        {i: embedding_text(t, d) for i, (t, d) in read_item_texts(Path(args.texts)).items()}
-        if args.texts
-        else _demo_texts()
-    )
+    fs = resolve_repository(Path(args.repository) if args.repository else CommonSettings().repository)
+    texts = read_texts(fs, Path(args.texts) if args.texts else None)
     embed_items(_model_dir(args), texts, progress=lambda m: print(m, file=sys.stderr))
     return 0
 
@@ -57,7 +58,7 @@ def alignment(model_dir: Path, sessions: int, seed: int, blend: float) -> dict[s
 
     vectors = load_item_vectors(model_dir)
     if vectors is None:
-        embed_items(model_dir, _demo_texts(), progress=lambda m: print(m, file=sys.stderr))
+        embed_items(model_dir, _repository_texts(), progress=lambda m: print(m, file=sys.stderr))
         vectors = load_item_vectors(model_dir)
         assert vectors is not None
     catalog = make_catalog()
@@ -96,9 +97,12 @@ def add_commands(sub: Any) -> None:
     ex.add_argument("--model-dir", help="default: RECMESH_MODEL_DIR or .recmesh/models")
     ex.add_argument("--json", action="store_true")
     ex.set_defaults(func=_cmd_export)
-    it = embed.add_parser("items", help="embed item texts (default: the demo catalog) into item_vectors/")
+    it = embed.add_parser("items", help="embed the repository's item texts into item_vectors/")
     it.add_argument("--model-dir")
-    it.add_argument("--texts", help="directory with item_texts.csv (item_id,title,description)")
+    it.add_argument("--repository", help="a repository file (default: RECMESH_REPOSITORY, else the demo's)")
+    it.add_argument(
+        "--texts", help="a file with the item texts instead of the repository's items.texts source"
+    )
     it.set_defaults(func=_cmd_items)
     mrr = embed.add_parser("mrr", help="next-click MRR of the intent vector vs popularity/random")
     mrr.add_argument("--model-dir")

@@ -1,7 +1,8 @@
-"""Feature definitions and the pure code that computes them.
+"""Features: the declared repository and the pure code that computes them.
 
-`definitions` is the one registry (name, entity, type, window, TTL, default,
-version) read by the streaming path (services/feature), the online look-up and
-the offline replay (`backfill`); `compute` holds the window logic both share;
-`vectorize` turns feature rows into the model's input columns.
+`repository` reads a team's repository file (events, offline columns,
+real-time aggregations, recall roles) into a FeatureSet, the one registry read
+by the streaming path (services/feature), the online look-up and the offline
+replay (`backfill`); `compute` holds the aggregations both share; `vectorize`
+turns feature values into a model's input columns by declared transforms.
 """

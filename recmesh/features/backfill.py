@@ -1,16 +1,21 @@
 """Offline replay: the same feature code over an event log, point in time.
 
-Events are replayed in event-time order; for each training example (a view)
-the features are computed as of 1 ms before it, from exactly the state the
-online store would hold at that moment, with the same window functions as the
-online look-up (compute.py). Nothing from an example's future can leak in.
+`ReplayState` keeps, in memory, what the online store keeps in Redis: per
+entity and stream the events' members (built by the same encoder the write
+path uses), the same event-id identity rule, the same retention. Features are
+computed from it by the same aggregations as the online look-up
+(compute.aggregate), as of any time. Training rows are built by replaying a
+log in event-time order: for each example (an event of the repository's
+`training.examples` behaviours) the features are computed as of 1 ms before
+it, from exactly the state the online store would hold at that moment. Nothing
+from an example's future can leak in; only the label looks ahead.
 """
 
 from __future__ import annotations
 
 import bisect
 import time
-from collections import defaultdict, deque
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,24 +23,10 @@ from typing import Any
 
 import orjson
 
-from recmesh.features.compute import (
-    VIEWING,
-    UserEvent,
-    count_in_window,
-    item_realtime,
-    newest_at_or_before,
-    user_realtime,
-    window_lo,
-)
-from recmesh.features.definitions import (
-    FEATURE_SET_VERSION,
-    LAST_VIEWED_SCAN,
-    STATE_RETENTION_MS,
-    FeatureValue,
-    features_of,
-)
+from recmesh.events import Event
+from recmesh.features.compute import Layout, StreamEvent, aggregate, attribute_text, encode_member
+from recmesh.features.repository import Entity, FeatureSet, FeatureValue, parse_duration_ms
 
-LABEL_WINDOW_MS = 10_000  # a view is a positive example if the click follows within 10 s
 SWEEP_EVERY = 100_000  # events between sweeps of idle entities
 
 
@@ -49,146 +40,214 @@ class Example:
     label: int
 
 
-def offline_values(entity: str, row: Mapping[str, Any] | None) -> dict[str, FeatureValue]:
+def offline_values(fs: FeatureSet, entity: Entity, row: Mapping[str, Any] | None) -> dict[str, FeatureValue]:
     row = row or {}
-    return {f.name: row.get(f.name, f.default) for f in features_of(entity, "offline")}  # type: ignore[arg-type]
+    return {f.name: row.get(f.name, f.default) for f in fs.features_of(entity, "offline")}
 
 
 class ReplayState:
-    """Per-entity event state as the online store keeps it, held in memory."""
+    """Per-entity stream state as the online store keeps it, held in memory."""
 
-    def __init__(self, item_category: Mapping[str, str]) -> None:
-        self._category = item_category
-        self.user_events: dict[str, deque[UserEvent]] = defaultdict(deque)
-        self.item_clicks: dict[str, list[int]] = defaultdict(list)
-        self.item_views: dict[str, list[int]] = defaultdict(list)
-        self._applied = 0
+    def __init__(
+        self, fs: FeatureSet, users: Mapping[str, Mapping[str, Any]], items: Mapping[str, Mapping[str, Any]]
+    ) -> None:
+        self.fs = fs
+        self._offline: dict[Entity, Mapping[str, Mapping[str, Any]]] = {"user": users, "item": items}
+        self._attr_cache: dict[Entity, dict[str, dict[str, str]]] = {"user": {}, "item": {}}
+        self._layouts = {(s.entity, s.id): Layout.of(s) for s in fs.streams}
+        self._state: dict[tuple[Entity, str], dict[str, list[StreamEvent]]] = {
+            (s.entity, s.id): {} for s in fs.streams
+        }
+        self._ids: dict[str, dict[str, int]] = {}
+        self.applied = 0
+        self.duplicates = 0
+        self._newest = 0
 
-    def apply(self, ev: Mapping[str, Any]) -> None:
-        t = int(ev["event_time"])
-        ue = UserEvent(ev["event_id"], ev["item_id"], ev["behavior"],
-                       self._category.get(ev["item_id"], "unknown"), t)  # fmt: skip
-        events = self.user_events[ev["user_id"]]
-        events.append(ue)
-        while events and events[0].event_time_ms < t - STATE_RETENTION_MS:
-            events.popleft()
-        target = {"click": self.item_clicks, "view": self.item_views}.get(ev["behavior"])
-        if target is not None:
-            times = target[ev["item_id"]]
-            bisect.insort(times, t)
-            if times[0] < t - STATE_RETENTION_MS:
-                del times[: bisect.bisect_left(times, t - STATE_RETENTION_MS)]
-        self._applied += 1
-        if self._applied % SWEEP_EVERY == 0:
-            self.sweep(t)
+    def attributes(self, entity: Entity, entity_id: str) -> dict[str, str]:
+        cache = self._attr_cache[entity]
+        held = cache.get(entity_id)
+        if held is None:
+            row = self._offline[entity].get(entity_id) or {}
+            held = {
+                f.name: attribute_text(row.get(f.name, f.default))
+                for f in self.fs.features_of(entity, "offline")
+            }
+            cache[entity_id] = held
+        return held
+
+    def seen(self, user_id: str, event_id: str) -> bool:
+        return event_id in self._ids.get(user_id, ())
+
+    def apply(self, ev: Event) -> bool:
+        """Apply one event (in event-time order); False when its id was already
+        applied for the user (a duplicate, dropped as online)."""
+        t = ev.event_time
+        ids = self._ids.setdefault(ev.user_id, {})
+        if ev.event_id in ids:
+            self.duplicates += 1
+            return False
+        ids[ev.event_id] = t
+        for entity, own, other, other_entity in (
+            ("user", ev.user_id, ev.item_id, "item"), ("item", ev.item_id, ev.user_id, "user"),
+        ):  # fmt: skip
+            for s in self.fs.streams_of(entity):  # type: ignore[arg-type]
+                if ev.behavior not in s.behaviors:
+                    continue
+                attrs = self.attributes(other_entity, other) if s.attrs else {}  # type: ignore[arg-type]
+                member = encode_member(s, ev.event_id, other, attrs, ev.values)
+                events = self._state[(entity, s.id)].setdefault(own, [])  # type: ignore[index]
+                bisect.insort(events, (t, member))
+                cutoff = events[-1][0] - s.retention_ms
+                if events[0][0] < cutoff:
+                    del events[: bisect.bisect_left(events, (cutoff, ""))]
+        self.applied += 1
+        self._newest = max(self._newest, t)
+        if self.applied % SWEEP_EVERY == 0:
+            self.sweep(self._newest)
+        return True
 
     def sweep(self, now_ms: int) -> None:
-        """Forget entities whose newest event is older than the state retention,
-        as the online store's TTLs do, so replay memory stays bounded."""
-        cutoff = now_ms - STATE_RETENTION_MS
-        for uid in [u for u, evs in self.user_events.items() if not evs or evs[-1].event_time_ms < cutoff]:
-            del self.user_events[uid]
-        for table in (self.item_clicks, self.item_views):
-            for iid in [i for i, ts in table.items() if not ts or ts[-1] < cutoff]:
-                del table[iid]
+        """Forget entities whose newest event is older than their retention, as
+        the online store's TTLs do, so replay memory stays bounded."""
+        for s in self.fs.streams:
+            table = self._state[(s.entity, s.id)]
+            cutoff = now_ms - s.retention_ms
+            for eid in [e for e, evs in table.items() if not evs or evs[-1][0] < cutoff]:
+                del table[eid]
+        cutoff = now_ms - self.fs.retention_ms
+        for uid in list(self._ids):
+            kept = {e: t for e, t in self._ids[uid].items() if t >= cutoff}
+            if kept:
+                self._ids[uid] = kept
+            else:
+                del self._ids[uid]
 
-    def user_features(self, user_id: str, as_of_ms: int) -> dict[str, tuple[FeatureValue, int]]:
-        """Walks the user's events newest first (replay applies them in time order)."""
-        lo10 = window_lo(as_of_ms, "category_clicks_10m")
-        lo1h = window_lo(as_of_ms, "last_viewed_3")
-        in10: list[UserEvent] = []
-        viewed: list[UserEvent] = []
-        for e in reversed(self.user_events.get(user_id, ())):
-            t = e.event_time_ms
-            if t > as_of_ms:
+    def features(self, entity: Entity, entity_id: str, as_of_ms: int) -> dict[str, tuple[FeatureValue, int]]:
+        """Real-time features of one entity as of `as_of_ms`: name -> (value, age_ms)."""
+        out: dict[str, tuple[FeatureValue, int]] = {}
+        for s in self.fs.streams_of(entity):
+            if not s.features:
                 continue
-            if t <= lo1h:
-                break
-            if t > lo10:
-                in10.append(e)
-            if e.behavior in VIEWING:
-                if len(viewed) >= LAST_VIEWED_SCAN and t < viewed[-1].event_time_ms:
-                    if t <= lo10:
-                        break
-                    continue
-                viewed.append(e)
-        # Same order as ZREVRANGEBYSCORE on members 'event_id|item_id'.
-        viewed.sort(key=lambda e: (e.event_time_ms, f"{e.event_id}|{e.item_id}"), reverse=True)
-        return user_realtime(in10, [(e.item_id, e.event_time_ms) for e in viewed], as_of_ms)
-
-    def item_features(self, item_id: str, as_of_ms: int) -> dict[str, tuple[FeatureValue, int]]:
-        lo = window_lo(as_of_ms, "clicks_10m")
-        clicks = self.item_clicks.get(item_id, [])
-        views = self.item_views.get(item_id, [])
-        newest = [newest_at_or_before(clicks, as_of_ms), newest_at_or_before(views, as_of_ms)]
-        newest_in = [t for t in newest if t is not None and t > lo]
-        return item_realtime(
-            count_in_window(clicks, lo, as_of_ms),
-            count_in_window(views, lo, as_of_ms),
-            max(newest_in) if newest_in else None,
-            as_of_ms,
-        )
-
-
-def training_examples(
-    events: Iterable[Mapping[str, Any]],
-    users: Mapping[str, Mapping[str, Any]],
-    items: Mapping[str, Mapping[str, Any]],
-) -> Iterator[Example]:
-    """One example per view, labelled by a click on the same item within 10 s.
-
-    `events` must be sorted by event time. Labels look ahead (that is what a
-    label is); features never do. Memory holds only the state retention window
-    and the views still waiting for their label.
-    """
-    state = ReplayState({iid: str(f.get("category", "unknown")) for iid, f in items.items()})
-    pending: deque[_Pending] = deque()
-    waiting: dict[tuple[str, str], list[_Pending]] = defaultdict(list)
-    users_off = {u: offline_values("user", r) for u, r in users.items()}
-    items_off = {i: offline_values("item", r) for i, r in items.items()}
-    no_user, no_item = offline_values("user", None), offline_values("item", None)
-
-    def flush(now_ms: int | None) -> Iterator[Example]:
-        while pending and (now_ms is None or pending[0].t + LABEL_WINDOW_MS < now_ms):
-            p = pending.popleft()
-            key = (p.user_id, p.item_id)
-            queue = waiting[key]
-            queue.remove(p)
-            if not queue:
-                del waiting[key]
-            yield Example(p.user_id, p.item_id, p.t - 1, p.user, p.item, p.label)
-
-    for ev in events:
-        t = int(ev["event_time"])
-        yield from flush(t)
-        if ev["behavior"] == "view":
-            as_of = t - 1
-            uf = {k: v for k, (v, _) in state.user_features(ev["user_id"], as_of).items()}
-            itf = {k: v for k, (v, _) in state.item_features(ev["item_id"], as_of).items()}
-            uf.update(users_off.get(ev["user_id"], no_user))
-            itf.update(items_off.get(ev["item_id"], no_item))
-            p = _Pending(ev["user_id"], ev["item_id"], t, uf, itf)
-            pending.append(p)
-            waiting[(p.user_id, p.item_id)].append(p)
-        elif ev["behavior"] == "click":
-            for p in waiting.get((ev["user_id"], ev["item_id"]), ()):
-                if p.t < t <= p.t + LABEL_WINDOW_MS:
-                    p.label = 1
-        state.apply(ev)
-    yield from flush(None)
+            events = self._state[(entity, s.id)].get(entity_id, [])
+            layout = self._layouts[(entity, s.id)]
+            for f in s.features:
+                out[f.name] = aggregate(f, layout, events, as_of_ms)
+        return out
 
 
 @dataclass(eq=False)
 class _Pending:
     user_id: str
     item_id: str
+    event_id: str
     t: int
     user: dict[str, FeatureValue]
     item: dict[str, FeatureValue]
     label: int = 0
 
 
+@dataclass
+class LabelRule:
+    """The repository's label: a later event of `behaviors` on the same item
+    within `within_ms`, or the example's own value `field` >= `at_least`."""
+
+    behaviors: frozenset[str] = frozenset()
+    within_ms: int = 0
+    value_field: str | None = None
+    at_least: float = 0.0
+    examples: frozenset[str] = frozenset()
+
+    @classmethod
+    def of(cls, fs: FeatureSet) -> LabelRule:
+        t = fs.decl.training
+        lab = t.label
+        return cls(
+            frozenset(lab.behaviors or ()),
+            _within_ms(lab.within),
+            lab.field,
+            float(lab.at_least or 0.0),
+            frozenset(t.examples),
+        )
+
+    def describe(self) -> str:
+        if self.value_field is not None:
+            return f"{self.value_field} >= {self.at_least}"
+        return f"a {'/'.join(sorted(self.behaviors))} on the item within {self.within_ms} ms"
+
+
+def _within_ms(value: str | int | None) -> int:
+    """A label window; 0 (or '0s') means at the same time only."""
+    if value is None or (isinstance(value, str) and value.strip() in ("0", "0s", "0ms")) or value == 0:
+        return 0
+    return parse_duration_ms(value)
+
+
+def training_examples(
+    fs: FeatureSet,
+    events: Iterable[Event],
+    users: Mapping[str, Mapping[str, Any]],
+    items: Mapping[str, Mapping[str, Any]],
+) -> Iterator[Example]:
+    """One example per event of the repository's example behaviours, labelled by its rule.
+
+    `events` must be sorted by event time. Labels look ahead (that is what a
+    label is); features never do. Memory holds only the state retention window
+    and the examples still waiting for their label.
+    """
+    rule = LabelRule.of(fs)
+    state = ReplayState(fs, users, items)
+    pending: deque[_Pending] = deque()
+    waiting: dict[tuple[str, str], list[_Pending]] = {}
+    users_off: dict[str, dict[str, FeatureValue]] = {}
+    items_off: dict[str, dict[str, FeatureValue]] = {}
+
+    def off(cache: dict[str, dict[str, FeatureValue]], entity: Entity, eid: str) -> dict[str, FeatureValue]:
+        held = cache.get(eid)
+        if held is None:
+            held = offline_values(fs, entity, (users if entity == "user" else items).get(eid))
+            cache[eid] = held
+        return held
+
+    def flush(now_ms: int | None) -> Iterator[Example]:
+        while pending and (now_ms is None or pending[0].t + rule.within_ms < now_ms):
+            p = pending.popleft()
+            key = (p.user_id, p.item_id)
+            queue = waiting.get(key)
+            if queue is not None:
+                queue.remove(p)
+                if not queue:
+                    del waiting[key]
+            yield Example(p.user_id, p.item_id, p.t - 1, p.user, p.item, p.label)
+
+    for ev in events:
+        t = ev.event_time
+        yield from flush(t)
+        if ev.behavior in rule.behaviors:
+            for p in waiting.get((ev.user_id, ev.item_id), ()):
+                if p.t <= t <= p.t + rule.within_ms and p.event_id != ev.event_id:
+                    p.label = 1
+        if ev.behavior in rule.examples and not state.seen(ev.user_id, ev.event_id):
+            as_of = t - 1
+            uf = {k: v for k, (v, _) in state.features("user", ev.user_id, as_of).items()}
+            itf = {k: v for k, (v, _) in state.features("item", ev.item_id, as_of).items()}
+            uf.update(off(users_off, "user", ev.user_id))
+            itf.update(off(items_off, "item", ev.item_id))
+            label = 0
+            if rule.value_field is not None:
+                value = ev.values.get(rule.value_field)
+                label = int(value is not None and value >= rule.at_least)
+            p = _Pending(ev.user_id, ev.item_id, ev.event_id, t, uf, itf, label)
+            if rule.value_field is not None:
+                yield Example(p.user_id, p.item_id, p.t - 1, p.user, p.item, p.label)
+            else:
+                pending.append(p)
+                waiting.setdefault((p.user_id, p.item_id), []).append(p)
+        state.apply(ev)
+    yield from flush(None)
+
+
 def backfill(
+    fs: FeatureSet,
     events_path: Path,
     out_path: Path,
     users: Mapping[str, Mapping[str, Any]],
@@ -203,7 +262,7 @@ def backfill(
     started = time.perf_counter()
     rows = positives = 0
     with out_path.open("wb") as fh:
-        for ex in training_examples(sorted_events(events_path, run_size), users, items):
+        for ex in training_examples(fs, sorted_events(events_path, fs.event_schema, run_size), users, items):
             fh.write(
                 orjson.dumps(
                     {
@@ -211,7 +270,7 @@ def backfill(
                         "item_id": ex.item_id,
                         "as_of_ms": ex.as_of_ms,
                         "label": ex.label,
-                        "feature_version": FEATURE_SET_VERSION,
+                        "feature_version": fs.version,
                         "user": ex.user,
                         "item": ex.item,
                     }
@@ -226,5 +285,5 @@ def backfill(
         "rows": rows,
         "positives": positives,
         "seconds": round(time.perf_counter() - started, 2),
-        "feature_version": FEATURE_SET_VERSION,
+        "feature_version": fs.version,
     }

@@ -1,89 +1,125 @@
-"""Window logic shared by the online look-up and the offline replay.
+"""Aggregations shared by the online look-up and the offline replay.
 
-Windows are half-open over event time, (as_of - window, as_of]: an event at
-exactly `as_of` counts, one at `as_of - window` does not. Redis ZCOUNT and
-ZRANGEBYSCORE are called with the same bounds ('(lo', 'hi'), so the two paths
-agree exactly.
+A real-time feature is one aggregation (repository.AGGREGATES) over the events
+of its stream that fall in its window. Windows are half-open over event time,
+(as_of - window, as_of]: an event at exactly `as_of` counts, one at
+`as_of - window` does not. Redis ZCOUNT / ZRANGEBYSCORE are called with the
+same bounds ('(lo', 'hi'), so the two paths agree exactly.
+
+Events arrive as `StreamEvent`s sorted ascending by (time, member), the order
+Redis keeps a sorted set in; the offline replay sorts the same way, so ties
+break alike and float sums add up in the same order.
 """
 
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
-from recmesh.features.definitions import BY_NAME, LAST_VIEWED_SCAN, FeatureValue
+from recmesh.features.repository import FIELD_SEP, VALUE_SEP, FeatureDef, FeatureValue, Stream, clean
 
-CLICK = "click"
-VIEWING = frozenset({"view", "click"})
+StreamEvent = tuple[int, str]  # (event time ms, member)
 
 
 @dataclass(frozen=True, slots=True)
-class UserEvent:
-    event_id: str
-    item_id: str
-    behavior: str
-    category: str
-    event_time_ms: int
+class Layout:
+    """Where each part of a stream's member sits (split on FIELD_SEP)."""
 
-    def encode(self) -> str:
-        return f"{self.event_id}|{self.item_id}|{self.behavior}|{self.category}"
+    other: int  # index of the other entity's id, -1 when not carried
+    attrs: dict[str, int]
+    values: dict[str, int]
 
     @classmethod
-    def decode(cls, member: str, event_time_ms: int) -> UserEvent:
-        event_id, item_id, behavior, category = member.rsplit("|", 3)
-        return cls(event_id, item_id, behavior, category, event_time_ms)
+    def of(cls, stream: Stream) -> Layout:
+        at = 1
+        other = -1
+        if stream.other_id:
+            other, at = at, at + 1
+        attrs = {a: at + n for n, a in enumerate(stream.attrs)}
+        at += len(stream.attrs)
+        values = {v: at + n for n, v in enumerate(stream.values)}
+        return cls(other, attrs, values)
 
 
-def window_lo(as_of_ms: int, feature: str) -> int:
-    """Exclusive lower bound of `feature`'s window at `as_of_ms`."""
-    window = BY_NAME[feature].window_ms
-    assert window is not None, f"{feature} has no window"
-    return as_of_ms - window
+def attribute_text(value: Any) -> str:
+    """An offline value as an event attribute: text; a multi-value joined by VALUE_SEP."""
+    if isinstance(value, list):
+        return VALUE_SEP.join(clean(str(v)) for v in value)
+    return clean(str(value))
 
 
-def user_realtime(
-    events: Sequence[UserEvent], viewed: Sequence[tuple[str, int]], as_of_ms: int
-) -> dict[str, tuple[FeatureValue, int]]:
-    """User features from the events in the 10-minute window and the latest
-    view/click events (newest first), as name -> (value, age_ms).
-
-    `events` must already be restricted to (as_of - 10 min, as_of]; this function
-    applies each feature's own narrower window.
-    """
-    lo5 = window_lo(as_of_ms, "clicks_5m")
-    clicks_5m = 0
-    newest_click = None
-    categories: dict[str, int] = {}
-    for ev in events:
-        if ev.behavior != CLICK:
-            continue
-        categories[ev.category] = categories.get(ev.category, 0) + 1
-        if ev.event_time_ms > lo5:
-            clicks_5m += 1
-        if newest_click is None or ev.event_time_ms > newest_click:
-            newest_click = ev.event_time_ms
-    click_age = -1 if newest_click is None else as_of_ms - newest_click
-    last: list[str] = []
-    for item_id, _ in viewed[:LAST_VIEWED_SCAN]:
-        if item_id not in last:
-            last.append(item_id)
-        if len(last) == 3:
-            break
-    viewed_age = -1 if not viewed else as_of_ms - viewed[0][1]
-    return {
-        "clicks_5m": (clicks_5m, click_age),
-        "category_clicks_10m": (categories, click_age),
-        "last_viewed_3": (last, viewed_age),
-    }
+def encode_member(
+    stream: Stream, event_id: str, other_id: str, attrs: dict[str, str], values: dict[str, float]
+) -> str:
+    """The stored member of one event in `stream` (attribute values already cleaned;
+    multi-valued attributes joined with VALUE_SEP; a missing value is empty)."""
+    if not stream.payload:
+        return event_id
+    parts = [event_id]
+    if stream.other_id:
+        parts.append(other_id)
+    parts.extend(attrs.get(a, "") for a in stream.attrs)
+    for v in stream.values:
+        x = values.get(v)
+        parts.append("" if x is None else repr(float(x)))
+    return FIELD_SEP.join(parts)
 
 
-def freshness(age_ms: int, tau_s: float) -> float:
-    """2^(-age/tau): 1.0 for an event at the as-of time, 0.5 one tau older;
-    0.0 when no event is behind the value (age < 0)."""
-    if age_ms < 0:
-        return 0.0
-    return float(2.0 ** (-age_ms / (tau_s * 1000.0)))
+def window_bounds(as_of_ms: int, window_ms: int) -> tuple[int, int]:
+    return as_of_ms - window_ms, as_of_ms
+
+
+def _default(f: FeatureDef) -> FeatureValue:
+    d = f.default
+    return list(d) if isinstance(d, list) else dict(d) if isinstance(d, dict) else d
+
+
+def aggregate(
+    f: FeatureDef, layout: Layout, events: Sequence[StreamEvent], as_of_ms: int
+) -> tuple[FeatureValue, int]:
+    """(value, age_ms) of real-time feature `f` over its stream's `events`
+    (ascending by (time, member), possibly reaching beyond its window on
+    either side). age_ms is as_of minus the newest event in the window, -1
+    when the window is empty (the value is then the feature's default)."""
+    assert f.window_ms is not None
+    lo, hi = window_bounds(as_of_ms, f.window_ms)
+    times = [t for t, _ in events]
+    i0, i1 = bisect.bisect_right(times, lo), bisect.bisect_right(times, hi)
+    if i0 >= i1:
+        return _default(f), -1
+    age = hi - times[i1 - 1]
+    agg = f.aggregate
+    if agg == "count":
+        return i1 - i0, age
+    if agg == "last_n":
+        out: list[str] = []
+        for _, member in reversed(events[max(i0, i1 - f.scan) : i1]):
+            other = member.split(FIELD_SEP)[layout.other]
+            if other not in out:
+                out.append(other)
+                if len(out) == f.n:
+                    break
+        return out, age
+    if agg == "count_by":
+        at = layout.attrs[f.by or ""]
+        counts: dict[str, int] = {}
+        for _, member in events[i0:i1]:
+            for v in member.split(FIELD_SEP)[at].split(VALUE_SEP):
+                if v:
+                    counts[v] = counts.get(v, 0) + 1
+        return counts, age
+    at = layout.values[f.field or ""]
+    total, n = 0.0, 0
+    for _, member in events[i0:i1]:
+        raw = member.split(FIELD_SEP)[at]
+        if raw:
+            total += float(raw)
+            n += 1
+    if agg == "sum":
+        return total, age
+    return (total / n if n else _default(f)), age
 
 
 def count_in_window(sorted_times: Sequence[int], lo_exclusive: int, hi_inclusive: int) -> int:
@@ -96,25 +132,38 @@ def newest_at_or_before(sorted_times: Sequence[int], hi_inclusive: int) -> int |
     return sorted_times[idx - 1] if idx else None
 
 
-def item_realtime(
-    clicks: int, views: int, newest_ms: int | None, as_of_ms: int
-) -> dict[str, tuple[FeatureValue, int]]:
-    age = -1 if newest_ms is None else as_of_ms - newest_ms
-    return {"clicks_10m": (clicks, age), "views_10m": (views, age)}
+def freshness(age_ms: int, tau_s: float) -> float:
+    """2^(-age/tau): 1.0 for an event at the as-of time, 0.5 one tau older;
+    0.0 when no event is behind the value (age < 0)."""
+    if age_ms < 0:
+        return 0.0
+    return float(2.0 ** (-age_ms / (tau_s * 1000.0)))
 
 
-def item_realtime_columns(
-    clicks: Sequence[int], views: Sequence[int], newest_ms: Sequence[int], as_of_ms: int
+def count_columns(
+    stream: Stream, counts: Sequence[Sequence[int]], newest_ms: Sequence[int], as_of_ms: int
 ) -> dict[str, tuple[list[FeatureValue], list[int]]]:
-    """`item_realtime` for many items at once, column-wise (newest_ms < 0: no
-    event in the window): name -> (values, ages) in input order. The look-up
-    of hundreds of candidates uses it so that no per-item objects are built.
-    Both windows share one ages list (read-only downstream).
-    """
-    ages = [-1 if t < 0 else as_of_ms - t for t in newest_ms]
-    return {"clicks_10m": (list(clicks), ages), "views_10m": (list(views), ages)}
-
-
-def merge_newest(*times: Iterable[int | None]) -> int | None:
-    vals = [t for group in times for t in group if t is not None]
-    return max(vals) if vals else None
+    """The count features of a 'count' stream for many items at once, column-wise:
+    `counts[w]` holds each item's count in the stream's w-th window (widest
+    first), `newest_ms` each item's newest event in the widest window (-1
+    none). name -> (values, ages) in input order; features with the same
+    window share one ages list (read-only downstream). No per-item objects."""
+    out: dict[str, tuple[list[FeatureValue], list[int]]] = {}
+    ages_by_window: dict[int, list[int]] = {}
+    for f in stream.features:
+        assert f.window_ms is not None
+        w = stream.windows.index(f.window_ms)
+        col = counts[w]
+        ages = ages_by_window.get(w)
+        if ages is None:
+            if w == 0:
+                ages = [-1 if t < 0 else as_of_ms - t for t in newest_ms]
+            else:
+                # A narrower window's newest event is the widest's when it falls inside.
+                lo = as_of_ms - f.window_ms
+                ages = [
+                    -1 if t <= lo or c == 0 else as_of_ms - t for t, c in zip(newest_ms, col, strict=True)
+                ]
+            ages_by_window[w] = ages
+        out[f.name] = (list(col), ages)
+    return out

@@ -1,56 +1,46 @@
 """Item-to-item co-visitation learnt from the event stream: the rules.
 
-Two items are co-visited when one user views (or clicks) both within
-COVISIT_WINDOW_MS. For every viewing event the ingest consumer pairs the item
-with the user's previous distinct viewed items in that window (at most
-COVISIT_PREVIOUS of them) and adds 1 to the pair's count in both directions.
+Two items are co-visited when one user has events of the repository's
+co-visitation behaviours (`[recall] covisit`, by default those of the
+recent-items feature) on both within its window. For every such event the
+ingest write pairs the item with the user's previous distinct items in that
+window (at most `previous` of them, among the newest `scan` events) and adds
+1 to the pair's count in both directions.
 
-Counting is idempotent under redelivery: an event is counted only when its
-mark was new. On a single Redis the mark is the event's ZADD into the user's
-viewed set, in the same script call as the counts
-(services/feature/writer.py). On a Redis Cluster it is a ZADD into the user's
-`covisit_marks` set, which lives in the user's slot while the counts live in
-each item's slot, so the two writes are separate round trips; a crash between
-them loses that event's pairs rather than counting them twice.
-
-Counts per item are bounded: trimmed to the COVISIT_MAX_PER_ITEM strongest
-neighbours at most once a minute per key, and expire COVISIT_TTL_S after the
-item's last co-visit. These functions are pure; the Redis I/O is in
-services/feature/writer.py and services/feature/recall_store.py.
+Counting is idempotent under redelivery: an event is counted only when its id
+was new for the user (services/feature/writer.py). Counts per item are
+bounded: trimmed to the COVISIT_MAX_PER_ITEM strongest neighbours at most once
+a minute per key, and expire COVISIT_TTL_S after the item's last co-visit.
+These functions are pure; the Redis I/O is in services/feature/writer.py and
+services/feature/recall_store.py.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-COVISIT_WINDOW_MS = 30 * 60 * 1000
-COVISIT_PREVIOUS = 5
-# Viewed events read to find COVISIT_PREVIOUS distinct items.
-COVISIT_SCAN = 10
+from recmesh.features.repository import FIELD_SEP
+
 COVISIT_MAX_PER_ITEM = 200
 COVISIT_TTL_S = 24 * 60 * 60
 
 
-# The user feature whose items seed co-visitation recall (the ranker's covisit
-# source, and GetFeatures when asked for `related`).
-SEED_FEATURE = "last_viewed_3"
-
-
 def seeds_of(value: object) -> list[str]:
-    """The seed item ids in a value of SEED_FEATURE (anything else: none)."""
+    """The seed item ids in a recent-items value (anything else: none)."""
     return [str(s) for s in value] if isinstance(value, list) else []
 
 
-def previous_items(item_id: str, viewed_members: Iterable[bytes | str]) -> list[str]:
-    """Distinct items (newest first, from `event_id|item_id` members) other than
-    `item_id`, at most COVISIT_PREVIOUS."""
+def previous_items(item_id: str, members: Iterable[bytes | str], previous: int) -> list[str]:
+    """Distinct items (newest first) other than `item_id`, at most `previous`,
+    from stream members 'event_id<FIELD_SEP>item_id...'."""
     out: list[str] = []
-    for raw in viewed_members:
+    for raw in members:
         member = raw.decode() if isinstance(raw, bytes) else raw
-        other = member.rsplit("|", 1)[-1]
+        parts = member.split(FIELD_SEP)
+        other = parts[1] if len(parts) > 1 else member
         if other != item_id and other not in out:
             out.append(other)
-            if len(out) == COVISIT_PREVIOUS:
+            if len(out) == previous:
                 break
     return out
 

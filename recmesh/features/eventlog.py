@@ -1,45 +1,65 @@
-"""Event logs on disk: JSON lines, one event per line, in any order.
+"""Event logs on disk: canonical events as JSON lines, one per line, in any order.
 
-`sorted_events` yields them in event-time order using an external merge sort
-(sorted runs of `run_size` events spilled to temporary files, then merged), so
-a log larger than memory can be replayed.
+`sorted_events` yields them in event-time order (ties by event id) using an
+external merge sort (sorted runs of `run_size` events spilled to temporary
+files, then merged), so a log larger than memory can be replayed.
+`recmesh events import --to log` writes such a log from a team's own records.
 """
 
 from __future__ import annotations
 
 import heapq
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
 import orjson
 
 from recmesh.errors import InvalidArgument
-from recmesh.events import parse_event
+from recmesh.events import Event, EventSchema, validate_event
 
 
-def read_events(path: Path) -> Iterator[dict[str, Any]]:
+def read_events(path: Path, schema: EventSchema | None) -> Iterator[Event]:
     """Validated events from a JSON-lines file; a bad line is an error naming it."""
     with path.open("rb") as fh:
         for n, line in enumerate(fh, start=1):
             if not line.strip():
                 continue
             try:
-                yield parse_event(line).model_dump()
+                obj = orjson.loads(line)
+            except orjson.JSONDecodeError as err:
+                raise InvalidArgument(f"{path}:{n}: not JSON: {err}") from None
+            try:
+                yield validate_event(obj, schema)
             except InvalidArgument as err:
                 raise InvalidArgument(f"{path}:{n}: {err}") from None
 
 
-def _key(e: dict[str, Any]) -> tuple[int, str]:
-    return (int(e["event_time"]), str(e["event_id"]))
+def _key(e: Event) -> tuple[int, str]:
+    return (e.event_time, e.event_id)
 
 
-def sorted_events(path: Path, run_size: int = 200_000) -> Iterator[dict[str, Any]]:
+def _row(e: Event) -> list[Any]:
+    return [e.event_time, e.event_id, e.user_id, e.item_id, e.behavior, e.values]
+
+
+def _event(row: list[Any]) -> Event:
+    t, eid, uid, iid, behavior, values = row
+    return Event.model_construct(
+        event_id=eid, user_id=uid, item_id=iid, behavior=behavior, event_time=t, values=values
+    )
+
+
+def sorted_events(path: Path, schema: EventSchema | None, run_size: int = 200_000) -> Iterator[Event]:
+    yield from sort_events(read_events(path, schema), run_size)
+
+
+def sort_events(events: Iterable[Event], run_size: int = 200_000) -> Iterator[Event]:
     runs: list[IO[bytes]] = []
-    batch: list[dict[str, Any]] = []
+    batch: list[Event] = []
     try:
-        for event in read_events(path):
+        for event in events:
             batch.append(event)
             if len(batch) >= run_size:
                 runs.append(_spill(batch))
@@ -49,25 +69,25 @@ def sorted_events(path: Path, run_size: int = 200_000) -> Iterator[dict[str, Any
             return
         if batch:
             runs.append(_spill(batch))
-        streams = [(orjson.loads(line) for line in run) for run in runs]
+        streams = [(_event(orjson.loads(line)) for line in run) for run in runs]
         yield from heapq.merge(*streams, key=_key)
     finally:
         for run in runs:
             run.close()
 
 
-def _spill(batch: list[dict[str, Any]]) -> IO[bytes]:
-    run = tempfile.TemporaryFile()  # noqa: SIM115 (closed by sorted_events once merged)
+def _spill(batch: list[Event]) -> IO[bytes]:
+    run = tempfile.TemporaryFile()  # noqa: SIM115 (closed by sort_events once merged)
     for e in sorted(batch, key=_key):
-        run.write(orjson.dumps(e) + b"\n")
+        run.write(orjson.dumps(_row(e)) + b"\n")
     run.seek(0)
     return run
 
 
-def write_events(path: Path, events: Iterator[dict[str, Any]] | list[dict[str, Any]]) -> int:
+def write_events(path: Path, events: Iterable[Event | dict[str, Any]]) -> int:
     n = 0
     with path.open("wb") as fh:
         for e in events:
-            fh.write(orjson.dumps(e) + b"\n")
+            fh.write((e.to_json() if isinstance(e, Event) else orjson.dumps(e)) + b"\n")
             n += 1
     return n

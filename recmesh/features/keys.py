@@ -1,18 +1,42 @@
 """Redis key layout. Every key carries a hash tag, so all state of one user
 (or one item) lands in one Redis Cluster slot and multi-key operations on it
-stay valid in a cluster."""
+stay valid in a cluster.
+
+Real-time state is one sorted set per entity and stream (repository.Stream):
+`{u:<id>}:s:<stream>` / `{i:<id>}:s:<stream>`, scored by event time. Two
+scripts build these keys from ids themselves (the item window script in
+services/feature/store.py and the ingest write in services/feature/writer.py);
+PREFIX/STREAM below are the one definition they are built from, and
+test_writer / test_parity fail if the formats ever diverge.
+"""
 
 from __future__ import annotations
 
+from recmesh.features.repository import Entity, FeatureSet
 
-def user_events(user_id: str) -> str:
-    """ZSET of the user's events: member 'event_id|item_id|behavior|category', score event time."""
-    return f"{{u:{user_id}}}:events"
+PREFIX: dict[str, str] = {"user": "{u:", "item": "{i:"}
 
 
-def user_viewed(user_id: str) -> str:
-    """ZSET of the user's view/click events: member 'event_id|item_id', score event time."""
-    return f"{{u:{user_id}}}:viewed"
+def entity_tag(entity: Entity | str, entity_id: str) -> str:
+    return f"{PREFIX[entity]}{entity_id}}}"
+
+
+def stream(entity: Entity | str, entity_id: str, stream_id: str) -> str:
+    """ZSET of the entity's events in one stream: member per repository.Stream, score event time."""
+    return f"{PREFIX[entity]}{entity_id}}}:s:{stream_id}"
+
+
+def newest(entity: Entity | str, entity_id: str) -> str:
+    """HASH stream -> newest event time of the entity in that stream, kept by
+    the ingest write as an index for look-ups of 'count' streams (which check it
+    and fall back to the sorted set, the truth, when it is missing or past as-of)."""
+    return f"{PREFIX[entity]}{entity_id}}}:newest"
+
+
+def user_ids(user_id: str) -> str:
+    """ZSET of the user's event ids, score event time: event identity (a second
+    event with a known id is dropped) and the co-visitation mark."""
+    return f"{{u:{user_id}}}:ids"
 
 
 def user_profile(user_id: str) -> str:
@@ -20,33 +44,13 @@ def user_profile(user_id: str) -> str:
     return f"{{u:{user_id}}}:profile"
 
 
-# Two scripts build keys from ids themselves: the item window script in
-# services/feature/store.py (the item click/view/newest keys below) and the
-# ingest write in services/feature/writer.py (user events/viewed, item
-# clicks/views/newest/covisits). test_parity and test_writer fail if the
-# formats ever diverge.
-
-
-def item_clicks(item_id: str) -> str:
-    """ZSET of click event ids on the item, score event time."""
-    return f"{{i:{item_id}}}:clicks"
-
-
-def item_views(item_id: str) -> str:
-    """ZSET of view event ids on the item, score event time."""
-    return f"{{i:{item_id}}}:views"
-
-
-def item_newest(item_id: str) -> str:
-    """STRING: the newest event time among the item's clicks and views, kept by
-    the one-script ingest write as an index for look-ups (which check it and
-    fall back to the sorted sets, the truth, when it is missing or past as-of)."""
-    return f"{{i:{item_id}}}:newest"
-
-
 def item_static(item_id: str) -> str:
     """HASH of offline item features (JSON-encoded values)."""
     return f"{{i:{item_id}}}:static"
+
+
+def profile(entity: Entity | str, entity_id: str) -> str:
+    return user_profile(entity_id) if entity == "user" else item_static(entity_id)
 
 
 STATICS_VERSION = "{catalog}:statics_version"
@@ -55,7 +59,11 @@ feature service that reads the same value again knows no offline feature
 changed meanwhile."""
 
 POPULARITY = "{catalog}:popularity"
-"""ZSET item_id -> offline popularity, the candidate source for recall."""
+"""ZSET item_id -> popularity (the declared feature, or counted live from events), the candidate
+source for recall."""
+
+REPOSITORY = "{catalog}:repository"
+"""HASH: the name and feature-set version of the repository whose catalog was last loaded."""
 
 
 def item_covisits(item_id: str) -> str:
@@ -63,34 +71,25 @@ def item_covisits(item_id: str) -> str:
     return f"{{i:{item_id}}}:covisits"
 
 
-def user_covisit_marks(user_id: str) -> str:
-    """ZSET of the user's event ids already counted for co-visitation, score event time."""
-    return f"{{u:{user_id}}}:covisit_marks"
-
-
 def category_popularity(category: str) -> str:
-    """ZSET item_id -> offline popularity within one category (category-affinity recall)."""
+    """ZSET item_id -> popularity within one category (category-affinity recall)."""
     return f"{{catalog}}:popularity:{category}"
 
 
-# Real-time state, by feature family: (entity prefix, key suffix) of its keys.
-# The state-drift sampler (services/feature/drift.py) sizes each family in
-# events (ZCARD). item_newest is not one: one small string per item, bounded
-# by the catalogue, that the ingest write expires with the item's clicks and views.
-STATE_FAMILIES: dict[str, tuple[str, str]] = {
-    "user_events": ("{u:", "}:events"),
-    "user_viewed": ("{u:", "}:viewed"),
-    "item_clicks": ("{i:", "}:clicks"),
-    "item_views": ("{i:", "}:views"),
-    # Co-visitation state (recall, not features) grows with traffic the same way.
-    "item_covisits": ("{i:", "}:covisits"),
-    "user_covisit_marks": ("{u:", "}:covisit_marks"),
-}
+# Real-time state families for the state-drift sampler (services/feature/drift.py),
+# which sizes each in events (ZCARD): every stream, the event ids, and
+# co-visitation counts (recall, not features), which grow with traffic the same way.
+def state_families(fs: FeatureSet) -> dict[str, tuple[str, str]]:
+    """family -> (key prefix, key suffix) of every real-time state family."""
+    out = {f"{s.entity}:s:{s.id}": (PREFIX[s.entity], f"}}:s:{s.id}") for s in fs.streams}
+    out["user:ids"] = (PREFIX["user"], "}:ids")
+    out["item:covisits"] = (PREFIX["item"], "}:covisits")
+    return out
 
 
-def state_family(key: str) -> str | None:
-    """The real-time feature family a key belongs to, or None (offline or other keys)."""
-    for family, (prefix, suffix) in STATE_FAMILIES.items():
+def state_family(key: str, families: dict[str, tuple[str, str]]) -> str | None:
+    """The real-time state family a key belongs to, or None (offline or other keys)."""
+    for family, (prefix, suffix) in families.items():
         if key.startswith(prefix) and key.endswith(suffix):
             return family
     return None

@@ -27,8 +27,9 @@ import orjson
 
 from recmesh.embedded import topic_partitions
 from recmesh.errors import DeadlineExceeded, NotFound
+from recmesh.events import Event
 from recmesh.features.backfill import ReplayState, offline_values
-from recmesh.features.definitions import FEATURE_SET_VERSION, FeatureValue
+from recmesh.features.repository import FeatureSet, FeatureValue
 from recmesh.features.wire import Column
 
 Values = Mapping[str, tuple[FeatureValue, str, int]]
@@ -36,6 +37,7 @@ Values = Mapping[str, tuple[FeatureValue, str, int]]
 
 def served_record(
     *,
+    feature_version: str,
     request_id: str,
     trace_id: str,
     as_of_ms: int,
@@ -51,7 +53,7 @@ def served_record(
         "trace_id": trace_id,
         "served_at_ms": int(time.time() * 1000) if served_at_ms is None else served_at_ms,
         "as_of_ms": as_of_ms,
-        "feature_version": FEATURE_SET_VERSION,
+        "feature_version": feature_version,
         "degraded": list(degraded),
         "user_id": user_id,
         "user": {name: list(v) for name, v in user.items()},
@@ -125,8 +127,9 @@ def _check(
 
 
 def compare(
+    fs: FeatureSet,
     served: Iterable[Mapping[str, Any]],
-    events: Iterable[Mapping[str, Any]],
+    events: Iterable[Event],
     users: Mapping[str, Mapping[str, Any]],
     items: Mapping[str, Mapping[str, Any]],
 ) -> CompareReport:
@@ -138,24 +141,24 @@ def compare(
     retention as in the backfill.
     """
     report = CompareReport()
-    state = ReplayState({iid: str(f.get("category", "unknown")) for iid, f in items.items()})
-    pending: Iterator[Mapping[str, Any]] = iter(events)
-    next_event: Mapping[str, Any] | None = next(pending, None)
+    state = ReplayState(fs, users, items)
+    pending: Iterator[Event] = iter(events)
+    next_event: Event | None = next(pending, None)
     for row in sorted(served, key=lambda r: int(r["as_of_ms"])):
         report.rows += 1
-        if row.get("feature_version") != FEATURE_SET_VERSION:
+        if row.get("feature_version") != fs.version:
             report.skipped_version += 1
             continue
         as_of = int(row["as_of_ms"])
-        while next_event is not None and int(next_event["event_time"]) <= as_of:
+        while next_event is not None and next_event.event_time <= as_of:
             state.apply(next_event)
             next_event = next(pending, None)
         degraded = bool(row.get("degraded"))
         report.skipped_degraded += degraded
         where = {"request_id": row.get("request_id"), "as_of_ms": as_of}
         user_id = str(row["user_id"])
-        want_user = {k: (v, a) for k, (v, a) in state.user_features(user_id, as_of).items()}
-        want_user_off = offline_values("user", users.get(user_id))
+        want_user = state.features("user", user_id, as_of)
+        want_user_off = offline_values(fs, "user", users.get(user_id))
         for name, served_value in row["user"].items():
             if name in want_user:
                 if degraded:
@@ -167,8 +170,8 @@ def compare(
                        {**where, "user_id": user_id})  # fmt: skip
         columns = row["items"]
         for i, item_id in enumerate(row["item_ids"]):
-            want_rt = state.item_features(item_id, as_of)
-            want_off = offline_values("item", items.get(item_id))
+            want_rt = state.features("item", item_id, as_of)
+            want_off = offline_values(fs, "item", items.get(item_id))
             for name, col in columns.items():
                 served_value = (col["values"][i], col["sources"][i], col["ages"][i])
                 if name in want_rt:

@@ -1,155 +1,340 @@
-"""Feature rows -> model input columns, used by training and by the ranker.
+"""Feature values -> model input columns, by declared transforms.
 
-One function on both sides, so the model sees the same numbers offline and
-online. The column list is part of the model's input schema: the inference
-service refuses rows whose column names or feature-set version differ from
-what its model was trained on.
+A model's input is a list of `Transform`s, each turning one declared feature
+(of the user, of the candidate item, or their ids) into one or more float
+columns. The list lives in the model's card (recmesh train writes it, a team
+writes it for a model of its own: docs/models.md), so the inference service
+builds exactly the inputs its served model was trained on, from the feature
+values the feature service serves; training builds them with the same code
+from replayed rows. Vocabularies are learned from the training data and kept
+in the card; nothing is imported from demo code.
+
+Transforms (`KINDS`): value, log1p, one_hot (a categorical or multi-valued
+feature over a vocabulary; unknown values set no column), share (a count_by
+map's share of the other side's attribute values), distribution (a count_by
+map over a vocabulary, as shares), contains (a list feature holds the other
+side's id), match (a user value list meets an item attribute), hash_bucket (an
+id hashed into buckets).
 """
 
 from __future__ import annotations
 
-import math
 import zlib
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
 
 import numpy as np
 import numpy.typing as npt
 
-from recmesh.demo.generate import CATEGORIES
-from recmesh.features.definitions import BY_NAME
+from recmesh.errors import FailedPrecondition
+from recmesh.features.repository import Entity, FeatureSet
 
-AGE_BANDS = ("unknown", "18-24", "25-34", "35-44", "45-54", "55+")
+KINDS: dict[str, str] = {
+    "value": "the number as it is",
+    "log1p": "log(1 + max(0, x))",
+    "one_hot": "1 per vocabulary value the feature holds (categorical or multi-valued); one column per value",
+    "share": "a count_by map's count for the other side's `of` attribute value(s), over its total",
+    "distribution": "a count_by map as shares over the vocabulary; one column per value",
+    "contains": "1 when a list feature holds the other side's id (`of`: item_id or user_id)",
+    "match": "1 when a user value (list) and the item's `of` attribute share a value",
+    "hash_bucket": "an id (`feature`: item_id or user_id) hashed into `buckets` (crc32)",
+}
+Role = Literal["dense", "item_id", "item_attr", "intent"]
+IDS = ("item_id", "user_id")
+# Columns a transform that reads both sides produces: dropped by the level-3 variant.
+CROSS_KINDS = frozenset({"share", "contains", "match"})
 
-# Columns built from real-time features (dropped by the offline-only baseline model).
-REALTIME_COLUMNS = (
-    "u_clicks_5m_log",
-    "u_cat_share_10m",
-    "u_item_recent",
-    "i_clicks_10m_log",
-    "i_views_10m_log",
-    "i_ctr_10m",
-)
-OFFLINE_COLUMNS = (
-    "u_interest_match",
-    "u_age_band",
-    "i_popularity_log",
-    "i_length_norm",
-    "i_author_level_norm",
-    "x_interest_popularity",
-)
-DENSE_COLUMNS = REALTIME_COLUMNS + OFFLINE_COLUMNS
-# Columns that feed the model's learnt embeddings (recmesh.training.family):
-# the item id hashed into ITEM_BUCKETS rows, the item category's index, and the
-# user's category distribution over the last 10 minutes (real-time), from
-# which the model builds a user-intent vector. Values are integers or shares
-# carried as floats; the model clips indices into range.
-CATEGORY_VOCAB: tuple[str, ...] = ("unknown", *CATEGORIES)
+
+@dataclass(frozen=True)
+class Transform:
+    kind: str
+    feature: str  # a declared feature, or item_id / user_id
+    entity: Entity  # whose feature (for ids: whose id)
+    name: str  # column name; multi-column transforms add '=<value>'
+    of: str | None = None  # share/match: the other side's attribute; contains: the id
+    vocabulary: tuple[str, ...] = ()
+    buckets: int = 0
+    default: Any = None  # the feature's declared default
+    of_default: Any = None
+    role: Role = "dense"  # what recmesh's own model family does with it
+
+    @property
+    def width(self) -> int:
+        return len(self.vocabulary) if self.kind in ("one_hot", "distribution") else 1
+
+    @property
+    def columns(self) -> list[str]:
+        if self.kind in ("one_hot", "distribution"):
+            return [f"{self.name}={v}" for v in self.vocabulary]
+        return [self.name]
+
+    @property
+    def cross(self) -> bool:
+        return self.kind in CROSS_KINDS
+
+    def to_json(self) -> dict[str, Any]:
+        keep = ("kind", "feature", "default", "of_default")
+        out = {k: v for k, v in asdict(self).items() if v not in (None, (), 0, "") or k in keep}
+        if self.vocabulary:
+            out["vocabulary"] = list(self.vocabulary)
+        return out
+
+    @classmethod
+    def from_json(cls, raw: Mapping[str, Any]) -> Transform:
+        data = dict(raw)
+        data["vocabulary"] = tuple(data.get("vocabulary", ()))
+        if data.get("kind") not in KINDS:
+            raise ValueError(f"unknown transform {data.get('kind')!r}; known: {', '.join(KINDS)}")
+        return cls(**data)
+
+
+def item_bucket(item_id: str, buckets: int) -> int:
+    """A stable hash of an id (the same in every process, unlike hash())."""
+    return zlib.crc32(item_id.encode()) % buckets
+
+
+def _as_list(v: Any) -> list[str]:
+    if isinstance(v, list | tuple):
+        return [str(x) for x in v]
+    return [] if v is None or v == "" else [str(v)]
+
+
+@dataclass
+class Vectorizer:
+    """Builds the input matrix of a list of transforms."""
+
+    transforms: tuple[Transform, ...]
+    _index: list[dict[str, int]] = field(default_factory=list, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self._index = [{v: n for n, v in enumerate(t.vocabulary)} for t in self.transforms]
+
+    @property
+    def columns(self) -> list[str]:
+        return [c for t in self.transforms for c in t.columns]
+
+    @property
+    def width(self) -> int:
+        return sum(t.width for t in self.transforms)
+
+    def features(self) -> set[tuple[Entity, str]]:
+        return {(t.entity, t.feature) for t in self.transforms if t.feature not in IDS}
+
+    def matrix(
+        self,
+        users: Sequence[Mapping[str, Any]],
+        items: Mapping[str, Sequence[Any]],
+        item_ids: Sequence[str],
+        user_ids: Sequence[str] = ("",),
+    ) -> npt.NDArray[np.float32]:
+        """One row per item. `users` holds one user (broadcast to every row) or
+        one per row; `items` one column of values per item feature (a missing
+        feature, or a missing value, takes the declared default)."""
+        n = len(item_ids)
+        per_row = len(users) == n and n != 1
+        out = np.zeros((n, self.width), dtype=np.float64)
+        at = 0
+        for t, index in zip(self.transforms, self._index, strict=True):
+            self._fill(t, index, out[:, at : at + t.width], users, items, item_ids, user_ids, per_row, n)
+            at += t.width
+        return out.astype(np.float32)
+
+    def _fill(
+        self,
+        t: Transform,
+        index: dict[str, int],
+        out: npt.NDArray[np.float64],
+        users: Sequence[Mapping[str, Any]],
+        items: Mapping[str, Sequence[Any]],
+        item_ids: Sequence[str],
+        user_ids: Sequence[str],
+        per_row: bool,
+        n: int,
+    ) -> None:
+        def values(entity: Entity, name: str, default: Any) -> list[Any]:
+            if name == "item_id":
+                return list(item_ids)
+            if name == "user_id":
+                return list(user_ids) if len(user_ids) == n else [user_ids[0]] * n
+            if entity == "item":
+                col = items.get(name)
+                if col is None or len(col) != n:
+                    return [default] * n
+                return [default if v is None else v for v in col]
+            if per_row:
+                return [u.get(name, default) for u in users]
+            v = users[0].get(name, default) if users else default
+            return [v] * n
+
+        other: Entity = "item" if t.entity == "user" else "user"
+        kind = t.kind
+        if kind in ("value", "log1p"):
+            x = np.asarray(
+                [float(v) if v is not None else 0.0 for v in values(t.entity, t.feature, t.default)]
+            )
+            out[:, 0] = np.log1p(np.maximum(x, 0.0)) if kind == "log1p" else x
+        elif kind == "hash_bucket":
+            out[:, 0] = [item_bucket(str(v), t.buckets) for v in values(t.entity, t.feature, "")]
+        elif kind == "one_hot":
+            for r, v in enumerate(values(t.entity, t.feature, t.default)):
+                for token in _as_list(v):
+                    j = index.get(token)
+                    if j is not None:
+                        out[r, j] = 1.0
+        elif kind == "distribution":
+            for r, m in enumerate(values(t.entity, t.feature, {})):
+                total = sum(m.values()) if isinstance(m, dict) else 0
+                if total:
+                    for key, c in m.items():
+                        j = index.get(key)
+                        if j is not None:
+                            out[r, j] = c / total
+        elif kind == "share":
+            maps = values(t.entity, t.feature, {})
+            attrs = values(other, t.of or "", t.of_default)
+            for r, (m, a) in enumerate(zip(maps, attrs, strict=True)):
+                total = sum(m.values()) if isinstance(m, dict) else 0
+                if total:
+                    out[r, 0] = sum(m.get(x, 0) for x in _as_list(a)) / total
+        elif kind == "contains":
+            lists = values(t.entity, t.feature, [])
+            ids = values(other, t.of or "item_id", "")
+            out[:, 0] = [1.0 if i in (lst or ()) else 0.0 for lst, i in zip(lists, ids, strict=True)]
+        elif kind == "match":
+            mine = values(t.entity, t.feature, t.default)
+            theirs = values(other, t.of or "", t.of_default)
+            out[:, 0] = [
+                1.0 if set(_as_list(a)) & set(_as_list(b)) else 0.0 for a, b in zip(mine, theirs, strict=True)
+            ]
+        else:  # validated at construction
+            raise FailedPrecondition(f"unknown transform {kind!r}")
+
+
+# --- the default inputs of a recmesh-trained model -------------------------------------
+
+MAX_VOCABULARY = 64
 ITEM_BUCKETS = 4096
-ID_COLUMNS = ("i_id_bucket", "i_category_index")
-INTENT_COLUMNS = tuple(f"u_intent_{c}" for c in CATEGORY_VOCAB)
-COLUMNS: tuple[str, ...] = DENSE_COLUMNS + ID_COLUMNS + INTENT_COLUMNS
 
 
-def _get(row: Mapping[str, Any], name: str) -> Any:
-    value = row.get(name)
-    return BY_NAME[name].default if value is None else value
+def _vocabulary(values: Iterable[Any], cap: int = MAX_VOCABULARY) -> tuple[str, ...]:
+    counts: Counter[str] = Counter()
+    for v in values:
+        counts.update(_as_list(v))
+    return tuple(v for v, _ in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:cap])
 
 
-def item_bucket(item_id: str) -> int:
-    """A stable hash of the item id (the same in every process, unlike hash())."""
-    return zlib.crc32(item_id.encode()) % ITEM_BUCKETS
+def _map_vocabulary(maps: Iterable[Any], extra: Iterable[str], cap: int = MAX_VOCABULARY) -> tuple[str, ...]:
+    counts: Counter[str] = Counter()
+    for m in maps:
+        if isinstance(m, dict):
+            counts.update({k: int(c) for k, c in m.items()})
+    for v in extra:
+        counts[v] += 0
+    return tuple(v for v, _ in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:cap])
 
 
-def item_columns(user: Mapping[str, Any], item: Mapping[str, Any], item_id: str) -> list[float]:
-    category = str(_get(item, "category"))
-    cat_clicks: Mapping[str, int] = _get(user, "category_clicks_10m")
-    total = sum(cat_clicks.values())
-    i_clicks = int(_get(item, "clicks_10m"))
-    i_views = int(_get(item, "views_10m"))
-    interest = 1.0 if category in _get(user, "interest_tags") else 0.0
-    pop_log = math.log1p(float(_get(item, "popularity")))
-    age_band = str(_get(user, "age_band"))
-    return [
-        math.log1p(int(_get(user, "clicks_5m"))),
-        cat_clicks.get(category, 0) / total if total else 0.0,
-        1.0 if item_id in _get(user, "last_viewed_3") else 0.0,
-        math.log1p(i_clicks),
-        math.log1p(i_views),
-        (i_clicks + 1.0) / (i_views + 10.0),
-        interest,
-        AGE_BANDS.index(age_band) / (len(AGE_BANDS) - 1) if age_band in AGE_BANDS else 0.0,
-        pop_log,
-        min(int(_get(item, "length")), 3600) / 600.0,
-        int(_get(item, "author_level")) / 5.0,
-        interest * pop_log,
-        float(item_bucket(item_id)),
-        float(CATEGORY_VOCAB.index(category) if category in CATEGORY_VOCAB else 0),
-        *((cat_clicks.get(c, 0) / total if total else 0.0) for c in CATEGORY_VOCAB),
-    ]
+def _skewed(values: Sequence[Any]) -> bool:
+    """Non-negative with a long tail: log1p spreads it (counts, popularity)."""
+    xs = [float(v) for v in values if isinstance(v, int | float) and not isinstance(v, bool)]
+    if not xs or min(xs) < 0:
+        return False
+    xs.sort()
+    median = xs[len(xs) // 2]
+    return xs[-1] > 10 * (median + 1)
 
 
-def build_matrix(
-    user: Mapping[str, Any], items: Sequence[tuple[str, Mapping[str, Any]]]
-) -> npt.NDArray[np.float32]:
-    """One row per (item_id, item features), columns as COLUMNS."""
-    matrix = np.empty((len(items), len(COLUMNS)), dtype=np.float32)
-    for i, (item_id, item) in enumerate(items):
-        matrix[i] = item_columns(user, item, item_id)
-    return matrix
+def plan_inputs(
+    fs: FeatureSet, users: Sequence[Mapping[str, Any]], items: Sequence[Mapping[str, Any]]
+) -> tuple[Transform, ...]:
+    """The inputs recmesh's model family reads, learned from training rows
+    (`users[i]`, `items[i]`: the features of row i): every declared feature
+    turned into columns by its type, vocabularies from the rows."""
+    roles = fs.roles
+    out: list[Transform] = []
+    item_attr = roles.category or next(
+        (f.name for f in fs.features_of("item", "offline") if f.dtype in ("str", "strings")), None
+    )
+    attr_vocab: tuple[str, ...] = ()
+    if item_attr is not None:
+        default = fs.by_name[item_attr].default
+        attr_vocab = _vocabulary([it.get(item_attr, default) for it in items])
+    for f in fs.features:
+        rows = users if f.entity == "user" else items
+        vals = [r.get(f.name, f.default) for r in rows]
+        prefix = f"{f.entity[0]}_{f.name}"
+        if f.kind == "realtime":
+            if f.aggregate == "count":
+                out.append(Transform("log1p", f.name, f.entity, prefix, default=f.default))
+            elif f.aggregate in ("sum", "mean"):
+                kind = "log1p" if _skewed(vals) else "value"
+                out.append(Transform(kind, f.name, f.entity, prefix, default=f.default))
+            elif f.aggregate == "last_n":
+                of = "item_id" if f.entity == "user" else "user_id"
+                out.append(Transform("contains", f.name, f.entity, f"{prefix}_has", of=of, default=f.default))
+            elif f.aggregate == "count_by" and f.by is not None:
+                other_default = fs.by_name[f.by].default
+                out.append(
+                    Transform("share", f.name, f.entity, f"{prefix}_share", of=f.by, default=f.default,
+                              of_default=other_default)
+                )  # fmt: skip
+                if f.entity == "user" and f.by == item_attr and f.name == (roles.affinity or f.name):
+                    vocab = attr_vocab or _map_vocabulary(vals, ())
+                    out.append(Transform("distribution", f.name, "user", f"{prefix}_dist", vocabulary=vocab,
+                                         default=f.default, role="intent"))  # fmt: skip
+            continue
+        if f.dtype in ("int", "float"):
+            kind = "log1p" if _skewed(vals) else "value"
+            out.append(Transform(kind, f.name, f.entity, prefix, default=f.default))
+        elif f.entity == "item" and f.name == item_attr:
+            out.append(Transform("one_hot", f.name, "item", prefix, vocabulary=attr_vocab, default=f.default,
+                                 role="item_attr"))  # fmt: skip
+        elif f.entity == "user" and f.name == roles.interests and roles.category is not None:
+            out.append(
+                Transform("match", f.name, "user", f"{prefix}_match", of=roles.category, default=f.default,
+                          of_default=fs.by_name[roles.category].default)
+            )  # fmt: skip
+        else:
+            vocab = _vocabulary(vals, 16 if f.entity == "user" else MAX_VOCABULARY)
+            out.append(Transform("one_hot", f.name, f.entity, prefix, vocabulary=vocab, default=f.default))
+    out.append(
+        Transform("hash_bucket", "item_id", "item", "i_id_bucket", buckets=ITEM_BUCKETS, role="item_id")
+    )
+    return tuple(out)
 
 
-ItemColumn = Sequence[Any] | npt.NDArray[np.float64]
-
-# The item features item_columns reads, and how it reads them (int() truncates).
-_ITEM_NUMBERS = {"clicks_10m": True, "views_10m": True, "popularity": False, "length": True,
-                 "author_level": True}  # fmt: skip
-_VOCAB_INDEX = {c: float(n) for n, c in enumerate(CATEGORY_VOCAB)}
+def transforms_from_card(raw: Sequence[Mapping[str, Any]]) -> tuple[Transform, ...]:
+    return tuple(Transform.from_json(t) for t in raw)
 
 
-def matrix_from_columns(
-    user: Mapping[str, Any], item_ids: Sequence[str], items: Mapping[str, ItemColumn]
-) -> npt.NDArray[np.float32]:
-    """The same matrix as `build_matrix`, from item features held column-wise
-    (feature -> one value per item, in `item_ids` order; a missing feature takes
-    its default), as the feature service sends them: NumPy over each column
-    instead of a Python row per item. `item_columns` stays the definition;
-    tests hold the two equal."""
-    n = len(item_ids)
-
-    def number(name: str) -> npt.NDArray[np.float64]:
-        col = items.get(name)
-        if col is None or len(col) == 0:
-            col = [BY_NAME[name].default] * n
-        values = np.asarray(col, dtype=np.float64)
-        return np.trunc(values) if _ITEM_NUMBERS[name] else values
-
-    text = items.get("category")
-    default_category = str(BY_NAME["category"].default)
-    categories = [str(c) for c in text] if text is not None and len(text) else [default_category] * n
-    cat_clicks: Mapping[str, int] = _get(user, "category_clicks_10m")
-    total = sum(cat_clicks.values())
-    interests = _get(user, "interest_tags")
-    recent = _get(user, "last_viewed_3")
-    age_band = str(_get(user, "age_band"))
-    clicks, views, popularity = number("clicks_10m"), number("views_10m"), number("popularity")
-    interest = np.array([1.0 if c in interests else 0.0 for c in categories])
-    pop_log = np.log1p(popularity)
-    intent = [cat_clicks.get(c, 0) / total if total else 0.0 for c in CATEGORY_VOCAB]
-    out = np.empty((n, len(COLUMNS)), dtype=np.float64)
-    out[:, 0] = math.log1p(int(_get(user, "clicks_5m")))
-    out[:, 1] = [cat_clicks.get(c, 0) / total if total else 0.0 for c in categories]
-    out[:, 2] = [1.0 if i in recent else 0.0 for i in item_ids]
-    out[:, 3] = np.log1p(clicks)
-    out[:, 4] = np.log1p(views)
-    out[:, 5] = (clicks + 1.0) / (views + 10.0)
-    out[:, 6] = interest
-    out[:, 7] = AGE_BANDS.index(age_band) / (len(AGE_BANDS) - 1) if age_band in AGE_BANDS else 0.0
-    out[:, 8] = pop_log
-    out[:, 9] = np.minimum(number("length"), 3600.0) / 600.0
-    out[:, 10] = number("author_level") / 5.0
-    out[:, 11] = interest * pop_log
-    out[:, 12] = [item_bucket(i) for i in item_ids]
-    out[:, 13] = [_VOCAB_INDEX.get(c, 0.0) for c in categories]
-    out[:, 14:] = intent
-    return out.astype(np.float32)
+def check_against(transforms: Sequence[Transform], fs: FeatureSet) -> list[str]:
+    """What in a model's declared inputs the feature set cannot serve (empty: all good)."""
+    problems = []
+    for n, t in enumerate(transforms):
+        where = f"inputs[{n}] ({t.name or t.kind})"
+        if t.feature not in IDS:
+            f = fs.by_name.get(t.feature)
+            if f is None:
+                problems.append(f"{where}: feature {t.feature!r} is not declared in the repository")
+                continue
+            if f.entity != t.entity:
+                problems.append(f"{where}: {t.feature!r} is a {f.entity} feature, not a {t.entity} feature")
+            numeric = f.dtype in ("int", "float")
+            if t.kind in ("value", "log1p") and not numeric:
+                problems.append(f"{where}: {t.kind} needs a number; {t.feature!r} is {f.dtype}")
+            if t.kind in ("share", "distribution") and f.dtype != "counts":
+                problems.append(f"{where}: {t.kind} needs a count_by feature; {t.feature!r} is {f.dtype}")
+            if t.kind == "contains" and f.dtype != "strings":
+                problems.append(f"{where}: contains needs a list feature; {t.feature!r} is {f.dtype}")
+            if t.kind == "one_hot" and f.dtype not in ("str", "strings"):
+                problems.append(f"{where}: one_hot needs a categorical feature; {t.feature!r} is {f.dtype}")
+        elif t.kind not in ("hash_bucket",):
+            problems.append(f"{where}: {t.kind} cannot read {t.feature}")
+        if t.kind in ("share", "match") and t.of not in fs.by_name:
+            problems.append(f"{where}: `of` {t.of!r} is not a declared feature")
+        if t.kind == "hash_bucket" and t.buckets <= 0:
+            problems.append(f"{where}: hash_bucket needs buckets > 0")
+        if t.kind in ("one_hot", "distribution") and not t.vocabulary:
+            problems.append(f"{where}: {t.kind} needs a vocabulary")
+    return problems

@@ -1,19 +1,27 @@
 """The CTR model family with learnt embeddings, and its degradation variants.
 
-One network, several exported sub-networks (the design notes' graded circuit
-breaking; levels are cumulative, each cheaper than the one before):
+One network over the columns of a model's declared inputs
+(recmesh.features.vectorize.Transform), several exported sub-networks (the
+design notes' graded circuit breaking; levels are cumulative, each cheaper
+than the one before):
 
 - level 0: every dense column, 128-dimensional embeddings, cross features;
-- level 1: feature sampling -- half of the dense columns (LEVEL1_DENSE), the
-  ID features (item id, category, user intent) all kept;
+- level 1: feature sampling -- half of the dense columns (the more predictive
+  half on the training rows, by single-column AUC), the ID features (item id,
+  item attribute, user intent) all kept;
 - level 2: level 1 with embeddings cut to their first 64 dimensions;
 - level 3: level 2 without cross features (the learnt user-intent x item dot
-  product and the engineered `x_` columns), at 16 dimensions.
+  product and the columns that read both sides: share, contains, match), at
+  16 dimensions.
 
-Embeddings: an item-id table (hashed ids, ITEM_BUCKETS rows) plus a category
-table give the item vector v; the user's real-time category distribution
-weighted over a user-side category table gives the user-intent vector u. The
-item vector feeds the MLP directly; the cross feature is <u, v>.
+Which columns play which part comes from the transforms' roles: `dense`
+columns are standardised and feed the MLP; the `item_id` hash bucket picks a
+row of an item-id embedding table; the `item_attr` one-hot (multi-hot)
+columns average rows of an attribute table; together they are the item
+vector v. The `intent` columns (a user's count_by distribution as shares)
+weight a user-side table into the user-intent vector u. v feeds the MLP
+directly; the cross feature is <u, v>. A feature set without an intent or an
+item attribute simply has no such part.
 
 Why one jointly trained network (matryoshka-style) rather than a separately
 trained model per level: the loss of every training step is the sum of the
@@ -21,17 +29,17 @@ losses of the served configurations (level 0, level 1 at prefixes 128/64/32/16,
 level 3), so the first d dimensions of every embedding are a usable embedding
 on their own and the masked MLP works without the sampled-away columns. The
 variants then share one set of weights: a ranker that mixes levels across
-requests (it steps down and back up under load) gets scores on one scale that
-order items alike, which separately trained models do not promise; the
-"dimension by load" switch is a slice of one table; and training costs one
-run. The price is that level 0 shares capacity with its sub-networks; the
-model card and `recmesh bench degrade` measure what each level costs in AUC.
+requests gets scores on one scale that order items alike; the "dimension by
+load" switch is a slice of one table; and training costs one run. The price
+is that level 0 shares capacity with its sub-networks; the model card and
+`recmesh bench degrade` measure what each level costs in AUC.
 
 Training is mini-batch Adam in NumPy, deterministic under a seed.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,30 +48,58 @@ import numpy.typing as npt
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from recmesh.features.vectorize import (
-    CATEGORY_VOCAB,
-    COLUMNS,
-    DENSE_COLUMNS,
-    INTENT_COLUMNS,
-    ITEM_BUCKETS,
-    OFFLINE_COLUMNS,
-)
+from recmesh.features.vectorize import Transform
 
 F32 = npt.NDArray[np.float32]
 
 EMBEDDING_DIM = 128
 PREFIX_DIMS = (128, 64, 32, 16)
-# Level 1 keeps this half of the dense columns (the user-item match signals and
-# the item's quality), dropping activity counts and profile attributes.
-LEVEL1_DENSE = (
-    "u_cat_share_10m",
-    "u_item_recent",
-    "i_ctr_10m",
-    "u_interest_match",
-    "i_popularity_log",
-    "x_interest_popularity",
-)
-CROSS_DENSE = tuple(c for c in DENSE_COLUMNS if c.startswith("x_"))
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where each part of the family reads from a model input row."""
+
+    columns: tuple[str, ...]
+    dense: tuple[str, ...]
+    cross_dense: tuple[str, ...]  # dense columns built from both sides (dropped at level 3)
+    id_col: int | None
+    buckets: int
+    attr_cols: tuple[int, ...]
+    intent_cols: tuple[int, ...]
+
+    @classmethod
+    def of(cls, transforms: Sequence[Transform]) -> Layout:
+        columns: list[str] = []
+        dense: list[str] = []
+        cross: list[str] = []
+        id_col: int | None = None
+        buckets = 1
+        attr: list[int] = []
+        intent: list[int] = []
+        for t in transforms:
+            start = len(columns)
+            columns.extend(t.columns)
+            span = list(range(start, len(columns)))
+            if t.role == "item_id":
+                id_col, buckets = start, t.buckets
+            elif t.role == "item_attr":
+                attr.extend(span)
+            elif t.role == "intent":
+                intent.extend(span)
+            else:
+                dense.extend(t.columns)
+                if t.cross:
+                    cross.extend(t.columns)
+        return cls(tuple(columns), tuple(dense), tuple(cross), id_col, buckets, tuple(attr), tuple(intent))
+
+    @property
+    def dense_idx(self) -> list[int]:
+        return [self.columns.index(c) for c in self.dense]
+
+    @property
+    def has_cross(self) -> bool:
+        return bool(self.intent_cols) and (self.id_col is not None or bool(self.attr_cols))
 
 
 @dataclass(frozen=True)
@@ -74,81 +110,116 @@ class Variant:
     level: int
     dense: tuple[str, ...]
     dim: int
-    cross: bool  # the user-intent x item cross (the only use of the real-time intent columns)
+    cross: bool
 
-    def describe(self) -> str:
-        return f"{len(self.dense)}/{len(DENSE_COLUMNS)} dense columns, {self.dim}-d embeddings, " + (
+    def describe(self, layout: Layout) -> str:
+        return f"{len(self.dense)}/{len(layout.dense)} dense columns, {self.dim}-d embeddings, " + (
             "cross features" if self.cross else "no cross features"
         )
 
 
-LEVEL1_DENSE_ORDERED = tuple(c for c in DENSE_COLUMNS if c in LEVEL1_DENSE)
-VARIANTS: tuple[Variant, ...] = (
-    Variant(0, DENSE_COLUMNS, 128, True),
-    Variant(1, LEVEL1_DENSE_ORDERED, 128, True),
-    Variant(2, LEVEL1_DENSE_ORDERED, 64, True),
-    Variant(3, tuple(c for c in LEVEL1_DENSE_ORDERED if c not in CROSS_DENSE), 16, False),
-)
-# The configurations whose losses are summed in training: the served levels
-# plus the intermediate prefixes of level 1, so every prefix stays usable.
-TRAINED: tuple[Variant, ...] = (
-    VARIANTS[0],
-    VARIANTS[1],
-    VARIANTS[2],
-    Variant(2, LEVEL1_DENSE_ORDERED, 32, True),
-    Variant(2, LEVEL1_DENSE_ORDERED, 16, True),
-    VARIANTS[3],
-)
-# The same family without real-time inputs (the offline-only baseline).
-OFFLINE_ONLY = Variant(0, OFFLINE_COLUMNS, 128, False)
+def make_variants(layout: Layout, level1_dense: Sequence[str]) -> tuple[Variant, ...]:
+    l1 = tuple(c for c in layout.dense if c in set(level1_dense))
+    cross = layout.has_cross
+    return (
+        Variant(0, layout.dense, 128, cross),
+        Variant(1, l1, 128, cross),
+        Variant(2, l1, 64, cross),
+        Variant(3, tuple(c for c in l1 if c not in layout.cross_dense), 16, False),
+    )
 
-_DENSE_IDX = [COLUMNS.index(c) for c in DENSE_COLUMNS]
-_ID_IDX = COLUMNS.index("i_id_bucket")
-_CAT_IDX = COLUMNS.index("i_category_index")
-_INTENT_IDX = [COLUMNS.index(c) for c in INTENT_COLUMNS]
-N_CATS = len(CATEGORY_VOCAB)
+
+def trained_configs(variants: Sequence[Variant]) -> tuple[Variant, ...]:
+    """The configurations whose losses are summed in training: the served levels
+    plus the intermediate prefixes of level 1, so every prefix stays usable."""
+    l2 = variants[2]
+    return (
+        *variants[:3],
+        Variant(2, l2.dense, 32, l2.cross),
+        Variant(2, l2.dense, 16, l2.cross),
+        variants[3],
+    )
+
+
+def offline_only(layout: Layout, realtime_columns: set[str]) -> Variant:
+    """The same family without real-time inputs (the offline-only baseline)."""
+    return Variant(0, tuple(c for c in layout.dense if c not in realtime_columns), 128, False)
+
+
+def pick_level1(x: F32, y: F32, layout: Layout) -> tuple[str, ...]:
+    """Feature sampling keeps the more predictive half of the dense columns,
+    by how far each column alone ranks the training rows from chance."""
+    strength = []
+    for c in layout.dense:
+        col = x[:, layout.columns.index(c)]
+        strength.append((abs(auc(y, col) - 0.5) if np.ptp(col) > 0 else 0.0, c))
+    keep = max(1, (len(layout.dense) + 1) // 2)
+    chosen = {c for _, c in sorted(strength, key=lambda s: (-s[0], s[1]))[:keep]}
+    return tuple(c for c in layout.dense if c in chosen)
 
 
 @dataclass
 class Family:
-    mean: F32  # dense standardisation, over DENSE_COLUMNS
+    layout: Layout
+    mean: F32  # dense standardisation, over layout.dense
     std: F32
     params: dict[str, F32]
 
     def predict(self, x: F32, variant: Variant) -> F32:
-        """Scores for raw COLUMNS rows through the given sub-network (NumPy)."""
-        batch = _Batch.of(x, self.mean, self.std)
-        return _forward(self.params, batch, variant, _mask(variant))[0]
+        """Scores for raw input rows through the given sub-network (NumPy)."""
+        batch = _Batch.of(x, self.layout, self.mean, self.std)
+        return _forward(self.params, batch, variant, _mask(self.layout, variant))[0]
 
 
 @dataclass
 class _Batch:
     dense: F32  # standardised
     ids: npt.NDArray[np.int64]
-    cats: npt.NDArray[np.int64]
+    attr: F32  # multi-hot, rows summing to 1 (or 0)
     shares: F32
 
     @staticmethod
-    def of(x: F32, mean: F32, std: F32) -> _Batch:
+    def of(x: F32, layout: Layout, mean: F32, std: F32) -> _Batch:
+        n = len(x)
+        ids = (
+            np.clip(x[:, layout.id_col], 0, layout.buckets - 1).astype(np.int64)
+            if layout.id_col is not None
+            else np.zeros(n, np.int64)
+        )
+        attr = (
+            x[:, list(layout.attr_cols)].astype(np.float32)
+            if layout.attr_cols
+            else np.zeros((n, 0), np.float32)
+        )
+        if attr.shape[1]:
+            attr = attr / np.maximum(attr.sum(axis=1, keepdims=True), 1.0)
         return _Batch(
-            ((x[:, _DENSE_IDX] - mean) / std).astype(np.float32),
-            np.clip(x[:, _ID_IDX], 0, ITEM_BUCKETS - 1).astype(np.int64),
-            np.clip(x[:, _CAT_IDX], 0, N_CATS - 1).astype(np.int64),
-            x[:, _INTENT_IDX].astype(np.float32),
+            ((x[:, layout.dense_idx] - mean) / std).astype(np.float32),
+            ids,
+            attr,
+            x[:, list(layout.intent_cols)].astype(np.float32),
         )
 
     def take(self, idx: npt.NDArray[np.int64]) -> _Batch:
-        return _Batch(self.dense[idx], self.ids[idx], self.cats[idx], self.shares[idx])
+        return _Batch(self.dense[idx], self.ids[idx], self.attr[idx], self.shares[idx])
 
 
-def _mask(variant: Variant) -> F32:
-    return np.array([1.0 if c in variant.dense else 0.0 for c in DENSE_COLUMNS], np.float32)
+def _mask(layout: Layout, variant: Variant) -> F32:
+    keep = set(variant.dense)
+    return np.array([1.0 if c in keep else 0.0 for c in layout.dense], np.float32)
+
+
+def _item(p: dict[str, F32], b: _Batch, d: int) -> F32:
+    item = p["e_item"][b.ids, :d]
+    if b.attr.shape[1]:
+        item = item + b.attr @ p["e_cat"][:, :d]
+    return item
 
 
 def _forward(p: dict[str, F32], b: _Batch, v: Variant, mask: F32) -> tuple[F32, dict[str, npt.NDArray[Any]]]:
     d = v.dim
     xm = b.dense * mask
-    item = p["e_item"][b.ids, :d] + p["e_cat"][b.cats, :d]
+    item = _item(p, b, d)
     pre = xm @ p["w_dense"] + item @ p["w_item"][:d] + p["b1"]
     cache: dict[str, npt.NDArray[Any]] = {"xm": xm, "item": item}
     if v.cross:
@@ -163,15 +234,13 @@ def _forward(p: dict[str, F32], b: _Batch, v: Variant, mask: F32) -> tuple[F32, 
     return prob, cache
 
 
-def _backward(
-    p: dict[str, F32], b: _Batch, v: Variant, y: F32, weight: float, grads: dict[str, F32]
-) -> float:
-    """Adds this configuration's gradient (times weight) into grads; returns its loss."""
-    prob, c = _forward(p, b, v, _mask(v))
+def _backward(p: dict[str, F32], b: _Batch, v: Variant, mask: F32, y: F32, grads: dict[str, F32]) -> float:
+    """Adds this configuration's gradient into grads; returns its loss."""
+    prob, c = _forward(p, b, v, mask)
     n, d = len(y), v.dim
     eps = 1e-7
     loss = float(-np.mean(y * np.log(prob + eps) + (1 - y) * np.log(1 - prob + eps)))
-    dz = ((prob - y) * (weight / n)).reshape(-1, 1).astype(np.float32)
+    dz = ((prob - y) / n).reshape(-1, 1).astype(np.float32)
     grads["w_out"] += c["h"].T @ dz
     grads["b_out"] += dz.sum(axis=0)
     dh = (dz @ p["w_out"].T) * (c["pre"] > 0)
@@ -185,20 +254,21 @@ def _backward(
         ditem += dcross * c["user"]
         grads["u_cat"][:, :d] += b.shares.T @ (dcross * c["item"])
     np.add.at(grads["e_item"][:, :d], b.ids, ditem)
-    np.add.at(grads["e_cat"][:, :d], b.cats, ditem)
+    if b.attr.shape[1]:
+        grads["e_cat"][:, :d] += b.attr.T @ ditem
     return loss
 
 
-def _init(rng: np.random.Generator, hidden: int, y_mean: float) -> dict[str, F32]:
+def _init(rng: np.random.Generator, layout: Layout, hidden: int, y_mean: float) -> dict[str, F32]:
     def normal(shape: tuple[int, ...], scale: float) -> F32:
         return (rng.standard_normal(shape) * scale).astype(np.float32)
 
-    dense = len(DENSE_COLUMNS)
+    dense = max(1, len(layout.dense))
     return {
-        "e_item": normal((ITEM_BUCKETS, EMBEDDING_DIM), 0.05),
-        "e_cat": normal((N_CATS, EMBEDDING_DIM), 0.05),
-        "u_cat": normal((N_CATS, EMBEDDING_DIM), 0.05),
-        "w_dense": normal((dense, hidden), float(np.sqrt(2.0 / dense))),
+        "e_item": normal((layout.buckets, EMBEDDING_DIM), 0.05),
+        "e_cat": normal((max(1, len(layout.attr_cols)), EMBEDDING_DIM), 0.05),
+        "u_cat": normal((max(1, len(layout.intent_cols)), EMBEDDING_DIM), 0.05),
+        "w_dense": normal((len(layout.dense), hidden), float(np.sqrt(2.0 / dense))),
         "w_item": normal((EMBEDDING_DIM, hidden), float(np.sqrt(1.0 / EMBEDDING_DIM))),
         "w_cross": normal((1, hidden), 0.1),
         "b1": np.zeros(hidden, np.float32),
@@ -208,27 +278,30 @@ def _init(rng: np.random.Generator, hidden: int, y_mean: float) -> dict[str, F32
 
 
 def train_family(
-    x: F32, y: F32, configs: tuple[Variant, ...] = TRAINED, *, hidden: int = 32, epochs: int = 4,
+    x: F32, y: F32, layout: Layout, configs: Sequence[Variant], *, hidden: int = 32, epochs: int = 4,
     batch_size: int = 1024, lr: float = 0.01, l2_embedding: float = 1e-2, seed: int = 0,
+    progress: Callable[[int, int], None] | None = None,
 ) -> Family:  # fmt: skip
     """Mini-batch Adam on the summed loss of `configs` (see the module docstring)."""
     rng = np.random.default_rng(seed)
-    dense = x[:, _DENSE_IDX]
+    dense = x[:, layout.dense_idx]
     mean = dense.mean(axis=0).astype(np.float32)
     std = (dense.std(axis=0) + 1e-6).astype(np.float32)
-    data = _Batch.of(x, mean, std)
-    p = _init(rng, hidden, float(y.mean()))
+    data = _Batch.of(x, layout, mean, std)
+    p = _init(rng, layout, hidden, float(y.mean()))
+    masks = [_mask(layout, c) for c in configs]
     m = {k: np.zeros_like(a) for k, a in p.items()}
     s = {k: np.zeros_like(a) for k, a in p.items()}
     step = 0
+    steps = epochs * (-(-len(y) // batch_size))
     for _ in range(epochs):
         order = rng.permutation(len(y))
         for start in range(0, len(y), batch_size):
             idx = order[start : start + batch_size]
             batch, yb = data.take(idx), y[idx]
             grads = {k: np.zeros_like(a) for k, a in p.items()}
-            for cfg in configs:
-                _backward(p, batch, cfg, yb, 1.0, grads)
+            for cfg, mask in zip(configs, masks, strict=True):
+                _backward(p, batch, cfg, mask, yb, grads)
             for k in ("e_item", "e_cat", "u_cat"):
                 grads[k] += l2_embedding * p[k]
             step += 1
@@ -238,10 +311,12 @@ def train_family(
                 mhat = m[k] / (1 - 0.9**step)
                 shat = s[k] / (1 - 0.999**step)
                 p[k] = (p[k] - lr * mhat / (np.sqrt(shat) + 1e-8)).astype(np.float32)
-    return Family(mean, std, p)
+            if progress is not None:
+                progress(step, steps)
+    return Family(layout, mean, std, p)
 
 
-def auc(y: npt.NDArray[np.float32], score: F32) -> float:
+def auc(y: npt.NDArray[np.float32], score: npt.NDArray[Any]) -> float:
     """Area under the ROC curve (Mann-Whitney, ties averaged)."""
     order = np.argsort(score, kind="mergesort")
     ranks = np.empty(len(score), dtype=np.float64)
@@ -262,19 +337,21 @@ def auc(y: npt.NDArray[np.float32], score: F32) -> float:
 
 def variant_weights(model: Family, v: Variant) -> dict[str, F32]:
     """The initialisers one variant's graph carries (only what it uses)."""
-    keep = [DENSE_COLUMNS.index(c) for c in v.dense]
+    layout = model.layout
+    keep = [layout.dense.index(c) for c in v.dense]
     d = v.dim
     w: dict[str, F32] = {
         "mean": model.mean[keep].reshape(1, -1),
         "std": model.std[keep].reshape(1, -1),
         "w_dense": model.params["w_dense"][keep],
         "e_item": np.ascontiguousarray(model.params["e_item"][:, :d]),
-        "e_cat": np.ascontiguousarray(model.params["e_cat"][:, :d]),
         "w_item": model.params["w_item"][:d],
         "b1": model.params["b1"],
         "w_out": model.params["w_out"],
         "b_out": model.params["b_out"],
     }
+    if layout.attr_cols:
+        w["e_cat"] = np.ascontiguousarray(model.params["e_cat"][:, :d])
     if v.cross:
         w["u_cat"] = np.ascontiguousarray(model.params["u_cat"][:, :d])
         w["w_cross"] = model.params["w_cross"]
@@ -284,19 +361,20 @@ def variant_weights(model: Family, v: Variant) -> dict[str, F32]:
 def to_onnx(
     model: Family, v: Variant, input_name: str = "features", output_name: str = "score"
 ) -> onnx.ModelProto:
-    """The variant as a standalone graph over the full COLUMNS row (callers
+    """The variant as a standalone graph over the full input row (callers
     always send every column; the graph reads the ones it uses)."""
+    layout = model.layout
     w = variant_weights(model, v)
-    keep = [COLUMNS.index(c) for c in v.dense]
+    keep = [layout.columns.index(c) for c in v.dense]
     inits = [numpy_helper.from_array(a, k) for k, a in w.items()]
     consts: dict[str, npt.NDArray[Any]] = {
         "dense_idx": np.array(keep, np.int64),
-        "id_idx": np.array([_ID_IDX], np.int64),
-        "cat_idx": np.array([_CAT_IDX], np.int64),
-        "id_max": np.array(ITEM_BUCKETS - 1, np.float32),
-        "cat_max": np.array(N_CATS - 1, np.float32),
+        "id_idx": np.array([layout.id_col or 0], np.int64),
+        "id_max": np.array(layout.buckets - 1, np.float32),
         "zero": np.array(0.0, np.float32),
+        "one": np.array(1.0, np.float32),
         "flat": np.array([-1], np.int64),
+        "sum_axis": np.array([1], np.int64),
     }
     inits += [numpy_helper.from_array(a, k) for k, a in consts.items()]
     node = helper.make_node
@@ -305,29 +383,37 @@ def to_onnx(
         node("Sub", ["dense", "mean"], ["centered"]),
         node("Div", ["centered", "std"], ["scaled"]),
         node("MatMul", ["scaled", "w_dense"], ["h_dense"]),
-        # ID features -> embedding rows (indices clipped into range, never an error).
+        # The item id's bucket -> an embedding row (clipped into range, never an error).
         node("Gather", [input_name, "id_idx"], ["id_f"], axis=1),
         node("Clip", ["id_f", "zero", "id_max"], ["id_c"]),
         node("Cast", ["id_c"], ["id_i"], to=TensorProto.INT64),
         node("Reshape", ["id_i", "flat"], ["ids"]),
         node("Gather", ["e_item", "ids"], ["v_id"], axis=0),
-        node("Gather", [input_name, "cat_idx"], ["cat_f"], axis=1),
-        node("Clip", ["cat_f", "zero", "cat_max"], ["cat_c"]),
-        node("Cast", ["cat_c"], ["cat_i"], to=TensorProto.INT64),
-        node("Reshape", ["cat_i", "flat"], ["cats"]),
-        node("Gather", ["e_cat", "cats"], ["v_cat"], axis=0),
-        node("Add", ["v_id", "v_cat"], ["item"]),
-        node("MatMul", ["item", "w_item"], ["h_item"]),
+    ]
+    item = "v_id"
+    if layout.attr_cols:
+        inits.append(numpy_helper.from_array(np.array(layout.attr_cols, np.int64), "attr_idx"))
+        nodes += [
+            # The attribute's (multi-)hot columns average their embedding rows.
+            node("Gather", [input_name, "attr_idx"], ["attr"], axis=1),
+            node("ReduceSum", ["attr", "sum_axis"], ["attr_n"], keepdims=1),
+            node("Max", ["attr_n", "one"], ["attr_d"]),
+            node("Div", ["attr", "attr_d"], ["attr_w"]),
+            node("MatMul", ["attr_w", "e_cat"], ["v_cat"]),
+            node("Add", ["v_id", "v_cat"], ["item"]),
+        ]
+        item = "item"
+    nodes += [
+        node("MatMul", [item, "w_item"], ["h_item"]),
         node("Add", ["h_dense", "h_item"], ["h_sum"]),
     ]
     last = "h_sum"
     if v.cross:
-        inits.append(numpy_helper.from_array(np.array(_INTENT_IDX, np.int64), "intent_idx"))
-        inits.append(numpy_helper.from_array(np.array([1], np.int64), "sum_axis"))
+        inits.append(numpy_helper.from_array(np.array(layout.intent_cols, np.int64), "intent_idx"))
         nodes += [
             node("Gather", [input_name, "intent_idx"], ["shares"], axis=1),
             node("MatMul", ["shares", "u_cat"], ["user"]),
-            node("Mul", ["user", "item"], ["ui"]),
+            node("Mul", ["user", item], ["ui"]),
             node("ReduceSum", ["ui", "sum_axis"], ["cross"], keepdims=1),
             node("MatMul", ["cross", "w_cross"], ["h_cross"]),
             node("Add", ["h_sum", "h_cross"], ["h_all"]),
@@ -344,7 +430,7 @@ def to_onnx(
     graph = helper.make_graph(
         nodes,
         f"recmesh_ctr_level{v.level}",
-        [helper.make_tensor_value_info(input_name, TensorProto.FLOAT, ["batch", len(COLUMNS)])],
+        [helper.make_tensor_value_info(input_name, TensorProto.FLOAT, ["batch", len(layout.columns)])],
         [helper.make_tensor_value_info(output_name, TensorProto.FLOAT, ["batch"])],
         initializer=inits,
     )

@@ -1,24 +1,29 @@
+from recmesh.v1 import features_pb2 as _features_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
-from collections.abc import Iterable as _Iterable
-from typing import ClassVar as _ClassVar, Optional as _Optional
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class ScoreRequest(_message.Message):
-    __slots__ = ("feature_version", "feature_names", "values", "level", "values_f32")
+    __slots__ = ("feature_version", "feature_names", "values", "level", "values_f32", "user", "items")
     FEATURE_VERSION_FIELD_NUMBER: _ClassVar[int]
     FEATURE_NAMES_FIELD_NUMBER: _ClassVar[int]
     VALUES_FIELD_NUMBER: _ClassVar[int]
     LEVEL_FIELD_NUMBER: _ClassVar[int]
     VALUES_F32_FIELD_NUMBER: _ClassVar[int]
+    USER_FIELD_NUMBER: _ClassVar[int]
+    ITEMS_FIELD_NUMBER: _ClassVar[int]
     feature_version: str
     feature_names: _containers.RepeatedScalarFieldContainer[str]
     values: _containers.RepeatedScalarFieldContainer[float]
     level: int
     values_f32: bytes
-    def __init__(self, feature_version: _Optional[str] = ..., feature_names: _Optional[_Iterable[str]] = ..., values: _Optional[_Iterable[float]] = ..., level: _Optional[int] = ..., values_f32: _Optional[bytes] = ...) -> None: ...
+    user: _features_pb2.FeatureRow
+    items: _features_pb2.FeatureTable
+    def __init__(self, feature_version: _Optional[str] = ..., feature_names: _Optional[_Iterable[str]] = ..., values: _Optional[_Iterable[float]] = ..., level: _Optional[int] = ..., values_f32: _Optional[bytes] = ..., user: _Optional[_Union[_features_pb2.FeatureRow, _Mapping]] = ..., items: _Optional[_Union[_features_pb2.FeatureTable, _Mapping]] = ...) -> None: ...
 
 class ScoreResponse(_message.Message):
     __slots__ = ("scores", "model_version", "level")
@@ -35,16 +40,20 @@ class ModelInfoRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class ModelInfoResponse(_message.Message):
-    __slots__ = ("model_version", "feature_version", "feature_names", "execution_provider")
+    __slots__ = ("model_version", "feature_version", "feature_names", "execution_provider", "origin", "features_read")
     MODEL_VERSION_FIELD_NUMBER: _ClassVar[int]
     FEATURE_VERSION_FIELD_NUMBER: _ClassVar[int]
     FEATURE_NAMES_FIELD_NUMBER: _ClassVar[int]
     EXECUTION_PROVIDER_FIELD_NUMBER: _ClassVar[int]
+    ORIGIN_FIELD_NUMBER: _ClassVar[int]
+    FEATURES_READ_FIELD_NUMBER: _ClassVar[int]
     model_version: str
     feature_version: str
     feature_names: _containers.RepeatedScalarFieldContainer[str]
     execution_provider: str
-    def __init__(self, model_version: _Optional[str] = ..., feature_version: _Optional[str] = ..., feature_names: _Optional[_Iterable[str]] = ..., execution_provider: _Optional[str] = ...) -> None: ...
+    origin: str
+    features_read: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, model_version: _Optional[str] = ..., feature_version: _Optional[str] = ..., feature_names: _Optional[_Iterable[str]] = ..., execution_provider: _Optional[str] = ..., origin: _Optional[str] = ..., features_read: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class EmbedRequest(_message.Message):
     __slots__ = ("texts",)

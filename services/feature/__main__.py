@@ -9,6 +9,7 @@ import structlog
 from prometheus_client import start_http_server
 from redis.exceptions import RedisError
 
+from recmesh.features.repository import serving_repository
 from recmesh.redis_client import connect
 from recmesh.resilience import retry_until
 from recmesh.settings import FeatureSettings
@@ -21,9 +22,10 @@ from services.feature.store import FeatureStore
 async def main(settings: FeatureSettings) -> None:
     from recmesh.grpcserver import wait_for_shutdown_signal
 
+    fs = serving_repository(settings.repository, "feature")
     client = connect(settings.redis_url, settings.redis_max_connections)
-    store = FeatureStore(client)
-    served_log = served_log_from(settings)
+    store = FeatureStore(client, fs)
+    served_log = served_log_from(settings, fs.version)
     stop_log = asyncio.Event()
     log_task = asyncio.create_task(served_log.run(stop_log)) if served_log is not None else None
     server = build_server(settings, store, served_log)

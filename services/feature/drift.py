@@ -29,6 +29,7 @@ from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import NoScriptError, RedisError
 
 from recmesh.features import keys
+from recmesh.features.repository import FeatureSet
 from recmesh.redis_client import AnyRedis
 
 _log = structlog.get_logger("recmesh.feature.drift")
@@ -115,12 +116,11 @@ return out
 class StateSizer:
     """Sizes the real-time state per family by scanning the keyspace, paced."""
 
-    def __init__(self, client: AnyRedis, keys_per_s: int = 20_000, history: int = 64) -> None:
+    def __init__(self, client: AnyRedis, fs: FeatureSet, keys_per_s: int = 20_000, history: int = 64) -> None:
         self._redis = client
+        self._families = keys.state_families(fs)
         self._keys_per_s = max(1, keys_per_s)
-        self.history: dict[str, deque[tuple[float, int]]] = {
-            f: deque(maxlen=history) for f in keys.STATE_FAMILIES
-        }
+        self.history: dict[str, deque[tuple[float, int]]] = {f: deque(maxlen=history) for f in self._families}
         self.passes = 0
         self._script_sha: str | None = None
 
@@ -128,13 +128,13 @@ class StateSizer:
         """One full pass: family -> (keys, events held); None when `stop` cut it short."""
         if not isinstance(self._redis, RedisCluster):
             return await self._measure_in_redis(stop)
-        sizes = dict.fromkeys(keys.STATE_FAMILIES, (0, 0))
+        sizes = dict.fromkeys(self._families, (0, 0))
         pending: list[tuple[str, str]] = []
         scanned = 0
         chunk = 1000
         async for raw in self._redis.scan_iter(count=chunk):
             key = raw.decode() if isinstance(raw, bytes) else str(raw)
-            family = keys.state_family(key)
+            family = keys.state_family(key, self._families)
             if family is not None:
                 pending.append((family, key))
             scanned += 1
@@ -149,8 +149,8 @@ class StateSizer:
 
     async def _measure_in_redis(self, stop: asyncio.Event | None) -> dict[str, tuple[int, int]] | None:
         chunk = 1000
-        families = list(keys.STATE_FAMILIES)
-        patterns = [part for f in families for part in keys.STATE_FAMILIES[f]]
+        families = list(self._families)
+        patterns = [part for f in families for part in self._families[f]]
         sizes = dict.fromkeys(families, (0, 0))
         cursor = "0"
         while True:

@@ -27,15 +27,13 @@ from prometheus_client import Counter, Gauge, Histogram
 from redis.exceptions import RedisError
 
 from recmesh.errors import InvalidArgument
-from recmesh.events import Event, parse_event
-from recmesh.features.definitions import STATE_RETENTION_MS
+from recmesh.events import Event, EventSchema, parse_event
 from recmesh.resilience import retry_until
 from recmesh.settings import IngestSettings
 from recmesh.telemetry import LATENCY_BUCKETS, kafka_consume_span, observe_many
 from services.feature.drift import StateSizer, observe_batch, observe_caught_up
-from services.feature.recall_store import RecallStore
 from services.feature.store import FeatureStore
-from services.feature.writer import EventWriter, WritePlan
+from services.feature.writer import EventWriter, WritePlan, WriteResult
 
 _log = structlog.get_logger("recmesh.feature.ingest")
 
@@ -63,6 +61,10 @@ _CONSUMED_TO_APPLIED = STAGE.labels("consumed_to_applied")
 _LATE_APPLIED, _LATE_REFUSED = LATE.labels("applied"), LATE.labels("refused")
 LAG = Gauge("recmesh_ingest_consumer_lag", "Records behind the high watermark.", ("partition",))
 STORE_RETRIES = Counter("recmesh_ingest_store_retries_total", "Batches retried because Redis failed.")
+DUPLICATES = Counter(
+    "recmesh_ingest_duplicate_events_total",
+    "Events dropped because their event_id was already written for the user (redeliveries, reused ids).",
+)
 
 # An event this far ahead of the consumer's clock is rejected, not applied.
 MAX_FUTURE_MS = 60 * 60 * 1000
@@ -105,7 +107,7 @@ class Rejected:
 
 
 def classify(
-    records: Sequence[ConsumerRecord], now_ms: int, marks: Watermarks
+    records: Sequence[ConsumerRecord], now_ms: int, marks: Watermarks, schema: EventSchema
 ) -> tuple[list[Event], list[Rejected]]:
     """Valid events sorted by event time, and the rejected records with reasons."""
     good: list[Event] = []
@@ -113,7 +115,7 @@ def classify(
     late = 0
     for rec in records:
         try:
-            event = parse_event(rec.value or b"")
+            event = parse_event(rec.value or b"", schema)
         except InvalidArgument as err:
             reason = "not_json" if str(err).startswith("not JSON") else "invalid_event"
             bad.append(Rejected(rec, reason, str(err)))
@@ -155,11 +157,14 @@ class Ingestor:
         self._on_applied = on_applied
         self._settings = settings
         self._store = store
-        self._writer = writer or EventWriter(store, RecallStore(store.client))
+        fs = store.feature_set
+        self._schema = fs.event_schema
+        self._writer = writer or EventWriter(store.client, fs, store.attributes)
         self._consumer = consumer
         self._producer = producer
-        self._marks = Watermarks(settings.allowed_lateness_ms, STATE_RETENTION_MS)
+        self._marks = Watermarks(settings.allowed_lateness_ms, fs.retention_ms)
         self.applied = 0
+        self.duplicates = 0
         self.sizer: StateSizer | None = None  # set by `running` when the drift sampler is on
 
     @property
@@ -211,7 +216,7 @@ class Ingestor:
         with kafka_consume_span(records):
             consumed_at = time.time()
             observe_many(_PRODUCED_TO_CONSUMED, [max(0.0, consumed_at - r.timestamp / 1000) for r in records])
-            good, bad = classify(records, int(consumed_at * 1000), self._marks)
+            good, bad = classify(records, int(consumed_at * 1000), self._marks, self._schema)
             offsets: dict[TopicPartition, int] = {}
             for rec in records:
                 tp = TopicPartition(rec.topic, rec.partition)
@@ -227,7 +232,10 @@ class Ingestor:
                 if previous is not None:
                     await previous.written.wait()  # co-visits read what earlier batches wrote
                 if good:
-                    await self._write_with_retry(good, plan)
+                    result = await self._write_with_retry(good, plan)
+                    if result.duplicates:
+                        DUPLICATES.inc(result.duplicates)
+                        self.duplicates += result.duplicates
             finally:
                 written.set()
             if good:
@@ -251,21 +259,22 @@ class Ingestor:
 
     async def _write_with_retry(
         self, events: list[Event], prepared: WritePlan | RedisError | OSError | None
-    ) -> None:
+    ) -> WriteResult:
         """Write the batch (`prepared`: its plan, or why preparing it failed); while
         Redis fails, pause the partitions and retry with backoff."""
         plan = prepared if isinstance(prepared, WritePlan) else None
         if plan is not None:
             try:
-                await self._writer.write(plan)
-                return
+                return await self._writer.write(plan)
             except (RedisError, OSError) as err:
                 prepared = err
         _log.warning("store_unavailable_pausing", error=repr(prepared))
         self._consumer.pause(*self._consumer.assignment())
 
+        result: WriteResult | None = None
+
         async def attempt() -> None:
-            nonlocal plan
+            nonlocal plan, result
             STORE_RETRIES.inc()
             # A poll on paused partitions fetches nothing but keeps group membership
             # (partitions assigned meanwhile are paused first: what the poll returns is dropped).
@@ -273,13 +282,15 @@ class Ingestor:
             await self._consumer.getmany(timeout_ms=0)
             if plan is None:
                 plan = await self._writer.prepare(events)
-            await self._writer.write(plan)
+            result = await self._writer.write(plan)
 
         try:
             await retry_until(attempt, "redis write", retry_on=(RedisError, OSError))
         finally:
             self._consumer.resume(*self._consumer.assignment())
         _log.info("store_back_resumed", events=len(events))
+        assert result is not None
+        return result
 
     async def _dead_letter(self, rejected: list[Rejected]) -> None:
         futures = []
@@ -350,7 +361,7 @@ async def running(
     ingestor = Ingestor(settings, store, consumer, producer, on_applied=on_applied, writer=writer)
     tasks = [asyncio.create_task(ingestor.run(stop))]
     if settings.state_sample_s > 0:
-        sizer = StateSizer(store.client, settings.state_scan_keys_per_s)
+        sizer = StateSizer(store.client, store.feature_set, settings.state_scan_keys_per_s)
         ingestor.sizer = sizer
         tasks.append(asyncio.create_task(sizer.run(stop, settings.state_sample_s)))
     try:
@@ -363,11 +374,13 @@ async def running(
 
 
 async def main(settings: IngestSettings) -> None:
+    from recmesh.features.repository import serving_repository
     from recmesh.grpcserver import wait_for_shutdown_signal
     from recmesh.redis_client import connect
 
+    fs = serving_repository(settings.repository, "feature-ingest")
     client = connect(settings.redis_url, settings.redis_max_connections)
-    store = FeatureStore(client)
+    store = FeatureStore(client, fs)
     await retry_until(store.ping, "redis", retry_on=(RedisError, OSError))
     async with running(settings, store) as ingestor:
         await wait_for_shutdown_signal()

@@ -65,8 +65,11 @@ class ServedLog:
         rate: float,
         queue_max: int = 1000,
         rand: Callable[[], float] = random.random,
+        *,
+        feature_version: str,
     ) -> None:
         self._make_producer = make_producer
+        self.feature_version = feature_version
         self.topic = topic
         self.rate = rate
         self._rand = rand
@@ -132,6 +135,7 @@ class ServedLog:
     async def _send(self, producer: AIOKafkaProducer, entry: _Served) -> None:
         lk = entry.lookup
         record = served_record(
+            feature_version=self.feature_version,
             request_id=entry.request_id,
             trace_id=entry.trace_id,
             served_at_ms=entry.served_at_ms,
@@ -159,7 +163,7 @@ class ServedLog:
         _SENT.inc()
 
 
-def served_log_from(settings: FeatureSettings) -> ServedLog | None:
+def served_log_from(settings: FeatureSettings, feature_version: str) -> ServedLog | None:
     """The service's served-feature log, or None when RECMESH_SERVED_LOG_RATE is 0."""
     if settings.served_log_rate <= 0:
         return None
@@ -168,4 +172,5 @@ def served_log_from(settings: FeatureSettings) -> ServedLog | None:
         settings.served_topic,
         settings.served_log_rate,
         settings.served_log_queue,
+        feature_version=feature_version,
     )

@@ -11,8 +11,7 @@ from prometheus_client import Counter, Gauge
 from redis.exceptions import RedisError
 
 from recmesh.errors import InvalidArgument, Unavailable
-from recmesh.features.covisit import SEED_FEATURE, seeds_of
-from recmesh.features.definitions import FEATURE_SET_VERSION
+from recmesh.features.covisit import seeds_of
 from recmesh.features.wire import columns_to_pb, row_to_pb
 from recmesh.grpcserver import MeshServer, Registration
 from recmesh.resilience import current_slo_class, remaining_s
@@ -44,6 +43,7 @@ class FeatureServicer(features_pb2_grpc.FeatureServiceServicer):
         recall: RecallStore,
     ) -> None:
         self._store = store
+        self._fs = store.feature_set
         self._settings = settings
         self._served_log = served_log
         self._recall = recall
@@ -89,12 +89,12 @@ class FeatureServicer(features_pb2_grpc.FeatureServiceServicer):
         if total:
             ITEM_CACHE_HIT_RATIO.set(cache.hits / total)
         response = pb.GetFeaturesResponse(
-            user=row_to_pb(request.user_id, lookup.user),
-            feature_version=FEATURE_SET_VERSION,
+            user=row_to_pb(self._fs, request.user_id, lookup.user),
+            feature_version=self._fs.version,
             as_of_ms=as_of,
             degraded=lookup.degraded,
         )
-        columns_to_pb(item_ids, lookup.item_columns, response.items)
+        columns_to_pb(self._fs, item_ids, lookup.item_columns, response.items)
         if request.related_limit:
             await self._add_related(request, lookup, timeout_ms / 1000, response)
         if response.degraded:
@@ -111,7 +111,8 @@ class FeatureServicer(features_pb2_grpc.FeatureServiceServicer):
         """The user's co-visitation recall, from the seeds the look-up just read.
         A failed or late read leaves `related_included` unset (the caller can
         still ask GetRelated) and says why in `degraded`."""
-        value = lookup.user.get(SEED_FEATURE)
+        seed_feature = self._fs.roles.recent_items
+        value = lookup.user.get(seed_feature) if seed_feature else None
         seeds = seeds_of(value[0] if value is not None else None)[:MAX_SEEDS]
         if seeds:
             left = remaining_s()

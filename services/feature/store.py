@@ -1,10 +1,13 @@
-"""Feature state in Redis: how events are written and how look-ups read them.
+"""Feature state in Redis as look-ups read it.
 
-Real-time state is kept as raw events in per-entity sorted sets scored by event
-time, and every window is computed at read time as of the request's logical
-timestamp. That makes windows exact, lets late events land where they belong,
-and makes applying an event idempotent (ZADD of the same event id is a no-op),
-so redelivery never double counts. Trimming and TTLs bound the state.
+Real-time state is kept as raw events in per-entity, per-stream sorted sets
+scored by event time (recmesh.features.repository.Stream; written by the one
+write path, services/feature/writer.py), and every window is computed at read
+time as of the request's logical timestamp, with the aggregations of
+recmesh.features.compute that the offline replay uses too. That makes windows
+exact, lets late events land where they belong, and makes redelivery harmless.
+What is read, and how, comes from the repository's FeatureSet: nothing here
+names a feature.
 """
 
 from __future__ import annotations
@@ -23,22 +26,9 @@ from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import NoScriptError, RedisError
 
 from recmesh.cache import TtlCache, Vouched
-from recmesh.events import Event
 from recmesh.features import keys
-from recmesh.features.compute import (
-    VIEWING,
-    UserEvent,
-    item_realtime_columns,
-    user_realtime,
-    window_lo,
-)
-from recmesh.features.definitions import (
-    MAX_EVENTS_PER_KEY,
-    STATE_RETENTION_MS,
-    STATE_TTL_S,
-    FeatureValue,
-    features_of,
-)
+from recmesh.features.compute import Layout, StreamEvent, aggregate, attribute_text, count_columns
+from recmesh.features.repository import Entity, FeatureSet, FeatureValue, Stream
 from recmesh.features.wire import Column
 from recmesh.redis_client import AnyRedis
 
@@ -51,60 +41,98 @@ STATIC_READS = Counter(
     ("path",),
 )
 
-# Window counts and the newest event time for many items in one command:
-# ARGV = lo (exclusive, "(<ms>"), hi, then one blob of newline-separated item ids; the reply is flat:
-# clicks_1, views_1, newest_1, clicks_2, ... The script builds the item keys
-# itself (passing 600 key names cost more to pack than the look-up itself), so
-# it is for a single Redis only; on a cluster the store reads the windows with
-# plain commands. The newest event comes from the item's `newest` key (kept by
-# the ingest write) when it is at or before `hi`: a GET, where reading an event
-# back from each sorted set (ZREVRANGEBYSCORE ... LIMIT 0 1) cost about half
-# the script. When the key is missing (state written by `apply_events`, or
-# expired) or after `hi` (an as-of in the past), the sorted sets answer.
+# Window counts and newest event times of the items' 'count' streams, and the
+# members of their other streams, in one command. ARGV = hi (as-of), the plan
+# ('C|<stream>|<lo>,<lo>...' for a count stream, widest window first;
+# 'R|<stream>|<lo>' for a stream read whole; ';'-separated), then one blob of
+# newline-separated item ids. The reply is flat, per item and stream in plan
+# order: for a count stream one count per window and the newest event time in
+# the widest window (-1 none); for another stream one nested [member, score,
+# ...] list. The script builds the item keys itself (passing 600 key names
+# cost more to pack than the look-up itself), so it is for a single Redis
+# only; on a cluster the store reads with plain commands. Newest times come
+# from the item's `newest` hash (kept by the ingest write) when they lie in the
+# window: one HMGET, where reading an event back from each sorted set cost
+# about half the script. A missing or disagreeing entry is read from the set.
 _ITEM_WINDOWS_LUA = """
 local call = redis.call
+local hi = ARGV[1]
+local hi_n = tonumber(hi)
+local specs = {}
+for spec in string.gmatch(ARGV[2], '[^;]+') do
+  local kind, sid, los = string.match(spec, '^(%a)|([^|]+)|(.*)$')
+  local s = {kind = kind, sid = sid, los = {}}
+  for lo in string.gmatch(los, '[^,]+') do s.los[#s.los + 1] = '(' .. lo end
+  s.lo_n = tonumber(string.sub(s.los[1], 2))
+  specs[#specs + 1] = s
+end
 local out, n = {}, 0
-local lo, hi = ARGV[1], ARGV[2]
-local lo_n, hi_n = tonumber(string.sub(lo, 2)), tonumber(hi)
 for id in string.gmatch(ARGV[3], '[^\\n]+') do
   local k = '{i:' .. id .. '}:'
-  local c = call('ZCOUNT', k .. 'clicks', lo, hi)
-  local v = call('ZCOUNT', k .. 'views', lo, hi)
-  local newest = -1
-  if c + v > 0 then
-    newest = tonumber(call('GET', k .. 'newest'))
-    -- Events in the window imply a newest one inside it; a key that says
-    -- otherwise is not trusted.
-    if newest == nil or newest > hi_n or newest <= lo_n then
-      newest = -1
-      for _, key in ipairs({k .. 'clicks', k .. 'views'}) do
-        local top = call('ZREVRANGEBYSCORE', key, hi, lo, 'WITHSCORES', 'LIMIT', 0, 1)[2]
-        if top ~= nil and tonumber(top) > newest then newest = tonumber(top) end
+  local pending = {}
+  for _, s in ipairs(specs) do
+    local key = k .. 's:' .. s.sid
+    if s.kind == 'C' then
+      local widest = call('ZCOUNT', key, s.los[1], hi)
+      out[n + 1] = widest
+      for w = 2, #s.los do
+        out[n + w] = widest > 0 and call('ZCOUNT', key, s.los[w], hi) or 0
       end
+      n = n + #s.los + 1
+      out[n] = -1
+      if widest > 0 then pending[#pending + 1] = {n, s, key} end
+    else
+      n = n + 1
+      out[n] = call('ZRANGEBYSCORE', key, s.los[1], hi, 'WITHSCORES')
     end
   end
-  out[n + 1] = c
-  out[n + 2] = v
-  out[n + 3] = newest
-  n = n + 3
+  if #pending > 0 then
+    local fields = {}
+    for i, p in ipairs(pending) do fields[i] = p[2].sid end
+    local held = call('HMGET', k .. 'newest', unpack(fields))
+    for i, p in ipairs(pending) do
+      local t = tonumber(held[i])
+      -- Events in the window imply a newest one inside it; an entry that says
+      -- otherwise is not trusted.
+      if t == nil or t > hi_n or t <= p[2].lo_n then
+        t = tonumber(call('ZREVRANGEBYSCORE', p[3], hi, p[2].los[1], 'WITHSCORES', 'LIMIT', 0, 1)[2])
+      end
+      out[p[1]] = t
+    end
+  end
 end
 return out
 """
 
 # Cached offline features that the statics version vouches for are still
-# re-read once this old: a bound for writes that bypass `load_offline`.
+# re-read once this old: a bound for writes that bypass the catalog load.
 VOUCHED_MAX_AGE_S = 300.0
 
 # Most item statics one background refresh reads in one pipeline.
 REFRESH_BATCH = 500
 
-# How often one process trims and re-expires a key it keeps writing to.
-MAINTAIN_EVERY_S = 60.0
-
-_ITEM_KEY_BY_BEHAVIOR = {"click": keys.item_clicks, "view": keys.item_views}
-
 Values = dict[str, tuple[FeatureValue, str, int]]  # name -> (value, source, age_ms)
-ItemWindows = tuple[list[int], list[int], list[int]]  # clicks, views, newest event (-1 none), per item
+
+
+@dataclass(slots=True)
+class StreamRead:
+    """One item stream read for many items: a count stream's counts per window
+    (widest first) and newest event time (-1 none) per item; another stream's
+    events per item."""
+
+    counts: list[list[int]] = field(default_factory=list)
+    newest: list[int] = field(default_factory=list)
+    events: list[list[StreamEvent]] = field(default_factory=list)
+
+    def reorder(self, order: list[int]) -> StreamRead:
+        return StreamRead(
+            [[c[i] for i in order] for c in self.counts],
+            [self.newest[i] for i in order] if self.newest else [],
+            [self.events[i] for i in order] if self.events else [],
+        )
+
+
+ItemWindows = list[StreamRead]  # per item stream, in read order
 
 REALTIME, OFFLINE, DEFAULT = "realtime", "offline", "default"
 
@@ -127,102 +155,70 @@ def _decode_hash(raw: dict[bytes, bytes]) -> dict[str, FeatureValue]:
     return {k.decode(): orjson.loads(v) for k, v in raw.items()}
 
 
-# (name, default) of each entity's real-time and offline features, in registry order.
-_DEFS = {
-    entity: tuple(
-        tuple((f.name, f.default) for f in features_of(entity, kind)) for kind in ("realtime", "offline")
-    )
-    for entity in ("user", "item")
-}
-
-
 @dataclass(frozen=True, slots=True)
 class ItemStatic:
     """An item's offline features as read from Redis, and the same laid out in
-    registry order (defaults filled in) with their sources: built once when the
-    hash is read, so a look-up transposes cached rows instead of testing every
-    feature of every item."""
+    declaration order (defaults filled in) with their sources: built once when
+    the hash is read, so a look-up transposes cached rows instead of testing
+    every feature of every item."""
 
     features: dict[str, Any]
     values: tuple[FeatureValue, ...]
     sources: tuple[str, ...]
 
 
-def _parse_item_static(raw: dict[bytes, bytes], previous: ItemStatic | None = None) -> ItemStatic:
-    """`previous` is returned when the hash has not changed: a refresh then
-    allocates nothing that outlives it, so re-reading thousands of statics a
-    second does not feed the collector's oldest generation (full collections
-    were the look-up's worst pauses)."""
-    features = _decode_hash(raw)
-    if previous is not None and previous.features == features:
-        return previous
-    _, off_defs = _DEFS["item"]
-    return ItemStatic(
-        features,
-        tuple(features.get(name, default) for name, default in off_defs),
-        tuple(OFFLINE if name in features else DEFAULT for name, _ in off_defs),
-    )
+def _events(raw: Sequence[tuple[bytes, float]], newest_first: bool) -> list[StreamEvent]:
+    events = [(int(t), m.decode()) for m, t in raw]
+    if newest_first:
+        events.reverse()
+    return events
 
 
-def _with_defaults(
-    entity: str,
-    realtime: dict[str, tuple[FeatureValue, int]] | None,
-    offline: dict[str, Any] | None,
-) -> Values:
-    rt_defs, off_defs = _DEFS[entity]
-    out: Values = {}
-    for name, default in rt_defs:
-        if realtime is not None and name in realtime:
-            value, age = realtime[name]
-            out[name] = (value, REALTIME, age)
-        else:
-            out[name] = (default, DEFAULT, -1)
-    for name, default in off_defs:
-        if offline is not None and name in offline:
-            out[name] = (offline[name], OFFLINE, -1)
-        else:
-            out[name] = (default, DEFAULT, -1)
-    return out
+class _Plan:
+    """What a look-up reads for a FeatureSet, worked out once."""
 
+    def __init__(self, fs: FeatureSet) -> None:
+        self.fs = fs
+        self.user_streams = fs.streams_of("user")
+        self.item_streams = fs.streams_of("item")
+        self.layouts = {(s.entity, s.id): Layout.of(s) for s in fs.streams}
+        self.defs: dict[
+            Entity, tuple[tuple[tuple[str, FeatureValue], ...], tuple[tuple[str, FeatureValue], ...]]
+        ]
+        self.defs = {
+            e: tuple(
+                tuple((f.name, f.default) for f in fs.features_of(e, k)) for k in ("realtime", "offline")
+            )  # type: ignore[misc]
+            for e in ("user", "item")
+        }
+        self.item_rt_order = [f.name for f in fs.features_of("item", "realtime")]
 
-def _item_columns(
-    windows: ItemWindows | None, statics: Sequence[ItemStatic | None], as_of_ms: int
-) -> dict[str, Column]:
-    """Item features column by column, in registry order; `windows` None means
-    the real-time store was not reached (defaults). Item features are scalars,
-    so a default can be shared between rows."""
-    rt_defs, off_defs = _DEFS["item"]
-    n = len(statics)
-    cols: dict[str, Column] = {}
-    if windows is None:
-        for name, default in rt_defs:
-            cols[name] = Column([default] * n, [DEFAULT] * n, [-1] * n)
-    else:
-        for name, (rt_values, ages) in item_realtime_columns(*windows, as_of_ms).items():
-            cols[name] = Column(rt_values, [REALTIME] * n, ages)
-    no_age = [-1] * n
-    rows = [_NO_ITEM_STATIC if s is None else s for s in statics]
-    # Transpose the cached rows: one zip for all offline features.
-    values = zip(*[r.values for r in rows], strict=True) if n else [()] * len(off_defs)
-    sources = zip(*[r.sources for r in rows], strict=True) if n else [()] * len(off_defs)
-    for (name, _), vals, srcs in zip(off_defs, values, sources, strict=True):
-        cols[name] = Column(list(vals), list(srcs), no_age)
-    return cols
-
-
-_NO_ITEM_STATIC = _parse_item_static({})
+    def item_spec(self, as_of_ms: int) -> str:
+        parts = []
+        for s in self.item_streams:
+            if s.read == "count":
+                parts.append(f"C|{s.id}|" + ",".join(str(as_of_ms - w) for w in s.windows))
+            else:
+                parts.append(f"R|{s.id}|{as_of_ms - s.widest_ms}")
+        return ";".join(parts)
 
 
 class FeatureStore:
+    """Look-ups of one user and many items as of one logical time, plus the
+    offline attributes the ingest enriches events with."""
+
     def __init__(
         self,
         client: AnyRedis,
+        fs: FeatureSet,
         *,
         static_ttl_s: float = 5.0,
         profile_ttl_s: float = 60.0,
         cache_entries: int = 200_000,
     ) -> None:
         self._redis = client
+        self._fs = fs
+        self._plan = _Plan(fs)
         self._cluster = isinstance(client, RedisCluster)
         self._item_static: TtlCache[ItemStatic] = TtlCache(static_ttl_s, cache_entries)
         self._static_ttl_s = static_ttl_s
@@ -230,7 +226,7 @@ class FeatureStore:
         # background, so a wave of entries loaded together does not expire
         # together into one slow look-up (in-line HGETALLs cost ~15 µs each).
         self._static_refresh_after_s = static_ttl_s * 0.6
-        # Offline features change only by an offline load, which writes a new
+        # Offline features change only by a catalog load, which writes a new
         # keys.STATICS_VERSION after each batch of its data. Every look-up
         # reads it in its own round trip: while it is unchanged, cached statics
         # and profiles read since it last changed are current (re-read only
@@ -249,8 +245,8 @@ class FeatureStore:
         self._refresh_queue: dict[str, None] = {}
         self._refresher: asyncio.Task[None] | None = None
         self._user_profile: TtlCache[dict[str, Any]] = TtlCache(profile_ttl_s, cache_entries)
-        self._maintained: TtlCache[bool] = TtlCache(MAINTAIN_EVERY_S, cache_entries)
         self._item_sha: str | None = None
+        self._no_item_static = self._parse_item_static({})
 
     @property
     def item_cache(self) -> TtlCache[ItemStatic]:
@@ -260,11 +256,92 @@ class FeatureStore:
     def client(self) -> AnyRedis:
         return self._redis
 
+    @property
+    def feature_set(self) -> FeatureSet:
+        return self._fs
+
     async def prepare(self) -> None:
-        self._item_sha = await self._redis.script_load(_ITEM_WINDOWS_LUA)
+        if not self._cluster:
+            self._item_sha = await self._redis.script_load(_ITEM_WINDOWS_LUA)
         # State loaded before versions existed (or a version lost): name what
         # is there, so look-ups can vouch for it until the next load.
         await self._redis.set(keys.STATICS_VERSION, uuid.uuid4().hex, nx=True)
+
+    def _parse_item_static(self, raw: dict[bytes, bytes], previous: ItemStatic | None = None) -> ItemStatic:
+        """`previous` is returned when the hash has not changed: a refresh then
+        allocates nothing that outlives it, so re-reading thousands of statics a
+        second does not feed the collector's oldest generation (full collections
+        were the look-up's worst pauses)."""
+        features = _decode_hash(raw)
+        if previous is not None and previous.features == features:
+            return previous
+        _, off_defs = self._plan.defs["item"]
+        return ItemStatic(
+            features,
+            tuple(features.get(name, default) for name, default in off_defs),
+            tuple(OFFLINE if name in features else DEFAULT for name, _ in off_defs),
+        )
+
+    def _with_defaults(
+        self,
+        entity: Entity,
+        realtime: dict[str, tuple[FeatureValue, int]] | None,
+        offline: dict[str, Any] | None,
+    ) -> Values:
+        rt_defs, off_defs = self._plan.defs[entity]
+        out: Values = {}
+        for name, default in rt_defs:
+            if realtime is not None and name in realtime:
+                value, age = realtime[name]
+                out[name] = (value, REALTIME, age)
+            else:
+                out[name] = (default, DEFAULT, -1)
+        for name, default in off_defs:
+            if offline is not None and name in offline:
+                out[name] = (offline[name], OFFLINE, -1)
+            else:
+                out[name] = (default, DEFAULT, -1)
+        return out
+
+    def _item_columns(
+        self, windows: ItemWindows | None, statics: Sequence[ItemStatic | None], as_of_ms: int
+    ) -> dict[str, Column]:
+        """Item features column by column, in declaration order; `windows` None
+        means the real-time store was not reached (defaults). A default can be
+        shared between rows (columns are read-only downstream)."""
+        plan = self._plan
+        rt_defs, off_defs = plan.defs["item"]
+        n = len(statics)
+        cols: dict[str, Column] = {}
+        if windows is None:
+            for name, default in rt_defs:
+                cols[name] = Column([default] * n, [DEFAULT] * n, [-1] * n)
+        else:
+            computed: dict[str, Column] = {}
+            realtime = [REALTIME] * n
+            for s, data in zip(plan.item_streams, windows, strict=True):
+                if s.read == "count":
+                    for name, (vals, ages) in count_columns(s, data.counts, data.newest, as_of_ms).items():
+                        computed[name] = Column(vals, realtime, ages)
+                    continue
+                layout = plan.layouts[("item", s.id)]
+                for f in s.features:
+                    pairs = [aggregate(f, layout, evs, as_of_ms) for evs in data.events]
+                    computed[f.name] = Column([v for v, _ in pairs], realtime, [a for _, a in pairs])
+            for name, _ in rt_defs:
+                cols[name] = computed[name]
+        no_age = [-1] * n
+        rows = [self._no_item_static if s is None else s for s in statics]
+        # Transpose the cached rows: one zip for all offline features.
+        values: Iterable[tuple[Any, ...]] = (
+            zip(*[r.values for r in rows], strict=True) if n else [()] * len(off_defs)
+        )
+        sources: Iterable[tuple[Any, ...]] = (
+            zip(*[r.sources for r in rows], strict=True) if n else [()] * len(off_defs)
+        )
+        for (name, _), column, srcs in zip(off_defs, values, sources, strict=True):
+            cols[name] = Column(list(column), list(srcs), no_age)
+        return cols
 
     def _refresh_statics_later(self, item_ids: list[str]) -> None:
         """Queue statics for a re-read off the request path. One refresher runs
@@ -300,7 +377,7 @@ class FeatureStore:
             STATIC_READS.labels("background").inc(len(item_ids))
             for iid, raw in zip(item_ids, raws, strict=True):
                 previous = self._item_static.get_stale(iid)
-                self._item_static.put(iid, _parse_item_static(raw, previous), read_at)
+                self._item_static.put(iid, self._parse_item_static(raw, previous), read_at)
         except (RedisError, OSError) as err:
             _log.warning("static_refresh_failed", error=repr(err), items=len(item_ids))
         finally:
@@ -309,129 +386,51 @@ class FeatureStore:
     async def ping(self) -> bool:
         return bool(await self._redis.ping())
 
-    # --- writes (ingest, offline load) ------------------------------------
+    # --- event enrichment (ingest) -------------------------------------------
 
-    async def item_categories(self, item_ids: Iterable[str]) -> dict[str, str]:
-        """Category per item (from the in-process cache or Redis), for enriching events."""
-        wanted = sorted(set(item_ids))
-        out: dict[str, str] = {}
+    async def attributes(self, entity: Entity, entity_ids: Iterable[str]) -> dict[str, dict[str, str]]:
+        """Offline features of each entity as event attributes (text; a
+        multi-valued one joined by VALUE_SEP; defaults filled in), from the
+        in-process cache or Redis: what the write path stores in members."""
+        wanted = sorted(set(entity_ids))
+        _, off_defs = self._plan.defs[entity]
+        if not off_defs:
+            return {}
+        rows: dict[str, dict[str, Any]] = {}
         missing = []
-        for iid in wanted:
-            static = self._item_static.get_fresh(iid)
-            if static is None:
-                missing.append(iid)
+        for eid in wanted:
+            if entity == "item":
+                static = self._item_static.get_fresh(eid)
+                held = static.features if static is not None else None
             else:
-                out[iid] = str(static.features.get("category", "unknown"))
+                held = self._user_profile.get_fresh(eid)
+            if held is None:
+                missing.append(eid)
+            else:
+                rows[eid] = held
         if missing:
             pipe = self._redis.pipeline(transaction=False)
-            for iid in missing:
-                pipe.hgetall(keys.item_static(iid))
-            for iid, raw in zip(missing, await pipe.execute(), strict=True):
-                static = _parse_item_static(raw, self._item_static.get_stale(iid))
-                self._item_static.put(iid, static)
-                out[iid] = str(static.features.get("category", "unknown"))
-        return out
-
-    async def apply_events(self, events: Sequence[Event]) -> None:
-        """Write a batch of events. Idempotent: applying it twice changes nothing.
-
-        Each touched key gets its ZADDs. A key this store has not maintained in
-        the last MAINTAIN_EVERY_S is also trimmed to STATE_RETENTION_MS behind
-        the batch's newest event for it (not the wall clock, so replays of old
-        logs stay queryable at their own time), capped at MAX_EVENTS_PER_KEY
-        and given a fresh TTL. Maintaining every key on every batch tripled the
-        script's cost; once a minute keeps state bounded (the TTL is an hour)
-        and a key's first write in a process is always maintained, so no key is
-        ever left without a TTL. One pipeline (grouped per node on a cluster).
-        The consumer writes through `EventWriter` instead, which on a single
-        Redis does this and the co-visit counting in one script call.
-        """
-        if not events:
-            return
-        categories = await self.item_categories(e.item_id for e in events)
-        members: dict[str, list[tuple[int, str]]] = {}
-        for ev in events:
-            ue = UserEvent(ev.event_id, ev.item_id, ev.behavior, categories[ev.item_id], ev.event_time)
-            members.setdefault(keys.user_events(ev.user_id), []).append((ev.event_time, ue.encode()))
-            if ev.behavior in VIEWING:
-                members.setdefault(keys.user_viewed(ev.user_id), []).append(
-                    (ev.event_time, f"{ev.event_id}|{ev.item_id}")
-                )
-            item_key = _ITEM_KEY_BY_BEHAVIOR.get(ev.behavior)
-            if item_key is not None:
-                members.setdefault(item_key(ev.item_id), []).append((ev.event_time, ev.event_id))
-        now = time.monotonic()
-        maintain = {k for k in members if self._maintained.get_fresh(k, now) is None}
-        for key in maintain:
-            self._maintained.put(key, True, now)
-        # This path does not keep the items' `newest` index (that needs a
-        # read-then-write): on a single Redis it drops the keys, so look-ups
-        # read the sorted sets, which stay exact. Cluster look-ups never use it.
-        stale_newest = set()
-        if not self._cluster:
-            stale_newest = {
-                keys.item_newest(e.item_id) for e in events if e.behavior in _ITEM_KEY_BY_BEHAVIOR
-            }
-        await self._apply_pipelined(members, maintain, stale_newest)
-
-    async def _apply_pipelined(
-        self, members: dict[str, list[tuple[int, str]]], maintain: set[str], stale_newest: set[str]
-    ) -> None:
-        pipe = self._redis.pipeline(transaction=False)
-        for key in stale_newest:
-            pipe.delete(key)
-        for key, pairs in members.items():
-            pipe.zadd(key, {m: t for t, m in pairs})
-            if key not in maintain:
-                continue
-            pipe.zremrangebyscore(key, "-inf", f"({max(t for t, _ in pairs) - STATE_RETENTION_MS}")
-            pipe.zremrangebyrank(key, 0, -(MAX_EVENTS_PER_KEY + 1))
-            pipe.expire(key, STATE_TTL_S)
-        await pipe.execute()
-
-    async def load_offline(
-        self,
-        users: Iterable[tuple[str, dict[str, Any]]],
-        items: Iterable[tuple[str, dict[str, Any]]],
-    ) -> tuple[int, int]:
-        """Write offline profiles and statics, announcing each flushed batch with
-        a new keys.STATICS_VERSION once its writes are done (a separate call:
-        a cluster pipeline sends each node's commands in parallel, so in the
-        same pipeline the version could land before the data). A load that
-        dies partway has announced what it wrote. Unique versions, so a
-        restarted Redis loaded afresh never repeats one a service cached under."""
-        n_users = n_items = 0
-        pipe = self._redis.pipeline(transaction=False)
-
-        async def flush() -> None:
-            await pipe.execute()
-            await self._redis.set(keys.STATICS_VERSION, uuid.uuid4().hex)
-
-        for uid, feats in users:
-            pipe.delete(keys.user_profile(uid))
-            pipe.hset(keys.user_profile(uid), mapping={k: orjson.dumps(v) for k, v in feats.items()})
-            n_users += 1
-            if len(pipe) >= 5000:
-                await flush()
-        for iid, feats in items:
-            pipe.delete(keys.item_static(iid))
-            pipe.hset(keys.item_static(iid), mapping={k: orjson.dumps(v) for k, v in feats.items()})
-            pipe.zadd(keys.POPULARITY, {iid: float(feats.get("popularity", 0.0))})
-            pipe.zadd(
-                keys.category_popularity(str(feats.get("category", "unknown"))),
-                {iid: float(feats.get("popularity", 0.0))},
-            )
-            n_items += 1
-            if len(pipe) >= 5000:
-                await flush()
-        await flush()
-        return n_users, n_items
+            for eid in missing:
+                pipe.hgetall(keys.profile(entity, eid))
+            for eid, raw in zip(missing, await pipe.execute(), strict=True):
+                if entity == "item":
+                    static = self._parse_item_static(raw, self._item_static.get_stale(eid))
+                    self._item_static.put(eid, static)
+                    rows[eid] = static.features
+                else:
+                    profile = _decode_hash(raw)
+                    self._user_profile.put(eid, profile)
+                    rows[eid] = profile
+        return {
+            eid: {name: attribute_text(row.get(name, default)) for name, default in off_defs}
+            for eid, row in rows.items()
+        }
 
     # --- reads --------------------------------------------------------------
 
     async def popular(self, limit: int) -> list[tuple[str, float]]:
         raw = await self._redis.zrevrange(keys.POPULARITY, 0, limit - 1, withscores=True)
-        return [(bytes(m).decode(), float(s)) for m, s in cast(list[tuple[bytes, float]], raw)]
+        return [(bytes(m).decode(), float(sc)) for m, sc in cast(list[tuple[bytes, float]], raw)]
 
     async def lookup(
         self, user_id: str, item_ids: Sequence[str], as_of_ms: int, timeout_s: float, with_user: bool = True
@@ -451,29 +450,22 @@ class FeatureStore:
         )
         if static_due:
             self._refresh_statics_later(static_due)
-        lo10 = window_lo(as_of_ms, "category_clicks_10m")
-        lo1h = window_lo(as_of_ms, "last_viewed_3")
         try:
             async with asyncio.timeout(timeout_s):
                 results = await self._read(
-                    user_id,
-                    item_ids,
-                    static_missing,
-                    with_user,
-                    with_user and profile is None,
-                    lo10,
-                    lo1h,
-                    as_of_ms,
+                    user_id, item_ids, static_missing, with_user, with_user and profile is None, as_of_ms
                 )
         except (TimeoutError, RedisError, OSError) as err:
             reason = (
                 "realtime_store_timeout" if isinstance(err, TimeoutError) else "realtime_store_unavailable"
             )
             _log.warning("feature_fallback", reason=reason, error=repr(err))
-            user = _with_defaults("user", None, self._user_profile.get_stale(user_id)) if with_user else {}
+            user = (
+                self._with_defaults("user", None, self._user_profile.get_stale(user_id)) if with_user else {}
+            )
             stale = [self._item_static.get_stale(i) for i in item_ids]
-            return Lookup(user, _item_columns(None, stale, as_of_ms), [reason])
-        version, events_raw, viewed_raw, profile_raw, item_windows, statics = results
+            return Lookup(user, self._item_columns(None, stale, as_of_ms), [reason])
+        version, user_raw, profile_raw, item_windows, statics = results
         self._observe_statics_version(version, now)
         if profile_raw is not None:
             profile = _decode_hash(profile_raw)
@@ -481,19 +473,30 @@ class FeatureStore:
         if static_missing:
             STATIC_READS.labels("inline").inc(len(static_missing))
             fetched = {
-                iid: _parse_item_static(raw, self._item_static.get_stale(iid))
+                iid: self._parse_item_static(raw, self._item_static.get_stale(iid))
                 for iid, raw in zip(static_missing, statics, strict=True)
             }
             for iid, static in fetched.items():
                 self._item_static.put(iid, static, now)
             statics_held = [fetched.get(iid, held) for iid, held in zip(item_ids, statics_held, strict=True)]
-        items = _item_columns(item_windows, statics_held, as_of_ms)
+        items = self._item_columns(item_windows, statics_held, as_of_ms)
         if not with_user:
             return Lookup({}, items)
-        events = [UserEvent.decode(m.decode(), int(s)) for m, s in events_raw]
-        viewed = [(m.decode().rsplit("|", 1)[1], int(s)) for m, s in viewed_raw]
-        user = _with_defaults("user", user_realtime(events, viewed, as_of_ms), profile)
-        return Lookup(user, items)
+        return Lookup(self._with_defaults("user", self._user_realtime(user_raw, as_of_ms), profile), items)
+
+    def _user_realtime(self, user_raw: list[Any], as_of_ms: int) -> dict[str, tuple[FeatureValue, int]]:
+        out: dict[str, tuple[FeatureValue, int]] = {}
+        plan = self._plan
+        for s, raw in zip(self._read_user_streams, user_raw, strict=True):
+            events = _events(raw, newest_first=s.read == "latest")
+            layout = plan.layouts[("user", s.id)]
+            for f in s.features:
+                out[f.name] = aggregate(f, layout, events, as_of_ms)
+        return out
+
+    @property
+    def _read_user_streams(self) -> tuple[Stream, ...]:
+        return tuple(s for s in self._plan.user_streams if s.features)
 
     def _observe_statics_version(self, version: bytes | None, read_at: float) -> None:
         """`version` as read by a look-up that started at `read_at`. No version
@@ -513,9 +516,7 @@ class FeatureStore:
 
     async def read_raw(self, user_id: str, item_ids: Sequence[str], as_of_ms: int) -> None:
         """The look-up's Redis round trip alone, without decoding (a benchmark baseline)."""
-        lo10 = window_lo(as_of_ms, "category_clicks_10m")
-        lo1h = window_lo(as_of_ms, "last_viewed_3")
-        await self._read(user_id, item_ids, [], True, False, lo10, lo1h, as_of_ms)
+        await self._read(user_id, item_ids, [], True, False, as_of_ms)
 
     async def _read(
         self,
@@ -524,32 +525,41 @@ class FeatureStore:
         static_missing: list[str],
         want_user: bool,
         want_profile: bool,
-        lo10: int,
-        lo1h: int,
         as_of_ms: int,
-    ) -> tuple[bytes | None, Any, Any, Any, ItemWindows, list[Any]]:
+    ) -> tuple[bytes | None, list[Any], Any, ItemWindows, list[Any]]:
         if self._item_sha is None and not self._cluster:
             await self.prepare()
+        plan = self._plan
         pipe = self._redis.pipeline(transaction=False)
         pipe.get(keys.STATICS_VERSION)
-        if want_user:
-            pipe.zrangebyscore(keys.user_events(user_id), f"({lo10}", as_of_ms, withscores=True)
-            pipe.zrevrangebyscore(
-                keys.user_viewed(user_id), as_of_ms, f"({lo1h}", start=0, num=10, withscores=True
-            )
+        user_streams = self._read_user_streams if want_user else ()
+        for s in user_streams:
+            key = keys.stream("user", user_id, s.id)
+            lo = f"({as_of_ms - s.widest_ms}"
+            if s.read == "latest":
+                pipe.zrevrangebyscore(key, as_of_ms, lo, start=0, num=s.scan, withscores=True)
+            else:
+                pipe.zrangebyscore(key, lo, as_of_ms, withscores=True)
         if want_profile:
             pipe.hgetall(keys.user_profile(user_id))
         unique = list(dict.fromkeys(item_ids))
-        lo = f"({lo10}"
+        streams = plan.item_streams
         if self._cluster:
             # redis-py refuses scripts in cluster pipelines; plain commands are
             # grouped per node, one round trip per node in parallel.
             for iid in unique:
-                for key in (keys.item_clicks(iid), keys.item_views(iid)):
-                    pipe.zcount(key, lo, as_of_ms)
-                    pipe.zrevrangebyscore(key, as_of_ms, lo, start=0, num=1, withscores=True)
-        elif unique:
-            pipe.evalsha(self._item_sha, 0, lo, as_of_ms, "\n".join(unique))  # type: ignore[arg-type]
+                for s in streams:
+                    key = keys.stream("item", iid, s.id)
+                    if s.read == "count":
+                        for w in s.windows:
+                            pipe.zcount(key, f"({as_of_ms - w}", as_of_ms)
+                        pipe.zrevrangebyscore(
+                            key, as_of_ms, f"({as_of_ms - s.windows[0]}", start=0, num=1, withscores=True
+                        )
+                    else:
+                        pipe.zrangebyscore(key, f"({as_of_ms - s.widest_ms}", as_of_ms, withscores=True)
+        elif unique and streams:
+            pipe.evalsha(self._item_sha, 0, as_of_ms, plan.item_spec(as_of_ms), "\n".join(unique))  # type: ignore[arg-type]
         for iid in static_missing:
             pipe.hgetall(keys.item_static(iid))
         try:
@@ -557,27 +567,55 @@ class FeatureStore:
         except NoScriptError:
             # The server lost its script cache (restart, failover): load and retry once.
             await self.prepare()
-            return await self._read(
-                user_id, item_ids, static_missing, want_user, want_profile, lo10, lo1h, as_of_ms
-            )
+            return await self._read(user_id, item_ids, static_missing, want_user, want_profile, as_of_ms)
         version, rest = out[0], out[1:]
-        events_raw, viewed_raw = (rest.pop(0), rest.pop(0)) if want_user else ([], [])
+        user_raw = [rest.pop(0) for _ in user_streams]
         profile_raw = rest.pop(0) if want_profile else None
-        windows: ItemWindows = ([], [], [])
+        windows = self._item_windows(unique, item_ids, rest)
+        return version, user_raw, profile_raw, windows, rest
+
+    def _item_windows(self, unique: list[str], item_ids: Sequence[str], rest: list[Any]) -> ItemWindows:
+        """The items' stream reads, per stream in plan order, in `item_ids` order
+        (consumed from the front of `rest`)."""
+        streams = self._plan.item_streams
+        if not streams:
+            return []
+        if not unique:
+            return [
+                StreamRead([[] for _ in s.windows]) if s.read == "count" else StreamRead() for s in streams
+            ]
+        per_item = [len(s.windows) + 1 if s.read == "count" else 1 for s in streams]
+        stride = sum(per_item)
         if self._cluster:
-            by_item: dict[str, tuple[int, int, int]] = {}
-            for iid in unique:
-                clicks, newest_click, views, newest_view = rest[:4]
-                del rest[:4]
-                newest = max([int(s) for _, s in newest_click + newest_view], default=-1)
-                by_item[iid] = (int(clicks), int(views), newest)
-            for iid in item_ids:
-                for column, value in zip(windows, by_item[iid], strict=True):
-                    column.append(value)
-        elif unique:
-            flat: list[int] = rest.pop(0)
-            windows = (flat[0::3], flat[1::3], flat[2::3])
-            if len(unique) != len(item_ids):  # repeated ids: spread the unique answers back
-                at = {iid: n for n, iid in enumerate(unique)}
-                windows = tuple([col[at[i]] for i in item_ids] for col in windows)  # type: ignore[assignment]
-        return version, events_raw, viewed_raw, profile_raw, windows, rest
+            flat: list[Any] = []
+            for _ in unique:
+                for s in streams:
+                    if s.read == "count":
+                        flat.extend(int(c) for c in rest[: len(s.windows)])
+                        top = rest[len(s.windows)]
+                        flat.append(int(top[0][1]) if top else -1)
+                        del rest[: len(s.windows) + 1]
+                    else:
+                        flat.append([x for m, sc in rest.pop(0) for x in (m, sc)])
+        else:
+            flat = rest.pop(0)
+        out: ItemWindows = []
+        offset = 0
+        for s, width in zip(streams, per_item, strict=True):
+            if s.read == "count":
+                counts = [flat[offset + w :: stride] for w in range(len(s.windows))]
+                newest = [int(t) for t in flat[offset + len(s.windows) :: stride]]
+                out.append(StreamRead(counts, newest))
+            else:
+                out.append(StreamRead(events=[_pairs_to_events(m) for m in flat[offset::stride]]))
+            offset += width
+        if len(unique) != len(item_ids):  # repeated ids: spread the unique answers back
+            at = {iid: n for n, iid in enumerate(unique)}
+            order = [at[i] for i in item_ids]
+            out = [read.reorder(order) for read in out]
+        return out
+
+
+def _pairs_to_events(flat: list[Any]) -> list[StreamEvent]:
+    """[member, score, member, score, ...] (a script reply) as ascending events."""
+    return [(int(float(flat[i + 1])), bytes(flat[i]).decode()) for i in range(0, len(flat), 2)]

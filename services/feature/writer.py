@@ -1,107 +1,131 @@
-"""The ingest write: one batch of events into Redis, feature state and co-visitation together.
+"""The one write path for events: a batch into Redis, feature state and co-visitation together.
 
-On a single Redis the whole batch is one script call that writes the feature
-state (as FeatureStore.apply_events does) and counts co-visits (the rules of
-recmesh.features.covisit). The ZADD of an event into the user's viewed set is
-the co-visit mark: only an event that ZADD actually added is counted, so a
-redelivered event counts nothing, atomically with its write. That spares the
-separate marks set and a second script per batch (Redis CPU per event, measured
-during `recmesh bench features`: 59-63 µs before, 47-53 µs after, with the
-anchored member pattern below).
+What is written comes from the repository (recmesh.features.repository): each
+event goes into every stream of its user and item whose behaviours include
+its own, with the member its stream's features need (compute.encode_member).
+Nothing here is written per feature.
 
-Increments are summed per (item, neighbour) within the batch and sent grouped
-by item key: one ZINCRBY per distinct pair, and each count key touched in one
-burst (cache-friendly on the Redis side; -12 % Redis CPU on uniform traffic,
-far more on skewed traffic where pairs repeat within a batch).
+Event identity: an event id is written once per user. The first write of an
+id adds it to `{u:<id>}:ids` (ZADD); an event whose id is already there
+(a redelivery, or another event reusing the id) is dropped and counted
+(`duplicates`), so a changed item or time cannot count twice either. The ids
+set is kept as long as the longest state retention, so the rule holds while
+the first event can still be read.
 
-On a Redis Cluster a user's viewed set and an item's counts live in different
-slots, so the write is FeatureStore.apply_events then
-RecallStore.apply_covisitation (pipelines grouped per node, with the marks set).
-Do not count the same events with both paths on a single Redis: each has its
-own mark, so the second would count them again.
+On a single Redis the whole batch is one script call: event identity, the
+stream ZADDs, upkeep (trim to retention behind the key's newest event, cap,
+TTL; at most once a minute per key per process), the `newest` index of item
+'count' streams (look-ups read it instead of reading an event back), live
+popularity when declared, and co-visitation counting for the events that were
+new. Increments are summed per (item, neighbour) within the batch and sent
+grouped by item key: one ZINCRBY per distinct pair.
+
+On a Redis Cluster a user's keys and each item's keys live in different
+slots, so the same plan runs as pipelines of plain commands grouped per node:
+(1) which ids are known, (2) the stream writes and upkeep of the new events
+(idempotent: identical members), (3) their ids, (4) co-visitation and
+popularity counts. A crash between (2) and (3) rewrites the same members on
+redelivery; one between (3) and (4) loses that batch's counts rather than
+counting them twice.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
 
 from redis.asyncio.cluster import RedisCluster
 
 from recmesh.cache import TtlCache
 from recmesh.events import Event
 from recmesh.features import keys
-from recmesh.features.compute import VIEWING
-from recmesh.features.covisit import COVISIT_PREVIOUS, COVISIT_SCAN, COVISIT_TTL_S, COVISIT_WINDOW_MS
-from recmesh.features.definitions import MAX_EVENTS_PER_KEY, STATE_RETENTION_MS, STATE_TTL_S
-from services.feature.recall_store import RecallStore
-from services.feature.store import MAINTAIN_EVERY_S, FeatureStore
+from recmesh.features.compute import encode_member
+from recmesh.features.covisit import COVISIT_MAX_PER_ITEM, COVISIT_TTL_S, pair_increments, previous_items
+from recmesh.features.repository import VALUE_SEP, Entity, FeatureSet, Stream
+from recmesh.redis_client import AnyRedis
 
-# ARGV: retention_ms, cap, state_ttl_s, window_ms, scan, previous, covisit_ttl_s,
-# events "user\titem\tevent_id\tbehavior\tcategory\ttime" per line (sorted by
-# time), upkeep "key\tnewest" per line, items "item\tnewest" per line (the
-# batch's newest click or view per item). Returns {pairs counted, touched item ids...}.
-# Keys are built here from ids (as the item window script in store.py does):
-# packing thousands of key arguments cost the client more than the write.
-# Order as in the two-step write: every ZADD, then upkeep, then co-visit reads.
+# How often one process trims and re-expires a key it keeps writing to.
+MAINTAIN_EVERY_S = 60.0
+
+# ARGV: cap, covisit window_ms, scan, previous, ttl_s, covisit stream suffix
+# ('' = none), events, upkeep.
+# events: per event an 'E\t<user>\t<event id>\t<time>\t<item>\t<covisit 0|1>' line,
+# then its writes: 'Z\t<key>\t<member>' (ZADD at the event's time),
+# 'N\t<hash>\t<field>' (the newest index of the Z before it), 'P\t<key>\t<member>'
+# (ZINCRBY 1), applied only when the event's id was new.
+# upkeep: 'U\t<key>\t<newest>\t<retention_ms>\t<ttl_s>' (trim, cap, expire) or
+# 'X\t<key>\t<ttl_s>' (expire). Returns {pairs counted, duplicates, touched co-visit items...}.
 _APPLY_LUA = r"""
-local retention, cap, ttl = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
-local window, scan, previous = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
-local covisit_ttl = tonumber(ARGV[7])
-local fresh = {}
-for user, item, eid, beh, cat, t in string.gmatch(ARGV[8],
-    '([^\t\n]+)\t([^\t\n]+)\t([^\t\n]+)\t([^\t\n]+)\t([^\t\n]*)\t(%d+)') do
-  local u = '{u:' .. user .. '}'
-  redis.call('ZADD', u .. ':events', t, eid .. '|' .. item .. '|' .. beh .. '|' .. cat)
-  if beh == 'view' or beh == 'click' then
-    redis.call('ZADD', '{i:' .. item .. (beh == 'view' and '}:views' or '}:clicks'), t, eid)
-    if redis.call('ZADD', u .. ':viewed', t, eid .. '|' .. item) == 1 then
-      fresh[#fresh + 1] = {u .. ':viewed', item, tonumber(t)}
-    end
-  end
-end
-for key, newest in string.gmatch(ARGV[9], '([^\t\n]+)\t(%d+)') do
-  redis.call('ZREMRANGEBYSCORE', key, '-inf', string.format('(%d', tonumber(newest) - retention))
-  redis.call('ZREMRANGEBYRANK', key, 0, -(cap + 1))
-  local item = string.match(key, '^({i:.*}):[a-z]+$')
-  if item then
-    -- An item's clicks, views and newest keys share one expiry: maintaining
-    -- either set re-expires all three, so none outlives the others.
-    redis.call('EXPIRE', item .. ':clicks', ttl)
-    redis.call('EXPIRE', item .. ':views', ttl)
-    redis.call('EXPIRE', item .. ':newest', ttl)
-  else
-    redis.call('EXPIRE', key, ttl)
-  end
-end
--- Each item's newest event time, for look-ups (keys.item_newest). A missing
--- key (new item, evicted, dropped by apply_events, state older than the key)
--- is seeded from the sets this batch has written to, with their expiry, so it
--- starts from the item's true newest event, not the batch's.
-for item, t in string.gmatch(ARGV[10], '([^\t\n]+)\t(%d+)') do
-  local k = '{i:' .. item .. '}:'
-  local held = tonumber(redis.call('GET', k .. 'newest'))
-  if held == nil then
-    local newest, expire_ms = tonumber(t), -1
-    for _, set in ipairs({k .. 'clicks', k .. 'views'}) do
-      local top = redis.call('ZREVRANGE', set, 0, 0, 'WITHSCORES')[2]
-      if top ~= nil and tonumber(top) > newest then newest = tonumber(top) end
-      expire_ms = math.max(expire_ms, redis.call('PTTL', set))
-    end
-    if expire_ms > 0 then
-      redis.call('SET', k .. 'newest', string.format('%d', newest), 'PX', expire_ms)
+local call = redis.call
+local cap = tonumber(ARGV[1])
+local window, scan, previous = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+local covisit_ttl, covisit_suffix = tonumber(ARGV[5]), ARGV[6]
+local fresh, newest = {}, {}
+local dups, live, t, last_key = 0, false, 0, nil
+for line in string.gmatch(ARGV[7], '[^\n]+') do
+  local tag = string.sub(line, 1, 1)
+  if tag == 'E' then
+    local user, eid, time_, item, cv = string.match(line, '^E\t([^\t]+)\t([^\t]+)\t(%d+)\t([^\t]+)\t(%d)$')
+    t = tonumber(time_)
+    live = call('ZADD', '{u:' .. user .. '}:ids', time_, eid) == 1
+    if live then
+      if cv == '1' then fresh[#fresh + 1] = {'{u:' .. user .. '}:' .. covisit_suffix, item, t} end
     else
-      redis.call('SET', k .. 'newest', string.format('%d', newest), 'EX', ttl)
+      dups = dups + 1
     end
-  elseif tonumber(t) > held then
-    redis.call('SET', k .. 'newest', t, 'KEEPTTL')
+  elseif live and tag == 'Z' then
+    local key, member = string.match(line, '^Z\t([^\t]+)\t(.*)$')
+    call('ZADD', key, t, member)
+    last_key = key
+  elseif live and tag == 'N' then
+    local hash, fld = string.match(line, '^N\t([^\t]+)\t([^\t]+)$')
+    local id = hash .. '\t' .. fld
+    local held = newest[id]
+    if held == nil then newest[id] = {hash, fld, last_key, t}
+    elseif held[4] < t then held[4] = t end
+  elseif live and tag == 'P' then
+    local key, member = string.match(line, '^P\t([^\t]+)\t(.*)$')
+    call('ZINCRBY', key, 1, member)
   end
 end
-local function distinct_others(viewed, item)
+for line in string.gmatch(ARGV[8], '[^\n]+') do
+  local tag = string.sub(line, 1, 1)
+  if tag == 'U' then
+    local key, t_max, retention, ttl = string.match(line, '^U\t([^\t]+)\t(%d+)\t(%d+)\t(%d+)$')
+    call('ZREMRANGEBYSCORE', key, '-inf', string.format('(%d', tonumber(t_max) - tonumber(retention)))
+    call('ZREMRANGEBYRANK', key, 0, -(cap + 1))
+    call('EXPIRE', key, ttl)
+  else
+    local key, ttl = string.match(line, '^X\t([^\t]+)\t(%d+)$')
+    call('EXPIRE', key, ttl)
+  end
+end
+-- The newest index of item 'count' streams. A missing field (new item,
+-- evicted, state older than the index) is seeded from the sorted set this
+-- batch wrote to, so it starts from the set's true newest event; a new hash
+-- takes the set's expiry.
+for _, n in pairs(newest) do
+  local hash, fld, set, t_new = n[1], n[2], n[3], n[4]
+  local held = tonumber(call('HGET', hash, fld))
+  if held == nil then
+    local top = call('ZREVRANGE', set, 0, 0, 'WITHSCORES')[2]
+    if top ~= nil and tonumber(top) > t_new then t_new = tonumber(top) end
+    local fresh_hash = call('EXISTS', hash) == 0
+    call('HSET', hash, fld, string.format('%d', t_new))
+    if fresh_hash then
+      local pttl = call('PTTL', set)
+      if pttl > 0 then call('PEXPIRE', hash, pttl) end
+    end
+  elseif t_new > held then
+    call('HSET', hash, fld, string.format('%d', t_new))
+  end
+end
+local function distinct_others(members, item)
   local seen, others = {}, {}
-  for _, member in ipairs(viewed) do
-    local other = string.match(member, '^.*|(.*)$') or member
+  for _, member in ipairs(members) do
+    local other = string.match(member, '^[^\31]*\31([^\31]*)') or member
     if other ~= item and not seen[other] then
       seen[other] = true
       others[#others + 1] = other
@@ -112,14 +136,14 @@ local function distinct_others(viewed, item)
 end
 local counted, by = 0, {}
 for _, f in ipairs(fresh) do
-  local key, item, t = f[1], f[2], f[3]
-  local hi, lo = string.format('(%d', t), string.format('(%d', t - window)
+  local key, item, te = f[1], f[2], f[3]
+  local hi, lo = string.format('(%d', te), string.format('(%d', te - window)
   -- The newest `previous` members usually hold `previous` distinct items; read
   -- up to `scan` only when they do not (same answer, half the reply).
-  local viewed = redis.call('ZREVRANGEBYSCORE', key, hi, lo, 'LIMIT', 0, previous)
-  local others = distinct_others(viewed, item)
-  if #others < previous and #viewed == previous then
-    others = distinct_others(redis.call('ZREVRANGEBYSCORE', key, hi, lo, 'LIMIT', 0, scan), item)
+  local members = call('ZREVRANGEBYSCORE', key, hi, lo, 'LIMIT', 0, previous)
+  local others = distinct_others(members, item)
+  if #others < previous and #members == previous then
+    others = distinct_others(call('ZREVRANGEBYSCORE', key, hi, lo, 'LIMIT', 0, scan), item)
   end
   for _, other in ipairs(others) do
     local a = by[item]
@@ -131,109 +155,271 @@ for _, f in ipairs(fresh) do
   end
   counted = counted + #others
 end
-local out = {counted}
+local out = {counted, dups}
 for item, incs in pairs(by) do
   local key = '{i:' .. item .. '}:covisits'
-  for other, k in pairs(incs) do redis.call('ZINCRBY', key, k, other) end
-  redis.call('EXPIRE', key, covisit_ttl)
+  for other, k in pairs(incs) do call('ZINCRBY', key, k, other) end
+  call('EXPIRE', key, covisit_ttl)
   out[#out + 1] = item
 end
 return out
 """
 
+Attributes = Callable[[Entity, Iterable[str]], Awaitable[dict[str, dict[str, str]]]]
 
-def _field(text: str) -> str:
-    """A category as one tab-separated field (ids are validated free of whitespace)."""
-    return text.replace("\t", " ").replace("\n", " ") if "\t" in text or "\n" in text else text
+
+@dataclass
+class WritePlan:
+    """A batch ready to write: its events and, on a single Redis, the script's arguments."""
+
+    events: Sequence[Event]
+    args: tuple[int | str, ...] | None = None
+    # cluster path: per event, its writes
+    writes: list[tuple[Event, list[tuple[str, str]], list[tuple[str, str]]]] = field(default_factory=list)
+    upkeep: list[tuple[str, int, int, int]] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
-class WritePlan:
-    """A batch ready to write: the events, and on a single Redis the script's arguments."""
-
-    events: Sequence[Event]
-    args: tuple[int | str, ...] | None
+class WriteResult:
+    written: int  # events whose id was new
+    duplicates: int  # dropped: their id was already written for the user
+    covisit_pairs: int
 
 
 class EventWriter:
-    """Writes a batch's feature state and co-visits; idempotent under redelivery.
+    """Writes batches of events; idempotent under redelivery, one id counted once.
 
-    `prepare` does the client-side work (categories, the script's arguments),
-    which does not depend on earlier batches being written, so the consumer runs
-    it while the previous batch's write is in Redis; `write` sends it.
+    `prepare` does the client-side work (attributes for enrichment, members,
+    the script's argument), which does not depend on earlier batches being
+    written, so the consumer runs it while the previous batch's write is in
+    Redis; `write` sends it.
     """
 
-    def __init__(self, store: FeatureStore, recall: RecallStore, cache_entries: int = 200_000) -> None:
-        self._store = store
-        self._recall = recall
-        self._redis = store.client
-        self._cluster = isinstance(self._redis, RedisCluster)
+    def __init__(
+        self,
+        client: AnyRedis,
+        fs: FeatureSet,
+        attributes: Attributes,
+        cache_entries: int = 200_000,
+        pipelined: bool | None = None,
+    ) -> None:
+        """`pipelined`: write with plain-command pipelines (default: on a Redis
+        Cluster only; tests hold the two ways equal on a single Redis)."""
+        self._redis = client
+        self._fs = fs
+        self._attributes = attributes
+        self._cluster = isinstance(client, RedisCluster) if pipelined is None else pipelined
         # keys this process trimmed and re-expired in the last MAINTAIN_EVERY_S
         self._maintained: TtlCache[bool] = TtlCache(MAINTAIN_EVERY_S, cache_entries)
-        self._apply = self._redis.register_script(_APPLY_LUA)  # reloads it if the server lost it
+        self._trimmed: TtlCache[bool] = TtlCache(MAINTAIN_EVERY_S, cache_entries)
+        self._apply = client.register_script(_APPLY_LUA)  # reloads it if the server lost it
+        roles = fs.roles
+        self._covisit = roles.covisit_stream
+        # The event-id sets, maintained like a stream: kept for the longest retention.
+        self._ids = Stream(
+            "ids", "user", frozenset(), (), False, (), (), fs.retention_ms, fs.ttl_s, "range", ()
+        )
+        self._streams: dict[Entity, tuple[Stream, ...]] = {e: fs.streams_of(e) for e in ("user", "item")}
+        self._need: dict[Entity, tuple[str, ...]] = {
+            "user": fs.attributes_needed("user"),
+            "item": tuple(dict.fromkeys((*fs.attributes_needed("item"), *([roles.category] if roles.category
+                                         and roles.popularity_behaviors else [])))),
+        }  # fmt: skip
 
-    async def apply(self, events: Sequence[Event]) -> int:
-        """Write `events` (sorted by event time); returns the co-visit pairs counted."""
+    async def apply(self, events: Sequence[Event]) -> WriteResult:
+        """Write `events` (sorted by event time)."""
         return await self.write(await self.prepare(events))
 
+    async def _enrich(self, events: Sequence[Event]) -> dict[Entity, dict[str, dict[str, str]]]:
+        out: dict[Entity, dict[str, dict[str, str]]] = {"user": {}, "item": {}}
+        if self._need["user"]:
+            out["user"] = await self._attributes("user", {e.user_id for e in events})
+        if self._need["item"]:
+            out["item"] = await self._attributes("item", {e.item_id for e in events})
+        return out
+
+    def _writes(
+        self, ev: Event, attrs: dict[Entity, dict[str, dict[str, str]]]
+    ) -> tuple[list[tuple[str, str, Stream]], list[tuple[str, str]]]:
+        """The event's stream writes (key, member, stream) and its live popularity
+        increments (key, member)."""
+        zadds: list[tuple[str, str, Stream]] = []
+        for entity, own, other, other_entity in (
+            ("user", ev.user_id, ev.item_id, "item"), ("item", ev.item_id, ev.user_id, "user"),
+        ):  # fmt: skip
+            for s in self._streams[entity]:  # type: ignore[index]
+                if ev.behavior in s.behaviors:
+                    held = attrs[other_entity].get(other, {})  # type: ignore[index]
+                    member = encode_member(s, ev.event_id, other, held, ev.values)
+                    zadds.append((keys.stream(entity, own, s.id), member, s))
+        pops: list[tuple[str, str]] = []
+        roles = self._fs.roles
+        if ev.behavior in roles.popularity_behaviors:
+            pops.append((keys.POPULARITY, ev.item_id))
+            if roles.category is not None:
+                for cat in attrs["item"].get(ev.item_id, {}).get(roles.category, "").split(VALUE_SEP):
+                    if cat:
+                        pops.append((keys.category_popularity(cat), ev.item_id))
+        return zadds, pops
+
     async def prepare(self, events: Sequence[Event]) -> WritePlan:
-        if self._cluster or not events:
-            return WritePlan(events, None)
-        categories = await self._store.item_categories(e.item_id for e in events)
+        if not events:
+            return WritePlan(events)
+        attrs = await self._enrich(events)
+        plan = WritePlan(events)
         lines: list[str] = []
-        # newest event time per written key, by key family, keyed by entity id
-        users: dict[str, int] = {}
-        viewers: dict[str, int] = {}
-        viewed_items: dict[str, int] = {}
-        clicked_items: dict[str, int] = {}
+        newest_of: dict[str, int] = {}  # key -> newest event time written to it in this batch
+        stream_of: dict[str, tuple[Stream, str]] = {}  # key -> (stream, entity id)
+        cv_behaviors = self._fs.roles.covisit_behaviors
         for ev in events:
-            user, item, t, behavior = ev.user_id, ev.item_id, ev.event_time, ev.behavior
-            lines.append(f"{user}\t{item}\t{ev.event_id}\t{behavior}\t{_field(categories[item])}\t{t}")
-            if users.get(user, -1) < t:
-                users[user] = t
-            if behavior in VIEWING:
-                if viewers.get(user, -1) < t:
-                    viewers[user] = t
-                per_item = viewed_items if behavior == "view" else clicked_items
-                if per_item.get(item, -1) < t:
-                    per_item[item] = t
-        upkeep = self._due_upkeep(
-            ((keys.user_events, users), (keys.user_viewed, viewers),
-             (keys.item_views, viewed_items), (keys.item_clicks, clicked_items))
+            zadds, pops = self._writes(ev, attrs)
+            t = ev.event_time
+            if self._cluster:
+                plan.writes.append((ev, [(k, m) for k, m, _ in zadds], pops))
+            else:
+                cv = "1" if self._covisit and ev.behavior in cv_behaviors else "0"
+                lines.append(f"E\t{ev.user_id}\t{ev.event_id}\t{t}\t{ev.item_id}\t{cv}")
+                for key, member, s in zadds:
+                    lines.append(f"Z\t{key}\t{member}")
+                    if s.read == "count":
+                        lines.append(f"N\t{keys.newest('item', ev.item_id)}\t{s.id}")
+                lines.extend(f"P\t{key}\t{member}" for key, member in pops)
+            for key, _, s in zadds:
+                if newest_of.get(key, -1) < t:
+                    newest_of[key] = t
+                    stream_of[key] = (s, ev.user_id if s.entity == "user" else ev.item_id)
+            ids = keys.user_ids(ev.user_id)
+            if newest_of.get(ids, -1) < t:
+                newest_of[ids] = t
+                stream_of[ids] = (self._ids, ev.user_id)
+        plan.upkeep = self._due(newest_of, stream_of)
+        if self._cluster:
+            return plan
+        up_lines = [f"U\t{k}\t{t}\t{ret}\t{ttl}" for k, t, ret, ttl in plan.upkeep]
+        count_hashes: dict[str, int] = {}  # item newest hash -> the ttl of its count streams
+        for key, _, _, ttl in plan.upkeep:
+            s, entity_id = stream_of[key]
+            if s.read == "count":
+                h = keys.newest(s.entity, entity_id)
+                count_hashes[h] = max(count_hashes.get(h, 0), ttl)
+        up_lines.extend(f"X\t{h}\t{ttl}" for h, ttl in count_hashes.items())
+        r = self._fs.roles
+        plan.args = (
+            self._fs.max_events_per_key,
+            r.covisit_window_ms, r.covisit_scan, r.covisit_previous, COVISIT_TTL_S,
+            f"s:{self._covisit}" if self._covisit else "",
+            "\n".join(lines), "\n".join(up_lines),
         )  # fmt: skip
-        newest_by_item = dict(viewed_items)
-        for item, t in clicked_items.items():
-            if newest_by_item.get(item, -1) < t:
-                newest_by_item[item] = t
-        args = (
-            STATE_RETENTION_MS, MAX_EVENTS_PER_KEY, STATE_TTL_S,
-            COVISIT_WINDOW_MS, COVISIT_SCAN, COVISIT_PREVIOUS, COVISIT_TTL_S,
-            "\n".join(lines), "\n".join(upkeep),
-            "\n".join(f"{item}\t{t}" for item, t in newest_by_item.items()),
-        )  # fmt: skip
-        return WritePlan(events, args)
+        return plan
 
-    def _due_upkeep(self, families: Iterable[tuple[Callable[[str], str], dict[str, int]]]) -> list[str]:
-        """'key\tnewest' for each written key not maintained by this process in the
-        last MAINTAIN_EVERY_S (so always on a key's first write in a process)."""
+    def _due(
+        self, newest_of: dict[str, int], stream_of: dict[str, tuple[Stream, str]]
+    ) -> list[tuple[str, int, int, int]]:
+        """(key, newest, retention_ms, ttl_s) for each written key not maintained by
+        this process in the last MAINTAIN_EVERY_S (so always on a key's first write)."""
         now = time.monotonic()
-        maintained = self._maintained
-        upkeep: list[str] = []
-        for key_of, newest in families:
-            for entity, t in newest.items():
-                key = key_of(entity)
-                if maintained.get_fresh(key, now) is None:
-                    maintained.put(key, True, now)
-                    upkeep.append(f"{key}\t{t}")
-        return upkeep
+        out = []
+        for key, t in newest_of.items():
+            if self._maintained.get_fresh(key, now) is None:
+                self._maintained.put(key, True, now)
+                s, _ = stream_of[key]
+                out.append((key, t, s.retention_ms, s.ttl_s))
+        return out
 
-    async def write(self, plan: WritePlan) -> int:
-        """Write a prepared batch; returns the co-visit pairs counted."""
+    async def write(self, plan: WritePlan) -> WriteResult:
+        """Write a prepared batch."""
         if not plan.events:
-            return 0
+            return WriteResult(0, 0, 0)
         if plan.args is None:
-            await self._store.apply_events(plan.events)
-            return await self._recall.apply_covisitation(plan.events)
+            return await self._write_cluster(plan)
         out = await self._apply(args=plan.args)
-        await self._recall.trim([bytes(i).decode() for i in out[1:]])
-        return int(out[0])
+        await self._trim([bytes(i).decode() for i in out[2:]])
+        dups = int(out[1])
+        return WriteResult(len(plan.events) - dups, dups, int(out[0]))
+
+    async def _write_cluster(self, plan: WritePlan) -> WriteResult:
+        fs = self._fs
+        # (1) which ids are known; the first of a repeated id in the batch wins
+        pipe = self._redis.pipeline(transaction=False)
+        for ev, _, _ in plan.writes:
+            pipe.zscore(keys.user_ids(ev.user_id), ev.event_id)
+        known = await pipe.execute()
+        fresh: list[tuple[Event, list[tuple[str, str]], list[tuple[str, str]]]] = []
+        seen: set[tuple[str, str]] = set()
+        for (ev, zadds, pops), score in zip(plan.writes, known, strict=True):
+            ident = (ev.user_id, ev.event_id)
+            if score is None and ident not in seen:
+                fresh.append((ev, zadds, pops))
+            seen.add(ident)
+        dups = len(plan.writes) - len(fresh)
+        if not fresh:
+            return WriteResult(0, dups, 0)
+        # (2) stream writes and upkeep (the ids sets' upkeep once they are written)
+        pipe = self._redis.pipeline(transaction=False)
+        for ev, zadds, _ in fresh:
+            for key, member in zadds:
+                pipe.zadd(key, {member: ev.event_time})
+        ids_upkeep = [u for u in plan.upkeep if u[0].endswith("}:ids")]
+        self._queue_upkeep(pipe, [u for u in plan.upkeep if not u[0].endswith("}:ids")])
+        await pipe.execute()
+        # (3) the ids, with the co-visit reads of the new events' earlier items
+        r = fs.roles
+        pipe = self._redis.pipeline(transaction=False)
+        cv_events = [ev for ev, _, _ in fresh if r.covisit_stream and ev.behavior in r.covisit_behaviors]
+        for ev, _, _ in fresh:
+            pipe.zadd(keys.user_ids(ev.user_id), {ev.event_id: ev.event_time})
+        self._queue_upkeep(pipe, ids_upkeep)
+        for ev in cv_events:
+            key = keys.stream("user", ev.user_id, r.covisit_stream or "")
+            pipe.zrevrangebyscore(
+                key,
+                f"({ev.event_time}",
+                f"({ev.event_time - r.covisit_window_ms}",
+                start=0,
+                num=r.covisit_scan,
+            )
+        out = await pipe.execute()
+        earlier = out[len(out) - len(cv_events) :] if cv_events else []
+        # (4) co-visit and popularity counts
+        pairs: list[tuple[str, str]] = []
+        for ev, members in zip(cv_events, earlier, strict=True):
+            pairs.extend(
+                (ev.item_id, other) for other in previous_items(ev.item_id, members, r.covisit_previous)
+            )
+        increments = pair_increments(pairs)
+        pipe = self._redis.pipeline(transaction=False)
+        for item_id, counts in increments.items():
+            key = keys.item_covisits(item_id)
+            for other, by in counts.items():
+                pipe.zincrby(key, by, other)
+            pipe.expire(key, COVISIT_TTL_S)
+        for _, _, pops in fresh:
+            for key, member in pops:
+                pipe.zincrby(key, 1, member)
+        self._queue_trims(pipe, increments)
+        if len(pipe):
+            await pipe.execute()
+        return WriteResult(len(fresh), dups, len(pairs))
+
+    def _queue_upkeep(self, pipe: Any, upkeep: Iterable[tuple[str, int, int, int]]) -> None:
+        for key, t, retention, ttl in upkeep:
+            pipe.zremrangebyscore(key, "-inf", f"({t - retention}")
+            pipe.zremrangebyrank(key, 0, -(self._fs.max_events_per_key + 1))
+            pipe.expire(key, ttl)
+
+    def _queue_trims(self, pipe: Any, item_ids: Iterable[str]) -> int:
+        """Trim each co-visit count key to its bound at most once a minute per process."""
+        now = time.monotonic()
+        queued = 0
+        for item_id in item_ids:
+            key = keys.item_covisits(item_id)
+            if self._trimmed.get_fresh(key, now) is None:
+                self._trimmed.put(key, True, now)
+                pipe.zremrangebyrank(key, 0, -(COVISIT_MAX_PER_ITEM + 1))
+                queued += 1
+        return queued
+
+    async def _trim(self, item_ids: Iterable[str]) -> None:
+        pipe = self._redis.pipeline(transaction=False)
+        if self._queue_trims(pipe, item_ids):
+            await pipe.execute()

@@ -12,6 +12,7 @@ import uvicorn
 from recmesh import eventloop
 from recmesh.clients import FeatureClient, InferenceClient, RankerClient
 from recmesh.controller import build_overload
+from recmesh.features.repository import serving_repository
 from recmesh.grpcserver import wait_for_shutdown_signal
 from recmesh.settings import GatewaySettings
 from recmesh.telemetry import setup_logging, setup_tracing
@@ -33,7 +34,8 @@ async def main(settings: GatewaySettings) -> None:
     publisher = EventPublisher(settings.kafka_bootstrap, settings.events_topic, settings.produce_timeout_s)
     gate, controller = build_overload(settings.admission)
     cold = build_cold_guard(settings, {"ranker": ranker.health, "inference": inference.health})
-    recommender = Recommender(ranker, features, settings.max_count, gate, cold)
+    fs = serving_repository(settings.repository, "gateway")
+    recommender = Recommender(ranker, features, settings.max_count, gate, cold, fs.version)
     policy = ClassPolicy.from_settings(settings)
     checks = {"ranker": ranker.health, "feature": features.health, "inference": inference.health}
     deps = GatewayDeps(
@@ -42,6 +44,7 @@ async def main(settings: GatewaySettings) -> None:
         publisher,
         {name: check for name, check in checks.items() if name not in settings.may_be_cold},
         ai_tools,
+        fs.event_schema,
     )
     app = create_app(settings, deps)
     await publisher.start()

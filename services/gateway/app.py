@@ -25,7 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from recmesh.errors import InvalidArgument, RecmeshError
-from recmesh.events import Event
+from recmesh.events import Event, EventSchema, conform
 from recmesh.settings import GatewaySettings
 from recmesh.slo import TIMEOUT_DOC
 from recmesh.telemetry import REQUEST_LATENCY
@@ -74,6 +74,8 @@ class GatewayDeps:
     publisher: EventPublisher
     downstream_health: dict[str, HealthCheck]
     ai_tools: AiTools | None = None  # /v2/ai-tool/* (services/gateway/aitools.py)
+    # The repository's behaviours and event values (None: accept any behaviour).
+    event_schema: EventSchema | None = None
 
 
 def _trace_headers() -> dict[str, str]:
@@ -174,7 +176,11 @@ def create_app(settings: GatewaySettings, deps: GatewayDeps) -> RecommendRoute:
     async def events(body: EventsBody, response: Response) -> EventsOut:
         if len(body.events) > settings.max_events_per_request:
             raise InvalidArgument(f"at most {settings.max_events_per_request} events per request")
-        await deps.publisher.publish(body.events)
+        schema = deps.event_schema
+        events = body.events if schema is None else [
+            conform(e, schema, f"events[{n}]") for n, e in enumerate(body.events)
+        ]  # fmt: skip
+        await deps.publisher.publish(events)
         response.headers.update(_trace_headers())
         return EventsOut(accepted=len(body.events))
 

@@ -22,7 +22,6 @@ from opentelemetry import trace
 from recmesh.admission import AdmissionGate
 from recmesh.clients import UNSCORED_MODEL, FeatureClient, RankerClient
 from recmesh.errors import DeadlineExceeded, InvalidArgument, RecmeshError, Unauthenticated, Unavailable
-from recmesh.features.definitions import FEATURE_SET_VERSION
 from recmesh.resilience import remaining_s, request_scope
 from recmesh.settings import GatewaySettings
 from recmesh.slo import (
@@ -109,10 +108,13 @@ class Recommender:
         max_count: int,
         gate: AdmissionGate | None = None,
         cold: ColdGuard | None = None,
+        feature_version: str = "",
     ) -> None:
         self._ranker = ranker
         self._features = features
         self._max_count = max_count
+        # Named in a popularity fallback's answer (the repository's version).
+        self._feature_version = feature_version
         self.gate = gate  # per-class admission; None admits everything
         self._cold = cold
         self._popular: list[tuple[str, float]] = []
@@ -205,7 +207,12 @@ class Recommender:
         if not self._popular:
             raise Unavailable("ranker not called and no fallback is held yet")
         return Recommendation(
-            self._popular[:count], slo_class, current_trace_id(), "popularity", FEATURE_SET_VERSION, degraded
+            self._popular[:count],
+            slo_class,
+            current_trace_id(),
+            "popularity",
+            self._feature_version,
+            degraded,
         )
 
     def _observe(self, ranked: ranker_pb2.RankResponse, skipped: frozenset[str]) -> None:

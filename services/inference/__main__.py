@@ -15,6 +15,7 @@ import time
 import structlog
 from prometheus_client import start_http_server
 
+from recmesh.features.repository import serving_repository
 from recmesh.grpcserver import wait_for_shutdown_signal
 from recmesh.settings import InferenceSettings
 from recmesh.telemetry import process_age_s, setup_logging, setup_tracing
@@ -33,7 +34,8 @@ async def _cancel(task: asyncio.Task[None]) -> None:
 
 
 async def main(settings: InferenceSettings, started: float) -> None:
-    registry = ModelRegistry(settings.model_dir, settings.intra_op_threads)
+    fs = serving_repository(settings.repository, "inference")
+    registry = ModelRegistry(settings.model_dir, settings.intra_op_threads, fs)
     batcher = build_batcher(settings)
     text = TextSlot()
     server = build_server(settings, registry, batcher, GpuProbe(), text)

@@ -24,12 +24,17 @@ import structlog
 from prometheus_client import Gauge, Info
 
 from recmesh.errors import FailedPrecondition, Unavailable
+from recmesh.features.repository import FeatureSet
+from recmesh.features.vectorize import Vectorizer, check_against, transforms_from_card
 from recmesh.modeldir import LEVELS, current_model, variant_file
 
 _log = structlog.get_logger("recmesh.inference.model")
 
 PROVIDER_INFO = Info("recmesh_inference_execution_provider", "ONNX Runtime provider in use.")
-MODEL_INFO = Info("recmesh_inference_model", "Served model version and feature set.")
+MODEL_INFO = Info(
+    "recmesh_inference_model",
+    "Served model version, feature set and model_origin (demo: trained on the demo's generated data).",
+)
 LOAD_SECONDS = Gauge("recmesh_inference_model_load_seconds", "Time to load and warm the model.")
 VARIANT_BYTES = Gauge(
     "recmesh_inference_variant_bytes",
@@ -77,6 +82,15 @@ class LoadedModel:
     variants: dict[int, ModelVariant]
     provider: str
     path: Path
+    # Builds the input matrix from served features (None: the card declares no transforms).
+    vectorizer: Vectorizer | None = None
+    origin: str = "unknown"
+
+    @property
+    def features_read(self) -> list[str]:
+        if self.vectorizer is None:
+            return []
+        return sorted(f"{e}.{n}" for e, n in self.vectorizer.features())
 
     def variant(self, level: int) -> ModelVariant:
         """The variant for a requested level: that level if this version has
@@ -105,7 +119,22 @@ def load_variant(
     path: Path, level: int, input_name: str, width: int, opts: ort.SessionOptions
 ) -> ModelVariant:
     file = path / variant_file(level)
-    session = ort.InferenceSession(str(file), opts, providers=choose_providers())
+    try:
+        session = ort.InferenceSession(str(file), opts, providers=choose_providers())
+    except Exception as err:  # ONNX Runtime raises its own exception types
+        raise FailedPrecondition(f"{file}: ONNX Runtime cannot load it: {err}") from None
+    inputs = {i.name: i for i in session.get_inputs()}
+    if input_name not in inputs or len(inputs) != 1:
+        raise FailedPrecondition(
+            f"{file}: the card's input {input_name!r} is not the model's one input ({sorted(inputs)})"
+        )
+    shape = inputs[input_name].shape
+    if len(shape) != 2 or (isinstance(shape[1], int) and shape[1] != width):
+        raise FailedPrecondition(
+            f"{file}: input {input_name!r} has shape {shape}; the card's columns make [batch, {width}]"
+        )
+    if len(session.get_outputs()) != 1:
+        raise FailedPrecondition(f"{file}: {len(session.get_outputs())} outputs; a score model has one")
     variant = ModelVariant(level, session, input_name, file.stat().st_size)
     # Warm-up: the first runs allocate and pick kernels; do it before serving.
     for rows in (1, 64, 512):
@@ -121,9 +150,50 @@ def session_options(threads: int = 1) -> ort.SessionOptions:
     return opts
 
 
-def load(path: Path, threads: int = 1) -> LoadedModel:
+def read_card(path: Path, fs: FeatureSet | None = None) -> tuple[dict[str, Any], Vectorizer | None]:
+    """A version's card and the vectorizer of its declared inputs, validated:
+    the transforms against the served feature set (when given), the columns
+    against the transforms. Raises FailedPrecondition naming what is wrong."""
+    where = path / "card.json"
+    try:
+        card: dict[str, Any] = json.loads(where.read_text())
+        columns = list(card["input"]["columns"])
+        missing = [k for k in ("version", "feature_set_version") if k not in card]
+        if "name" not in card["input"]:
+            missing.append("input.name")
+        if missing:
+            raise KeyError(", ".join(missing))
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise FailedPrecondition(f"{where}: not a usable model card ({type(err).__name__}: {err})") from None
+    raw = card["input"].get("transforms")
+    if raw is None:
+        return card, None
+    try:
+        transforms = transforms_from_card(raw)
+    except (TypeError, ValueError) as err:
+        raise FailedPrecondition(f"{where}: input.transforms: {err}") from None
+    vectorizer = Vectorizer(transforms)
+    if vectorizer.columns != columns:
+        raise FailedPrecondition(
+            f"{where}: input.columns ({len(columns)}) are not the columns its transforms make "
+            f"({len(vectorizer.columns)}: {vectorizer.columns[:5]}...)"
+        )
+    if fs is not None:
+        if card["feature_set_version"] != fs.version:
+            raise FailedPrecondition(
+                f"{where}: model {card['version']} was built on feature set {card['feature_set_version']!r}, "
+                f"but this mesh serves {fs.version!r} (repository {fs.name!r}): retrain it "
+                "(recmesh train) or set its feature_set_version after checking its inputs"
+            )
+        problems = check_against(transforms, fs)
+        if problems:
+            raise FailedPrecondition(f"{where}: " + "; ".join(problems))
+    return card, vectorizer
+
+
+def load(path: Path, threads: int = 1, fs: FeatureSet | None = None) -> LoadedModel:
     started = time.perf_counter()
-    card: dict[str, Any] = json.loads((path / "card.json").read_text())
+    card, vectorizer = read_card(path, fs)
     opts = session_options(threads)
     columns = tuple(card["input"]["columns"])
     input_name = card["input"]["name"]
@@ -132,6 +202,8 @@ def load(path: Path, threads: int = 1) -> LoadedModel:
         for level in LEVELS
         if (path / variant_file(level)).exists()
     }
+    if 0 not in variants:
+        raise FailedPrecondition(f"{path}: no {variant_file(0)}")
     model = LoadedModel(
         version=card["version"],
         feature_version=card["feature_set_version"],
@@ -140,6 +212,8 @@ def load(path: Path, threads: int = 1) -> LoadedModel:
         variants=variants,
         provider=variants[0].session.get_providers()[0],
         path=path,
+        vectorizer=vectorizer,
+        origin=str(card.get("origin", "unknown")),
     )
     LOAD_SECONDS.set(time.perf_counter() - started)
     for v in variants.values():
@@ -148,11 +222,13 @@ def load(path: Path, threads: int = 1) -> LoadedModel:
 
 
 class ModelRegistry:
-    """The served model, following MODEL_DIR's CURRENT pointer."""
+    """The served model, following MODEL_DIR's CURRENT pointer; checked against
+    the served feature set `fs` when given."""
 
-    def __init__(self, model_dir: Path, threads: int = 1) -> None:
+    def __init__(self, model_dir: Path, threads: int = 1, fs: FeatureSet | None = None) -> None:
         self._dir = model_dir
         self._threads = threads
+        self._fs = fs
         self._model: LoadedModel | None = None
 
     @property
@@ -166,14 +242,24 @@ class ModelRegistry:
         if path is None:
             raise FileNotFoundError(f"no model in {self._dir} (run `recmesh train`)")
         if self._model is None or self._model.path != path:
-            model = load(path, self._threads)
+            model = load(path, self._threads, self._fs)
             self._model = model
             PROVIDER_INFO.info({"provider": model.provider})
-            MODEL_INFO.info({"version": model.version, "feature_set": model.feature_version})
+            MODEL_INFO.info(
+                {"version": model.version, "feature_set": model.feature_version, "model_origin": model.origin}
+            )
             sizes = {str(level): v.file_bytes for level, v in model.variants.items()}
             _log.info(
-                "model_loaded", version=model.version, provider=model.provider, variant_file_bytes=sizes
-            )
+                "model_loaded", version=model.version, provider=model.provider, variant_file_bytes=sizes,
+                model_origin=model.origin,
+            )  # fmt: skip
+            if model.origin == "demo":
+                _log.warning(
+                    "serving_demo_model",
+                    version=model.version,
+                    detail="this model was trained on the demo's generated data, not on your events: "
+                    "train yours with `recmesh train --events LOG` or bring one (`recmesh models activate`)",
+                )
         return self._model
 
     async def follow(self, interval_s: float = 2.0) -> None:

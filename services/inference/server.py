@@ -27,6 +27,7 @@ from grpc_health.v1 import health_pb2
 from prometheus_client import Counter, Gauge
 
 from recmesh.errors import FailedPrecondition, InvalidArgument, ResourceExhausted
+from recmesh.features.wire import row_values, table_columns
 from recmesh.grpcserver import MeshServer, Registration
 from recmesh.modeldir import LEVELS
 from recmesh.resilience import remaining_s
@@ -35,7 +36,7 @@ from recmesh.v1 import inference_pb2 as pb
 from recmesh.v1 import inference_pb2_grpc
 from services.inference.batcher import MicroBatcher
 from services.inference.lanes import LANE_SHED, Lane, LaneLimits, lower_priority
-from services.inference.model import ModelRegistry
+from services.inference.model import LoadedModel, ModelRegistry
 from services.inference.pressure import SUGGESTED, SUGGESTED_LEVEL_KEY, GpuProbe, suggest_level
 from services.inference.textmodels import TextModels, TextSlot, load_text_models
 
@@ -106,28 +107,19 @@ class InferenceServicer(inference_pb2_grpc.InferenceServiceServicer):
 
     async def Score(self, request: pb.ScoreRequest, context: grpc.aio.ServicerContext) -> pb.ScoreResponse:
         model = self._registry.model
-        cols = len(request.feature_names)
-        if cols == 0:
-            raise InvalidArgument("feature_names is empty")
-        flat = _score_values(request)
-        if flat.size % cols:
-            raise InvalidArgument(f"values has {flat.size} entries, not a multiple of {cols} columns")
-        rows = flat.size // cols
         if request.level not in LEVELS:
             raise InvalidArgument(f"level {request.level} is not one of {list(LEVELS)}")
-        if rows > self._settings.max_rows:
-            raise InvalidArgument(f"{rows} rows; at most {self._settings.max_rows} per request")
         try:
-            model.check_schema(request.feature_version, list(request.feature_names))
+            matrix = self._matrix(model, request)
         except FailedPrecondition:
             SCHEMA_MISMATCH.inc()
             raise
+        rows = len(matrix)
         self._suggest(context)
         variant = model.variant(request.level)
         SERVED.labels(str(request.level), str(variant.level)).inc()
         if rows == 0:
             return pb.ScoreResponse(model_version=model.version, level=variant.level)
-        matrix = flat.reshape(rows, cols)
         if self._batcher is None:
             scores = variant.score(matrix)
         else:
@@ -135,6 +127,45 @@ class InferenceServicer(inference_pb2_grpc.InferenceServiceServicer):
             scores = await self._batcher.submit(variant, matrix, remaining_s())
         ROWS.inc(rows)
         return pb.ScoreResponse(scores=scores.tolist(), model_version=model.version, level=variant.level)
+
+    def _matrix(self, model: LoadedModel, request: pb.ScoreRequest) -> npt.NDArray[np.float32]:
+        """The request's input rows: built from its served features with the
+        model's declared transforms, or the rows the caller built."""
+        if request.HasField("items"):
+            if request.feature_names or request.values or request.values_f32:
+                raise InvalidArgument(
+                    "send items (served features) or rows (feature_names + values), not both"
+                )
+            rows = len(request.items.entity_ids)
+            if rows > self._settings.max_rows:
+                raise InvalidArgument(f"{rows} items; at most {self._settings.max_rows} per request")
+            if request.feature_version != model.feature_version:
+                raise FailedPrecondition(
+                    f"feature set {request.feature_version!r} does not match model {model.version} "
+                    f"(trained on {model.feature_version!r})"
+                )
+            if model.vectorizer is None:
+                raise FailedPrecondition(
+                    f"model {model.version} declares no input transforms (an older card): "
+                    "send rows, or retrain it"
+                )
+            return model.vectorizer.matrix(
+                [row_values(request.user)],
+                table_columns(request.items),
+                list(request.items.entity_ids),
+                [request.user.entity_id],
+            )
+        cols = len(request.feature_names)
+        if cols == 0:
+            raise InvalidArgument("send items (served features), or feature_names with values")
+        flat = _score_values(request)
+        if flat.size % cols:
+            raise InvalidArgument(f"values has {flat.size} entries, not a multiple of {cols} columns")
+        rows = flat.size // cols
+        if rows > self._settings.max_rows:
+            raise InvalidArgument(f"{rows} rows; at most {self._settings.max_rows} per request")
+        model.check_schema(request.feature_version, list(request.feature_names))
+        return flat.reshape(rows, cols)
 
     async def ModelInfo(
         self, request: pb.ModelInfoRequest, context: grpc.aio.ServicerContext
@@ -145,6 +176,8 @@ class InferenceServicer(inference_pb2_grpc.InferenceServiceServicer):
             feature_version=model.feature_version,
             feature_names=list(model.columns),
             execution_provider=model.provider,
+            origin=model.origin,
+            features_read=model.features_read,
         )
 
     async def Embed(self, request: pb.EmbedRequest, context: grpc.aio.ServicerContext) -> pb.EmbedResponse:

@@ -8,6 +8,7 @@ from prometheus_client import start_http_server
 
 from recmesh import eventloop
 from recmesh.clients import FeatureClient, InferenceClient
+from recmesh.features.repository import serving_repository
 from recmesh.grpcserver import wait_for_shutdown_signal
 from recmesh.settings import RankerSettings
 from recmesh.telemetry import setup_logging, setup_tracing
@@ -19,8 +20,9 @@ from services.ranker.server import build_server
 async def main(settings: RankerSettings) -> None:
     features = FeatureClient(settings.feature_addr, "ranker", settings.hop_margin_ms)
     inference = InferenceClient(settings.inference_addr, "ranker", settings.hop_margin_ms)
+    fs = serving_repository(settings.repository, "ranker")
     try:
-        pipeline = build_pipeline(settings, features, inference)
+        pipeline = build_pipeline(settings, features, inference, fs)
     except PipelineGraphError as err:
         raise SystemExit(f"ranker: bad ranking graph: {err}") from None
     server = build_server(settings, pipeline)

@@ -36,7 +36,7 @@ from prometheus_client import Counter, Gauge, Histogram
 
 from recmesh.clients import FeatureClient, InferenceClient
 from recmesh.errors import DeadlineExceeded, RecmeshError
-from recmesh.features.definitions import FEATURE_SET_VERSION
+from recmesh.features.repository import FeatureSet
 from recmesh.resilience import current_slo_class, remaining_s
 from recmesh.settings import RankerSettings
 from recmesh.slo import with_budgets
@@ -133,24 +133,28 @@ def load_graph(settings: RankerSettings) -> Graph:
 
 
 def build_pipeline(
-    settings: RankerSettings, features: FeatureClient, inference: InferenceClient
+    settings: RankerSettings, features: FeatureClient, inference: InferenceClient, fs: FeatureSet
 ) -> RankPipeline:
     """The graph from the settings, and the recall sources its kinds use: popularity,
     co-visitation, category affinity and, when item vectors exist under
-    MODEL_DIR, embedding similarity. Raises PipelineGraphError for a bad graph."""
+    MODEL_DIR, embedding similarity; what they read of the user comes from the
+    repository's recall roles. Raises PipelineGraphError for a bad graph."""
     graph = load_graph(settings)
     holder = IndexHolder(settings.model_dir)
     holder.refresh()
+    roles = fs.roles
     sources: dict[str, RecallSource] = {
         "popular": PopularSource(features),
-        "covisit": CovisitSource(features),
-        "category": CategorySource(features, settings.affinity_categories),
-        "semantic": SemanticSource(holder, inference),
+        "covisit": CovisitSource(features, roles),
+        "category": CategorySource(features, settings.affinity_categories, roles),
+        "semantic": SemanticSource(holder, roles, inference),
     }
     # The user look-up brings the co-visitation recall along when a covisit
-    # source will read it (its seeds are the user's last viewed items).
-    prefetch = any(n.kind == "recall.covisit" for n in graph.nodes.values())
-    return RankPipeline(Env(features, inference, settings, sources, prefetch), graph, holder)
+    # source will read it (its seeds are the user's recent items).
+    prefetch = roles.recent_items is not None and any(
+        n.kind == "recall.covisit" for n in graph.nodes.values()
+    )
+    return RankPipeline(Env(features, inference, settings, fs, sources, prefetch), graph, holder)
 
 
 class RankPipeline:
@@ -324,6 +328,6 @@ class RankPipeline:
                              "recmesh.degraded": ",".join(req.degraded)})  # fmt: skip
         for name, n in req.recall_counts.items():
             span.set_attribute(f"recmesh.candidates.{name}", n)
-        version = out.feature_version or FEATURE_SET_VERSION
+        version = out.feature_version or self._env.fs.version
         items = out.items[:count]
         return Ranked(items, out.model_version, version, req.degraded, req.recall_counts, req.sigma)

@@ -20,8 +20,8 @@ import numpy.typing as npt
 from recmesh.cache import TtlCache
 from recmesh.clients import FeatureClient, InferenceClient
 from recmesh.errors import RecmeshError
-from recmesh.features.covisit import SEED_FEATURE, seeds_of
-from recmesh.features.definitions import FeatureValue
+from recmesh.features.covisit import seeds_of
+from recmesh.features.repository import FeatureValue, RecallRoles
 from services.ranker.fusion import (
     Role,
     affinity_candidates,
@@ -68,8 +68,9 @@ class RecallSource(Protocol):
     async def fetch(self, ctx: RecallContext) -> Recalled: ...
 
 
-def last_viewed(user: Mapping[str, FeatureValue]) -> list[str]:
-    return seeds_of(user.get(SEED_FEATURE))
+def last_viewed(roles: RecallRoles, user: Mapping[str, FeatureValue]) -> list[str]:
+    """The user's recent items (the repository's recent_items feature; none when undeclared)."""
+    return seeds_of(user.get(roles.recent_items)) if roles.recent_items else []
 
 
 class PopularSource:
@@ -108,11 +109,12 @@ class CovisitSource:
     name = "covisit"
     role: Role = "cf"
 
-    def __init__(self, features: FeatureClient) -> None:
+    def __init__(self, features: FeatureClient, roles: RecallRoles) -> None:
         self._features = features
+        self._roles = roles
 
     async def fetch(self, ctx: RecallContext) -> Recalled:
-        seeds = last_viewed(ctx.user)
+        seeds = last_viewed(self._roles, ctx.user)
         if not seeds:
             return Recalled([], attributes={"seeds": 0})
         if ctx.related is not None:
@@ -122,21 +124,24 @@ class CovisitSource:
 
 
 class CategorySource:
-    """Popular items of the user's categories: real-time clicks (10 min) plus interests."""
+    """Popular items of the user's categories: the repository's affinity feature
+    (real-time counts per category) plus declared interests."""
 
     name = "category"
     role: Role = "graph"
 
-    def __init__(self, features: FeatureClient, n_categories: int) -> None:
+    def __init__(self, features: FeatureClient, n_categories: int, roles: RecallRoles) -> None:
         self._features = features
         self._n = n_categories
+        self._roles = roles
         self._cache: TtlCache[list[tuple[str, float]]] = TtlCache(CACHE_TTL_S, 1024)
 
     async def fetch(self, ctx: RecallContext) -> Recalled:
-        clicks = ctx.user.get("category_clicks_10m", {})
-        tags = ctx.user.get("interest_tags", [])
-        # Real-time clicks count by how fresh they are (issue #8's freshness scores).
-        trust = realtime_trust(ctx.user_freshness.get("category_clicks_10m", 1.0))
+        roles = self._roles
+        clicks = ctx.user.get(roles.affinity, {}) if roles.affinity else {}
+        tags = ctx.user.get(roles.interests, []) if roles.interests else []
+        # Real-time counts weigh by how fresh they are (the served freshness scores).
+        trust = realtime_trust(ctx.user_freshness.get(roles.affinity, 1.0) if roles.affinity else 1.0)
         affinity = category_affinity(
             clicks if isinstance(clicks, dict) else {},
             [str(t) for t in tags] if isinstance(tags, list) else [],
@@ -172,8 +177,11 @@ class SemanticSource:
     name = "semantic"
     role: Role = "semantic"
 
-    def __init__(self, holder: IndexHolder, inference: InferenceClient | None = None) -> None:
+    def __init__(
+        self, holder: IndexHolder, roles: RecallRoles, inference: InferenceClient | None = None
+    ) -> None:
         self._holder = holder
+        self._roles = roles
         self._inference = inference
 
     async def _query_vector(self, ctx: RecallContext, attributes: Attributes) -> list[Vector]:
@@ -197,7 +205,7 @@ class SemanticSource:
             return Recalled([], attributes={"index": "absent"})
         attributes: Attributes = {}
         extra = await self._query_vector(ctx, attributes)
-        intent = index.intent(last_viewed(ctx.user), extra)
+        intent = index.intent(last_viewed(self._roles, ctx.user), extra)
         if intent is None:
             return Recalled([], attributes={**attributes, "index": "no_intent"})
         hits = index.search(intent.vector, ctx.limit)

@@ -12,16 +12,15 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 from opentelemetry import trace
 
 from recmesh.clients import UNSCORED_MODEL, FeatureClient, InferenceClient
 from recmesh.errors import RecmeshError, Unavailable
-from recmesh.features.definitions import FEATURE_SET_VERSION, FeatureValue
-from recmesh.features.vectorize import COLUMNS, matrix_from_columns
-from recmesh.features.wire import row_values, table_columns
+from recmesh.features.repository import FeatureSet, FeatureValue
+from recmesh.features.wire import row_values
 from recmesh.settings import RankerSettings
+from recmesh.v1 import features_pb2 as fpb
 from services.ranker.fusion import (
     Fused,
     Role,
@@ -65,6 +64,8 @@ class UserOut:
     # The values are what the store holds (no fallback to defaults): the
     # candidate look-up need not read the user again.
     complete: bool = False
+    # The row as served, passed on to scoring as it is.
+    row: fpb.FeatureRow | None = None
 
 
 @dataclass(frozen=True)
@@ -81,11 +82,12 @@ class Candidates:
 
 @dataclass(frozen=True)
 class ItemFeatures:
-    user: dict[str, FeatureValue]
+    user: fpb.FeatureRow
     pool: list[tuple[str, float]]  # to be scored, in recall order
     rest: list[tuple[str, float]]  # not scored (sampled out), in recall order
-    # feature -> one value per pool item, in pool order (empty: every feature's default)
-    columns: dict[str, list[Any]]
+    # the pool's features as served, in pool order (no columns: every feature's default)
+    items: fpb.FeatureTable
+    categories: dict[str, str]  # item -> its recall category (diversity), where known
     feature_version: str
 
 
@@ -99,11 +101,12 @@ class Ordered:
 
 @dataclass
 class Env:
-    """What the stages may use: the clients, the settings, the recall sources."""
+    """What the stages may use: the clients, the settings, the feature set, the recall sources."""
 
     features: FeatureClient
     inference: InferenceClient
     settings: RankerSettings
+    fs: FeatureSet
     sources: dict[str, RecallSource]  # by kind suffix: popular, covisit, category, semantic
     # Ask the user look-up for the co-visitation recall too (the graph has a
     # covisit source): one feature call instead of two in a row.
@@ -161,7 +164,7 @@ async def _run_user(env: Env, req: RequestState, node: NodeSpec, inputs: Inputs,
     # A related read that failed is made up for by GetRelated; a user read that
     # fell back to defaults is retried by the candidate look-up.
     complete = all(d.startswith("related_") for d in resp.degraded)
-    return UserOut(row_values(resp.user), fresh, related, complete)
+    return UserOut(row_values(resp.user), fresh, related, complete, resp.user)
 
 
 def _neutral_user(env: Env, req: RequestState, node: NodeSpec, inputs: Inputs) -> object:
@@ -213,7 +216,9 @@ async def _run_fuse(env: Env, req: RequestState, node: NodeSpec, inputs: Inputs,
 
 
 async def _run_filter(env: Env, req: RequestState, node: NodeSpec, inputs: Inputs, cap_s: float) -> object:
-    kept = drop_items(_candidates(inputs), set(last_viewed(_user(inputs))))[: env.settings.candidates]
+    kept = drop_items(_candidates(inputs), set(last_viewed(env.fs.roles, _user(inputs))))[
+        : env.settings.candidates
+    ]
     if not kept:
         raise Unavailable("every candidate was filtered out")
     req.recall_counts = contributions(kept)
@@ -244,21 +249,37 @@ async def _run_features(env: Env, req: RequestState, node: NodeSpec, inputs: Inp
         req.user_id, [i for i, _ in pool], req.as_of_ms, cap_s=cap_s, items_only=complete
     )
     req.degraded.extend(f"feature:{d}" for d in resp.degraded)
-    user = row_values(resp.user) or _user(inputs)
-    columns = table_columns(resp.items, [i for i, _ in pool])
-    return ItemFeatures(user, pool, rest, columns, resp.feature_version)
+    user = resp.user if resp.user.features else _user_row(req, inputs)
+    categories = _categories(env, resp.items)
+    return ItemFeatures(user, pool, rest, resp.items, categories, resp.feature_version)
+
+
+def _user_row(req: RequestState, inputs: Inputs) -> fpb.FeatureRow:
+    u = _one(inputs, UserOut)
+    if isinstance(u, UserOut) and u.row is not None:
+        return u.row
+    return fpb.FeatureRow(entity_id=req.user_id)
 
 
 def _neutral_features(env: Env, req: RequestState, node: NodeSpec, inputs: Inputs) -> object:
     pool, rest = _pool(env, req, inputs)
-    return ItemFeatures(_user(inputs), pool, rest, {}, FEATURE_SET_VERSION)
+    items = fpb.FeatureTable(entity_ids=[i for i, _ in pool])  # no columns: every feature's default
+    return ItemFeatures(_user_row(req, inputs), pool, rest, items, {}, env.fs.version)
 
 
-def _categories(f: ItemFeatures) -> dict[str, str]:
-    categories = f.columns.get("category")
-    if not categories:
+def _categories(env: Env, table: fpb.FeatureTable) -> dict[str, str]:
+    """Each item's recall category (its first value, for a multi-valued one): the diversity cap."""
+    name = env.fs.roles.category
+    col = next((c for c in table.columns if c.name == name), None) if name else None
+    if col is None:
         return {}
-    return {i: str(c) for (i, _), c in zip(f.pool, categories, strict=True)}
+    if col.texts:
+        values = list(col.texts)
+    elif col.string_lists:
+        values = [s.values[0] if s.values else "" for s in col.string_lists]
+    else:
+        return {}
+    return {i: v for i, v in zip(table.entity_ids, values, strict=True) if v}
 
 
 async def _run_score(env: Env, req: RequestState, node: NodeSpec, inputs: Inputs, cap_s: float) -> object:
@@ -267,20 +288,21 @@ async def _run_score(env: Env, req: RequestState, node: NodeSpec, inputs: Inputs
     if "inference" in req.skip:
         raise InferenceSkipped("the caller presumes inference cold")
     ids = [i for i, _ in f.pool]
-    matrix = matrix_from_columns(f.user, ids, f.columns)
     # Levels 1-3 ask inference for its cheaper model variants (policy.py).
     variant = min(req.level, SKIP_FINE_RANKING - 1)
-    scored = await env.inference.score(f.feature_version, list(COLUMNS), matrix, level=variant, cap_s=cap_s)
+    scored = await env.inference.score_features(
+        f.feature_version, f.user, f.items, level=variant, cap_s=cap_s
+    )
     req.suggested_level = scored.suggested_level
     trace.get_current_span().set_attribute("recmesh.inference_served_level", scored.level)
     items = top_n(ids, scored.scores, len(ids)) + [(i, 0.0) for i, _ in f.rest]
-    return Ordered(items, scored.model_version, f.feature_version, _categories(f))
+    return Ordered(items, scored.model_version, f.feature_version, f.categories)
 
 
 def _neutral_score(env: Env, req: RequestState, node: NodeSpec, inputs: Inputs) -> object:
     f = _one(inputs, ItemFeatures)
     assert isinstance(f, ItemFeatures)
-    return Ordered(f.pool + f.rest, UNSCORED_MODEL, f.feature_version, _categories(f))
+    return Ordered(f.pool + f.rest, UNSCORED_MODEL, f.feature_version, f.categories)
 
 
 async def _run_diversify(env: Env, req: RequestState, node: NodeSpec, inputs: Inputs, cap_s: float) -> object:

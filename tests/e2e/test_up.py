@@ -20,6 +20,7 @@ import pytest
 
 from recmesh.bench.proccpu import child_pids
 from recmesh.embedded import port_is_free
+from recmesh.features.repository import DEMO_REPOSITORY, load_repository
 from recmesh.v1 import recommender_pb2, recommender_pb2_grpc
 from tests.helpers import free_port, poll_until
 
@@ -131,7 +132,8 @@ async def test_ready_events_and_recommendations(running: Running) -> None:
         body = resp.json()
         assert len(body["items"]) == 10 and len({i["item_id"] for i in body["items"]}) == 10
         assert body["slo_class"] == "A" and body["trace_id"] == trace_id
-        assert body["model_version"].startswith("ctr-") and body["feature_version"] == "fs-v1"
+        demo_version = load_repository(DEMO_REPOSITORY).version
+        assert body["model_version"].startswith("ctr-") and body["feature_version"] == demo_version
         assert body["degraded"] == []
         assert resp.headers["traceparent"].split("-")[1] == trace_id
         clicked = {e["item_id"] for e in events}

@@ -10,9 +10,11 @@ import pytest
 
 from recmesh.clients import FeatureClient, InferenceClient, RankerClient
 from recmesh.demo.generate import make_catalog, offline_rows
+from recmesh.features.repository import FeatureSet
 from recmesh.grpcserver import MeshServer
 from recmesh.redis_client import connect
 from recmesh.settings import FeatureSettings, InferenceSettings, RankerSettings
+from services.feature.catalog import load_catalog
 from services.feature.server import build_server as build_feature
 from services.feature.store import FeatureStore
 from services.inference.model import ModelRegistry
@@ -31,29 +33,30 @@ class Mesh:
     inference_client: InferenceClient
     ranker_client: RankerClient
     store: FeatureStore
+    model_dir: Path
 
 
 @pytest.fixture(scope="session")
-async def mesh(redis_url: str, model_dir: Path) -> AsyncIterator[Mesh]:
+async def mesh(redis_url: str, model_dir: Path, demo_fs: FeatureSet) -> AsyncIterator[Mesh]:
     redis = connect(redis_url, 16)
-    store = FeatureStore(redis)
+    store = FeatureStore(redis, demo_fs)
     await store.prepare()
     users, items = offline_rows(make_catalog())
-    await store.load_offline(users, items)
+    await load_catalog(redis, demo_fs, users, items)
     feature = build_feature(FeatureSettings(feature_port=free_port(), redis_url=redis_url), store)
-    registry = ModelRegistry(model_dir)
+    registry = ModelRegistry(model_dir, fs=demo_fs)
     registry.load_current()
     inference = build_inference(InferenceSettings(inference_port=free_port(), model_dir=model_dir), registry)
     fc = FeatureClient(feature.address, "ranker")
     ic = InferenceClient(inference.address, "ranker")
     ranker_settings = RankerSettings(ranker_port=free_port(), model_dir=model_dir)
-    ranker = build_ranker(ranker_settings, build_pipeline(ranker_settings, fc, ic))
+    ranker = build_ranker(ranker_settings, build_pipeline(ranker_settings, fc, ic, demo_fs))
     servers = (feature, inference, ranker)
     for s in servers:
         await s.start()
         await s.set_serving()
     rc = RankerClient(ranker.address, "test")
-    yield Mesh(feature, inference, ranker, fc, ic, rc, store)
+    yield Mesh(feature, inference, ranker, fc, ic, rc, store, model_dir)
     for c in (fc, ic, rc):
         await c.close()
     for s in servers:

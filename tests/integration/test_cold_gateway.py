@@ -57,7 +57,8 @@ async def test_class_a_falls_back_at_once_and_class_c_waits_for_a_late_inference
     ranker_features = FeatureClient(mesh.feature.address, "ranker")
     ranker_inference = InferenceClient(inference_addr, "ranker")
     ranker_settings = RankerSettings(ranker_port=free_port(), model_dir=tmp_path)
-    ranker = build_ranker(ranker_settings, build_pipeline(ranker_settings, ranker_features, ranker_inference))
+    pipeline = build_pipeline(ranker_settings, ranker_features, ranker_inference, mesh.store.feature_set)
+    ranker = build_ranker(ranker_settings, pipeline)
     await ranker.start()
     await ranker.set_serving()
 

@@ -14,6 +14,7 @@ from pathlib import Path
 import httpx
 
 from recmesh.clients import FeatureClient, InferenceClient, RankerClient
+from recmesh.features.repository import DEMO_REPOSITORY, load_repository
 from recmesh.resilience import BreakerState
 from recmesh.settings import FeatureSettings, GatewaySettings, RankerSettings
 from services.feature.server import build_server as build_feature
@@ -91,7 +92,7 @@ def _gateway(recommender: Recommender) -> httpx.AsyncClient:
 @contextlib.asynccontextmanager
 async def ranker_behind(fc: FeatureClient, ic: InferenceClient) -> AsyncIterator[Recommender]:
     settings = RankerSettings(ranker_port=free_port(), model_dir=NO_VECTORS)
-    ranker = build_ranker(settings, build_pipeline(settings, fc, ic))
+    ranker = build_ranker(settings, build_pipeline(settings, fc, ic, load_repository(DEMO_REPOSITORY)))
     await ranker.start()
     await ranker.set_serving()
     rc = RankerClient(ranker.address, "gateway")

@@ -14,11 +14,12 @@ import redis.asyncio as redis
 from prometheus_client import REGISTRY
 
 from recmesh.events import Event
+from recmesh.features.repository import DEMO_REPOSITORY, load_repository
 from recmesh.redis_client import connect
 from recmesh.settings import IngestSettings
 from services.feature.ingest import running
 from services.feature.store import FeatureStore
-from tests.helpers import poll_until, produce_events
+from tests.helpers import poll_until, produce_events, write_events
 
 
 def _gauge(name: str, **labels: str) -> float:
@@ -39,10 +40,10 @@ async def test_a_burst_moves_processing_delay_and_state_growth(
     kafka_bootstrap: str, scratch_redis_url: str, redis_client: redis.Redis, topics: dict[str, str]
 ) -> None:
     client = connect(scratch_redis_url, 4)
-    store = FeatureStore(client)
+    store = FeatureStore(client, load_repository(DEMO_REPOSITORY))
     now = int(time.time() * 1000)
     # Existing state, so growth is measured against a real base (above the floor).
-    await store.apply_events([Event.model_validate(e) for e in _events("base", 4000, now - 60_000)])
+    await write_events(store, [Event.model_validate(e) for e in _events("base", 4000, now - 60_000)])
     settings = IngestSettings(
         kafka_bootstrap=kafka_bootstrap, redis_url=scratch_redis_url, events_topic=topics["events"],
         dlq_topic=topics["dlq"], consumer_group=f"g-{topics['events']}", state_sample_s=0.2,
@@ -63,7 +64,7 @@ async def test_a_burst_moves_processing_delay_and_state_growth(
             steady_delay = max(d for _, d in delays)
             passes = sizer.passes
             await poll_until(lambda: asyncio.sleep(0, sizer.passes >= passes + 2), "two scans", 20)
-            before = _gauge("recmesh_feature_state_events", family="user_events")
+            before = _gauge("recmesh_feature_state_events", family="user:ids")
             delays.clear()
 
             burst = _events("burst", 6000, int(time.time() * 1000) - 20_000)
@@ -71,8 +72,8 @@ async def test_a_burst_moves_processing_delay_and_state_growth(
             await poll_until(lambda: asyncio.sleep(0, ingestor.applied == 6200), "burst applied", 30)
             passes = sizer.passes
             await poll_until(lambda: asyncio.sleep(0, sizer.passes >= passes + 2), "two scans", 20)
-            after = _gauge("recmesh_feature_state_events", family="user_events")
-            growth = _gauge("recmesh_feature_state_growth_pct_per_min", family="user_events")
+            after = _gauge("recmesh_feature_state_events", family="user:ids")
+            growth = _gauge("recmesh_feature_state_growth_pct_per_min", family="user:ids")
     finally:
         await client.aclose()
 

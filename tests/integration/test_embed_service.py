@@ -13,15 +13,13 @@ import pytest
 from recmesh.clients import HealthProbe, InferenceClient
 from recmesh.embedding.encoder import TextEncoder
 from recmesh.errors import CircuitOpen, InvalidArgument, ResourceExhausted
-from recmesh.features.definitions import FEATURE_SET_VERSION
-from recmesh.features.vectorize import COLUMNS
 from recmesh.grpcserver import MeshServer
 from recmesh.resilience import request_scope
 from recmesh.settings import InferenceSettings
 from services.inference.model import ModelRegistry
 from services.inference.server import TEXT_HEALTH_NAME, build_server, load_text_into
 from services.inference.textmodels import OnnxEmbedder, TextModels, TextSlot
-from tests.helpers import free_port
+from tests.helpers import card_schema, free_port
 
 
 @pytest.fixture
@@ -61,7 +59,8 @@ async def test_bad_embed_requests_name_the_problem(served: InferenceClient) -> N
         await served.embed(["x"] * 33, cap_s=5)
 
 
-async def test_embed_flood_is_shed_while_scoring_stays_fast(served: InferenceClient) -> None:
+async def test_embed_flood_is_shed_while_scoring_stays_fast(served: InferenceClient, model_dir: Path) -> None:
+    version, columns = card_schema(model_dir)
     """Saturate the embed lane (1 slot + 2 waiting); Score never waits behind it.
     Scoring has its own client, as the ranker does (a client's breaker counts the
     flood's RESOURCE_EXHAUSTED answers, and would fail fast for every method)."""
@@ -69,12 +68,12 @@ async def test_embed_flood_is_shed_while_scoring_stays_fast(served: InferenceCli
     long_texts = ["a long product description about headphones and travel " * 4] * 32
     flood = [asyncio.create_task(served.embed(long_texts, cap_s=30)) for _ in range(12)]
     await asyncio.sleep(0.05)
-    rows = np.random.default_rng(0).random((50, len(COLUMNS))).astype(np.float32).ravel().tolist()
+    rows = np.random.default_rng(0).random((50, len(columns))).astype(np.float32).ravel().tolist()
     latencies = []
     for _ in range(20):
         started = time.perf_counter()
         with request_scope("A", 0.3):
-            await scorer.score(FEATURE_SET_VERSION, list(COLUMNS), rows)
+            await scorer.score(version, columns, rows)
         latencies.append(time.perf_counter() - started)
     results = await asyncio.gather(*flood, return_exceptions=True)
     await scorer.close()
@@ -104,11 +103,12 @@ async def test_score_serves_while_text_models_load(model_dir: Path, embed_model_
     probe = HealthProbe(server.address)
     try:
         assert await probe.serving() and not await probe.serving(service=TEXT_HEALTH_NAME)
-        rows = np.random.default_rng(0).random((3, len(COLUMNS))).astype(np.float32).ravel().tolist()
+        version, columns = card_schema(model_dir)
+        rows = np.random.default_rng(0).random((3, len(columns))).astype(np.float32).ravel().tolist()
         for _ in range(client.policy.failure_threshold + 2):
             with pytest.raises(ResourceExhausted, match="embed lane not ready"):
                 await client.embed(["still loading"], cap_s=5)
-        scored = await client.score(FEATURE_SET_VERSION, list(COLUMNS), rows, cap_s=5)
+        scored = await client.score(version, columns, rows, cap_s=5)
         assert len(scored.scores) == 3, "Embed's not-ready answers must not open the breaker Score uses"
         assert (await client.capabilities()).embedding_model == ""
 

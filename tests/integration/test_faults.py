@@ -22,8 +22,10 @@ from recmesh.clients import FeatureClient, InferenceClient, RankerClient
 from recmesh.demo.generate import make_catalog, offline_rows
 from recmesh.embedded import ManagedProcess, broker_process, ensure_topics, redis_process, wait_tcp
 from recmesh.features import keys
+from recmesh.features.repository import DEMO_REPOSITORY, load_repository
 from recmesh.redis_client import connect
 from recmesh.settings import FeatureSettings, GatewaySettings, IngestSettings, RankerSettings
+from services.feature.catalog import load_catalog
 from services.feature.ingest import running
 from services.feature.server import build_server as build_feature
 from services.feature.store import FeatureStore
@@ -36,6 +38,8 @@ from tests.helpers import free_port, poll_until
 from tests.integration.conftest import Mesh
 
 ROOT = Path(__file__).resolve().parents[2]
+
+FS = load_repository(DEMO_REPOSITORY)
 
 
 class OwnRedis:
@@ -98,7 +102,7 @@ async def _produce(bootstrap: str, topic: str, records: list[tuple[bytes, bytes]
 async def _item_clicks(client: redis.Redis, items: int) -> int:
     pipe = client.pipeline(transaction=False)
     for i in range(items):
-        pipe.zcard(keys.item_clicks(f"i{i}"))
+        pipe.zcard(keys.stream("item", f"i{i}", "click"))
     return sum(await pipe.execute())
 
 
@@ -113,17 +117,17 @@ async def _committed(bootstrap: str, topic: str, group: str) -> int:
 
 async def test_redis_down_while_serving_falls_back_without_5xx(own_redis: OwnRedis, mesh: Mesh) -> None:
     client = connect(own_redis.url, 8)
-    store = FeatureStore(client)
+    store = FeatureStore(client, FS)
     await store.prepare()
     users, items = offline_rows(make_catalog())
-    await store.load_offline(users, items)
+    await load_catalog(client, FS, users, items)
     feature = build_feature(FeatureSettings(feature_port=free_port(), redis_url=own_redis.url), store)
     await feature.start()
     await feature.set_serving()
     fc = FeatureClient(feature.address, "ranker")
     ic = InferenceClient(mesh.inference.address, "ranker")
     ranker_settings = RankerSettings(ranker_port=free_port(), model_dir=own_redis.dir / "no-vectors")
-    ranker = build_ranker(ranker_settings, build_pipeline(ranker_settings, fc, ic))
+    ranker = build_ranker(ranker_settings, build_pipeline(ranker_settings, fc, ic, FS))
     await ranker.start()
     await ranker.set_serving()
     rc, gw_fc = RankerClient(ranker.address, "gateway"), FeatureClient(feature.address, "gateway")
@@ -181,7 +185,7 @@ async def test_redis_down_while_consuming_commits_nothing_and_loses_nothing(
     client = connect(own_redis.url, 4)
     group = settings.consumer_group
     try:
-        async with running(settings, FeatureStore(client)) as ingestor:
+        async with running(settings, FeatureStore(client, FS)) as ingestor:
             await _produce(kafka_bootstrap, topics["events"], _clicks(100, 10, "a"))
             await poll_until(lambda: asyncio.sleep(0, ingestor.applied == 100), "first 100 applied", 20)
             await poll_until(
@@ -261,7 +265,7 @@ async def test_broker_restart_consumer_carries_on(tmp_path: Path, own_redis: Own
                               dlq_topic="ub.dlq", consumer_group="g-restart")  # fmt: skip
     client = connect(own_redis.url, 4)
     try:
-        async with running(settings, FeatureStore(client), metadata_max_age_ms=1000) as ingestor:
+        async with running(settings, FeatureStore(client, FS), metadata_max_age_ms=1000) as ingestor:
             await _produce(bootstrap, "ub", _clicks(50, 5, "before"))
             await poll_until(
                 lambda: asyncio.sleep(0, ingestor.applied == 50), "applied before the restart", 20

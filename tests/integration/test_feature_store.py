@@ -14,11 +14,12 @@ from recmesh.demo.generate import generate_events, make_catalog, offline_rows
 from recmesh.events import Event
 from recmesh.features import keys
 from recmesh.features.backfill import ReplayState
+from recmesh.features.repository import DEMO_REPOSITORY, FeatureSet, load_repository
 from recmesh.redis_client import AnyRedis, connect
-from services.feature.recall_store import RecallStore
+from services.feature.catalog import load_catalog
 from services.feature.store import FeatureStore
 from services.feature.writer import EventWriter
-from tests.helpers import poll_until
+from tests.helpers import poll_until, write_events
 
 MIN = 60_000
 T0 = 1_800_000_000_000
@@ -30,20 +31,24 @@ def e(eid: str, user: str, item: str, behavior: str, t: int) -> Event:
     )
 
 
-async def loaded_store(client: redis.Redis) -> FeatureStore:
-    store = FeatureStore(client)
+FS: FeatureSet = load_repository(DEMO_REPOSITORY)
+USERS = [("u1", {"age_band": "25-34", "interest_tags": ["news"]})]
+ITEMS = [("i1", {"category": "news", "length": 60, "author_level": 2, "popularity": 5.0}),
+         ("i2", {"category": "food", "length": 90, "author_level": 3, "popularity": 1.0})]  # fmt: skip
+
+
+async def loaded_store(
+    client: redis.Redis, static_ttl_s: float = 5.0, profile_ttl_s: float = 60.0
+) -> FeatureStore:
+    store = FeatureStore(client, FS, static_ttl_s=static_ttl_s, profile_ttl_s=profile_ttl_s)
     await store.prepare()
-    await store.load_offline(
-        [("u1", {"age_band": "25-34", "interest_tags": ["news"]})],
-        [("i1", {"category": "news", "length": 60, "author_level": 2, "popularity": 5.0}),
-         ("i2", {"category": "food", "length": 90, "author_level": 3, "popularity": 1.0})],
-    )  # fmt: skip
+    await load_catalog(client, FS, USERS, ITEMS)  # type: ignore[arg-type]
     return store
 
 
 async def test_windows_as_of_and_provenance(redis_client: redis.Redis) -> None:
     store = await loaded_store(redis_client)
-    await store.apply_events([
+    await write_events(store, [
         e("a", "u1", "i1", "click", T0 - 11 * MIN),  # outside every 10-minute window
         e("b", "u1", "i1", "view", T0 - 6 * MIN),
         e("c", "u1", "i1", "click", T0 - 6 * MIN + 1000),
@@ -67,18 +72,41 @@ async def test_windows_as_of_and_provenance(redis_client: redis.Redis) -> None:
 async def test_applying_a_batch_twice_changes_nothing(redis_client: redis.Redis) -> None:
     store = await loaded_store(redis_client)
     batch = [e(f"x{i}", "u1", "i1", "click", T0 - i * 1000) for i in range(20)]
-    await store.apply_events(batch)
+    first = await write_events(store, batch)
     once = await store.lookup("u1", ["i1"], T0, timeout_s=1.0)
-    await store.apply_events(batch)
-    await store.apply_events(batch[:5])
+    again = await write_events(store, batch)
+    await write_events(store, batch[:5])
     twice = await store.lookup("u1", ["i1"], T0, timeout_s=1.0)
     assert once == twice
     assert twice.items[0]["clicks_10m"][0] == 20
+    assert (first.written, first.duplicates, again.written, again.duplicates) == (20, 0, 0, 20)
 
 
-async def test_item_age_comes_from_the_newest_click_or_view(redis_client: redis.Redis) -> None:
-    """The window script reads a click back only when one is newer than the
-    newest view: every case of that shortcut agrees with the replay."""
+async def test_an_event_id_counts_once_whatever_else_it_carries(redis_client: redis.Redis) -> None:
+    """Event identity is the event id (within a user's retained state): a second
+    event reusing an id, with another item, behaviour or time, is dropped and counted."""
+    store = await loaded_store(redis_client)
+    await write_events(store, [e("same", "u1", "i1", "click", T0 - MIN)])
+    result = await write_events(store, [
+        e("same", "u1", "i2", "click", T0 - MIN),  # another item
+        e("same", "u1", "i1", "view", T0 - 2 * MIN),  # another behaviour and time
+        e("other", "u1", "i2", "click", T0 - MIN),
+    ])  # fmt: skip
+    assert (result.written, result.duplicates) == (1, 2)
+    got = await store.lookup("u1", ["i1", "i2"], T0, timeout_s=1.0)
+    i1, i2 = got.items
+    assert (i1["clicks_10m"][0], i1["views_10m"][0], i2["clicks_10m"][0]) == (1, 0, 1)
+    assert got.user["clicks_5m"][0] == 2
+    # The replay applies the same rule.
+    replay = ReplayState(FS, dict(USERS), dict(ITEMS))
+    for ev in [e("same", "u1", "i1", "click", T0 - MIN), e("same", "u1", "i2", "click", T0 - MIN)]:
+        replay.apply(ev)
+    assert replay.duplicates == 1 and replay.features("item", "i2", T0)["clicks_10m"][0] == 0
+
+
+async def test_item_ages_come_from_each_features_own_events(redis_client: redis.Redis) -> None:
+    """An item count's age is its own stream's newest event in its window:
+    every case (index, set, past as-of) agrees with the replay."""
     store = await loaded_store(redis_client)
     cases = {
         "clicks-newer": [("click", T0 - MIN), ("view", T0 - 2 * MIN), ("click", T0 - 3 * MIN)],
@@ -89,19 +117,22 @@ async def test_item_age_comes_from_the_newest_click_or_view(redis_client: redis.
         "future-click": [("view", T0 - MIN), ("click", T0 + MIN)],  # after as_of: not the newest
         "old-view": [("view", T0 - 11 * MIN), ("click", T0 - 2 * MIN)],  # view outside the window
     }
-    replay = ReplayState({})
+    replay = ReplayState(FS, {}, {})
     batch = []
     for item, evs in cases.items():
         for n, (behavior, t) in enumerate(evs):
-            ev = e(f"{item}-{n}", "u9", item, behavior, t)
-            batch.append(ev)
-            replay.apply(ev.model_dump())
-    await store.apply_events(batch)
+            batch.append(e(f"{item}-{n}", "u9", item, behavior, t))
+    for ev in sorted(batch, key=lambda x: x.event_time):
+        replay.apply(ev)
+    await write_events(store, batch)
     got = await store.lookup("u9", list(cases), T0, timeout_s=1.0)
     for item, row in zip(cases, got.items, strict=True):
-        want = replay.item_features(item, T0)
+        want = replay.features("item", item, T0)
         assert {k: (row[k][0], row[k][2]) for k in want} == want, item
-    assert got.items[0]["clicks_10m"][2] == MIN  # the click, not the older view
+    by_item = dict(zip(cases, got.items, strict=True))
+    assert by_item["clicks-newer"]["clicks_10m"][2] == MIN
+    assert by_item["views-newer"]["clicks_10m"][2] == 2 * MIN  # the click's own age, not the view's
+    assert by_item["clicks-only"]["views_10m"][2] == -1
 
 
 async def check_parity_with_replay(client: AnyRedis) -> None:
@@ -109,28 +140,33 @@ async def check_parity_with_replay(client: AnyRedis) -> None:
     features at every as-of time probed, even when applied out of order."""
     catalog = make_catalog()
     users, items = offline_rows(catalog)
-    store = FeatureStore(client)
-    await store.load_offline(users, items)
-    events = list(generate_events(catalog, T0, 40 * MIN, 300, seed=3))
-    shuffled = events[:]
-    random.Random(1).shuffle(shuffled)
-    for i in range(0, len(shuffled), 500):
-        await store.apply_events([Event.model_validate(x) for x in shuffled[i : i + 500]])
-    replay = ReplayState({iid: str(f["category"]) for iid, f in items})
-    for ev in events:
-        replay.apply(ev)
+    store = FeatureStore(client, FS)
+    await load_catalog(client, FS, users, items)
+    events = [Event.model_validate(x) for x in generate_events(catalog, T0, 40 * MIN, 300, seed=3)]
+    writer = EventWriter(client, FS, store.attributes)
+    replay = ReplayState(FS, dict(users), dict(items))
     rng = random.Random(2)
-    probe_users = sorted({ev["user_id"] for ev in events})[:25]
-    probe_items = [ev["item_id"] for ev in rng.sample(events, 40)]
+    probe_users = sorted({ev.user_id for ev in events})[:25]
+    probe_items = [ev.item_id for ev in rng.sample(events, 40)]
+    written = 0
     for as_of in (T0 + 10 * MIN, T0 + 25 * MIN + 123, T0 + 40 * MIN):
+        # What happened up to as-of: written shuffled (out of order), replayed in order.
+        upto = next((n for n, ev in enumerate(events) if ev.event_time > as_of), len(events))
+        shuffled = events[written:upto]
+        random.Random(as_of).shuffle(shuffled)
+        for i in range(0, len(shuffled), 500):
+            await writer.apply(shuffled[i : i + 500])
+        for ev in events[written:upto]:
+            replay.apply(ev)
+        written = upto
         for user in probe_users:
             got = await store.lookup(user, probe_items, as_of, timeout_s=2.0)
             assert got.degraded == []
-            want_user = replay.user_features(user, as_of)
+            want_user = replay.features("user", user, as_of)
             assert {k: got.user[k][0] for k in want_user} == {k: v for k, (v, _) in want_user.items()}
             assert {k: got.user[k][2] for k in want_user} == {k: a for k, (_, a) in want_user.items()}
             for iid, row in zip(probe_items, got.items, strict=True):
-                want = replay.item_features(iid, as_of)
+                want = replay.features("item", iid, as_of)
                 assert {k: (row[k][0], row[k][2]) for k in want} == want, (iid, as_of)
 
 
@@ -149,15 +185,8 @@ async def test_online_equals_offline_replay_on_a_redis_cluster(redis_cluster_url
 
         from recmesh.features import keys as k
 
-        assert (
-            len(
-                {
-                    key_slot(x.encode())
-                    for x in (k.user_events("u1"), k.user_viewed("u1"), k.user_profile("u1"))
-                }
-            )
-            == 1
-        )
+        user_keys = [k.stream("user", "u1", s.id) for s in FS.streams_of("user")]
+        assert len({key_slot(x.encode()) for x in (*user_keys, k.user_ids("u1"), k.user_profile("u1"))}) == 1
     finally:
         await client.aclose()
 
@@ -166,7 +195,7 @@ async def test_redis_down_falls_back_to_cached_offline_features(redis_client: re
     store = await loaded_store(redis_client)
     await store.lookup("u1", ["i1"], T0, timeout_s=1.0)  # warms the offline caches
     dead = connect("redis://127.0.0.1:1/0", 4)
-    broken = FeatureStore(dead)
+    broken = FeatureStore(dead, FS)
     broken._user_profile = store._user_profile
     broken._item_static = store._item_static
     got = await broken.lookup("u1", ["i1", "i2"], T0, timeout_s=0.5)
@@ -181,7 +210,7 @@ async def test_redis_down_falls_back_to_cached_offline_features(redis_client: re
 async def test_slow_redis_times_out_within_budget(redis_client: redis.Redis, scratch_redis_url: str) -> None:
     await loaded_store(redis_client)
     reader = connect(scratch_redis_url, 4)
-    slow = FeatureStore(reader)
+    slow = FeatureStore(reader, FS)
     await slow.prepare()
     await redis_client.client_pause(300)
     started = time.perf_counter()
@@ -197,8 +226,7 @@ def static_reads(path: str) -> float:
 
 
 async def test_cached_statics_are_reread_only_after_an_offline_load(redis_client: redis.Redis) -> None:
-    await loaded_store(redis_client)
-    store = FeatureStore(redis_client, static_ttl_s=0.5, profile_ttl_s=0.5)
+    store = await loaded_store(redis_client, static_ttl_s=0.5, profile_ttl_s=0.5)
     first = await store.lookup("u1", ["i1"], T0, timeout_s=1.0)
     assert first.items[0]["category"][0] == "news"
 
@@ -220,12 +248,13 @@ async def test_cached_statics_are_reread_only_after_an_offline_load(redis_client
 
 
 async def test_an_offline_load_reaches_lookups_long_before_the_ttls(redis_client: redis.Redis) -> None:
-    await loaded_store(redis_client)
-    store = FeatureStore(redis_client, static_ttl_s=60.0, profile_ttl_s=60.0)
+    store = await loaded_store(redis_client, static_ttl_s=60.0, profile_ttl_s=60.0)
     for _ in range(3):  # cached, then confirmed by the version
         await store.lookup("u1", ["i1"], T0, timeout_s=1.0)
     inline = static_reads("inline")
-    await store.load_offline(
+    await load_catalog(
+        redis_client,
+        FS,
         [("u1", {"age_band": "35-44", "interest_tags": ["food"]})],
         [("i1", {"category": "sports", "length": 60, "author_level": 2, "popularity": 5.0})],
     )
@@ -241,9 +270,7 @@ async def test_an_offline_load_reaches_lookups_long_before_the_ttls(redis_client
 async def test_without_a_version_the_ttls_apply(redis_client: redis.Redis) -> None:
     """State loaded before versions existed (or a lost version): look-ups
     re-read statics on their TTL, not on every look-up."""
-    await loaded_store(redis_client)
-    store = FeatureStore(redis_client, static_ttl_s=60.0)
-    await store.prepare()
+    store = await loaded_store(redis_client, static_ttl_s=60.0)
     await redis_client.delete(keys.STATICS_VERSION)
     await store.lookup("u1", ["i1", "i2"], T0, timeout_s=1.0)
     reads = static_reads("inline") + static_reads("background")
@@ -256,7 +283,7 @@ async def test_without_a_version_the_ttls_apply(redis_client: redis.Redis) -> No
 
 
 async def test_the_newest_index_answers_as_the_sorted_sets_do(redis_client: redis.Redis) -> None:
-    """Item ages come from each item's `newest` key (kept by the ingest write)
+    """Item ages come from each item's `newest` hash (kept by the ingest write)
     when it is at or before as-of, else from the sorted sets: both must agree
     at every as-of, including ones between and before the events."""
     store = await loaded_store(redis_client)
@@ -266,20 +293,23 @@ async def test_the_newest_index_answers_as_the_sorted_sets_do(redis_client: redi
            T0 - rng.randrange(20 * MIN)) for n in range(200)),
         key=lambda ev: ev.event_time,
     )  # fmt: skip
-    writer = EventWriter(store, RecallStore(redis_client))
+    writer = EventWriter(redis_client, FS, store.attributes)
     for start in range(0, len(events), 50):
         await writer.apply(events[start : start + 50])
-    # A missing key (evicted, dropped by apply_events, written before it
-    # existed) re-made by a batch of older events starts from the sets' newest.
-    await redis_client.delete(keys.item_newest("i1"))
+    # A missing index (evicted, written before it existed) re-made by a batch
+    # of older events starts from the sets' newest.
+    newest = keys.newest("item", "i1")
+    held = await redis_client.hgetall(newest)
+    await redis_client.delete(newest)
     await writer.apply([e("late", "u1", "i1", "click", events[0].event_time)])
-    assert await redis_client.exists(keys.item_newest("i1"), keys.item_newest("i2")) == 2
+    assert await redis_client.exists(newest, keys.newest("item", "i2")) == 2
+    assert int(await redis_client.hget(newest, "click")) == int(held[b"click"])  # type: ignore[arg-type]
     # The index and the item's sets expire together.
-    ttls = [await redis_client.pttl(k) for k in (keys.item_newest("i1"), keys.item_views("i1"))]
+    ttls = [await redis_client.pttl(k) for k in (newest, keys.stream("item", "i1", "view"))]
     assert ttls[0] > 0 and abs(ttls[0] - ttls[1]) < 1000
     as_ofs = [T0 + 1, T0 - 3 * MIN, T0 - 9 * MIN, T0 - 25 * MIN, *(ev.event_time for ev in events[::37])]
     indexed = [(await store.lookup("u1", ["i1", "i2", "i3"], t, timeout_s=1.0)).items for t in as_ofs]
-    await redis_client.delete(keys.item_newest("i1"), keys.item_newest("i2"))
+    await redis_client.delete(newest, keys.newest("item", "i2"))
     from_sets = [(await store.lookup("u1", ["i1", "i2", "i3"], t, timeout_s=1.0)).items for t in as_ofs]
     assert indexed == from_sets
     assert any(row["clicks_10m"][2] > 0 for rows in indexed for row in rows)  # ages were served

@@ -13,15 +13,11 @@ import numpy as np
 import pytest
 
 from recmesh.clients import InferenceClient
-from recmesh.features.definitions import FEATURE_SET_VERSION
-from recmesh.features.vectorize import COLUMNS
 from recmesh.grpcserver import MeshServer
 from recmesh.settings import InferenceSettings
 from services.inference.model import ModelRegistry
 from services.inference.server import build_batcher, build_server
-from tests.helpers import free_port
-
-D = len(COLUMNS)
+from tests.helpers import card_schema, free_port
 
 
 @pytest.fixture
@@ -49,13 +45,15 @@ async def batched(model_dir: Path, tmp_path: Path) -> AsyncIterator[tuple[MeshSe
 async def test_concurrent_mixed_sizes_get_their_own_scores(
     batched: tuple[MeshServer, ModelRegistry, Path],
 ) -> None:
-    server, registry, _ = batched
+    server, registry, own = batched
+    version, columns = card_schema(own)
+    d = len(columns)
     client = InferenceClient(server.address, "test")
     rng = np.random.default_rng(1)
-    inputs = [rng.random((int(rng.integers(1, 60)), D)).astype(np.float32) * 3 for _ in range(120)]
+    inputs = [rng.random((int(rng.integers(1, 60)), d)).astype(np.float32) * 3 for _ in range(120)]
     try:
         replies = await asyncio.gather(
-            *(client.score(FEATURE_SET_VERSION, list(COLUMNS), x.ravel().tolist(), cap_s=10) for x in inputs)
+            *(client.score(version, columns, x.ravel().tolist(), cap_s=10) for x in inputs)
         )
     finally:
         await client.close()
@@ -75,12 +73,13 @@ async def test_version_switch_under_load_loses_no_request(
     card["version"] = new
     (own / "ctr" / new / "card.json").write_text(json.dumps(card))
     client = InferenceClient(server.address, "test")
-    row = [0.5] * D
+    fs_version, columns = card_schema(own)
+    row = [0.5] * len(columns)
     versions: list[str] = []
 
     async def caller(level: int) -> None:
         for _ in range(60):
-            reply = await client.score(FEATURE_SET_VERSION, list(COLUMNS), row * 4, level=level, cap_s=10)
+            reply = await client.score(fs_version, columns, row * 4, level=level, cap_s=10)
             assert len(reply.scores) == 4 and reply.level == level  # every variant of both versions
             versions.append(reply.model_version)
             await asyncio.sleep(0.002)
@@ -101,10 +100,11 @@ async def test_version_switch_under_load_loses_no_request(
 async def test_score_answers_carry_the_suggested_level(
     batched: tuple[MeshServer, ModelRegistry, Path],
 ) -> None:
-    server, _, _ = batched
+    server, _, own = batched
+    version, columns = card_schema(own)
     client = InferenceClient(server.address, "test")
     try:
-        reply = await client.score(FEATURE_SET_VERSION, list(COLUMNS), [0.0] * D, cap_s=5)
+        reply = await client.score(version, columns, [0.0] * len(columns), cap_s=5)
     finally:
         await client.close()
     assert reply.suggested_level == 0 and len(reply.scores) == 1

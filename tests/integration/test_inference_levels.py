@@ -16,14 +16,13 @@ import pytest
 from recmesh.bench.degrade import holdout
 from recmesh.clients import InferenceClient
 from recmesh.errors import InvalidArgument
-from recmesh.features.definitions import FEATURE_SET_VERSION
-from recmesh.features.vectorize import COLUMNS
+from recmesh.features.repository import FeatureSet
 from recmesh.modeldir import LEVELS, current_model, variant_file
 from recmesh.settings import InferenceSettings
 from recmesh.training.family import auc
 from services.inference.model import ModelRegistry
 from services.inference.server import build_batcher, build_server
-from tests.helpers import free_port
+from tests.helpers import card_schema, free_port
 
 
 @contextlib.asynccontextmanager
@@ -49,11 +48,11 @@ async def serving(model_dir: Path, batching: bool) -> AsyncIterator[tuple[Infere
 
 
 @pytest.fixture(scope="module")
-def card_and_holdout(model_dir: Path) -> tuple[dict[str, Any], np.ndarray, np.ndarray]:
+def card_and_holdout(model_dir: Path, demo_fs: FeatureSet) -> tuple[dict[str, Any], np.ndarray, np.ndarray]:
     path = current_model(model_dir)
     assert path is not None
     card: dict[str, Any] = json.loads((path / "card.json").read_text())
-    x, y = holdout(card)
+    x, y = holdout(card, demo_fs)
     return card, x, y
 
 
@@ -64,11 +63,11 @@ async def test_every_level_scores_over_grpc_and_reports_itself(
     card, x, _ = card_and_holdout
     rows = np.ascontiguousarray(x[:200])
     assert [v["level"] for v in card["variants"]] == list(LEVELS)
+    version, columns = card["feature_set_version"], card["input"]["columns"]
     async with serving(model_dir, batching) as (client, registry):
         replies = await asyncio.gather(
-            *(client.score(FEATURE_SET_VERSION, list(COLUMNS), rows.ravel().tolist(), level=lv, cap_s=10)
-              for lv in LEVELS)
-        )  # fmt: skip
+            *(client.score(version, columns, rows.ravel().tolist(), level=lv, cap_s=10) for lv in LEVELS)
+        )
         for level, reply in zip(LEVELS, replies, strict=True):
             assert reply.level == level and reply.model_version == card["version"]
             expected = registry.model.variants[level].score(rows)
@@ -76,7 +75,7 @@ async def test_every_level_scores_over_grpc_and_reports_itself(
         # The variants are different models, not one model under four names.
         assert not np.allclose(replies[0].scores, replies[3].scores)
         with pytest.raises(InvalidArgument, match="level 4 is not one of"):
-            await client.score(FEATURE_SET_VERSION, list(COLUMNS), rows[0].tolist(), level=4, cap_s=5)
+            await client.score(version, columns, rows[0].tolist(), level=4, cap_s=5)
 
 
 async def test_a_version_without_a_variant_serves_the_nearest_lower_level(
@@ -87,8 +86,9 @@ async def test_a_version_without_a_variant_serves_the_nearest_lower_level(
     path = current_model(own)
     assert path is not None
     (path / variant_file(3)).unlink()
+    version, columns = card_schema(own)
     async with serving(own, batching=True) as (client, _):
-        reply = await client.score(FEATURE_SET_VERSION, list(COLUMNS), [0.0] * len(COLUMNS), level=3, cap_s=5)
+        reply = await client.score(version, columns, [0.0] * len(columns), level=3, cap_s=5)
     assert reply.level == 2
 
 

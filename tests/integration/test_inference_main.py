@@ -17,11 +17,9 @@ import numpy as np
 import pytest
 
 from recmesh.clients import HealthProbe, InferenceClient
-from recmesh.features.definitions import FEATURE_SET_VERSION
-from recmesh.features.vectorize import COLUMNS
 from recmesh.modeldir import EMBEDDER_DIR
 from services.inference.server import TEXT_HEALTH_NAME
-from tests.helpers import free_port, poll_until
+from tests.helpers import card_schema, free_port, poll_until
 
 
 def _spawn(model_dir: Path, log: Path, **extra: str) -> tuple[subprocess.Popen[bytes], str]:
@@ -47,8 +45,9 @@ async def test_serving_then_text_models(model_dir: Path, embed_model_dir: Path, 
     probe, client = HealthProbe(addr), InferenceClient(addr, "test")
     try:
         await poll_until(probe.serving, "inference SERVING", timeout=60, interval=0.01)
-        rows = np.random.default_rng(0).random((4, len(COLUMNS))).astype(np.float32).ravel().tolist()
-        scored = await client.score(FEATURE_SET_VERSION, list(COLUMNS), rows, cap_s=5)
+        version, columns = card_schema(own)
+        rows = np.random.default_rng(0).random((4, len(columns))).astype(np.float32).ravel().tolist()
+        scored = await client.score(version, columns, rows, cap_s=5)
         assert len(scored.scores) == 4 and scored.model_version.startswith("ctr-")
         await poll_until(lambda: probe.serving(service=TEXT_HEALTH_NAME), "text models loaded", timeout=60)
         assert (await client.embed(["a text"], cap_s=10)).matrix.shape == (1, 384)

@@ -10,14 +10,17 @@ import orjson
 import redis.asyncio as redis
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
-from recmesh.features.covisit import COVISIT_SCAN, COVISIT_WINDOW_MS, pair_increments, previous_items
+from recmesh.features.covisit import pair_increments, previous_items
+from recmesh.features.repository import DEMO_REPOSITORY, FIELD_SEP, load_repository
 from recmesh.redis_client import connect
 from recmesh.settings import IngestSettings
 from services.feature.ingest import running
 from services.feature.recall_store import RecallStore
 from services.feature.store import FeatureStore
-from services.feature.writer import EventWriter, WritePlan
+from services.feature.writer import EventWriter, WritePlan, WriteResult
 from tests.helpers import poll_until, produce_events
+
+FS = load_repository(DEMO_REPOSITORY)
 
 
 async def _produce(bootstrap: str, topic: str, records: list[tuple[bytes, bytes]]) -> None:
@@ -77,7 +80,7 @@ async def test_good_events_land_bad_ones_are_dead_lettered_and_offsets_commit(
         dlq_topic=topics["dlq"], consumer_group=f"g-{topics['events']}",
     )  # fmt: skip
     client = connect(scratch_redis_url, 4)
-    store = FeatureStore(client)
+    store = FeatureStore(client, FS)
     async with running(settings, store) as ingestor:
         await poll_until(lambda: asyncio.sleep(0, ingestor.applied == 50), "50 events applied", 15)
         parts = [TopicPartition(topics["events"], p) for p in range(3)]
@@ -115,9 +118,10 @@ async def test_the_consumer_learns_co_visits_once_per_event(
         dlq_topic=topics["dlq"], consumer_group=f"g-{topics['events']}",
     )  # fmt: skip
     client = connect(scratch_redis_url, 4)
-    store = FeatureStore(client)
+    store = FeatureStore(client, FS)
     async with running(settings, store) as ingestor:
         await poll_until(lambda: asyncio.sleep(0, ingestor.applied == 6), "6 events applied", 15)
+        assert ingestor.duplicates == 3, "the second copy of each event id is dropped and counted"
     related = await RecallStore(client).related(["i1"], 10, 10)
     assert related == [("i2", 1.0), ("i3", 1.0)], "each co-visit counted once despite the duplicates"
     await client.aclose()
@@ -130,8 +134,14 @@ def _expected_covisits(views: Sequence[Mapping[str, object]]) -> dict[str, dict[
     for v in sorted(views, key=lambda v: int(str(v["event_time"]))):
         earlier = by_user.setdefault(str(v["user_id"]), [])
         t, item = int(str(v["event_time"])), str(v["item_id"])
-        window = [f"{eid}|{i}" for et, eid, i in reversed(earlier) if t - COVISIT_WINDOW_MS < et < t]
-        pairs += [(item, other) for other in previous_items(item, window[:COVISIT_SCAN])]
+        roles = FS.roles
+        window = [
+            f"{eid}{FIELD_SEP}{i}" for et, eid, i in reversed(earlier) if t - roles.covisit_window_ms < et < t
+        ]
+        pairs += [
+            (item, other)
+            for other in previous_items(item, window[: roles.covisit_scan], roles.covisit_previous)
+        ]
         earlier.append((t, str(v["event_id"]), item))
     return pair_increments(pairs)
 
@@ -140,10 +150,10 @@ class _UnevenWriter(EventWriter):
     """The real writer, with every other write held back as a slow Redis would."""
 
     def __init__(self, store: FeatureStore) -> None:
-        super().__init__(store, RecallStore(store.client))
+        super().__init__(store.client, store.feature_set, store.attributes)
         self.writes = 0
 
-    async def write(self, plan: WritePlan) -> int:
+    async def write(self, plan: WritePlan) -> WriteResult:
         self.writes += 1
         if self.writes % 2:
             await asyncio.sleep(0.05)
@@ -168,7 +178,7 @@ async def test_co_visits_over_many_small_batches_are_those_of_the_rule(
         dlq_topic=topics["dlq"], consumer_group=f"g-{topics['events']}", max_batch=20,
     )  # fmt: skip
     client = connect(scratch_redis_url, 4)
-    store = FeatureStore(client)
+    store = FeatureStore(client, FS)
     writer = _UnevenWriter(store)
     async with running(settings, store, writer=writer) as ingestor:
         await poll_until(lambda: asyncio.sleep(0, ingestor.applied == 700), "700 events applied", 30)

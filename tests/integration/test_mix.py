@@ -28,9 +28,10 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from recmesh.demo.generate import make_catalog, offline_rows
 from recmesh.embedded import ManagedProcess
+from recmesh.features.repository import DEMO_REPOSITORY, load_repository
 from recmesh.modeldir import EMBEDDER_DIR
 from recmesh.redis_client import connect
-from services.feature.store import FeatureStore
+from services.feature.catalog import load_catalog
 from tests.helpers import free_port, poll_until
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -52,9 +53,7 @@ async def gateway_url(
     client = connect(redis_url, 4)
     try:
         await client.flushdb()
-        store = FeatureStore(client)
-        await store.prepare()
-        await store.load_offline(*offline_rows(make_catalog()))
+        await load_catalog(client, load_repository(DEMO_REPOSITORY), *offline_rows(make_catalog()))
     finally:
         await client.aclose()
     own = tmp_path / "models"

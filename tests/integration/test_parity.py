@@ -16,9 +16,11 @@ from recmesh.clients import FeatureClient
 from recmesh.demo.generate import generate_events, make_catalog, offline_rows
 from recmesh.features.backfill import backfill
 from recmesh.features.eventlog import write_events
+from recmesh.features.repository import FeatureSet
 from recmesh.features.wire import row_values, table_rows
 from recmesh.redis_client import connect
 from recmesh.settings import FeatureSettings, IngestSettings
+from services.feature.catalog import load_catalog
 from services.feature.ingest import running
 from services.feature.server import build_server
 from services.feature.store import FeatureStore
@@ -29,14 +31,19 @@ MIN = 60_000
 
 
 async def test_kafka_to_online_equals_backfill(
-    kafka_bootstrap: str, scratch_redis_url: str, redis_client: object, topics: dict[str, str], tmp_path: Path
+    kafka_bootstrap: str,
+    scratch_redis_url: str,
+    redis_client: object,
+    topics: dict[str, str],
+    tmp_path: Path,
+    demo_fs: FeatureSet,
 ) -> None:
     catalog = make_catalog()
     users, items = offline_rows(catalog)
     events = list(generate_events(catalog, T0, 30 * MIN, 250, seed=21))
     client = connect(scratch_redis_url, 8)
-    store = FeatureStore(client)
-    await store.load_offline(users, items)
+    store = FeatureStore(client, demo_fs)
+    await load_catalog(client, demo_fs, users, items)
 
     # Online: through the broker (shuffled, as partitions interleave) and the consumer.
     shuffled = events[:]
@@ -56,7 +63,7 @@ async def test_kafka_to_online_equals_backfill(
     # Offline: the backfill over the same log.
     log, out = tmp_path / "events.jsonl", tmp_path / "rows.jsonl"
     write_events(log, shuffled)
-    backfill(log, out, dict(users), dict(items), run_size=500)
+    backfill(demo_fs, log, out, dict(users), dict(items), run_size=500)
     rows = [orjson.loads(line) for line in out.read_text().splitlines()]
     sample = random.Random(6).sample(rows, 80)
 

@@ -27,14 +27,13 @@ from recmesh.events import Event
 from recmesh.resilience import request_scope
 from recmesh.settings import InferenceSettings, RankerSettings
 from recmesh.vectors import save_item_vectors
-from services.feature.recall_store import RecallStore
 from services.inference.model import ModelRegistry
 from services.inference.server import build_server as build_inference
 from services.inference.textmodels import OnnxEmbedder, TextModels
 from services.ranker.pipeline import build_pipeline
 from services.ranker.recall import CovisitSource, RecallContext
 from services.ranker.server import build_server as build_ranker
-from tests.helpers import free_port
+from tests.helpers import free_port, write_events
 from tests.integration.conftest import Mesh
 
 CATALOG = make_catalog()
@@ -60,12 +59,13 @@ async def test_rank_fuses_several_sources_and_caps_categories(mesh: Mesh, tmp_pa
         *(Event(event_id=f"rr-u{n}", user_id="u1998", item_id=iid, behavior="click",
                 event_time=now - 30_000 + n * 1000) for n, iid in enumerate(tech[:3])),
     ]  # fmt: skip
-    await mesh.store.apply_events(events)
-    await RecallStore(mesh.store.client).apply_covisitation(events)
+    await write_events(mesh.store, events)
 
     settings = RankerSettings(ranker_port=free_port(), model_dir=tmp_path, max_per_category=3)
     features = FeatureClient(mesh.feature.address, "ranker-recall-test")  # its own metric labels
-    ranker = build_ranker(settings, build_pipeline(settings, features, mesh.inference_client))
+    ranker = build_ranker(
+        settings, build_pipeline(settings, features, mesh.inference_client, mesh.store.feature_set)
+    )
     await ranker.start()
     await ranker.set_serving()
     client = RankerClient(ranker.address, "test")
@@ -101,9 +101,8 @@ async def test_covisit_source_calls_get_related_only_without_the_users_answer(me
     tech = [i for i in CATALOG.item_ids if CATEGORY[i] == "tech"][6:9]
     events = [Event(event_id=f"cs-{n}", user_id="u1997", item_id=iid, behavior="view",
                     event_time=now - 20_000 + n * 1000) for n, iid in enumerate(tech)]  # fmt: skip
-    await mesh.store.apply_events(events)
-    await RecallStore(mesh.store.client).apply_covisitation(events)
-    source = CovisitSource(mesh.feature_client)
+    await write_events(mesh.store, events)
+    source = CovisitSource(mesh.feature_client, mesh.store.feature_set.roles)
     user = {"last_viewed_3": [tech[0]]}
     called = await source.fetch(RecallContext("u1997", user, {}, 5, 2.0))
     assert called.items and called.attributes == {"seeds": 1, "with_user": 0}, "no answer along: GetRelated"
@@ -164,7 +163,9 @@ async def test_a_graph_from_a_file_changes_the_pipeline_without_code(mesh: Mesh,
     path = tmp_path / "graph.toml"
     path.write_text(CUSTOM_GRAPH)
     settings = RankerSettings(ranker_port=free_port(), model_dir=tmp_path, pipeline_graph=path)
-    ranker = build_ranker(settings, build_pipeline(settings, mesh.feature_client, mesh.inference_client))
+    ranker = build_ranker(
+        settings, build_pipeline(settings, mesh.feature_client, mesh.inference_client, mesh.store.feature_set)
+    )
     await ranker.start()
     await ranker.set_serving()
     client = RankerClient(ranker.address, "test")
@@ -216,7 +217,7 @@ async def test_the_request_query_steers_semantic_recall(
     await inference.set_serving()
     ic = InferenceClient(inference.address, "ranker")
     settings = RankerSettings(ranker_port=free_port(), model_dir=tmp_path)
-    ranker = build_ranker(settings, build_pipeline(settings, mesh.feature_client, ic))
+    ranker = build_ranker(settings, build_pipeline(settings, mesh.feature_client, ic, mesh.store.feature_set))
     await ranker.start()
     await ranker.set_serving()
     client = RankerClient(ranker.address, "test")

@@ -12,31 +12,33 @@ from redis.crc import key_slot
 
 from recmesh.events import Event
 from recmesh.features import keys
-from recmesh.features.covisit import COVISIT_TTL_S, COVISIT_WINDOW_MS
+from recmesh.features.covisit import COVISIT_TTL_S
+from recmesh.features.repository import DEMO_REPOSITORY, load_repository
 from recmesh.redis_client import AnyRedis, connect
+from services.feature.catalog import load_catalog
 from services.feature.recall_store import RecallStore
 from services.feature.store import FeatureStore
 from services.feature.writer import EventWriter
 
+FS = load_repository(DEMO_REPOSITORY)
+COVISIT_WINDOW_MS = FS.roles.covisit_window_ms
+
 
 async def check_covisitation(client: AnyRedis, path: str) -> None:
-    """`path`: "writer" (the ingest consumer's write: one script on a single Redis,
-    pipelines with marks on a cluster) or "pipelined" (store then recall, marks)."""
+    """`path`: "script" (the one write on a single Redis) or "pipelined" (its
+    plain-command form, which a Redis Cluster always takes)."""
     tag = uuid.uuid4().hex[:6]  # the cluster is shared by the session: own ids
 
     def i(n: int) -> str:
         return f"cv{tag}-{n}"
 
-    store, recall = FeatureStore(client), RecallStore(client)
-    writer = EventWriter(store, recall)
+    store, recall = FeatureStore(client, FS), RecallStore(client)
+    writer = EventWriter(client, FS, store.attributes, pipelined=True if path == "pipelined" else None)
 
     async def apply(events: list[Event]) -> int:
-        if path == "writer":
-            return await writer.apply(sorted(events, key=lambda e: e.event_time))
-        await store.apply_events(events)
-        return await recall.apply_covisitation(events)
+        return (await writer.apply(sorted(events, key=lambda e: e.event_time))).covisit_pairs
 
-    await store.load_offline([], [(i(n), {"category": "news", "popularity": 1.0}) for n in range(6)])
+    await load_catalog(client, FS, [], [(i(n), {"category": "news", "popularity": 1.0}) for n in range(6)])
     t = int(time.time() * 1000) - 60_000
 
     def ev(eid: str, user: str, item: str, dt: int, behavior: str = "view") -> Event:
@@ -64,16 +66,13 @@ async def check_covisitation(client: AnyRedis, path: str) -> None:
 
     ttl = await client.ttl(keys.item_covisits(i(1)))
     assert 0 < ttl <= COVISIT_TTL_S, "co-visitation state expires"
-    if isinstance(client, RedisCluster) or path == "pipelined":
-        assert await client.ttl(keys.user_covisit_marks(f"ua{tag}")) > 0
-    else:  # the viewed set is the mark
-        assert not await client.exists(keys.user_covisit_marks(f"ua{tag}"))
+    assert await client.ttl(keys.user_ids(f"ua{tag}")) > 0, "the event-id set (the mark) expires"
 
     by_cat = dict(await recall.category_popular(["news", "nope"], 3))
     assert len(by_cat["news"]) == 3 and by_cat["nope"] == []
 
 
-@pytest.mark.parametrize("path", ["writer", "pipelined"])
+@pytest.mark.parametrize("path", ["script", "pipelined"])
 async def test_covisitation_counts_once_per_event(redis_client: redis.Redis, path: str) -> None:
     await check_covisitation(redis_client, path)
 
@@ -81,8 +80,9 @@ async def test_covisitation_counts_once_per_event(redis_client: redis.Redis, pat
 async def test_covisitation_on_a_redis_cluster(redis_cluster_url: str) -> None:
     client = connect(redis_cluster_url, 16)
     try:
-        # A user's marks and an item's counts live in different slots here.
-        assert key_slot(keys.user_covisit_marks("u1").encode()) != key_slot(keys.item_covisits("i1").encode())
-        await check_covisitation(client, "writer")
+        # A user's event ids and an item's counts live in different slots here.
+        assert key_slot(keys.user_ids("u1").encode()) != key_slot(keys.item_covisits("i1").encode())
+        assert isinstance(client, RedisCluster)
+        await check_covisitation(client, "cluster")
     finally:
         await client.aclose()

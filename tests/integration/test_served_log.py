@@ -21,13 +21,16 @@ from recmesh.events import Event
 from recmesh.features import keys
 from recmesh.features.eventlog import sorted_events, write_events
 from recmesh.features.offline import write_csv
+from recmesh.features.repository import FeatureSet
 from recmesh.features.served import compare, dump_topic, read_served
 from recmesh.redis_client import connect
 from recmesh.settings import FeatureSettings
+from services.feature.catalog import load_catalog
 from services.feature.served_log import ServedLog
 from services.feature.server import build_server
 from services.feature.store import FeatureStore
 from tests.helpers import free_port
+from tests.helpers import write_events as write_to_store
 
 MIN = 60_000
 T0 = 1_767_225_600_000
@@ -40,23 +43,27 @@ async def test_served_rows_match_the_replay_and_an_injected_skew_is_reported(
     topics: dict[str, str],
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
+    demo_fs: FeatureSet,
 ) -> None:
     catalog = make_catalog()
     users, items = offline_rows(catalog)
     events = list(generate_events(catalog, T0, 20 * MIN, 120, seed=5))
     write_events(tmp_path / "events.jsonl", events)
-    write_csv(tmp_path / "offline", "user", users)
-    write_csv(tmp_path / "offline", "item", items)
+    users_csv = write_csv(demo_fs, tmp_path / "offline", "user", users)
+    items_csv = write_csv(demo_fs, tmp_path / "offline", "item", items)
     client = connect(scratch_redis_url, 8)
-    store = FeatureStore(client)
-    await store.load_offline(users, items)
-    await store.apply_events([Event.model_validate(e) for e in events])
+    store = FeatureStore(client, demo_fs)
+    await load_catalog(client, demo_fs, users, items)
+    await write_to_store(store, [Event.model_validate(e) for e in events])
 
     served_topic = f"served-{topics['events']}"
     await ensure_topics(kafka_bootstrap, {served_topic: 1})
     settings = FeatureSettings(feature_port=free_port(), kafka_bootstrap=kafka_bootstrap)
     served_log = ServedLog(
-        lambda: AIOKafkaProducer(bootstrap_servers=kafka_bootstrap), served_topic, rate=1.0
+        lambda: AIOKafkaProducer(bootstrap_servers=kafka_bootstrap),
+        served_topic,
+        rate=1.0,
+        feature_version=demo_fs.version,
     )
     stop_log = asyncio.Event()
     log_task = asyncio.create_task(served_log.run(stop_log))
@@ -75,7 +82,7 @@ async def test_served_rows_match_the_replay_and_an_injected_skew_is_reported(
             picks = [skewed, *rng.sample(candidates[1:], 30)]
             await features.get_features(user, picks, T0 + 20 * MIN, cap_s=5.0)
         # The skew: a click that reached the online store but not the log.
-        await client.zadd(keys.item_clicks(skewed), {"not-in-the-log": T0 + 20 * MIN - 5000})
+        await client.zadd(keys.stream("item", skewed, "click"), {"not-in-the-log": T0 + 20 * MIN - 5000})
         for user in people:
             picks = [skewed, *rng.sample(candidates[1:], 30)]
             await features.get_features(user, picks, T0 + 20 * MIN + 1000, cap_s=5.0)
@@ -90,10 +97,16 @@ async def test_served_rows_match_the_replay_and_an_injected_skew_is_reported(
     dumped = tmp_path / "served.jsonl"
     assert (await dump_topic(kafka_bootstrap, served_topic, dumped, timeout_s=20)).written == 10
     rows = read_served(dumped)
-    assert {r["feature_version"] for r in rows} == {"fs-v1"}
+    assert {r["feature_version"] for r in rows} == {demo_fs.version}
     assert all(len(r["item_ids"]) == 31 and r["request_id"] for r in rows)
 
-    report = compare(rows, sorted_events(tmp_path / "events.jsonl"), dict(users), dict(items))
+    report = compare(
+        demo_fs,
+        rows,
+        sorted_events(tmp_path / "events.jsonl", demo_fs.event_schema),
+        dict(users),
+        dict(items),
+    )
     assert report.rows == 10 and report.skipped_degraded == 0
     tally = report.features
     assert tally["clicks_10m"].mismatched == 5  # the skewed item, in each round-2 row
@@ -105,8 +118,11 @@ async def test_served_rows_match_the_replay_and_an_injected_skew_is_reported(
         assert tally[name].compared > 0 and tally[name].mismatched == 0, name
 
     # The same through the command line: exit 1 and the feature named.
-    log, offline = str(tmp_path / "events.jsonl"), str(tmp_path / "offline")
-    code = cli_main(["features", "compare", "--served", str(dumped), "--events", log, "--offline", offline])
+    log = str(tmp_path / "events.jsonl")
+    code = cli_main([
+        "features", "compare", "--served", str(dumped), "--events", log,
+        "--users", str(users_csv), "--items", str(items_csv),
+    ])  # fmt: skip
     out = capsys.readouterr().out
     assert code == 1
     assert "5 mismatched values" in out and "clicks_10m" in out

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 from pathlib import Path
+from typing import Any
 
 import grpc
 import numpy as np
@@ -16,17 +17,20 @@ from prometheus_client import REGISTRY
 from recmesh.clients import InferenceClient, RankerClient, open_channel
 from recmesh.errors import DeadlineExceeded, FailedPrecondition, InvalidArgument
 from recmesh.events import Event
-from recmesh.features.definitions import FEATURE_SET_VERSION
-from recmesh.features.vectorize import COLUMNS
+from recmesh.features.repository import FeatureSet
 from recmesh.features.wire import table_rows
 from recmesh.resilience import request_scope
 from recmesh.settings import RankerSettings
-from recmesh.v1 import inference_pb2, inference_pb2_grpc
-from services.feature.recall_store import RecallStore
+from recmesh.v1 import features_pb2, inference_pb2, inference_pb2_grpc
 from services.ranker.pipeline import build_pipeline
 from services.ranker.server import build_server as build_ranker
-from tests.helpers import free_port
+from tests.helpers import free_port, write_events
 from tests.integration.conftest import Mesh
+
+
+async def _schema(mesh: Mesh) -> tuple[str, list[str]]:
+    info = await mesh.inference_client.model_info()
+    return info.feature_version, list(info.feature_names)
 
 
 async def test_health_and_reflection_are_standard(mesh: Mesh) -> None:
@@ -44,13 +48,13 @@ async def test_health_and_reflection_are_standard(mesh: Mesh) -> None:
     await channel.close()
 
 
-async def test_feature_lookup_over_grpc_sees_fresh_events(mesh: Mesh) -> None:
+async def test_feature_lookup_over_grpc_sees_fresh_events(mesh: Mesh, demo_fs: FeatureSet) -> None:
     now = int(time.time() * 1000)
-    await mesh.store.apply_events([
+    await write_events(mesh.store, [
         Event(event_id="g1", user_id="u5", item_id="i3", behavior="click", event_time=now - 1000),
     ])  # fmt: skip
     resp = await mesh.feature_client.get_features("u5", ["i3", "i4"], now, cap_s=2.0)
-    assert resp.feature_version == FEATURE_SET_VERSION
+    assert resp.feature_version == demo_fs.version
     assert resp.as_of_ms == now
     assert resp.user.features["clicks_5m"].number >= 1
     assert resp.user.features["clicks_5m"].age_ms == 1000
@@ -76,8 +80,7 @@ async def test_user_lookup_brings_the_covisitation_recall_along(mesh: Mesh) -> N
                 event_time=now - 60_000 + n * 1000) for n in range(4)),
         Event(event_id="rl-u", user_id="u1991", item_id="i40", behavior="view", event_time=now - 5000),
     ]  # fmt: skip
-    await mesh.store.apply_events(events)
-    await RecallStore(mesh.store.client).apply_covisitation(events)
+    await write_events(mesh.store, events)
 
     resp = await mesh.feature_client.get_features("u1991", [], now, cap_s=2.0, related_limit=5)
     assert resp.related_included and list(resp.user.features["last_viewed_3"].strings.values) == ["i40"]
@@ -106,30 +109,67 @@ async def test_an_items_only_lookup_skips_the_user_and_keeps_the_items(mesh: Mes
 
 
 async def test_score_checks_the_schema(mesh: Mesh) -> None:
-    ok = await mesh.inference_client.score(FEATURE_SET_VERSION, list(COLUMNS), [0.0] * len(COLUMNS) * 3)
+    version, columns = await _schema(mesh)
+    ok = await mesh.inference_client.score(version, columns, [0.0] * len(columns) * 3)
     assert len(ok.scores) == 3 and ok.model_version.startswith("ctr-")
     with pytest.raises(FailedPrecondition, match="feature set 'fs-v0'"):
-        await mesh.inference_client.score("fs-v0", list(COLUMNS), [0.0] * len(COLUMNS))
+        await mesh.inference_client.score("fs-v0", columns, [0.0] * len(columns))
     with pytest.raises(FailedPrecondition, match="missing"):
-        await mesh.inference_client.score(FEATURE_SET_VERSION, list(COLUMNS[:-1]), [0.0] * (len(COLUMNS) - 1))
+        await mesh.inference_client.score(version, columns[:-1], [0.0] * (len(columns) - 1))
     with pytest.raises(InvalidArgument, match="not a multiple"):
-        await mesh.inference_client.score(FEATURE_SET_VERSION, list(COLUMNS), [0.0] * 5)
+        await mesh.inference_client.score(version, columns, [0.0] * 5)
+    table = features_pb2.FeatureTable(entity_ids=["i1"])
+    with pytest.raises(FailedPrecondition, match="feature set 'fs-v0'"):
+        await mesh.inference_client.score_features("fs-v0", features_pb2.FeatureRow(entity_id="u1"), table)
+
+
+async def test_score_builds_the_inputs_from_served_features(mesh: Mesh, demo_fs: FeatureSet) -> None:
+    """Scoring served features is scoring the rows the model card's transforms make of them."""
+    from recmesh.features.vectorize import Vectorizer, transforms_from_card
+    from recmesh.features.wire import row_values, table_columns
+
+    now = int(time.time() * 1000)
+    items = ["i3", "i4", "i5"]
+    served = await mesh.feature_client.get_features("u5", items, now, cap_s=2.0)
+    by_features = await mesh.inference_client.score_features(demo_fs.version, served.user, served.items)
+    card = mesh_card(mesh)
+    vec = Vectorizer(transforms_from_card(card["input"]["transforms"]))
+    rows = vec.matrix([row_values(served.user)], table_columns(served.items), items, ["u5"])
+    by_rows = await mesh.inference_client.score(demo_fs.version, list(card["input"]["columns"]), rows)
+    assert len(by_features.scores) == 3 and by_features.scores == by_rows.scores
+    # Features the request lacks take their declared defaults: no columns at all still scores.
+    bare = await mesh.inference_client.score_features(
+        demo_fs.version, features_pb2.FeatureRow(entity_id="u5"), features_pb2.FeatureTable(entity_ids=items)
+    )
+    assert len(bare.scores) == 3
+
+
+def mesh_card(mesh: Mesh) -> dict[str, Any]:
+    import json
+
+    from recmesh.modeldir import current_model
+
+    path = current_model(mesh.model_dir)
+    assert path is not None
+    card: dict[str, Any] = json.loads((path / "card.json").read_text())
+    return card
 
 
 async def test_score_takes_the_matrix_as_raw_float32_bytes(mesh: Mesh) -> None:
-    x = np.random.default_rng(3).random((7, len(COLUMNS)), dtype=np.float32)
-    as_list = await mesh.inference_client.score(FEATURE_SET_VERSION, list(COLUMNS), x.ravel().tolist())
-    as_bytes = await mesh.inference_client.score(FEATURE_SET_VERSION, list(COLUMNS), x)
+    version, columns = await _schema(mesh)
+    x = np.random.default_rng(3).random((7, len(columns)), dtype=np.float32)
+    as_list = await mesh.inference_client.score(version, columns, x.ravel().tolist())
+    as_bytes = await mesh.inference_client.score(version, columns, x)
     assert len(as_bytes.scores) == 7 and as_bytes.scores == as_list.scores
     async with open_channel(mesh.inference.address) as channel:
         stub = inference_pb2_grpc.InferenceServiceStub(channel)
         bad = {
-            "not both": inference_pb2.ScoreRequest(values=[0.0] * len(COLUMNS), values_f32=x[0].tobytes()),
+            "not both": inference_pb2.ScoreRequest(values=[0.0] * len(columns), values_f32=x[0].tobytes()),
             "multiple of 4": inference_pb2.ScoreRequest(values_f32=x.tobytes()[:-1]),
         }
         for message, req in bad.items():
-            req.feature_version = FEATURE_SET_VERSION
-            req.feature_names.extend(COLUMNS)
+            req.feature_version = version
+            req.feature_names.extend(columns)
             with pytest.raises(grpc.aio.AioRpcError, match=message) as err:
                 await stub.Score(req, timeout=5)
             assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
@@ -152,7 +192,9 @@ async def test_rank_returns_scored_items_in_order(mesh: Mesh) -> None:
 async def test_rank_falls_back_to_recall_order_when_inference_is_down(mesh: Mesh, tmp_path: Path) -> None:
     dead = InferenceClient(f"127.0.0.1:{free_port()}", "ranker")
     settings = RankerSettings(ranker_port=free_port(), model_dir=tmp_path)
-    ranker = build_ranker(settings, build_pipeline(settings, mesh.feature_client, dead))
+    ranker = build_ranker(
+        settings, build_pipeline(settings, mesh.feature_client, dead, mesh.store.feature_set)
+    )
     await ranker.start()
     await ranker.set_serving()
     client = RankerClient(ranker.address, "test")
@@ -205,7 +247,7 @@ async def test_tight_budget_steps_down_the_ladder(mesh: Mesh) -> None:
 
 async def test_the_ranker_steps_down_the_ladder_under_its_own_load(mesh: Mesh, tmp_path: Path) -> None:
     settings = RankerSettings(ranker_port=free_port(), model_dir=tmp_path, capacity=2)
-    pipeline = build_pipeline(settings, mesh.feature_client, mesh.inference_client)
+    pipeline = build_pipeline(settings, mesh.feature_client, mesh.inference_client, mesh.store.feature_set)
     with request_scope("C", 10.0):  # a long budget: only the load moves the ladder
         alone = await pipeline.rank("u5", 5, 0)
         together = await asyncio.gather(*(pipeline.rank(f"u{i}", 5, 0) for i in range(2)))

@@ -1,4 +1,4 @@
-"""The ingest write (one script on a single Redis) against the two-step write it replaces."""
+"""The one event write path: its single-Redis script against its pipelined (Redis Cluster) form."""
 
 from __future__ import annotations
 
@@ -9,12 +9,14 @@ from collections.abc import AsyncIterator
 import pytest
 import redis.asyncio as redis
 
-from recmesh.events import BEHAVIORS, Event
+from recmesh.events import Event
 from recmesh.features import keys
-from recmesh.features.definitions import STATE_TTL_S
-from services.feature.recall_store import RecallStore
+from recmesh.features.repository import DEMO_REPOSITORY, load_repository
+from services.feature.catalog import load_catalog
 from services.feature.store import FeatureStore
 from services.feature.writer import EventWriter
+
+FS = load_repository(DEMO_REPOSITORY)
 
 
 @pytest.fixture
@@ -39,11 +41,13 @@ def _batches(seed: int) -> list[list[Event]]:
     now = int(time.time() * 1000)
     events = [
         Event(event_id=f"e{n}", user_id=f"u{rng.randrange(40)}", item_id=f"i{rng.randrange(30)}",
-              behavior=rng.choice(BEHAVIORS), event_time=now - rng.randrange(50 * 60_000))
+              behavior=rng.choice(FS.behaviors), event_time=now - rng.randrange(50 * 60_000))
         for n in range(3000)
     ]  # fmt: skip
     events.sort(key=lambda e: e.event_time + rng.randrange(-120_000, 120_000))
     events += rng.sample(events, 300)  # redeliveries, some in the same batch as the original
+    # Reused ids with other content (another item): dropped as duplicates either way.
+    events += [e.model_copy(update={"item_id": "i0"}) for e in rng.sample(events, 50)]
     batches = [events[i : i + 250] for i in range(0, len(events), 250)]
     return [sorted(b, key=lambda e: e.event_time) for b in batches]
 
@@ -52,10 +56,10 @@ async def _state(client: redis.Redis) -> dict[str, object]:
     out: dict[str, object] = {}
     async for raw in client.scan_iter(count=1000):
         key = raw.decode()
-        if key.endswith(":covisit_marks"):
+        if key.endswith("}:newest") or key == keys.REPOSITORY:  # the script's index (below), load metadata
             continue
         kind = await client.type(key)
-        if kind == b"string":  # indexes (item_newest) and the statics version: below
+        if kind == b"string":  # the statics version
             continue
         if kind == b"zset":
             if not key.startswith("{catalog}"):  # offline popularity has no TTL
@@ -66,41 +70,41 @@ async def _state(client: redis.Redis) -> dict[str, object]:
     return out
 
 
-async def test_the_one_script_write_equals_the_two_step_write(
+async def test_the_one_script_write_equals_the_pipelined_write(
     two_dbs: tuple[redis.Redis, redis.Redis],
 ) -> None:
     a, b = two_dbs
     statics = [(f"i{n}", {"category": f"c{n % 4}", "popularity": 1.0}) for n in range(30)]
-    two_step = (FeatureStore(a), RecallStore(a))
-    writer = EventWriter(FeatureStore(b), RecallStore(b))
-    await two_step[0].load_offline([], statics)
-    await FeatureStore(b).load_offline([], statics)
-    counted_a = counted_b = 0
+    await load_catalog(a, FS, [], statics)  # type: ignore[arg-type]
+    await load_catalog(b, FS, [], statics)  # type: ignore[arg-type]
+    pipelined = EventWriter(a, FS, FeatureStore(a, FS).attributes, pipelined=True)
+    script = EventWriter(b, FS, FeatureStore(b, FS).attributes)
+    counted_a = counted_b = dups_a = dups_b = 0
     batches = _batches(7)
     for batch in batches:
-        await two_step[0].apply_events(batch)
-        counted_a += await two_step[1].apply_covisitation(batch)
-        counted_b += await writer.apply(batch)
+        got_a, got_b = await pipelined.apply(batch), await script.apply(batch)
+        counted_a += got_a.covisit_pairs
+        counted_b += got_b.covisit_pairs
+        dups_a += got_a.duplicates
+        dups_b += got_b.duplicates
     assert counted_a == counted_b > 1000
+    assert dups_a == dups_b >= 300
     state_a, state_b = await _state(a), await _state(b)
     assert sorted(state_a) == sorted(state_b)
     assert state_a == state_b
     assert any(k.endswith(":covisits") for k in state_b)
-    assert not [k async for k in b.scan_iter(match="*:covisit_marks")]
 
-    # The one-script write also keeps each item's newest event time for look-ups.
+    # The script also keeps each item's newest event time per count stream for look-ups.
     for n in range(30):
-        tops = [
-            await b.zrange(key, -1, -1, withscores=True)
-            for key in (keys.item_clicks(f"i{n}"), keys.item_views(f"i{n}"))
-        ]
-        newest = max((int(top[0][1]) for top in tops if top), default=None)
-        held = await b.get(keys.item_newest(f"i{n}"))
-        assert (int(held) if held is not None else None) == newest, f"i{n}"
-        if held is not None:
-            assert 0 < await b.ttl(keys.item_newest(f"i{n}")) <= STATE_TTL_S
+        for stream in ("click", "view"):
+            top = await b.zrange(keys.stream("item", f"i{n}", stream), -1, -1, withscores=True)
+            held = await b.hget(keys.newest("item", f"i{n}"), stream)
+            assert (int(held) if held is not None else None) == (int(top[0][1]) if top else None), f"i{n}"
+        if await b.exists(keys.newest("item", f"i{n}")):
+            assert 0 < await b.ttl(keys.newest("item", f"i{n}")) <= FS.ttl_s
 
     # Everything again, as after a crash before the commit: nothing changes.
     for batch in batches:
-        assert await writer.apply(batch) == 0
+        again = await script.apply(batch)
+        assert (again.written, again.covisit_pairs) == (0, 0)
     assert await _state(b) == state_b

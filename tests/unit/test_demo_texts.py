@@ -6,8 +6,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from recmesh.demo.generate import make_catalog
-from recmesh.demo.texts import VOCAB, item_texts, read_item_texts, write_item_texts
-from recmesh.up import DEMO_DATA_DIR
+from recmesh.demo.texts import VOCAB, embedding_text, item_texts, read_item_texts, write_item_texts
+from recmesh.features.offline import read_texts
+from recmesh.features.repository import DEMO_REPOSITORY, FeatureSet
+
+DEMO_DATA_DIR = DEMO_REPOSITORY.parent
 
 
 def test_shipped_item_texts_match_generator(tmp_path: Path) -> None:
@@ -23,6 +26,14 @@ def test_every_item_has_a_text_about_its_category() -> None:
         title, description = texts[item["item_id"]]
         words = {w for nouns, details in VOCAB[item["category"]] for w in nouns + details}
         assert any(w in f"{title} {description}" for w in words), item
+
+
+def test_the_repository_embeds_title_and_description(demo_fs: FeatureSet) -> None:
+    """`[items] texts` of the demo repository reads the shipped file: one text per
+    item, its title and description joined as the demo's embedding text."""
+    texts = read_item_texts(DEMO_DATA_DIR)
+    embedded = read_texts(demo_fs)
+    assert embedded == {item_id: embedding_text(t, d) for item_id, (t, d) in texts.items()}
 
 
 def test_texts_are_seeded_and_leave_the_catalog_alone() -> None:

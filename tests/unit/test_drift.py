@@ -2,18 +2,15 @@
 
 from __future__ import annotations
 
+from typing import cast
+
 import pytest
 
-from recmesh.features.keys import (
-    item_clicks,
-    item_covisits,
-    item_static,
-    state_family,
-    user_covisit_marks,
-    user_events,
-    user_viewed,
-)
-from services.feature.drift import growth_pct_per_min
+from recmesh.features import keys
+from recmesh.features.keys import state_families, state_family
+from recmesh.features.repository import FeatureSet
+from recmesh.redis_client import AnyRedis
+from services.feature.drift import StateSizer, growth_pct_per_min
 
 
 def test_growth_over_one_minute() -> None:
@@ -42,11 +39,31 @@ def test_no_growth_without_two_samples_or_elapsed_time() -> None:
     assert growth_pct_per_min([(5.0, 100), (5.0, 900)]) == 0.0
 
 
-def test_state_families_come_from_the_key_layout() -> None:
-    assert state_family(user_events("42")) == "user_events"
-    assert state_family(user_viewed("42")) == "user_viewed"
-    assert state_family(item_clicks("i:7")) == "item_clicks"
-    assert state_family(item_covisits("7")) == "item_covisits"
-    assert state_family(user_covisit_marks("42")) == "user_covisit_marks"
-    assert state_family(item_static("7")) is None
-    assert state_family("{catalog}:popularity") is None
+def test_state_families_come_from_the_key_layout(demo_fs: FeatureSet) -> None:
+    families = state_families(demo_fs)
+    # One family per stream of the repository, plus event ids and co-visitation counts.
+    assert set(families) == {
+        "user:s:click", "user:s:click+view", "item:s:click", "item:s:view", "user:ids", "item:covisits",
+    }  # fmt: skip
+    assert state_family(keys.stream("user", "42", "click"), families) == "user:s:click"
+    assert state_family(keys.stream("user", "42", "click+view"), families) == "user:s:click+view"
+    assert state_family(keys.stream("item", "i:7", "click"), families) == "item:s:click"
+    assert state_family(keys.stream("item", "7", "view"), families) == "item:s:view"
+    assert state_family(keys.user_ids("42"), families) == "user:ids"
+    assert state_family(keys.item_covisits("7"), families) == "item:covisits"
+    assert state_family(keys.item_static("7"), families) is None
+    assert state_family(keys.user_profile("42"), families) is None
+    assert state_family(keys.newest("user", "42"), families) is None  # an index, not state
+    assert state_family("{catalog}:popularity", families) is None
+    assert state_family(keys.stream("user", "42", "purchase"), families) is None  # no such stream
+
+
+def test_sizer_publishes_growth_per_family(demo_fs: FeatureSet) -> None:
+    sizer = StateSizer(cast(AnyRedis, object()), demo_fs)  # publish() never touches Redis
+    assert set(sizer.history) == set(state_families(demo_fs))
+    sizes = dict.fromkeys(sizer.history, (1, 10_000))
+    assert set(sizer.publish(sizes, 0.0).values()) == {0.0}
+    sizes["user:s:click"] = (2, 12_500)
+    growth = sizer.publish(sizes, 60.0)
+    assert growth["user:s:click"] == pytest.approx(25.0) and growth["item:s:view"] == 0.0
+    assert sizer.passes == 2

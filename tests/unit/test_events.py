@@ -1,19 +1,64 @@
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from recmesh.errors import InvalidArgument
-from recmesh.events import parse_event
+from recmesh.events import Event, EventSchema, conform, parse_event, validate_event
+from recmesh.features.repository import FeatureSet, parse_repository
 
 GOOD = (
     b'{"event_id": "e1", "user_id": "u1", "item_id": "i1", "behavior": "view", '
     b'"event_time": 1767225600000, "x": 1}'
 )
 
+RATED = """
+[repository]
+name = "rated"
 
-def test_good_event_with_extra_fields() -> None:
-    e = parse_event(GOOD)
+[events]
+behaviors = ["view", "click"]
+aliases = { play = "view" }
+values = ["rating"]
+"""
+
+
+@pytest.fixture(scope="module")
+def rated() -> EventSchema:
+    return parse_repository(RATED, Path("rated.toml")).event_schema
+
+
+def test_good_event_with_extra_fields(demo_fs: FeatureSet) -> None:
+    e = parse_event(GOOD, demo_fs.event_schema)
     assert (e.user_id, e.behavior, e.event_time) == ("u1", "view", 1767225600000)
+    assert e.values == {} and "x" not in e.to_dict()  # undeclared extras are not carried on
+
+
+def test_aliases_map_onto_the_vocabulary(demo_fs: FeatureSet) -> None:
+    e = parse_event(GOOD.replace(b'"view"', b'"addtocart"'), demo_fs.event_schema)
+    assert e.behavior == "add_to_cart"
+    assert e.to_dict()["behavior"] == "add_to_cart"
+
+
+def test_declared_values_travel_with_the_event(rated: EventSchema) -> None:
+    e = parse_event(GOOD.replace(b'"x": 1', b'"rating": 4'), rated)
+    assert e.values == {"rating": 4.0} and e.to_dict()["rating"] == 4.0
+    assert parse_event(GOOD, rated).values == {}  # optional
+    with pytest.raises(InvalidArgument, match="rating: must be a finite number"):
+        parse_event(GOOD.replace(b'"x": 1', b'"rating": "high"'), rated)
+    with pytest.raises(InvalidArgument, match=r"events\[2\]\.rating"):
+        validate_event({**Event.model_validate_json(GOOD).to_dict(), "rating": True}, rated, "events[2]")
+
+
+def test_conform_checks_an_event_parsed_without_a_schema(rated: EventSchema) -> None:
+    loose = Event.model_validate_json(GOOD.replace(b'"view"', b'"play"').replace(b'"x": 1', b'"rating": 2'))
+    assert loose.behavior == "play" and loose.values == {}  # no schema: taken as it is
+    e = conform(loose, rated)
+    assert (e.behavior, e.values) == ("view", {"rating": 2.0})
+    unknown = Event.model_validate_json(GOOD.replace(b'"view"', b'"like"'))
+    with pytest.raises(InvalidArgument, match=r"events\[0\]\.behavior: unknown behaviour 'like'"):
+        conform(unknown, rated, "events[0]")
 
 
 @pytest.mark.parametrize(
@@ -28,6 +73,12 @@ def test_good_event_with_extra_fields() -> None:
         (GOOD.replace(b'"u1"', b'"u|1"'), "user_id"),
     ],
 )
-def test_bad_events_name_the_problem(raw: bytes, message: str) -> None:
+def test_bad_events_name_the_problem(demo_fs: FeatureSet, raw: bytes, message: str) -> None:
     with pytest.raises(InvalidArgument, match=message):
-        parse_event(raw)
+        parse_event(raw, demo_fs.event_schema)
+
+
+def test_an_unknown_behaviour_names_the_vocabulary_and_aliases(demo_fs: FeatureSet) -> None:
+    with pytest.raises(InvalidArgument, match="unknown behaviour 'like'") as err:
+        parse_event(GOOD.replace(b'"view"', b'"like"'), demo_fs.event_schema)
+    assert "view, click, add_to_cart, purchase" in str(err.value) and "addtocart" in str(err.value)

@@ -8,13 +8,15 @@ that the embedding step writes; the index does not care where they come from.
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 
 from recmesh.clients import InferenceClient
+from recmesh.features.repository import FeatureSet
 from recmesh.vectors import save_item_vectors
-from services.ranker.recall import RecallContext, SemanticSource
+from services.ranker.recall import RecallContext, SemanticSource, last_viewed
 from services.ranker.semantic import IndexHolder
 from tests.helpers import free_port
 
@@ -82,7 +84,7 @@ async def test_new_vectors_are_picked_up_in_the_background(tmp_path: Path) -> No
     assert holder.index is not None and len(holder.index) == 60
 
 
-async def test_a_query_is_not_embedded_when_inference_is_skipped(tmp_path: Path) -> None:
+async def test_a_query_is_not_embedded_when_inference_is_skipped(tmp_path: Path, demo_fs: FeatureSet) -> None:
     """With inference presumed cold (x-recmesh-skip), semantic recall still
     answers from the viewed items and never calls Embed; otherwise it tries
     (here against a port nobody listens on, so the query is 'unavailable')."""
@@ -90,8 +92,8 @@ async def test_a_query_is_not_embedded_when_inference_is_skipped(tmp_path: Path)
     holder = IndexHolder(tmp_path)
     holder.refresh()
     client = InferenceClient(f"127.0.0.1:{free_port()}", "test")
-    source = SemanticSource(holder, client)
-    user = {"last_viewed_3": ["c2-0", "c2-1"]}
+    source = SemanticSource(holder, demo_fs.roles, client)
+    user = {demo_fs.roles.recent_items or "": ["c2-0", "c2-1"]}
     context = {"query": "jazz quartet"}
     try:
         skipped = await source.fetch(
@@ -104,3 +106,26 @@ async def test_a_query_is_not_embedded_when_inference_is_skipped(tmp_path: Path)
         assert client.breaker.failures == 1
     finally:
         await client.close()
+
+
+def test_the_intent_reads_the_repositorys_recent_items_feature(demo_fs: FeatureSet) -> None:
+    roles = demo_fs.roles
+    assert roles.recent_items == "last_viewed_3"
+    assert last_viewed(roles, {"last_viewed_3": ["i1", "i2"], "interest_tags": ["news"]}) == ["i1", "i2"]
+    assert last_viewed(roles, {}) == []
+    assert last_viewed(roles, {"last_viewed_3": "i1"}) == []  # not a list: no seeds
+    undeclared = replace(roles, recent_items=None)
+    assert last_viewed(undeclared, {"last_viewed_3": ["i1"]}) == []
+
+
+async def test_without_recent_items_and_query_there_is_no_intent(tmp_path: Path, demo_fs: FeatureSet) -> None:
+    _write(tmp_path)
+    holder = IndexHolder(tmp_path)
+    holder.refresh()
+    with_seeds = await SemanticSource(holder, demo_fs.roles).fetch(
+        RecallContext("u1", {"last_viewed_3": ["c2-0"]}, {}, 10, 0.5)
+    )
+    assert len(with_seeds.items) == 10 and all(i.startswith("c2-") for i, _ in with_seeds.items[:5])
+    undeclared = SemanticSource(holder, replace(demo_fs.roles, recent_items=None))
+    none = await undeclared.fetch(RecallContext("u1", {"last_viewed_3": ["c2-0"]}, {}, 10, 0.5))
+    assert none.items == [] and none.attributes["index"] == "no_intent"

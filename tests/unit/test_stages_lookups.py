@@ -8,6 +8,8 @@ from typing import Any
 
 import pytest
 
+from recmesh.features.repository import FeatureSet
+from recmesh.features.wire import row_values
 from recmesh.settings import RankerSettings
 from recmesh.v1 import features_pb2 as pb
 from services.ranker.fusion import Fused
@@ -36,10 +38,10 @@ class RecordingFeatures:
     [([], True), (["related_timeout"], True), (["realtime_store_timeout"], False)],
 )
 async def test_the_candidate_lookup_rereads_the_user_only_after_a_fallback(
-    user_degraded: list[str], items_only: bool
+    user_degraded: list[str], items_only: bool, demo_fs: FeatureSet
 ) -> None:
     features = RecordingFeatures(user_degraded)
-    env = Env(features, None, RankerSettings(), {})  # type: ignore[arg-type]
+    env = Env(features, None, RankerSettings(), demo_fs, {})  # type: ignore[arg-type]
     req = RequestState("u1", 5, 1_000, {}, frozenset())
     user = await _run_user(env, req, None, {}, 1.0)  # type: ignore[arg-type]
     inputs = {"user": user, "fuse": Candidates([Fused("i1", 1.0), Fused("i2", 0.5)])}
@@ -47,4 +49,40 @@ async def test_the_candidate_lookup_rereads_the_user_only_after_a_fallback(
     assert isinstance(out, ItemFeatures)
     assert features.calls[1]["items_only"] is items_only
     # The user features scored are the freshest read: the re-read's when there was one.
-    assert out.user["clicks_5m"] == (0 if items_only else 7)
+    assert row_values(out.user)["clicks_5m"] == (0 if items_only else 7)
+    assert out.user.entity_id == "u1"
+    assert list(out.items.entity_ids) == ["i1", "i2"] and out.feature_version == "fs-v1"
+
+
+class CategoryFeatures:
+    """Answers with the items' recall category as a text column or as string lists."""
+
+    def __init__(self, multi: bool) -> None:
+        self.multi = multi
+
+    async def get_features(self, user_id: str, item_ids: list[str], as_of_ms: int, **kw: Any) -> Any:
+        resp = pb.GetFeaturesResponse(feature_version="fs-v1", as_of_ms=as_of_ms)
+        resp.user.entity_id = user_id
+        resp.items.entity_ids.extend(item_ids)
+        col = resp.items.columns.add(name="category")
+        if self.multi:
+            for values in (["news", "food"], [], ["music"]):
+                col.string_lists.add().values.extend(values)
+        else:
+            col.texts.extend(["news", "", "music"])
+        resp.items.columns.add(name="other").texts.extend(["x", "y", "z"])
+        return resp
+
+
+@pytest.mark.parametrize("multi", [False, True])
+async def test_the_diversity_categories_are_the_repositorys_recall_category(
+    multi: bool, demo_fs: FeatureSet
+) -> None:
+    assert demo_fs.roles.category == "category"
+    env = Env(CategoryFeatures(multi), None, RankerSettings(), demo_fs, {})  # type: ignore[arg-type]
+    req = RequestState("u1", 5, 1_000, {}, frozenset())
+    inputs = {"fuse": Candidates([Fused("i1", 1.0), Fused("i2", 0.5), Fused("i3", 0.2)])}
+    out = await _run_features(env, req, None, inputs, 1.0)  # type: ignore[arg-type]
+    assert isinstance(out, ItemFeatures)
+    # The first value of a multi-valued category; an item without one is left out.
+    assert out.categories == {"i1": "news", "i3": "music"}

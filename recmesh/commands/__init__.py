@@ -1,0 +1,1 @@
+"""The `recmesh` command groups, one module each; recmesh.cli assembles them."""

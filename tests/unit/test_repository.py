@@ -1,0 +1,395 @@
+"""The feature repository file: what a valid one compiles to, and how a bad one is reported."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from recmesh.features.repository import (
+    DEMO_REPOSITORY,
+    FeatureSet,
+    RepositoryError,
+    load_repository,
+    parse_duration_ms,
+    parse_repository,
+)
+
+MIN = 60_000
+PATH = Path("team/recmesh.toml")
+
+# Line numbers below refer to this text (line 1 is '[repository]').
+BASE = """\
+[repository]
+name = "team"
+
+[events]
+behaviors = ["view", "click", "purchase"]
+values = ["rating", "price"]
+
+[users.features]
+age_band = { type = "categorical" }
+
+[items.features]
+category = { type = "categorical", description = "item category" }
+length = { type = "integer" }
+
+[realtime.clicks_5m]
+entity = "user"
+aggregate = "count"
+behaviors = ["click"]
+window = "5m"
+"""
+
+FULL = (
+    BASE
+    + """
+[realtime.category_clicks_10m]
+entity = "user"
+aggregate = "count_by"
+by = "category"
+behaviors = ["click"]
+window = "10m"
+description = "category -> clicks"
+
+[realtime.recent]
+entity = "user"
+aggregate = "last_n"
+n = 3
+behaviors = ["click", "view"]
+window = "1h"
+
+[realtime.spend_1h]
+entity = "user"
+aggregate = "sum"
+field = "price"
+behaviors = ["purchase"]
+window = "1h"
+
+[realtime.rating_mean_1d]
+entity = "item"
+aggregate = "mean"
+field = "rating"
+window = "1d"
+ttl = "2d"
+
+[realtime.views_10m]
+entity = "item"
+aggregate = "count"
+behaviors = ["view"]
+window = "10m"
+
+[realtime.item_clicks_10m]
+entity = "item"
+aggregate = "count"
+behaviors = ["click"]
+window = "10m"
+
+[realtime.item_clicks_1h]
+entity = "item"
+aggregate = "count"
+behaviors = ["click"]
+window = "1h"
+
+[recall]
+category = "category"
+affinity = "category_clicks_10m"
+recent_items = "recent"
+"""
+)
+
+
+def parse(text: str) -> FeatureSet:
+    return parse_repository(text, PATH)
+
+
+def error(text: str) -> str:
+    with pytest.raises(RepositoryError) as err:
+        parse(text)
+    return str(err.value)
+
+
+def line_of(text: str, needle: str) -> int:
+    """The 1-based line of the first line of `text` that starts with `needle`."""
+    return next(n for n, line in enumerate(text.splitlines(), start=1) if line.startswith(needle))
+
+
+def test_a_valid_repository_compiles() -> None:
+    fs = parse(FULL)
+    assert fs.name == "team" and fs.path == PATH.resolve() and not fs.demo
+    assert [f.name for f in fs.features] == [
+        "age_band", "category", "length",  # offline first, in declaration order
+        "clicks_5m", "category_clicks_10m", "recent", "spend_1h", "rating_mean_1d", "views_10m",
+        "item_clicks_10m", "item_clicks_1h",
+    ]  # fmt: skip
+    clicks = fs.by_name["clicks_5m"]
+    assert (clicks.entity, clicks.kind, clicks.dtype, clicks.window_ms) == (
+        "user",
+        "realtime",
+        "int",
+        5 * MIN,
+    )
+    assert clicks.behaviors == {"click"} and clicks.default == 0 and clicks.ttl_s == 3600  # default ttl: 1 h
+    assert fs.by_name["category_clicks_10m"].dtype == "counts" and fs.by_name["recent"].dtype == "strings"
+    assert fs.by_name["recent"].scan == 10  # default: max(n, 10)
+    mean = fs.by_name["rating_mean_1d"]
+    assert mean.behaviors == {"view", "click", "purchase"}  # no filter: every behaviour
+    assert (mean.dtype, mean.field, mean.ttl_s) == ("float", "rating", 2 * 86_400)
+    assert fs.by_name["category"].default == "unknown" and fs.by_name["length"].default == 0
+    assert fs.behaviors == ("view", "click", "purchase") and fs.value_names == ("rating", "price")
+
+
+def test_streams_group_features_by_entity_and_behaviour_filter() -> None:
+    fs = parse(FULL)
+    streams = {(s.entity, s.id): s for s in fs.streams}
+    assert set(streams) == {
+        ("user", "click"), ("user", "click+view"), ("user", "purchase"),
+        ("item", "click+purchase+view"), ("item", "view"), ("item", "click"),
+    }  # fmt: skip
+    user_clicks = streams[("user", "click")]
+    assert [f.name for f in user_clicks.features] == ["clicks_5m", "category_clicks_10m"]
+    assert user_clicks.attrs == ("category",) and not user_clicks.other_id and user_clicks.read == "range"
+    assert user_clicks.windows == (10 * MIN, 5 * MIN)
+    # State is kept long enough to fill the widest window, and lives as long as its features' TTL.
+    assert user_clicks.retention_ms >= 10 * MIN and user_clicks.ttl_s == 3600
+    recent = streams[("user", "click+view")]  # ["click", "view"]: one filter whatever the order
+    assert recent.other_id and recent.read == "latest" and recent.scan == 10
+    # Co-visitation (default: the recent items' behaviours, 30 min) shares that stream.
+    assert fs.roles.covisit_stream == "click+view" and recent.retention_ms >= 60 * MIN
+    assert streams[("user", "purchase")].values == ("price",)
+    assert streams[("item", "click+purchase+view")].values == ("rating",)
+    item_clicks = streams[("item", "click")]
+    assert item_clicks.read == "count" and not item_clicks.payload
+    assert item_clicks.windows == (60 * MIN, 10 * MIN)  # widest first
+    assert {s.id for s in fs.streams_of("item")} == {"click+purchase+view", "view", "click"}
+    assert fs.attributes_needed("item") == ("category",)  # what user count_by features group by
+    assert fs.attributes_needed("user") == ()
+
+
+def test_covisitation_gets_a_stream_of_its_own_when_no_feature_has_its_filter() -> None:
+    fs = parse(FULL + 'covisit = { behaviors = ["purchase", "view"], window = "2h", previous = 3 }\n')
+    s = fs.stream("purchase+view", "user")
+    assert s.features == () and s.other_id and s.read == "range" and s.retention_ms >= 120 * MIN
+    assert s.ttl_s >= 7200, "state expiring before the co-visitation window ends would lose earlier items"
+    assert (fs.roles.covisit_stream, fs.roles.covisit_previous) == ("purchase+view", 3)
+
+
+def test_the_version_is_a_content_hash_of_what_decides_values() -> None:
+    version = parse(FULL).version
+    assert re.fullmatch(r"fs-[0-9a-f]{12}", version)
+    assert parse(FULL).version == version  # deterministic
+    # Descriptions, the file's location, recall roles and training rules do not count.
+    assert parse(FULL.replace("category -> clicks", "clicks per category")).version == version
+    assert parse(FULL.replace('description = "item category"', 'description = "x"')).version == version
+    assert parse_repository(FULL, Path("elsewhere/recmesh.toml")).version == version
+    assert parse(FULL + 'covisit = { window = "1h" }\n').version == version
+    assert (
+        parse(FULL + '\n[training]\nlabel = { behaviors = ["purchase"], within = "1h" }\n').version == version
+    )
+    # A window, a behaviour filter, a declared type or the vocabulary does.
+    changed = [
+        FULL.replace('window = "10m"\ndescription', 'window = "15m"\ndescription'),
+        FULL.replace('behaviors = ["click"]\nwindow = "5m"', 'behaviors = ["click", "view"]\nwindow = "5m"'),
+        FULL.replace('length = { type = "integer" }', 'length = { type = "numeric" }'),
+        FULL.replace('"view", "click", "purchase"]', '"view", "click", "purchase", "share"]'),
+    ]  # fmt: skip
+    versions = {parse(text).version for text in changed}
+    assert len(versions) == len(changed) and version not in versions
+
+
+def test_the_demo_repository_loads(demo_fs: FeatureSet) -> None:
+    assert demo_fs.demo and demo_fs.name == "demo" and demo_fs.path == DEMO_REPOSITORY
+    assert load_repository(DEMO_REPOSITORY.parent).version == demo_fs.version  # a directory: its recmesh.toml
+    assert demo_fs.version == parse_repository(DEMO_REPOSITORY.read_text(), DEMO_REPOSITORY).version
+    assert {f.name for f in demo_fs.features} == {
+        "age_band", "interest_tags", "category", "length", "author_level", "popularity",
+        "clicks_5m", "category_clicks_10m", "last_viewed_3", "clicks_10m", "views_10m",
+    }  # fmt: skip
+    assert demo_fs.roles.recent_items == "last_viewed_3" and demo_fs.roles.affinity == "category_clicks_10m"
+
+
+def test_a_missing_file_is_named(tmp_path: Path) -> None:
+    with pytest.raises(RepositoryError, match=r"nowhere\.toml: cannot read the repository file"):
+        load_repository(tmp_path / "nowhere.toml")
+
+
+def test_aliases_map_onto_the_vocabulary() -> None:
+    fs = parse(BASE.replace('values = ["rating", "price"]', 'aliases = { buy = "purchase", tap = "click" }'))
+    assert fs.aliases == {"buy": "purchase", "tap": "click"}
+    schema = fs.event_schema
+    assert (schema.behavior("buy"), schema.behavior("tap"), schema.behavior("view")) == (
+        "purchase",
+        "click",
+        "view",
+    )
+    with pytest.raises(ValueError, match=r"unknown behaviour 'like'.*aliases buy, tap"):
+        schema.behavior("like")
+
+
+def test_durations() -> None:
+    assert [parse_duration_ms(d) for d in ("250ms", "30s", "10m", "1h", "2d", 1500)] == [
+        250, 30_000, 600_000, 3_600_000, 172_800_000, 1500,
+    ]  # fmt: skip
+    for bad in ("10 minutes", "0s", -5, "m"):
+        with pytest.raises(ValueError):
+            parse_duration_ms(bad)
+
+
+# --- bad repositories: the file, the line and the key ------------------------------------
+
+REALTIME_AT = line_of(BASE, "[realtime.clicks_5m]")
+
+
+def test_an_unknown_key_is_named_with_its_line() -> None:
+    text = BASE + 'windw = "5m"\n'
+    msg = error(text)
+    assert msg.startswith(f"{PATH}:{line_of(text, 'windw')}: realtime.clicks_5m.windw: unknown key"), msg
+    text = BASE + "\n[extra]\nx = 1\n"
+    assert error(text).startswith(f"{PATH}:{line_of(text, '[extra]')}: extra: unknown key")
+
+
+def test_an_unknown_behaviour_in_a_feature() -> None:
+    text = BASE.replace('behaviors = ["click"]', 'behaviors = ["like"]')
+    msg = error(text)
+    at = line_of(text, 'behaviors = ["like"]')
+    assert msg.startswith(f"{PATH}:{at}: realtime.clicks_5m.behaviors: ")
+    assert "['like'] not in events.behaviors" in msg
+
+
+@pytest.mark.parametrize(
+    "by",
+    [
+        "length",  # an item feature, but numeric
+        "age_band",  # categorical, but of the user itself
+        "genre",  # not declared at all
+    ],
+)
+def test_count_by_must_group_by_a_categorical_feature_of_the_other_entity(by: str) -> None:
+    text = (
+        BASE + f'\n[realtime.per_{by}]\nentity = "user"\naggregate = "count_by"\nby = "{by}"\nwindow = "5m"\n'
+    )
+    msg = error(text)
+    at = line_of(text, f'by = "{by}"')
+    assert msg.startswith(f"{PATH}:{at}: realtime.per_{by}.by: '{by}' must be"), msg
+    assert "categorical or multi offline feature of the item" in msg
+
+
+def test_ttl_shorter_than_the_window() -> None:
+    msg = error(BASE + 'ttl = "1m"\n')
+    assert msg.startswith(f"{PATH}:{REALTIME_AT}: realtime.clicks_5m: ttl must be at least the window"), msg
+
+
+@pytest.mark.parametrize(
+    ("aggregate", "needs"), [("count_by", "by"), ("last_n", "n"), ("sum", "field"), ("mean", "field")]
+)
+def test_an_aggregate_missing_its_parameter(aggregate: str, needs: str) -> None:
+    text = BASE + f'\n[realtime.agg]\nentity = "user"\naggregate = "{aggregate}"\nwindow = "5m"\n'
+    msg = error(text)
+    assert (
+        msg
+        == f"{PATH}:{line_of(text, '[realtime.agg]')}: realtime.agg: aggregate '{aggregate}' needs '{needs}'"
+    )
+
+
+def test_a_parameter_that_does_not_apply_and_an_undeclared_field() -> None:
+    assert f"{PATH}:{REALTIME_AT}: realtime.clicks_5m: 'by' does not apply to aggregate 'count'" in error(
+        BASE + 'by = "category"\n'
+    )
+    text = BASE + '\n[realtime.s]\nentity = "user"\naggregate = "sum"\nfield = "stars"\nwindow = "5m"\n'
+    assert error(text) == (
+        f"{PATH}:{line_of(text, 'field = ')}: realtime.s.field: 'stars' is not declared in events.values"
+    )
+
+
+def test_duplicate_feature_names() -> None:
+    text = BASE + '\n[realtime.category]\nentity = "item"\naggregate = "count"\nwindow = "5m"\n'
+    msg = error(text)
+    assert msg.startswith(
+        f"{PATH}:{line_of(text, '[realtime.category]')}: realtime.category: feature 'category'"
+    )
+    assert "declared twice" in msg
+    text = BASE.replace("[items.features]\n", '[items.features]\nage_band = { type = "integer" }\n')
+    at = line_of(text, 'age_band = { type = "integer" }')
+    assert error(text).startswith(f"{PATH}:{at}: items.features.age_band: feature 'age_band'")
+
+
+def test_a_toml_syntax_error_names_the_line() -> None:
+    msg = error(BASE + "window = \n")
+    assert msg.startswith(f"{PATH}: not valid TOML: ") and "line 20" in msg, msg
+    assert "line 2," in error(BASE.replace('name = "team"', 'name = "team'))
+
+
+def test_bad_aliases() -> None:
+    msg = error(BASE.replace('values = ["rating", "price"]', 'aliases = { like = "heart" }'))
+    assert msg.startswith(f"{PATH}:{line_of(BASE, '[events]')}: events: ")
+    assert "aliases.like: 'heart' is not in behaviors ['view', 'click', 'purchase']" in msg
+    hiding = error(BASE.replace('values = ["rating", "price"]', 'aliases = { click = "view" }'))
+    assert "aliases.click: 'click' is itself a declared behaviour" in hiding
+
+
+@pytest.mark.parametrize(
+    ("training", "named"),
+    [
+        ('examples = ["impression"]', "training.examples: ['impression'] not in events.behaviors"),
+        ('label = { behaviors = ["klick"], within = "10s" }', "training.label.behaviors: ['klick']"),
+        (
+            'label = { behaviors = ["click"], within = "soon" }',
+            "training.label.within: 'soon' is not a duration",
+        ),
+        ('label = { field = "stars", at_least = 4 }', "training.label.field: 'stars' is not declared"),
+    ],
+)
+def test_training_rules_are_checked_when_the_file_loads(training: str, named: str) -> None:
+    assert named in error(BASE + f"\n[training]\n{training}\n")
+
+
+def test_a_bad_duration_names_its_key() -> None:
+    assert "freshness_tau: 'a while' is not a duration" in error(BASE + 'freshness_tau = "a while"\n')
+
+
+DERIVE = 'values = ["rating"]\nderive = [{ behavior = "click", when = { field = "rating", at_least = 4 } }]'
+
+
+def test_derive_rules_are_validated() -> None:
+    fs = parse(BASE.replace('values = ["rating", "price"]', DERIVE))
+    (rule,) = fs.decl.events.derive
+    assert (
+        rule.behavior == "click" and rule.when.holds({"rating": 4.0}) and not rule.when.holds({"rating": 3.9})
+    )
+    assert not rule.when.holds({})
+    events_at = line_of(BASE, "[events]")
+    bad_behavior = error(BASE.replace('values = ["rating", "price"]', DERIVE.replace('"click"', '"share"')))
+    assert bad_behavior.startswith(
+        f"{PATH}:{events_at}: events: derive[0].behavior 'share' is not in behaviors"
+    )
+    bad_field = error(
+        BASE.replace('values = ["rating", "price"]', DERIVE.replace('field = "rating"', 'field = "stars"'))
+    )
+    assert "derive[0].when.field 'stars' is not a declared value" in bad_field
+    for when in ('{ field = "rating", at_least = 4, below = 2 }', '{ field = "rating" }'):
+        text = BASE.replace(
+            'values = ["rating", "price"]',
+            f'values = ["rating"]\nderive = [{{ behavior = "click", when = {when} }}]',
+        )
+        msg = error(text)
+        assert msg == (
+            f"{PATH}:{line_of(text, 'derive')}: events.derive[0].when: "
+            "set exactly one of at_least, above, at_most, below, equals"
+        )
+    # As an array of tables.
+    text = (
+        BASE
+        + '\n[[events.derive]]\nbehavior = "purchase"\nwhen = { field = "price", above = 0, equals = 1 }\n'
+    )
+    assert error(text).startswith(
+        f"{PATH}:{line_of(text, 'when = ')}: events.derive[0].when: set exactly one"
+    )
+
+
+def test_the_messages_of_several_problems_are_all_given() -> None:
+    text = BASE.replace('window = "5m"', 'windw = "5m"')
+    msg = error(text)
+    assert (
+        "realtime.clicks_5m.window: Field required" in msg and "realtime.clicks_5m.windw: unknown key" in msg
+    )
