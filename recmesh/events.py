@@ -17,13 +17,36 @@ from collections.abc import Mapping
 from typing import Any
 
 import orjson
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+)
 
 from recmesh.errors import InvalidArgument
+from recmesh.jsontypes import JsonInt
 
 # 1e11 ms is 1973-03-03: history since then is accepted (MovieLens-100k is from
 # 1997), while epoch *seconds* (1.7e9 today, below 1e11 until the year 5138) are not.
 MIN_EVENT_TIME_MS = 100_000_000_000
+
+
+MAX_EVENT_TIME_MS = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z (and within 64 bits on the wire)
+
+# Whitespace spelled out: `\s` means different sets to pydantic's Rust regex
+# (U+0085), Python's re (U+001C-001F, U+0085) and the ECMA-262 dialect a JSON
+# Schema pattern is read in (U+FEFF), so with `\s` the published schema and the
+# validation disagreed on which ids are valid. This class is their union, and
+# every control character (ids frame stored members and the write script's lines).
+_SPACE = r"\x00-\x20\x7f\x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000\ufeff"
+EVENT_ID_PATTERN = rf"^[^{_SPACE}]+$"
+# User and item ids go into Redis keys and members: no "{}" (the keys' cluster
+# hash tags) or "|".
+ENTITY_ID_PATTERN = rf"^[^|{{}}{_SPACE}]+$"
 
 
 class EventSchema:
@@ -36,6 +59,11 @@ class EventSchema:
         self.behaviors = behaviors
         self._canonical = {b: b for b in behaviors} | dict(aliases)
         self.values = values
+
+    @property
+    def accepted(self) -> list[str]:
+        """Every behaviour name an event may carry: the vocabulary, then the aliases."""
+        return list(self._canonical)
 
     def behavior(self, name: str) -> str:
         canonical = self._canonical.get(name)
@@ -52,18 +80,31 @@ class Event(BaseModel):
     # level) but never written back: `to_dict` is the canonical form.
     model_config = ConfigDict(extra="allow", frozen=True)
 
-    # Ids carry no whitespace or control characters (they frame stored members
-    # and the write script's lines); user and item ids no '{', '}' or '|' (hash tags).
-    event_id: str = Field(min_length=1, max_length=128, pattern=r"^[^\s\x00-\x1f\x7f]+$")
-    user_id: str = Field(min_length=1, max_length=128, pattern=r"^[^|{}\s\x00-\x1f\x7f]+$")
-    item_id: str = Field(min_length=1, max_length=128, pattern=r"^[^|{}\s\x00-\x1f\x7f]+$")
+    event_id: str = Field(min_length=1, max_length=128, pattern=EVENT_ID_PATTERN)
+    user_id: str = Field(min_length=1, max_length=128, pattern=ENTITY_ID_PATTERN)
+    item_id: str = Field(min_length=1, max_length=128, pattern=ENTITY_ID_PATTERN)
     behavior: str = Field(min_length=1, max_length=64)
     # Epoch milliseconds. Anything before 1973 (1e11 ms) is refused: it is
     # almost surely epoch *seconds*, which would land in 1970, outside every
-    # window, and silently change nothing.
-    event_time: int = Field(strict=True, description="epoch milliseconds")
-    # The repository's numeric event fields present on this event (top-level in JSON).
-    values: dict[str, float] = Field(default_factory=dict, exclude=True)
+    # window, and silently change nothing. Past the year 9999 it is no time at
+    # all (and no longer fits the 64 bits the topic's JSON has).
+    event_time: JsonInt = Field(
+        le=MAX_EVENT_TIME_MS,
+        description="epoch milliseconds",
+        json_schema_extra={"minimum": MIN_EVENT_TIME_MS},
+    )
+    # The repository's numeric event fields present on this event (top level in
+    # JSON; not a field of their own, so the published schema has no `values`).
+    _values: dict[str, float] = PrivateAttr(default_factory=dict)
+
+    @property
+    def values(self) -> dict[str, float]:
+        return self._values
+
+    def with_values(self, values: Mapping[str, float]) -> Event:
+        copy = self.model_copy()
+        copy._values = dict(values)
+        return copy
 
     @field_validator("event_time")
     @classmethod
@@ -130,7 +171,7 @@ def validate_event(obj: Any, schema: EventSchema | None, prefix: str = "") -> Ev
         except InvalidArgument as err:
             raise InvalidArgument(f"{prefix}.{err}".lstrip(".")) from None
         if values:
-            return event.model_copy(update={"values": values})
+            return event.with_values(values)
     return event
 
 

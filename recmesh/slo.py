@@ -7,6 +7,7 @@ from gRPC metadata (`x-slo-class`).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Literal
@@ -145,22 +146,25 @@ TIMEOUT_HEADER = "x-request-timeout-ms"
 TIMEOUT_DOC = "the caller's deadline in ms: the request gets the smaller of it and its class budget"
 
 
+# A whole number as a header carries it: ASCII digits only. (str.isdigit and
+# int() also take other scripts' digits, signs, "_" and spaces: "²" passed
+# isdigit and then failed int(), a 500.)
+_DIGITS = re.compile(r"[0-9]+")
+
+
 def parse_timeout_s(raw: str | None) -> float | None:
     """`x-request-timeout-ms` in seconds; None when absent."""
     if raw is None:
         return None
-    if not raw.strip().isdigit() or int(raw) <= 0:
+    if not _DIGITS.fullmatch(raw.strip()) or int(raw) <= 0:
         raise InvalidArgument(f"{TIMEOUT_HEADER} must be a whole number of ms above 0, got {raw!r}")
     return int(raw) / 1000
 
 
 def parse_token_budget(raw: str | None) -> int | None:
-    if raw is None or raw == "":
+    """`x-llm-token-budget`; None when absent or empty."""
+    if raw is None or raw.strip() == "":
         return None
-    try:
-        value = int(raw)
-    except ValueError:
-        raise InvalidArgument(f"{TOKEN_BUDGET_HEADER} must be an integer, got {raw!r}") from None
-    if value < 0:
-        raise InvalidArgument(f"{TOKEN_BUDGET_HEADER} must be >= 0")
-    return value
+    if not _DIGITS.fullmatch(raw.strip()):
+        raise InvalidArgument(f"{TOKEN_BUDGET_HEADER} must be a whole number >= 0, got {raw!r}")
+    return int(raw)

@@ -46,9 +46,8 @@ def _row(e: Event) -> list[Any]:
 
 def _event(row: list[Any]) -> Event:
     t, eid, uid, iid, behavior, values = row
-    return Event.model_construct(
-        event_id=eid, user_id=uid, item_id=iid, behavior=behavior, event_time=t, values=values
-    )
+    event = Event.model_construct(event_id=eid, user_id=uid, item_id=iid, behavior=behavior, event_time=t)
+    return event.with_values(values) if values else event
 
 
 def sorted_events(path: Path, schema: EventSchema | None, run_size: int = 200_000) -> Iterator[Event]:

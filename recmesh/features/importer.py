@@ -154,16 +154,3 @@ def good_events(mapper: EventMapper, path: Path, delimiter: str | None = None) -
     for _, item in mapper.records(path, delimiter):
         if not isinstance(item, BadRecord):
             yield from item
-
-
-def retime(
-    events: list[Event] | Iterator[Event], shift_ms: int, speed: float, origin_ms: int
-) -> Iterator[Event]:
-    """Events moved in time: t -> origin + shift + (t - origin) / speed."""
-    for e in events:
-        t = origin_ms + shift_ms + int((e.event_time - origin_ms) / speed)
-        yield e.model_copy(update={"event_time": t})
-
-
-def as_dict(e: Event) -> dict[str, Any]:
-    return e.to_dict()

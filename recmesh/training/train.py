@@ -109,7 +109,7 @@ def demo_source(cfg: TrainConfig) -> tuple[list[Event], dict[str, dict[str, Any]
     )
     if cfg.shuffle_times:
         raw = shuffle_event_times(list(raw), cfg.seed)
-    events = [Event.model_construct(**e, values={}) for e in raw]
+    events = [Event.model_construct(**e) for e in raw]
     users = {u["user_id"]: u for u in catalog.users}
     items = {i["item_id"]: i for i in catalog.items}
     return events, users, items

@@ -2,18 +2,23 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Any
 
-from fastapi import APIRouter, Header, Request, Response
+from fastapi import APIRouter, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
+from pydantic.config import JsonDict, JsonValue
 
+from recmesh.aitools.actions import CONSTRAINTS
+from recmesh.jsontypes import JsonInt
 from recmesh.resilience import request_scope
 from recmesh.slo import (
-    TIMEOUT_DOC,
+    TIMEOUT_HEADER,
     TOKEN_BUDGET_HEADER,
     ClassDecision,
+    parse_timeout_s,
     parse_token_budget,
 )
+from services.gateway import openapi
 from services.gateway.aitools import AiTools
 from services.gateway.recommend import ClassPolicy
 
@@ -21,8 +26,13 @@ from services.gateway.recommend import ClassPolicy
 class SummarizeBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    text: str = Field(min_length=1, description="the text to summarize")
-    max_sentences: int = Field(3, ge=1, le=20, strict=True)
+    text: str = Field(
+        min_length=1,
+        description="the text to summarize: at least one sentence with a letter or digit",
+        # What the server checks (a sentence needs an alphanumeric character), documented.
+        json_schema_extra={"pattern": r"[^\W_]"},
+    )
+    max_sentences: JsonInt = Field(3, ge=1, le=20)
 
 
 class SummarizeOut(BaseModel):
@@ -36,15 +46,23 @@ class SummarizeOut(BaseModel):
     degraded: list[str]
 
 
+# What check_request (recmesh/aitools/actions.py) asks of output_schema, documented.
+_AN_OBJECT_SCHEMA: JsonDict = {"properties": {"type": {"const": "object"}}, "required": ["type"]}
+_CONSTRAINT_NAMES: list[JsonValue] = [*sorted(CONSTRAINTS)]
+
+
 class ActionBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     intent: str = Field(min_length=1, max_length=200, examples=["drive_trial_conversion"])
     constraints: list[str] = Field(
-        default_factory=list, examples=[["must_include_cta", "avoid_price_mention"]]
+        default_factory=list,
+        examples=[["must_include_cta", "avoid_price_mention"]],
+        json_schema_extra={"items": {"type": "string", "enum": _CONSTRAINT_NAMES}},
     )
     output_schema: dict[str, Any] = Field(
-        description="JSON Schema (an object) the output must validate against"
+        description="JSON Schema (draft 2020-12) of an object: the output validates against it",
+        json_schema_extra=_AN_OBJECT_SCHEMA,
     )
     context: dict[str, Any] = Field(default_factory=dict)
 
@@ -61,32 +79,31 @@ class ActionOut(BaseModel):
     degraded: list[str]
 
 
-def _caller(request: Request, policy: ClassPolicy) -> tuple[ClassDecision, str, int | None]:
-    """The granted class, the tenant and the token budget of a tool call. The
-    class is stamped on the request first as "invalid", so a refused header is
-    still labelled in the latency metric."""
+def _caller(request: Request, policy: ClassPolicy) -> tuple[ClassDecision, str, int | None, float | None]:
+    """The granted class, the tenant, the token budget and the caller's deadline
+    (s) of a tool call. The class is stamped on the request first as "invalid",
+    so a refused header is still labelled in the latency metric."""
     request.state.slo_class = "invalid"
     decision = policy.decide(request.headers)
+    timeout_s = parse_timeout_s(request.headers.get(TIMEOUT_HEADER))
     request.state.slo_class = decision.slo.name
     tenant = policy.entitlement(request.headers).tenant
-    return decision, tenant, parse_token_budget(request.headers.get(TOKEN_BUDGET_HEADER))
+    return decision, tenant, parse_token_budget(request.headers.get(TOKEN_BUDGET_HEADER)), timeout_s
 
 
 def build_router(tools: AiTools, policy: ClassPolicy) -> APIRouter:
     router = APIRouter(prefix="/v2/ai-tool", tags=["ai-tool"])
-    budget_doc = "LLM token budget; tokens used are counted per caller"
 
-    @router.post("/summarize", response_model=SummarizeOut)
-    async def summarize(
-        body: SummarizeBody,
-        request: Request,
-        response: Response,
-        x_slo_class: Annotated[str | None, Header(description="SLO class: A, B or C")] = None,
-        x_llm_token_budget: Annotated[str | None, Header(description=budget_doc)] = None,
-        x_request_timeout_ms: Annotated[int | None, Header(gt=0, description=TIMEOUT_DOC)] = None,
-    ) -> SummarizeOut:
-        decision, tenant, budget = _caller(request, policy)
-        with request_scope(decision.slo.name, x_request_timeout_ms / 1000 if x_request_timeout_ms else None):
+    @router.post(
+        "/summarize",
+        response_model=SummarizeOut,
+        responses=openapi.AI_TOOL_RESPONSES,
+        openapi_extra=openapi.operation(openapi.CLASS_HEADERS),
+    )
+    async def summarize(body: SummarizeBody, request: Request, response: Response) -> SummarizeOut:
+        """A summary of `text`: generated (vLLM) or the most central sentences."""
+        decision, tenant, budget, timeout_s = _caller(request, policy)
+        with request_scope(decision.slo.name, timeout_s):
             out = await tools.summarize(body.text, body.max_sentences, decision.slo, tenant, budget)
         response.headers["x-slo-class"] = decision.slo.name
         return SummarizeOut(
@@ -95,17 +112,16 @@ def build_router(tools: AiTools, policy: ClassPolicy) -> APIRouter:
             degraded=[*decision.notes, *out.degraded],
         )  # fmt: skip
 
-    @router.post("/action", response_model=ActionOut)
-    async def action(
-        body: ActionBody,
-        request: Request,
-        response: Response,
-        x_slo_class: Annotated[str | None, Header(description="SLO class: A, B or C")] = None,
-        x_llm_token_budget: Annotated[str | None, Header(description=budget_doc)] = None,
-        x_request_timeout_ms: Annotated[int | None, Header(gt=0, description=TIMEOUT_DOC)] = None,
-    ) -> ActionOut:
-        decision, tenant, budget = _caller(request, policy)
-        with request_scope(decision.slo.name, x_request_timeout_ms / 1000 if x_request_timeout_ms else None):
+    @router.post(
+        "/action",
+        response_model=ActionOut,
+        responses=openapi.AI_TOOL_RESPONSES,
+        openapi_extra=openapi.operation(openapi.CLASS_HEADERS),
+    )
+    async def action(body: ActionBody, request: Request, response: Response) -> ActionOut:
+        """A structured action: `output` validates against `output_schema` and meets the constraints."""
+        decision, tenant, budget, timeout_s = _caller(request, policy)
+        with request_scope(decision.slo.name, timeout_s):
             out = await tools.action(
                 body.intent, body.constraints, body.output_schema, body.context, decision.slo, tenant, budget
             )

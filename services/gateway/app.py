@@ -1,10 +1,12 @@
 """The FastAPI application: REST endpoints, health, metrics.
 
 Errors are translated once, here: RecmeshError -> its HTTP status with a JSON
-body {"error", "message"}; request validation -> 400 naming the bad field.
-POST /v1/recommend is served in front of FastAPI by `RecommendRoute`
-(recommend_route.py) with the same contract; the FastAPI route below only
-documents it (OpenAPI): `create_app` always puts the front before it.
+body {"error", "message"}; request validation -> 400 naming the bad field;
+FastAPI's and Starlette's own refusals (an unparseable body, 404, 405) -> the
+same body. POST /v1/recommend is served in front of FastAPI by
+`RecommendRoute` (recommend_route.py) with the same contract; the FastAPI
+route below only documents it (OpenAPI, with the headers and answers declared
+in openapi.py): `create_app` always puts the front before it.
 """
 
 from __future__ import annotations
@@ -13,22 +15,25 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Annotated, Any
+from http import HTTPStatus
+from typing import Any
 
-from fastapi import FastAPI, Header, Request, Response
+from fastapi import FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, PlainTextResponse
 from opentelemetry import propagate
 from opentelemetry.instrumentation.fastapi import FastAPIInstrumentor
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel, ConfigDict, Field
+from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from recmesh.errors import InvalidArgument, RecmeshError
 from recmesh.events import Event, EventSchema, conform
 from recmesh.settings import GatewaySettings
-from recmesh.slo import TIMEOUT_DOC
+from recmesh.slo import SLO_HEADER
 from recmesh.telemetry import REQUEST_LATENCY
+from services.gateway import openapi
 from services.gateway.aitools import AiTools
 from services.gateway.aitools_api import build_router as build_ai_tool_router
 from services.gateway.events import EventPublisher
@@ -36,6 +41,9 @@ from services.gateway.recommend import ClassPolicy, Recommender
 from services.gateway.recommend_route import RecommendBody, RecommendRoute, validation_message
 
 HealthCheck = Callable[[], Awaitable[bool]]
+
+# Error names of the statuses that recmesh's own errors also answer (recmesh/errors.py).
+_HTTP_ERROR_NAMES = {400: "InvalidArgument", 401: "Unauthenticated", 404: "NotFound"}
 
 
 class ScoredItemOut(BaseModel):
@@ -62,9 +70,13 @@ class EventsOut(BaseModel):
     accepted: int
 
 
-class ErrorOut(BaseModel):
-    error: str
-    message: str
+class HealthOut(BaseModel):
+    status: str = Field(examples=["alive"])
+
+
+class ReadyOut(BaseModel):
+    ready: bool
+    checks: dict[str, bool] = Field(description="each downstream's health (SERVING) and the event broker's")
 
 
 @dataclass
@@ -132,6 +144,10 @@ def create_app(settings: GatewaySettings, deps: GatewayDeps) -> RecommendRoute:
         retry_after = getattr(err, "retry_after_s", None)
         if retry_after is not None:
             headers["retry-after"] = str(retry_after)
+            # A shed call says which class was shed, as /v1/recommend's 429 does.
+            granted = getattr(request.state, "slo_class", None)
+            if granted in ("A", "B", "C"):
+                headers[SLO_HEADER] = granted
         return JSONResponse(
             {"error": type(err).__name__, "message": str(err)},
             status_code=err.http_status,
@@ -144,36 +160,37 @@ def create_app(settings: GatewaySettings, deps: GatewayDeps) -> RecommendRoute:
             {"error": "InvalidArgument", "message": validation_message(err.errors())}, status_code=400
         )
 
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, err: StarletteHTTPException) -> JSONResponse:
+        # FastAPI's and Starlette's own refusals (a body that cannot be parsed,
+        # 404, 405 with its Allow header) in the same shape as every other error.
+        name = _HTTP_ERROR_NAMES.get(err.status_code) or HTTPStatus(err.status_code).phrase.replace(" ", "")
+        return JSONResponse({"error": name, "message": err.detail}, err.status_code, headers=err.headers)
+
     @app.post(
         "/v1/recommend",
         response_model=RecommendOut,
-        responses={
-            400: {"model": ErrorOut},
-            429: {"model": ErrorOut, "description": "shed for overload; see Retry-After"},
-            503: {"model": ErrorOut},
-        },
+        responses=openapi.RECOMMEND_RESPONSES,
+        openapi_extra=openapi.operation(openapi.CLASS_HEADERS),
     )
-    async def recommend(
-        body: RecommendBody,
-        request: Request,
-        response: Response,
-        x_slo_class: Annotated[str | None, Header(description="SLO class: A, B or C")] = None,
-        x_api_key: Annotated[
-            str | None, Header(description="caller's API key (sets the class ceiling)")
-        ] = None,
-        x_request_timeout_ms: Annotated[int | None, Header(gt=0, description=TIMEOUT_DOC)] = None,
-    ) -> RecommendOut:
-        """Declared for the OpenAPI document only: `create_app` puts
-        `RecommendRoute` in front, which serves every POST /v1/recommend."""
+    async def recommend(body: RecommendBody) -> RecommendOut:
+        """Recommendations for one user, ranked within the request's SLO class budget.
+
+        `degraded` lists every fallback taken and class notes such as
+        `slo_class_downgraded:A->B`; an empty list is a full answer."""
+        # Declared for the OpenAPI document only: `create_app` puts
+        # `RecommendRoute` in front, which serves every POST /v1/recommend.
         raise AssertionError("POST /v1/recommend is served by RecommendRoute")
 
     @app.post(
         "/v1/events",
         status_code=202,
         response_model=EventsOut,
-        responses={400: {"model": ErrorOut}, 503: {"model": ErrorOut}},
+        responses=openapi.EVENTS_RESPONSES,
+        openapi_extra=openapi.operation(openapi.TRACE_HEADERS),
     )
     async def events(body: EventsBody, response: Response) -> EventsOut:
+        """User-behaviour events, accepted once the broker acknowledged all of them (acks=all)."""
         if len(body.events) > settings.max_events_per_request:
             raise InvalidArgument(f"at most {settings.max_events_per_request} events per request")
         schema = deps.event_schema
@@ -188,11 +205,19 @@ def create_app(settings: GatewaySettings, deps: GatewayDeps) -> RecommendRoute:
         app.include_router(build_ai_tool_router(deps.ai_tools, deps.class_policy))
 
     @app.get("/healthz")
-    async def healthz() -> dict[str, str]:
-        return {"status": "alive"}
+    async def healthz() -> HealthOut:
+        """Liveness: the process answers."""
+        return HealthOut(status="alive")
 
-    @app.get("/readyz")
+    @app.get(
+        "/readyz",
+        responses={
+            200: {"model": ReadyOut, "description": "every downstream is SERVING and the broker answers"},
+            503: {"model": ReadyOut, "description": "not ready: `checks` says which part is not"},
+        },
+    )
     async def readyz() -> JSONResponse:
+        """Readiness: every downstream reports SERVING and the event broker answers."""
         now = time.monotonic()
         if ready_cache["body"] is None or now - ready_cache["at"] > 1.0:
             names = list(deps.downstream_health)
@@ -206,8 +231,13 @@ def create_app(settings: GatewaySettings, deps: GatewayDeps) -> RecommendRoute:
         ok = all(checks.values())
         return JSONResponse({"ready": ok, "checks": checks}, status_code=200 if ok else 503)
 
-    @app.get("/metrics")
+    @app.get(
+        "/metrics",
+        response_class=PlainTextResponse,
+        responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}}}},
+    )
     async def metrics() -> Response:
+        """Prometheus metrics (text exposition format)."""
         return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
 
     app.add_middleware(RecordLatency)
@@ -216,4 +246,20 @@ def create_app(settings: GatewaySettings, deps: GatewayDeps) -> RecommendRoute:
     FastAPIInstrumentor.instrument_app(
         app, excluded_urls="healthz,readyz,metrics", exclude_spans=["receive", "send"]
     )
+    limits: list[openapi.Limit] = [
+        ("RecommendBody", "count", "maximum", settings.max_count),
+        ("EventsBody", "events", "maxItems", settings.max_events_per_request),
+    ]
+    if deps.ai_tools is not None:
+        limits.append(("SummarizeBody", "text", "maxLength", settings.ai_tool.max_text_chars))
+    properties: dict[str, dict[str, Any]] = {}
+    schema = deps.event_schema
+    if schema is not None:
+        # The served repository's vocabulary (aliases included) and numeric event values.
+        limits.append(("Event", "behavior", "enum", schema.accepted))
+        properties["Event"] = {
+            name: {"type": "number", "description": "a numeric event value the repository declares"}
+            for name in schema.values
+        }
+    openapi.install(app, limits, properties)
     return RecommendRoute(app, deps.recommender, deps.class_policy)

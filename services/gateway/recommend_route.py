@@ -6,7 +6,7 @@ cost about as much gateway CPU as the rest of the request. What that machinery
 did is done here, once:
 
 - a recommendation the admission gate would shed anyway is answered 429
-  (+ Retry-After) before the body is read (counted in
+  (+ Retry-After and the class) before the body is read (counted in
   `recmesh_admission_shed_total` and the latency histogram, not traced);
 - one SERVER span per request, continuing the caller's `traceparent`, and the
   `traceparent` of the answer in the response headers;
@@ -20,7 +20,8 @@ did is done here, once:
 - `recmesh_request_duration_seconds` by route, class and status.
 
 Every other path and method goes on to the FastAPI app, which still declares
-the route for its OpenAPI document (`services/gateway/app.py`).
+the route for its OpenAPI document (`services/gateway/app.py`; the headers
+read here and the answers made here are declared in `openapi.py`).
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from recmesh.admission import AdmissionGate
 from recmesh.errors import InvalidArgument, RecmeshError
+from recmesh.jsontypes import JsonInt
 from recmesh.resilience import request_scope
 from recmesh.slo import TIMEOUT_HEADER, ClassDecision, parse_timeout_s
 from recmesh.telemetry import REQUEST_LATENCY
@@ -57,7 +59,7 @@ class RecommendBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     user_id: str = Field(min_length=1, max_length=128)
-    count: int = Field(10, ge=1, strict=True)  # at most RECMESH_MAX_COUNT: Recommender checks it
+    count: JsonInt = Field(10, ge=1)  # at most RECMESH_MAX_COUNT: Recommender checks it, openapi says it
     context: dict[str, str] = Field(default_factory=dict)
 
 
@@ -181,8 +183,10 @@ class RecommendRoute:
                 status = err.http_status
                 payload = error_json(err)
                 retry_after = getattr(err, "retry_after_s", None)
-                if retry_after is not None:
+                if retry_after is not None:  # shed after the body was read (a queue timeout)
                     extra.append((b"retry-after", str(retry_after).encode()))
+                    if decision is not None:
+                        extra.append((b"x-slo-class", decision.slo.name.encode()))
             except Exception as err:  # answered 500, logged with its trace
                 _log.exception("unhandled_error", route=ROUTE, error=repr(err))
                 span.record_exception(err)

@@ -21,6 +21,7 @@ import pytest
 from recmesh.bench.proccpu import child_pids
 from recmesh.embedded import port_is_free
 from recmesh.features.repository import DEMO_REPOSITORY, load_repository
+from recmesh.up import DEMO_API_KEY
 from recmesh.v1 import recommender_pb2, recommender_pb2_grpc
 from tests.helpers import free_port, poll_until
 
@@ -246,6 +247,29 @@ async def test_grpc_recommender(running: Running) -> None:
         if line.startswith("recmesh_request_duration_seconds_count{") and 'method="Recommend"' in line
     }
     assert labels == {"B", "invalid"}, f"gRPC Recommend labelled {labels}: not the granted class"
+
+
+CONTRACT_CONFIG = Path(__file__).with_name("schemathesis.toml")
+
+
+@pytest.mark.parametrize("api_key", [None, DEMO_API_KEY], ids=["anonymous", "demo-key"])
+def test_openapi_contract(running: Running, api_key: str | None, tmp_path: Path) -> None:
+    """schemathesis against the live gateway's /openapi.json, every route, with
+    every documented header generated (x-api-key too: mostly unknown keys, so
+    401s) and then again with the demo key sent on every request: no 5xx, and
+    every answer's status, body, content type and headers as documented."""
+    command = [
+        sys.executable, "-m", "schemathesis.cli", "--config-file", str(CONTRACT_CONFIG),
+        "run", f"{running.http}/openapi.json", "--checks", "all", "--max-examples", "25",
+        "--seed", "16", "--workers", "1", "--generation-database", "none", "--no-color",
+        *(["--header", f"x-api-key: {api_key}"] if api_key else []),
+    ]  # fmt: skip
+    # In a scratch directory: schemathesis keeps a cache of what it found in its working directory.
+    out = subprocess.run(command, check=False, capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    summary = out.stdout[out.stdout.find("SUMMARY") :]
+    print(f"\nschemathesis ({api_key or 'no key'}):\n{summary}")
+    assert out.returncode == 0, out.stdout[-8000:] + out.stderr[-2000:]
+    assert "Tested: 7" in summary, summary
 
 
 def test_sigint_stops_every_child_and_frees_every_port(running: Running) -> None:

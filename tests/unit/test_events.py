@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import json
+import re
 from pathlib import Path
 
 import pytest
@@ -71,6 +73,12 @@ def test_conform_checks_an_event_parsed_without_a_schema(rated: EventSchema) -> 
         (GOOD.replace(b'"event_time": 1767225600000', b'"event_time": 1767225600'), "looks like seconds"),
         (GOOD.replace(b'"user_id": "u1", ', b""), "user_id"),
         (GOOD.replace(b'"u1"', b'"u|1"'), "user_id"),
+        (GOOD.replace(b'"event_time": 1767225600000', b'"event_time": 1767225600000.5'), "event_time"),
+        # Past the year 9999: was accepted by the gateway, then could not be written (a 500).
+        (
+            GOOD.replace(b'"event_time": 1767225600000', b'"event_time": 4227021035137881925582623604736'),
+            "event_time",
+        ),
     ],
 )
 def test_bad_events_name_the_problem(demo_fs: FeatureSet, raw: bytes, message: str) -> None:
@@ -82,3 +90,22 @@ def test_an_unknown_behaviour_names_the_vocabulary_and_aliases(demo_fs: FeatureS
     with pytest.raises(InvalidArgument, match="unknown behaviour 'like'") as err:
         parse_event(GOOD.replace(b'"view"', b'"like"'), demo_fs.event_schema)
     assert "view, click, add_to_cart, purchase" in str(err.value) and "addtocart" in str(err.value)
+
+
+def test_event_time_is_an_integer_as_json_schema_reads_one(demo_fs: FeatureSet) -> None:
+    # The gateway publishes Event's JSON Schema, where 1767225600000.0 is an integer.
+    raw = GOOD.replace(b'"event_time": 1767225600000', b'"event_time": 1767225600000.0')
+    assert parse_event(raw, demo_fs.event_schema).event_time == 1767225600000
+
+
+@pytest.mark.parametrize("space", ["\x85", "\ufeff", "\x1c", "\xa0", "\u2028", "\t"])
+def test_ids_refuse_whitespace_as_every_regex_dialect_reads_it(demo_fs: FeatureSet, space: str) -> None:
+    # With `\s`, pydantic (Rust regex) refused U+0085 while the published schema
+    # (ECMA-262) allowed it, and the other way round for U+FEFF.
+    for field in ("event_id", "user_id", "item_id"):
+        event = {**json.loads(GOOD), field: f"a{space}1"}
+        raw = json.dumps(event).encode()  # escaped as JSON requires of control characters
+        with pytest.raises(InvalidArgument, match=field):
+            parse_event(raw, demo_fs.event_schema)
+        schema = Event.model_json_schema()["properties"][field]["pattern"]
+        assert not re.search(schema, "a" + space + "1")

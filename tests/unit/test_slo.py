@@ -9,6 +9,7 @@ from recmesh.slo import (
     DEFAULT_CLASSES,
     Entitlement,
     decide_class,
+    parse_timeout_s,
     parse_token_budget,
     resolve_class,
     with_budgets,
@@ -72,6 +73,22 @@ def test_bad_token_budget_is_a_clear_error() -> None:
     with pytest.raises(InvalidArgument, match="x-llm-token-budget"):
         parse_token_budget("lots")
     assert parse_token_budget(None) is None and parse_token_budget("10") == 10
+
+
+@pytest.mark.parametrize("raw", ["\u00b2", "+5", "-1", "1_000", "1.5", "0x10", "\u0661"])
+def test_whole_number_headers_take_ascii_digits_only(raw: str) -> None:
+    # "²" passed str.isdigit() and then failed int(): the gateway answered 500.
+    with pytest.raises(InvalidArgument, match="x-request-timeout-ms"):
+        parse_timeout_s(raw)
+    with pytest.raises(InvalidArgument, match="x-llm-token-budget"):
+        parse_token_budget(raw)
+
+
+def test_whole_number_headers_as_sent() -> None:
+    assert parse_timeout_s(" 250 ") == 0.25 and parse_timeout_s(None) is None
+    assert parse_token_budget("0") == 0 and parse_token_budget("") is None
+    with pytest.raises(InvalidArgument, match="x-request-timeout-ms"):
+        parse_timeout_s("0")
 
 
 def test_budgets_are_configured_over_the_defaults() -> None:
