@@ -39,6 +39,9 @@ class CommonSettings(BaseSettings):
     log_format: Literal["json", "console"] = Field("json", validation_alias="RECMESH_LOG_FORMAT")
     # Seconds a stopping server gives in-flight RPCs before cancelling them.
     shutdown_grace_s: float = Field(3.0, validation_alias="RECMESH_SHUTDOWN_GRACE_S")
+    # Seconds a stopping process spends at most exporting its queued spans
+    # (recmesh.telemetry.Tracing.shutdown); what is left is dropped and counted.
+    telemetry_flush_s: float = Field(1.0, ge=0.0, validation_alias="RECMESH_TELEMETRY_FLUSH_S")
     # End-to-end budget per SLO class in ms over the defaults (A 300, B 850,
     # C 3000), e.g. '{"A": 200}'. The gateway turns it into the deadline and the
     # ranker plans its stages against it: give both the same value.

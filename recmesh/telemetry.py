@@ -1,9 +1,11 @@
 """Tracing, metrics and structured logs, set up the same way in every process.
 
 - Traces: OpenTelemetry with W3C `traceparent` propagation. Exporters follow the
-  standard variables: OTLP when `OTEL_EXPORTER_OTLP_ENDPOINT` (or
-  `OTEL_TRACES_EXPORTER=otlp`) is set; `RECMESH_SPANS_FILE` additionally writes
-  finished spans as JSON lines (used by tests and latency attribution).
+  standard variables as the SDK reads them (setup_tracing): OTLP over grpc or
+  http/protobuf once an endpoint is set (or `OTEL_TRACES_EXPORTER=otlp`);
+  `RECMESH_SPANS_FILE` additionally writes finished spans as JSON lines (used by
+  tests and latency attribution). At exit a process spends at most
+  `RECMESH_TELEMETRY_FLUSH_S` exporting what it holds (Tracing.shutdown).
 - Metrics: Prometheus histograms labelled by service, method and SLO class with
   buckets fine enough to read P95/P99 between 1 ms and 1 s.
 - Logs: structlog JSON lines carrying service, trace_id and span_id.
@@ -11,6 +13,7 @@
 
 from __future__ import annotations
 
+import atexit
 import bisect
 import collections
 import functools
@@ -29,10 +32,11 @@ import orjson
 import structlog
 from opentelemetry import propagate, trace
 from opentelemetry.context import Context
-from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.resources import SERVICE_NAME, OTELResourceDetector, Resource
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import (
     BatchSpanProcessor,
+    ConsoleSpanExporter,
     SpanExporter,
     SpanExportResult,
 )
@@ -183,11 +187,273 @@ class JsonLinesSpanExporter(SpanExporter):
 
 
 SPANS_FILE_DELAY_MS = 200
+DEFAULT_FLUSH_S = 1.0
+# The timeout of each export during the shutdown flush: below the OTLP
+# exporters' first retry back-off (1 s +-20 %), so a batch gets one attempt.
+FINAL_ATTEMPT_S = 0.75
+# After the flush budget: how long the export threads get to notice that they
+# were cut off (so what they drop is counted) before the process goes on exiting.
+ABANDON_GRACE_S = 0.2
+
+SPANS_DROPPED = Counter(
+    "recmesh_spans_dropped_total",
+    "Sampled spans that never reached an exporter's backend, by exporter and reason: export_failed "
+    "(the backend refused them or could not be reached, after the exporter's retries); unsent (still "
+    "queued when the shutdown flush budget ran out, or pushed out of a full queue).",
+    ("service", "exporter", "reason"),
+)
+
+OTLP_PROTOCOLS = ("grpc", "http/protobuf")
+TRACES_EXPORTERS = ("otlp", "console", "none")
+SAMPLERS = ("always_on", "always_off", "traceidratio",
+            "parentbased_always_on", "parentbased_always_off", "parentbased_traceidratio")  # fmt: skip
 
 
-def setup_tracing(service: str, *, redis: bool = True) -> TracerProvider:
-    """The process's tracer provider. `redis=False` for a service that never
-    talks to Redis: instrumenting it imports redis-py (~0.3 s of start-up).
+class TelemetryConfigError(ValueError):
+    """An `OTEL_*` variable that recmesh cannot honour; the message names it."""
+
+
+def sdk_disabled(env: Mapping[str, str]) -> bool:
+    return env.get("OTEL_SDK_DISABLED", "").strip().lower() == "true"
+
+
+def traces_exporters(env: Mapping[str, str]) -> list[str]:
+    """The exporters `OTEL_TRACES_EXPORTER` names (comma-separated; `none`
+    for none). Unset, recmesh exports OTLP only when an OTLP endpoint is set
+    (`OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` or `OTEL_EXPORTER_OTLP_ENDPOINT`),
+    where the SDK's default would send to localhost: a mesh started without a
+    collector must not keep failing exports."""
+    raw = env.get("OTEL_TRACES_EXPORTER", "").strip()
+    if not raw:
+        endpoint = env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") or env.get("OTEL_EXPORTER_OTLP_ENDPOINT")
+        return ["otlp"] if endpoint else []
+    names = [name.strip().lower() for name in raw.split(",") if name.strip()]
+    unknown = [name for name in names if name not in TRACES_EXPORTERS]
+    if unknown:
+        raise TelemetryConfigError(
+            f"OTEL_TRACES_EXPORTER: unsupported exporter {', '.join(unknown)}; use one or more of "
+            f"{', '.join(TRACES_EXPORTERS)}"
+        )
+    return [] if "none" in names else list(dict.fromkeys(names))
+
+
+def otlp_protocol(env: Mapping[str, str]) -> str:
+    """The OTLP transport for traces: `OTEL_EXPORTER_OTLP_TRACES_PROTOCOL`,
+    else `OTEL_EXPORTER_OTLP_PROTOCOL`, else `grpc`. The specification lets an
+    SDK keep grpc as its default where grpc already was (OpenTelemetry Python's
+    default, and recmesh's before it read the variable), so existing
+    deployments that point at a collector's 4317 keep working."""
+    for var in ("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL"):
+        value = env.get(var, "").strip()
+        if value:
+            if value not in OTLP_PROTOCOLS:
+                raise TelemetryConfigError(
+                    f"{var}={value!r} is not supported; use one of {', '.join(OTLP_PROTOCOLS)}"
+                )
+            return value
+    return "grpc"
+
+
+def check_sampler(env: Mapping[str, str]) -> None:
+    """Refuse a sampler the SDK would silently replace with its default."""
+    name = env.get("OTEL_TRACES_SAMPLER", "").strip().lower()
+    if name and name not in SAMPLERS:
+        raise TelemetryConfigError(f"OTEL_TRACES_SAMPLER={name!r} is not one of {', '.join(SAMPLERS)}")
+    if name.endswith("traceidratio") and "OTEL_TRACES_SAMPLER_ARG" in env:
+        arg = env["OTEL_TRACES_SAMPLER_ARG"]
+        try:
+            ratio = float(arg)
+        except ValueError:
+            ratio = -1.0
+        if not 0.0 <= ratio <= 1.0:
+            raise TelemetryConfigError(f"OTEL_TRACES_SAMPLER_ARG={arg!r} is not a ratio between 0 and 1")
+
+
+def _otlp_exporter(protocol: str, timeout_s: float | None = None) -> SpanExporter:
+    """An OTLP exporter for `protocol`. Each reads the rest of its standard
+    variables itself: the endpoint (http/protobuf appends /v1/traces to
+    OTEL_EXPORTER_OTLP_ENDPOINT and takes OTEL_EXPORTER_OTLP_TRACES_ENDPOINT as
+    it is), headers, timeout (unless `timeout_s`), compression, certificates
+    and, for grpc, OTEL_EXPORTER_OTLP_INSECURE."""
+    if protocol == "http/protobuf":
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HttpExporter
+
+        return HttpExporter(timeout=timeout_s)
+    from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcExporter
+
+    return GrpcExporter(timeout=timeout_s)
+
+
+class _GuardedExporter(SpanExporter):
+    """Wraps an exporter: counts the spans it fails to deliver, and gives the
+    shutdown flush its own rules. `finalize` switches to a `final` exporter
+    whose timeout (FINAL_ATTEMPT_S) is below the OTLP exporters' first retry
+    back-off, so each remaining batch gets one attempt, and interrupts a retry
+    of the running exporter (that batch goes to the final one); `cut_off`
+    drops everything from then on (the caller counts it as unsent)."""
+
+    def __init__(self, inner: SpanExporter, service: str, name: str,
+                 final: Callable[[float], SpanExporter] | None = None) -> None:  # fmt: skip
+        self.name = name
+        self.exported = 0
+        self.failed = 0
+        self.final_failed = False  # an export during the shutdown flush failed
+        self._inner = inner
+        self._make_final = final
+        self._final: SpanExporter | None = None
+        self._deadline: float | None = None
+        self._failed_metric = SPANS_DROPPED.labels(service, name, "export_failed")
+        self._cut = threading.Event()
+        self._shut_lock = threading.Lock()
+        self._shut: set[int] = set()
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        if self._cut.is_set():
+            return SpanExportResult.FAILURE
+        if self._final is None:
+            try:
+                result = self._inner.export(spans)
+            except Exception:
+                if self._final is None:
+                    self._count(SpanExportResult.FAILURE, len(spans))
+                    raise
+                result = SpanExportResult.FAILURE  # the flush closed its connection under it
+            if result is SpanExportResult.SUCCESS or self._final is None:
+                return self._count(result, len(spans))
+            # The flush began during this export (and interrupted its retries): one final attempt.
+        return self._export_final(spans)
+
+    def _export_final(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        assert self._final is not None and self._deadline is not None
+        if time.monotonic() >= self._deadline:
+            return SpanExportResult.FAILURE
+        result = SpanExportResult.FAILURE
+        try:
+            result = self._final.export(spans)
+        finally:
+            if not self._cut.is_set():
+                self.final_failed |= result is not SpanExportResult.SUCCESS
+                self._count(result, len(spans))
+        return result if not self._cut.is_set() else SpanExportResult.FAILURE
+
+    def _count(self, result: SpanExportResult, n: int) -> SpanExportResult:
+        if result is SpanExportResult.SUCCESS:
+            self.exported += n
+        else:
+            self.failed += n
+            self._failed_metric.inc(n)
+        return result
+
+    def finalize(self, deadline: float) -> None:
+        self._deadline = deadline
+        if self._make_final is None:
+            self._final = self._inner
+            return
+        self._final = self._make_final(FINAL_ATTEMPT_S)
+        self._shutdown(self._inner)
+
+    def cut_off(self) -> None:
+        self._cut.set()
+        self.shutdown()
+
+    def shutdown(self) -> None:
+        self._shutdown(self._inner)
+        if self._final is not None:
+            self._shutdown(self._final)
+
+    def _shutdown(self, exporter: SpanExporter) -> None:
+        with self._shut_lock:
+            if id(exporter) in self._shut:
+                return
+            self._shut.add(id(exporter))
+        exporter.shutdown()
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        return (self._final or self._inner).force_flush(timeout_millis)
+
+
+class _CountedProcessor(BatchSpanProcessor):
+    """The SDK's batching processor, counting the sampled spans it is handed."""
+
+    def __init__(self, exporter: _GuardedExporter, **options: Any) -> None:
+        super().__init__(exporter, **options)
+        self.exporter = exporter
+        self._lock = threading.Lock()
+        self.queued = 0
+
+    def on_end(self, span: ReadableSpan) -> None:
+        if span.context is not None and span.context.trace_flags.sampled:
+            with self._lock:
+                self.queued += 1
+        super().on_end(span)
+
+
+class Tracing:
+    """The process's tracer provider and its exporting pipelines."""
+
+    def __init__(
+        self, service: str, provider: TracerProvider, pipelines: Sequence[_CountedProcessor]
+    ) -> None:
+        self.service = service
+        self.provider = provider
+        self.pipelines = list(pipelines)
+        self._done = False
+
+    def shutdown(self, flush_s: float = DEFAULT_FLUSH_S) -> None:
+        """Export what is queued, spending at most `flush_s` on it, then drop
+        the rest, count it (recmesh_spans_dropped_total) and log it once.
+        Pipelines flush side by side, each batch with one attempt and no
+        retries; the first failure cuts a pipeline off (a collector that is
+        down or speaks the other protocol fails fast, and retrying it would
+        only use up the budget). The SDK's own shutdown waits out each
+        exporter's retries, up to its 10 s timeout per batch: that held a
+        stopping service for 10-30 s with the collector down."""
+        if self._done or not self.pipelines:
+            return
+        self._done = True
+        started = time.monotonic()
+        deadline = started + flush_s
+        flushing = {}
+        for pipeline in self.pipelines:
+            pipeline.exporter.finalize(deadline)
+            thread = threading.Thread(target=pipeline.shutdown, name=f"flush-{pipeline.exporter.name}",
+                                      daemon=True)  # fmt: skip
+            thread.start()
+            flushing[pipeline] = thread
+        while True:
+            waiting = [p for p, t in flushing.items() if t.is_alive() and not p.exporter.final_failed]
+            left = deadline - time.monotonic()
+            if not waiting or left <= 0:
+                break
+            flushing[waiting[0]].join(min(left, 0.01))
+        cut_off = [p for p, t in flushing.items() if t.is_alive()]
+        for pipeline in cut_off:
+            pipeline.exporter.cut_off()
+        grace_end = time.monotonic() + ABANDON_GRACE_S
+        for pipeline in cut_off:
+            flushing[pipeline].join(max(0.0, grace_end - time.monotonic()))
+        self._report(flush_s, round(time.monotonic() - started, 3), [p.exporter.name for p in cut_off])
+
+    def _report(self, flush_s: float, took_s: float, cut_off: list[str]) -> None:
+        dropped: dict[str, dict[str, int]] = {}
+        for pipeline in self.pipelines:
+            exporter = pipeline.exporter
+            unsent = max(0, pipeline.queued - exporter.exported - exporter.failed)
+            if unsent:
+                SPANS_DROPPED.labels(self.service, exporter.name, "unsent").inc(unsent)
+            if unsent or exporter.failed:
+                dropped[exporter.name] = {"unsent": unsent, "export_failed": exporter.failed}
+        if dropped:
+            _log.warning("spans_dropped", dropped=dropped, flush_s=flush_s, took_s=took_s, cut_off=cut_off)
+
+
+def setup_tracing(service: str, *, redis: bool = True, flush_s: float = DEFAULT_FLUSH_S) -> Tracing:
+    """The process's tracer provider, from the standard OpenTelemetry
+    variables (OTEL_SDK_DISABLED, OTEL_TRACES_EXPORTER, OTEL_EXPORTER_OTLP_*,
+    OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES, OTEL_TRACES_SAMPLER[_ARG],
+    OTEL_BSP_*), plus `RECMESH_SPANS_FILE`. At exit it flushes for at most
+    `flush_s` (Tracing.shutdown). `redis=False` for a service that never talks
+    to Redis: instrumenting it imports redis-py (~0.3 s of start-up).
 
     With no exporter configured (and no `OTEL_TRACES_SAMPLER`), traces that
     start here are not recorded: building spans nobody exports cost the
@@ -195,32 +461,50 @@ def setup_tracing(service: str, *, redis: bool = True) -> TracerProvider:
     `traceparent` on every hop) with the not-sampled flag. A caller that sends
     a sampled `traceparent` is still honoured (its spans are built and the
     flag travels on), so hops further on that do export record its trace."""
-    name = os.environ.get("OTEL_SERVICE_NAME", service)
-    processors: list[BatchSpanProcessor] = []
-    exporter_names = os.environ.get("OTEL_TRACES_EXPORTER", "")
-    if os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT") or "otlp" in exporter_names:
-        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
-
-        processors.append(BatchSpanProcessor(OTLPSpanExporter()))
-    spans_file = os.environ.get("RECMESH_SPANS_FILE")
+    env = os.environ
+    spans_file = env.get("RECMESH_SPANS_FILE")
+    if sdk_disabled(env):
+        # The SDK's provider hands out no-op tracers: no spans, no trace ids.
+        if spans_file:
+            _log.warning("spans_file_ignored", reason="OTEL_SDK_DISABLED=true", path=spans_file)
+        disabled = TracerProvider(shutdown_on_exit=False)
+        trace.set_tracer_provider(disabled)
+        return Tracing(service, disabled, [])
+    check_sampler(env)
+    pipelines: list[_CountedProcessor] = []
+    for name in traces_exporters(env):
+        if name == "otlp":
+            protocol = otlp_protocol(env)
+            final = functools.partial(_otlp_exporter, protocol)
+            exporter = _GuardedExporter(_otlp_exporter(protocol), service, name, final)
+        else:
+            exporter = _GuardedExporter(ConsoleSpanExporter(), service, name)
+        pipelines.append(_CountedProcessor(exporter))
     if spans_file:
         # Batched on the SDK's export thread: the request path only queues the
         # finished span (a synchronous exporter opened and appended to the
         # file once per span, on the event loop). A full queue drops spans
-        # rather than slow requests; the provider flushes at exit.
-        processors.append(
-            BatchSpanProcessor(JsonLinesSpanExporter(spans_file), max_queue_size=8192,
-                               schedule_delay_millis=SPANS_FILE_DELAY_MS, max_export_batch_size=1024)
-        )  # fmt: skip
-    unexported = not processors and "OTEL_TRACES_SAMPLER" not in os.environ
+        # rather than slow requests; the flush at exit writes the rest.
+        pipelines.append(_CountedProcessor(
+            _GuardedExporter(JsonLinesSpanExporter(spans_file), service, "spans_file"),
+            max_queue_size=8192, schedule_delay_millis=SPANS_FILE_DELAY_MS, max_export_batch_size=1024,
+        ))  # fmt: skip
+    unexported = not pipelines and "OTEL_TRACES_SAMPLER" not in env
     sampler = ParentBased(ALWAYS_OFF) if unexported else None  # None: the SDK's, from OTEL_TRACES_SAMPLER
-    provider = TracerProvider(resource=Resource.create({"service.name": name}), sampler=sampler)
-    for processor in processors:
-        provider.add_span_processor(processor)
+    # OTEL_SERVICE_NAME, else service.name in OTEL_RESOURCE_ATTRIBUTES, else this process's name.
+    named = SERVICE_NAME in OTELResourceDetector().detect().attributes
+    resource = Resource.create({} if named else {SERVICE_NAME: service})
+    # shutdown_on_exit=False: the SDK's own exit hook would wait out retries (see Tracing.shutdown).
+    provider = TracerProvider(resource=resource, sampler=sampler, shutdown_on_exit=False)
+    for pipeline in pipelines:
+        provider.add_span_processor(pipeline)
     trace.set_tracer_provider(provider)
+    tracing = Tracing(service, provider, pipelines)
+    if pipelines:
+        atexit.register(tracing.shutdown, flush_s)
     if redis:
         instrument_redis()
-    return provider
+    return tracing
 
 
 def _redis_request_hook(span: Span, instance: Any, args: Any, kwargs: Any) -> None:

@@ -49,7 +49,7 @@ async def main(settings: FeatureSettings) -> None:
 if __name__ == "__main__":
     cfg = FeatureSettings()
     setup_logging("feature", cfg.log_level, cfg.log_format)
-    setup_tracing("feature")
+    setup_tracing("feature", flush_s=cfg.telemetry_flush_s)
     start_http_server(cfg.metrics_port, addr=cfg.bind_host)
     structlog.get_logger().info("starting", settings=cfg.model_dump(mode="json"))
     asyncio.run(main(cfg))

@@ -395,6 +395,6 @@ if __name__ == "__main__":
 
     cfg = IngestSettings()
     setup_logging("feature-ingest", cfg.log_level, cfg.log_format)
-    setup_tracing("feature-ingest")
+    setup_tracing("feature-ingest", flush_s=cfg.telemetry_flush_s)
     start_http_server(cfg.metrics_port, addr=cfg.bind_host)
     asyncio.run(main(cfg))

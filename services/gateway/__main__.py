@@ -89,5 +89,5 @@ async def main(settings: GatewaySettings) -> None:
 if __name__ == "__main__":
     cfg = GatewaySettings()
     setup_logging("gateway", cfg.log_level, cfg.log_format)
-    setup_tracing("gateway", redis=False)  # the gateway never talks to Redis
+    setup_tracing("gateway", redis=False, flush_s=cfg.telemetry_flush_s)  # the gateway never talks to Redis
     eventloop.run(main(cfg))

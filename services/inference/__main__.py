@@ -69,6 +69,6 @@ if __name__ == "__main__":
     t0 = time.perf_counter()
     cfg = InferenceSettings()
     setup_logging("inference", cfg.log_level, cfg.log_format)
-    setup_tracing("inference", redis=False)
+    setup_tracing("inference", redis=False, flush_s=cfg.telemetry_flush_s)
     start_http_server(cfg.metrics_port, addr=cfg.bind_host)
     asyncio.run(main(cfg, t0))

@@ -44,6 +44,6 @@ async def main(settings: RankerSettings) -> None:
 if __name__ == "__main__":
     cfg = RankerSettings()
     setup_logging("ranker", cfg.log_level, cfg.log_format)
-    setup_tracing("ranker", redis=False)  # the ranker never talks to Redis
+    setup_tracing("ranker", redis=False, flush_s=cfg.telemetry_flush_s)  # the ranker never talks to Redis
     start_http_server(cfg.metrics_port, addr=cfg.bind_host)
     eventloop.run(main(cfg))

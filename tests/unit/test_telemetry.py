@@ -3,15 +3,33 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
-from prometheus_client import CollectorRegistry, Histogram
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+from prometheus_client import REGISTRY, CollectorRegistry, Histogram
 
-from recmesh.telemetry import hop_class, observe_many, process_age_s
+from recmesh.telemetry import (
+    ABANDON_GRACE_S,
+    TelemetryConfigError,
+    Tracing,
+    _CountedProcessor,
+    _GuardedExporter,
+    check_sampler,
+    hop_class,
+    observe_many,
+    otlp_protocol,
+    process_age_s,
+    traces_exporters,
+)
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
@@ -97,3 +115,150 @@ def test_an_internal_hop_takes_only_a_known_class_from_metadata() -> None:
     assert hop_class({"x-slo-class": "A"}) == "A"
     assert hop_class({"x-slo-class": "drop table"}) == "unknown", "a label must not take any string"
     assert hop_class({}) == "unknown"
+
+
+# --- which exporter, protocol and sampler the OTEL_* variables ask for -------
+
+
+@pytest.mark.parametrize(
+    ("env", "expected"),
+    [
+        ({}, []),
+        ({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4317"}, ["otlp"]),
+        ({"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://c:4318/v1/traces"}, ["otlp"]),
+        ({"OTEL_TRACES_EXPORTER": "otlp"}, ["otlp"]),  # the exporter's default endpoint
+        ({"OTEL_TRACES_EXPORTER": "none", "OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4317"}, []),
+        ({"OTEL_TRACES_EXPORTER": "console, otlp,otlp"}, ["console", "otlp"]),
+    ],
+)
+def test_traces_exporters(env: dict[str, str], expected: list[str]) -> None:
+    assert traces_exporters(env) == expected
+
+
+@pytest.mark.parametrize(
+    ("env", "expected"),
+    [
+        ({}, "grpc"),
+        ({"OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf"}, "http/protobuf"),
+        ({"OTEL_EXPORTER_OTLP_PROTOCOL": "grpc", "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "http/protobuf"},
+         "http/protobuf"),
+        ({"OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf", "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": " "},
+         "http/protobuf"),
+    ],
+)  # fmt: skip
+def test_otlp_protocol(env: dict[str, str], expected: str) -> None:
+    assert otlp_protocol(env) == expected
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"OTEL_TRACES_EXPORTER": "otlp,jaeger"}, "OTEL_TRACES_EXPORTER: unsupported exporter jaeger"),
+        ({"OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "http/json"},
+         "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL='http/json' is not supported"),
+        ({"OTEL_TRACES_SAMPLER": "ratio"}, "OTEL_TRACES_SAMPLER='ratio' is not one of"),
+        ({"OTEL_TRACES_SAMPLER": "traceidratio", "OTEL_TRACES_SAMPLER_ARG": "10%"},
+         "OTEL_TRACES_SAMPLER_ARG='10%' is not a ratio"),
+        ({"OTEL_TRACES_SAMPLER": "parentbased_traceidratio", "OTEL_TRACES_SAMPLER_ARG": "1.5"},
+         "OTEL_TRACES_SAMPLER_ARG='1.5' is not a ratio"),
+    ],
+)  # fmt: skip
+def test_a_value_that_cannot_be_honoured_is_refused_by_name(env: dict[str, str], message: str) -> None:
+    with pytest.raises(TelemetryConfigError, match=re.escape(message)):
+        traces_exporters(env)
+        otlp_protocol(env)
+        check_sampler(env)
+
+
+def test_accepted_samplers_pass() -> None:
+    check_sampler({"OTEL_TRACES_SAMPLER": "parentbased_traceidratio", "OTEL_TRACES_SAMPLER_ARG": "0.1"})
+    check_sampler({"OTEL_TRACES_SAMPLER": "ALWAYS_ON", "OTEL_TRACES_SAMPLER_ARG": "ignored"})
+
+
+# --- the bounded flush at shutdown ------------------------------------------
+
+
+class StuckExporter(SpanExporter):
+    """Like an OTLP exporter retrying a collector that is down: each export
+    waits until shutdown (or `stuck_s`), then fails."""
+
+    def __init__(self, stuck_s: float = 30.0) -> None:
+        self.stuck_s = stuck_s
+        self.stopped = threading.Event()
+        self.exports = 0
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        self.exports += 1
+        self.stopped.wait(self.stuck_s)
+        return SpanExportResult.FAILURE
+
+    def shutdown(self) -> None:
+        self.stopped.set()
+
+
+class GoodExporter(SpanExporter):
+    def __init__(self) -> None:
+        self.names: list[str] = []
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        self.names += [s.name for s in spans]
+        return SpanExportResult.SUCCESS
+
+
+def _dropped(service: str, exporter: str, reason: str) -> float:
+    value = REGISTRY.get_sample_value(
+        "recmesh_spans_dropped_total", {"service": service, "exporter": exporter, "reason": reason}
+    )
+    return value or 0.0
+
+
+def _tracing(service: str, *exporters: tuple[str, SpanExporter, SpanExporter | None]) -> Tracing:
+    def guarded(name: str, inner: SpanExporter, final: SpanExporter | None) -> _GuardedExporter:
+        return _GuardedExporter(inner, service, name, (lambda _timeout_s: final) if final else None)
+
+    pipelines = [
+        _CountedProcessor(guarded(*exporter), schedule_delay_millis=60_000, max_export_batch_size=4)
+        for exporter in exporters
+    ]
+    provider = TracerProvider(resource=Resource.create({"service.name": service}), shutdown_on_exit=False)
+    for pipeline in pipelines:
+        provider.add_span_processor(pipeline)
+    return Tracing(service, provider, pipelines)
+
+
+def test_shutdown_gives_a_stuck_exporter_one_final_attempt_then_cuts_it_off() -> None:
+    """The running exporter is stuck retrying its first batch; the flush stops
+    that retry, gives the batch and the rest one attempt with a final exporter
+    that is also stuck, and cuts it off at the budget: every span counted."""
+    running, final, spans_file = StuckExporter(), StuckExporter(), GoodExporter()
+    tracing = _tracing("unit-stuck", ("otlp", running, final), ("spans_file", spans_file, None))
+    tracer = tracing.provider.get_tracer("t")
+    for i in range(10):  # 4 wake the worker, which takes them into the stuck export
+        tracer.start_span(f"s{i}").end()
+    for _ in range(200):
+        if running.exports:
+            break
+        time.sleep(0.01)
+    assert running.exports == 1
+    started = time.monotonic()
+    tracing.shutdown(0.3)
+    took = time.monotonic() - started
+    assert 0.3 <= took < 0.3 + ABANDON_GRACE_S + 0.2, took
+    assert running.stopped.is_set() and final.exports == 1
+    assert sorted(spans_file.names) == sorted(f"s{i}" for i in range(10)), "the file still got every span"
+    assert _dropped("unit-stuck", "otlp", "unsent") == 10
+    assert _dropped("unit-stuck", "otlp", "export_failed") == 0
+    assert _dropped("unit-stuck", "spans_file", "unsent") == 0
+
+
+def test_shutdown_stops_at_the_first_failed_final_attempt() -> None:
+    """A collector that refuses at once (down, or the other protocol): one
+    failed batch, the rest dropped without waiting out the budget."""
+    tracing = _tracing("unit-refused", ("otlp", StuckExporter(), StuckExporter(stuck_s=0)))
+    for i in range(3):
+        tracing.provider.get_tracer("t").start_span(f"s{i}").end()
+    started = time.monotonic()
+    tracing.shutdown(5.0)
+    assert time.monotonic() - started < 1.0
+    assert _dropped("unit-refused", "otlp", "export_failed") == 3
+    assert _dropped("unit-refused", "otlp", "unsent") == 0
