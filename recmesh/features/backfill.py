@@ -23,6 +23,7 @@ from typing import Any
 
 import orjson
 
+from recmesh.errors import FailedPrecondition
 from recmesh.events import Event
 from recmesh.features.compute import Layout, StreamEvent, aggregate, attribute_text, encode_member
 from recmesh.features.repository import Entity, FeatureSet, FeatureValue, parse_duration_ms
@@ -160,6 +161,11 @@ class LabelRule:
     @classmethod
     def of(cls, fs: FeatureSet) -> LabelRule:
         t = fs.decl.training
+        if t is None:
+            raise FailedPrecondition(
+                f"repository {fs.name!r} ({fs.path}) declares no [training] (examples and label): "
+                "add it to train"
+            )
         lab = t.label
         return cls(
             frozenset(lab.behaviors or ()),
@@ -168,6 +174,9 @@ class LabelRule:
             float(lab.at_least or 0.0),
             frozenset(t.examples),
         )
+
+    def examples_text(self) -> str:
+        return "/".join(sorted(self.examples))
 
     def describe(self) -> str:
         if self.value_field is not None:

@@ -333,8 +333,8 @@ class LabelDecl(_Strict):
 
 
 class TrainingDecl(_Strict):
-    examples: list[str] = Field(default_factory=lambda: ["view"])  # behaviours that are impressions
-    label: LabelDecl = Field(default_factory=lambda: LabelDecl(behaviors=["click"], within="10s"))
+    examples: list[str] = Field(min_length=1)  # behaviours whose events are training examples
+    label: LabelDecl
 
 
 class StateDecl(_Strict):
@@ -354,7 +354,7 @@ class RepositoryDecl(_Strict):
     items: EntityDecl = Field(default_factory=EntityDecl)
     realtime: dict[str, RealtimeDecl] = Field(default_factory=dict)
     recall: RecallDecl = Field(default_factory=RecallDecl)
-    training: TrainingDecl = Field(default_factory=TrainingDecl)
+    training: TrainingDecl | None = None  # needed to train (recmesh train), not to serve
     state: StateDecl = Field(default_factory=StateDecl)
 
 
@@ -660,6 +660,8 @@ def compile_repository(decl: RepositoryDecl, path: Path | None = None) -> Featur
 def _check_training(decl: RepositoryDecl) -> None:
     vocab = set(decl.events.behaviors)
     t = decl.training
+    if t is None:
+        return
     unknown = sorted(set(t.examples) - vocab)
     if unknown or not t.examples:
         raise ValueError(

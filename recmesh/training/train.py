@@ -126,7 +126,7 @@ def build_dataset(
     inputs are planned from these rows unless given (a model's own)."""
     examples = list(training_examples(fs, events, users, items))
     if not examples:
-        raise ValueError(f"no training examples: no {sorted(fs.decl.training.examples)} events in the log")
+        raise ValueError(f"no training examples: no {LabelRule.of(fs).examples_text()} events in the log")
     if transforms is None:
         transforms = plan_inputs(fs, [e.user for e in examples], [e.item for e in examples])
     vec = Vectorizer(transforms)

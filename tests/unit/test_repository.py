@@ -185,7 +185,10 @@ def test_the_version_is_a_content_hash_of_what_decides_values() -> None:
     assert parse_repository(FULL, Path("elsewhere/recmesh.toml")).version == version
     assert parse(FULL + 'covisit = { window = "1h" }\n').version == version
     assert (
-        parse(FULL + '\n[training]\nlabel = { behaviors = ["purchase"], within = "1h" }\n').version == version
+        parse(
+            FULL + '\n[training]\nexamples = ["view"]\nlabel = { behaviors = ["purchase"], within = "1h" }\n'
+        ).version
+        == version
     )
     # A window, a behaviour filter, a declared type or the vocabulary does.
     changed = [
@@ -331,17 +334,35 @@ def test_bad_aliases() -> None:
 @pytest.mark.parametrize(
     ("training", "named"),
     [
-        ('examples = ["impression"]', "training.examples: ['impression'] not in events.behaviors"),
-        ('label = { behaviors = ["klick"], within = "10s" }', "training.label.behaviors: ['klick']"),
         (
-            'label = { behaviors = ["click"], within = "soon" }',
+            'examples = ["impression"]\nlabel = { field = "rating", at_least = 4 }',
+            "training.examples: ['impression'] not in events.behaviors",
+        ),
+        (
+            'examples = ["view"]\nlabel = { behaviors = ["klick"], within = "10s" }',
+            "training.label.behaviors: ['klick']",
+        ),
+        (
+            'examples = ["view"]\nlabel = { behaviors = ["click"], within = "soon" }',
             "training.label.within: 'soon' is not a duration",
         ),
-        ('label = { field = "stars", at_least = 4 }', "training.label.field: 'stars' is not declared"),
+        (
+            'examples = ["view"]\nlabel = { field = "stars", at_least = 4 }',
+            "training.label.field: 'stars' is not declared",
+        ),
     ],
 )
 def test_training_rules_are_checked_when_the_file_loads(training: str, named: str) -> None:
     assert named in error(BASE + f"\n[training]\n{training}\n")
+
+
+def test_a_repository_without_training_rules_serves_and_says_so_when_asked_to_train() -> None:
+    from recmesh.errors import FailedPrecondition
+    from recmesh.features.backfill import LabelRule
+
+    fs = parse(BASE)  # no [training]: it serves features all the same
+    with pytest.raises(FailedPrecondition, match=r"declares no \[training\]"):
+        LabelRule.of(fs)
 
 
 def test_a_bad_duration_names_its_key() -> None:
