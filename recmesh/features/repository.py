@@ -395,7 +395,8 @@ class Stream:
     in `behaviors`, kept in a sorted set per entity id scored by event time
     (`{u:<id>}:s:<id>` / `{i:<id>}:s:<id>`). Its member is the event id,
     followed (FIELD_SEP-separated) by what its features need: the other
-    entity's id, attributes of the other entity, numeric event values."""
+    entity's id (always, for an item: an event id is unique per user only),
+    attributes of the other entity, numeric event values."""
 
     id: str
     entity: Entity
@@ -750,7 +751,9 @@ def _streams(realtime: list[FeatureDef], roles: RecallRoles, decl: RepositoryDec
     for (entity, sid), feats in groups.items():
         behaviors = feats[0].behaviors if feats else roles.covisit_behaviors
         covisit = (entity, sid) == covisit_key
-        other_id = covisit or any(f.aggregate == "last_n" for f in feats)
+        # An event id is unique per user: an item's members carry the user too,
+        # so two users' events with the same id stay two members.
+        other_id = covisit or entity == "item" or any(f.aggregate == "last_n" for f in feats)
         attrs = tuple(dict.fromkeys(f.by for f in feats if f.by is not None))
         values = tuple(dict.fromkeys(f.field for f in feats if f.field is not None))
         windows = sorted({f.window_ms or 0 for f in feats}, reverse=True)
@@ -762,7 +765,7 @@ def _streams(realtime: list[FeatureDef], roles: RecallRoles, decl: RepositoryDec
         retention = max([*windows, roles.covisit_window_ms if covisit else 0, ttl * 1000])
         only_last_n = bool(feats) and all(f.aggregate == "last_n" for f in feats)
         read: Literal["count", "latest", "range"]
-        if entity == "item" and not (other_id or attrs or values):
+        if entity == "item" and all(f.aggregate == "count" for f in feats):
             read = "count"
         elif only_last_n and entity == "user":
             read = "latest"

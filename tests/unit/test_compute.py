@@ -200,8 +200,8 @@ def test_member_encoding_round_trips(demo_fs: FeatureSet, extra_fs: FeatureSet) 
     viewed = demo_fs.stream("click+view", "user")  # event id + the item id
     parts = encode_member(viewed, "id-2", "i9", {}, {}).split(FIELD_SEP)
     assert parts[0] == "id-2" and parts[Layout.of(viewed).other] == "i9"
-    # A stream that needs no payload stores the bare event id.
-    assert encode_member(demo_fs.stream("click", "item"), "id-3", "u1", {"category": "x"}, {}) == "id-3"
+    # An item's member carries the user as well: an event id is unique per user only.
+    assert encode_member(demo_fs.stream("click", "item"), "id-3", "u1", {"category": "x"}, {}) == "id-3\x1fu1"
     # Values are stored as floats; a missing one is empty.
     rated = next(s for s in extra_fs.streams if s.values == ("rating",))
     at = Layout.of(rated).values["rating"]
