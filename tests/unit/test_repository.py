@@ -160,7 +160,8 @@ def test_streams_group_features_by_entity_and_behaviour_filter() -> None:
     assert streams[("user", "purchase")].values == ("price",)
     assert streams[("item", "click+purchase+view")].values == ("rating",)
     item_clicks = streams[("item", "click")]
-    assert item_clicks.read == "count" and item_clicks.other_id and not (item_clicks.attrs or item_clicks.values)
+    assert item_clicks.read == "count" and item_clicks.other_id
+    assert not (item_clicks.attrs or item_clicks.values)
     assert item_clicks.windows == (60 * MIN, 10 * MIN)  # widest first
     assert {s.id for s in fs.streams_of("item")} == {"click+purchase+view", "view", "click"}
     assert fs.attributes_needed("item") == ("category",)  # what user count_by features group by
