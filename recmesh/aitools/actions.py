@@ -1,26 +1,35 @@
 """Structured actions (the design notes' prompt schema): an `intent`, named
 `constraints`, an `output_schema` (JSON Schema) and a `context`.
 
-- `check_schema` refuses a schema that is not valid JSON Schema, or whose root
-  is not an object.
-- `violations` validates an output against the schema (jsonschema) and checks
-  every constraint; an empty list means the output may be served.
-- `template_fill` is the deterministic generator used without an LLM: it walks
-  the schema and fills each property from the context, the intent and fixed
-  templates, so its output satisfies the constraints by construction. It is
-  also the documented fallback when an LLM's output fails twice.
+- `check_request` refuses a schema that is not valid JSON Schema, whose root
+  is not an object, or with a `$ref` that does not resolve inside it.
+- `violations` validates an output against the schema (jsonschema, with its
+  format checker) and checks every constraint; an empty list means the output
+  may be served. Each schema problem names its keyword.
+- `template_fill` is the deterministic generator used without an LLM: it fills
+  each property from the context, the intent and fixed templates where the
+  schema accepts those, and otherwise builds values from the schema's own
+  constraints (schema_fill.py: pattern, format, enum, const, lengths, numeric
+  bounds, nested objects and arrays), reporting which strings are placeholders;
+  `Unfillable` names the keyword it cannot meet. It is also the documented
+  fallback when an LLM's output fails twice.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
+from urllib.parse import urlsplit
 
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
+from referencing import Registry
+from referencing.exceptions import Unresolvable
+from referencing.jsonschema import DRAFT202012
 
+from recmesh.aitools.schema_fill import PLACEHOLDER_URL, Filled, Unfillable, fill
 from recmesh.errors import InvalidArgument
 
 CTA_VERBS = ("start", "try", "get", "join", "sign up", "subscribe", "book", "discover", "explore",
@@ -68,13 +77,50 @@ def check_request(constraints: list[str], schema: Mapping[str, Any]) -> None:
         raise InvalidArgument(f"output_schema is not valid JSON Schema: {err.message}") from None
     if schema.get("type") != "object":
         raise InvalidArgument('output_schema must describe an object ("type": "object")')
+    resource = DRAFT202012.create_resource(schema)
+    resolver = Registry().with_resource(resource.id() or "", resource).resolver(resource.id() or "")
+    for ref in _refs(schema):
+        try:
+            resolver.lookup(ref)
+        except Unresolvable:
+            raise InvalidArgument(
+                f"output_schema: $ref {ref!r} does not resolve; only references inside the schema do"
+            ) from None
+
+
+_DATA_KEYWORDS = ("const", "enum", "default", "examples")  # values, not schemas
+
+
+def _refs(schema: Any) -> Iterator[str]:
+    if isinstance(schema, Mapping):
+        for key, value in schema.items():
+            if key in ("$ref", "$dynamicRef") and isinstance(value, str):
+                yield value
+            elif key not in _DATA_KEYWORDS:
+                yield from _refs(value)
+    elif isinstance(schema, list):
+        for value in schema:
+            yield from _refs(value)
 
 
 def violations(output: Any, schema: Mapping[str, Any], constraints: list[str]) -> list[str]:
-    found = [
-        f"schema:{'/'.join(str(p) for p in e.absolute_path) or '(root)'}: {e.message}"
-        for e in Draft202012Validator(schema).iter_errors(output)
-    ]
+    """What keeps `output` from being served: schema errors (with the keyword
+    broken, formats checked), broken constraints, and values JSON cannot carry."""
+    try:
+        json.dumps(output, ensure_ascii=False, allow_nan=False).encode()
+    except (ValueError, UnicodeEncodeError) as err:
+        return [f"output: not encodable as JSON: {err}"]
+    # An explicit registry: jsonschema would otherwise fetch an unknown $ref over the network.
+    validator = Draft202012Validator(
+        schema, registry=Registry(), format_checker=Draft202012Validator.FORMAT_CHECKER
+    )
+    try:
+        found = [
+            f"schema:{'/'.join(str(p) for p in e.absolute_path) or '(root)'}: {e.message} ({e.validator})"
+            for e in validator.iter_errors(output)
+        ]
+    except Unresolvable as err:
+        return [f"schema: $ref does not resolve: {err}"]
     found += [f"constraint:{c}" for c in constraints if not CONSTRAINTS[c](output)]
     return found
 
@@ -115,58 +161,68 @@ def cta_text(intent: str, context: Mapping[str, Any]) -> str:
     return f"{base} with {product}" if isinstance(product, str) and product else base
 
 
-def _string_for(name: str, spec: Mapping[str, Any], intent: str, context: Mapping[str, Any]) -> str:
-    lname = name.lower()
-    if "enum" in spec:
-        return str(spec["enum"][0])
-    if spec.get("format") in ("uri", "url", "iri") or "url" in lname or "link" in lname or "href" in lname:
-        value = context.get(name) or context.get("url") or context.get("landing_url")
-        return str(value) if value else "https://example.com/start"
-    if name in context and isinstance(context[name], str):
-        value = str(context[name])
-    elif any(k in lname for k in ("text", "label", "cta", "button", "action", "headline", "title")):
-        value = cta_text(intent, context)
-    else:
-        value = f"{cta_text(intent, context)}: {_words(intent)}"
-    if mentions_price(value):
-        value = _PRICE.sub("", value).strip() or cta_text(intent, {})
-    lo, hi = int(spec.get("minLength", 0)), spec.get("maxLength")
-    if hi is not None:
-        value = value[: int(hi)].rstrip()
-    return value.ljust(lo, ".")
+_URLISH = ("url", "link", "href", "uri")
+_URL_FORMATS = ("uri", "iri", "url", "uri-reference", "iri-reference")
+_TEXTISH = ("text", "label", "cta", "button", "action", "headline", "title")
 
 
-def fill(schema: Mapping[str, Any], intent: str, context: Mapping[str, Any], name: str = "") -> Any:
-    """A value for `schema` (object, array, string, number, integer, boolean, null, enum, const)."""
-    if "const" in schema:
-        return schema["const"]
-    if "enum" in schema and schema.get("type") != "string":
-        return schema["enum"][0]
-    kind = schema.get("type")
-    if isinstance(kind, list):
-        kind = next((k for k in kind if k != "null"), "null")
-    if kind == "object" or "properties" in schema:
-        props: Mapping[str, Any] = schema.get("properties", {})
-        return {key: fill(sub, intent, context, key) for key, sub in props.items()}
-    if kind == "array":
-        items = schema.get("items", {"type": "string"})
-        return [fill(items, intent, context, name) for _ in range(max(1, int(schema.get("minItems", 1))))]
-    if kind in ("integer", "number"):
-        value = context.get(name)
-        if isinstance(value, int | float) and not isinstance(value, bool):
-            return int(value) if kind == "integer" else float(value)
-        low = schema.get("minimum", schema.get("exclusiveMinimum", 0))
-        return int(low) + (1 if "exclusiveMinimum" in schema else 0) if kind == "integer" else float(low)
-    if kind == "boolean":
-        return bool(context.get(name, True))
-    if kind == "null":
+def _path_of(url: str) -> str | None:
+    """The path (with query and fragment) of an absolute URL, for relative-link fields."""
+    parts = urlsplit(url)
+    if not (parts.scheme and parts.netloc):
         return None
-    return _string_for(name, schema, intent, context)
+    tail = (f"?{parts.query}" if parts.query else "") + (f"#{parts.fragment}" if parts.fragment else "")
+    return (parts.path or "/") + tail
 
 
-def template_fill(schema: Mapping[str, Any], intent: str, context: Mapping[str, Any]) -> dict[str, Any]:
-    out = fill(schema, intent, context)
-    return out if isinstance(out, dict) else {}
+def _suggestions(
+    intent: str, context: Mapping[str, Any]
+) -> Callable[[str, str, Mapping[str, Any]], list[tuple[Any, bool]]]:
+    """What the template would write for a property, best first, as (value, is_placeholder):
+    the context's value under the property's name; for a link, the context's URL
+    (and its path, for a relative link), else a placeholder URL; for other text,
+    a call to action built from the intent and the product. Prices are stripped."""
+
+    def suggest(name: str, kind: str, schema: Mapping[str, Any]) -> list[tuple[Any, bool]]:
+        own = context.get(name) if name else None
+        if kind in ("integer", "number"):
+            is_number = isinstance(own, int | float) and not isinstance(own, bool)
+            return [(own, False)] if is_number else []
+        if kind == "boolean":
+            return [(own, False)] if isinstance(own, bool) else []
+        if kind != "string":
+            return []
+        lname = name.lower()
+        if schema.get("format") in _URL_FORMATS or any(k in lname for k in _URLISH):
+            found: list[tuple[Any, bool]] = []
+            for key in (name, "url", "landing_url"):
+                url = context.get(key)
+                if isinstance(url, str) and url:
+                    found.append((url, False))
+                    path = _path_of(url)
+                    if path:
+                        found.append((path, False))
+            return [*found, (PLACEHOLDER_URL, True)]
+        if isinstance(own, str):
+            text = own
+        elif any(k in lname for k in _TEXTISH):
+            text = cta_text(intent, context)
+        else:
+            text = f"{cta_text(intent, context)}: {_words(intent)}"
+        if mentions_price(text):
+            text = _PRICE.sub("", text).strip() or cta_text(intent, {})
+        return [(text, False)]
+
+    return suggest
+
+
+def template_fill(schema: Mapping[str, Any], intent: str, context: Mapping[str, Any]) -> Filled:
+    """The template's output for `schema` and the JSON pointers of its placeholder
+    strings; `Unfillable` names the keyword no value it can build meets."""
+    filled = fill(schema, _suggestions(intent, context))
+    if not isinstance(filled.value, dict):
+        raise Unfillable("type", "", "the output must be an object")
+    return filled
 
 
 def llm_prompt(

@@ -13,11 +13,15 @@ Backends, best first:
   the first sentences (when embeddings cannot be had in time).
 - action: vLLM with JSON-schema guided decoding, output re-validated, retried
   once within budget -> the deterministic template filler (the documented
-  fallback, and the only generator without an LLM).
+  fallback, and the only generator without an LLM). A string the filler made
+  up only to satisfy the schema is listed in `degraded` as
+  `placeholder:<JSON pointer>`; a schema it cannot satisfy is a 422 naming the
+  keyword.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from dataclasses import dataclass, field
@@ -28,6 +32,7 @@ from opentelemetry import trace
 
 from recmesh.admission import AdmissionConfig, AdmissionGate
 from recmesh.aitools import actions, summarize
+from recmesh.aitools.schema_fill import Filled, Unfillable
 from recmesh.aitools.tokens import BUDGET_REFUSED, TOKENS_USED, TokenCounter, charge
 from recmesh.clients import InferenceClient
 from recmesh.errors import InvalidArgument, RecmeshError, Unprocessable
@@ -232,32 +237,36 @@ class AiTools:
             async with self.gate.slot(slo.name, budget_s):
                 # The template's answer is what a call without (or after) a generative
                 # model spends; each generation attempt the prompt and the output allowance.
-                template_tokens = self._template_tokens(schema, intent, context)
+                # Off the event loop: a large schema can take the filler ~0.3 s of CPU.
+                template = await asyncio.to_thread(self._template, schema, intent, context)
+                template_tokens = (
+                    self._counter.count(json.dumps(template.value)) if isinstance(template, Filled) else 0
+                )
                 generator = await self._generation_model()
                 attempt_tokens = prompt_tokens + self._settings.max_output_tokens if generator else 0
                 self._charge(tenant, "action", attempt_tokens + template_tokens, token_budget)
                 result = await self._action(
-                    intent, constraints, schema, context, prompt, generator, slo.name,
+                    constraints, schema, template, prompt, generator, slo.name,
                     _Spend(token_budget, attempt_tokens, template_tokens),
                 )  # fmt: skip
         trace.get_current_span().set_attribute("recmesh.ai_tool.backend", result.backend)
         TOKENS_USED.labels(tenant, "action", slo.name).inc(result.tokens_used)
         return result
 
-    def _template_tokens(self, schema: dict[str, Any], intent: str, context: dict[str, Any]) -> int:
-        """Tokens of the template's answer; 0 for a schema the template cannot fill
-        (a generator may still satisfy it, and without one the call fails anyway)."""
+    @staticmethod
+    def _template(schema: dict[str, Any], intent: str, context: dict[str, Any]) -> Filled | Unfillable:
+        """The template's answer, or why it has none (a generator may still satisfy
+        the schema; the fallback then answers 422 with the reason)."""
         try:
-            return self._counter.count(json.dumps(actions.template_fill(schema, intent, context)))
-        except Exception:
-            return 0
+            return actions.template_fill(schema, intent, context)
+        except Unfillable as err:
+            return err
 
     async def _action(
         self,
-        intent: str,
         constraints: list[str],
         schema: dict[str, Any],
-        context: dict[str, Any],
+        template: Filled | Unfillable,
         prompt: str,
         generator: str,
         slo: str,
@@ -296,10 +305,16 @@ class AiTools:
                 _fallback(slo, f"output_invalid:attempt_{attempts}", degraded)
                 _log.info("ai_tool_output_invalid", attempt=attempts, problems=problems[:5])
             _fallback(slo, "fallback:template", degraded)
-        output = actions.template_fill(schema, intent, context)
+        if isinstance(template, Unfillable):
+            raise Unprocessable(f"output_schema: {template}")
+        output = template.value
         problems = actions.violations(output, schema, constraints)
         if problems:
             raise Unprocessable(f"no generator could satisfy output_schema and constraints: {problems[:5]}")
+        if template.placeholders:
+            FALLBACKS.labels("gateway", "template_placeholder", slo).inc()
+            trace.get_current_span().set_attribute("recmesh.ai_tool.placeholders", template.placeholders)
+            degraded.extend(f"placeholder:{p}" for p in template.placeholders)
         tokens += self._counter.count(json.dumps(output))
         backend = "template" if generator else "template (no generative model)"
         return Action(backend, "none", tokens, slo, current_trace_id(), degraded, output, checks, attempts)

@@ -149,10 +149,44 @@ async def test_action_errors_are_400_or_422(http: httpx.AsyncClient) -> None:
     assert bad_schema.status_code == 400 and "JSON Schema" in bad_schema.json()["message"]
     unknown = await http.post("/v2/ai-tool/action", json={**base, "constraints": ["be_brief"]})
     assert unknown.status_code == 400 and "be_brief" in unknown.json()["message"]
-    impossible = {"type": "object", "properties": {"code": {"type": "string", "pattern": "^[0-9]{6}$"}},
+    # A look-ahead that nothing matches: the 422 names the keyword and where.
+    impossible = {"type": "object", "properties": {"code": {"type": "string", "pattern": "(?=x)y"}},
                   "required": ["code"]}  # fmt: skip
     resp = await http.post("/v2/ai-tool/action", json={**base, "output_schema": impossible})
-    assert resp.status_code == 422 and "does not match" in resp.json()["message"]
+    assert resp.status_code == 422 and "cannot meet `pattern` at /code" in resp.json()["message"], resp.text
+    # Both were a 500: a reference outside the schema, a string JSON cannot carry as UTF-8.
+    outside = {"type": "object", "properties": {"x": {"$ref": "https://example.com/s.json"}}}
+    resp = await http.post("/v2/ai-tool/action", json={**base, "output_schema": outside})
+    assert resp.status_code == 400 and "does not resolve" in resp.json()["message"], resp.text
+    surrogate = (b'{"intent": "x", "output_schema": {"type": "object", "required": ["x"], '
+                 b'"properties": {"x": {"const": "\\ud800"}}}}')  # fmt: skip
+    resp = await http.post(
+        "/v2/ai-tool/action", content=surrogate, headers={"content-type": "application/json"}
+    )
+    assert resp.status_code == 422 and "cannot meet `const` at /x" in resp.json()["message"], resp.text
+
+
+async def test_action_meets_a_relative_link_pattern(http: httpx.AsyncClient) -> None:
+    """The design notes' CTA with a relative link (`"pattern": "^/"`): the context
+    URL's path when there is one, else a placeholder said to be one."""
+    cta = {"text": {"type": "string", "maxLength": 60}, "url": {"type": "string", "pattern": "^/"}}
+    schema = {"type": "object", "required": ["cta"], "properties": {"cta": {
+        "type": "object", "required": ["text", "url"], "additionalProperties": False, "properties": cta,
+    }}}  # fmt: skip
+    payload = {
+        "intent": "drive_trial_conversion",
+        "constraints": ["must_include_cta"],
+        "output_schema": schema,
+    }
+    resp = await http.post(
+        "/v2/ai-tool/action", json={**payload, "context": {"url": "https://example.org/trial"}}
+    )
+    assert resp.status_code == 200, resp.text
+    assert resp.json()["output"]["cta"]["url"] == "/trial" and resp.json()["degraded"] == []
+    bare = await http.post("/v2/ai-tool/action", json=payload)
+    assert bare.status_code == 200, bare.text
+    assert bare.json()["output"]["cta"]["url"].startswith("/")
+    assert bare.json()["degraded"] == ["placeholder:/cta/url"]
 
 
 async def test_the_token_budget_caps_what_a_call_spends(http: httpx.AsyncClient) -> None:

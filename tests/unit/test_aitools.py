@@ -60,6 +60,9 @@ def test_check_request_refuses_bad_schemas_and_unknown_constraints() -> None:
         actions.check_request([], {"type": "object", "properties": {"x": {"type": "strin"}}})
     with pytest.raises(InvalidArgument, match="must describe an object"):
         actions.check_request([], {"type": "string"})
+    outside = {"type": "object", "properties": {"x": {"$ref": "https://example.com/x.json"}}}
+    with pytest.raises(InvalidArgument, match=r"\$ref 'https://example.com/x.json' does not resolve"):
+        actions.check_request([], outside)
 
 
 def test_constraints_are_checked_on_every_string() -> None:
@@ -72,25 +75,32 @@ def test_constraints_are_checked_on_every_string() -> None:
         {"cta": {"text": "Buy for $5"}}, CTA_SCHEMA, ["must_include_cta", "avoid_price_mention"]
     )
     assert "constraint:must_include_cta" in problems and "constraint:avoid_price_mention" in problems
-    assert any(p.startswith("schema:cta: 'url' is a required property") for p in problems)
+    assert "schema:cta: 'url' is a required property (required)" in problems
+    formats = {"type": "object", "properties": {"when": {"type": "string", "format": "date-time"}}}
+    assert actions.violations({"when": "tomorrow"}, formats, []) == [
+        "schema:when: 'tomorrow' is not a 'date-time' (format)"
+    ]
+    assert actions.violations({"x": "\ud800"}, {"type": "object"}, [])[0].startswith("output: not encodable")
 
 
 def test_template_fill_satisfies_schema_and_constraints() -> None:
     context = {"product": "recmesh Pro", "url": "https://example.org/trial", "price": "$20"}
-    out = actions.template_fill(CTA_SCHEMA, "drive_trial_conversion", context)
+    filled = actions.template_fill(CTA_SCHEMA, "drive_trial_conversion", context)
+    out = filled.value
     assert actions.violations(out, CTA_SCHEMA, ["must_include_cta", "avoid_price_mention"]) == []
+    assert filled.placeholders == []  # every value came from the context or the template's text
     assert out["cta"] == {
         "text": "Start your free trial with recmesh Pro",
         "url": "https://example.org/trial",
     }
     assert out["priority"] == 1 and out["channel"] == "email" and len(out["tags"]) == 2
-    assert out == actions.template_fill(CTA_SCHEMA, "drive_trial_conversion", context)  # deterministic
+    assert filled == actions.template_fill(CTA_SCHEMA, "drive_trial_conversion", context)  # deterministic
 
 
 def test_template_fill_strips_a_price_taken_from_context() -> None:
     schema = {"type": "object", "properties": {"headline": {"type": "string"}}, "required": ["headline"]}
     out = actions.template_fill(schema, "upsell", {"headline": "Save 20 USD today"})
-    assert not actions.mentions_price(out)
+    assert not actions.mentions_price(out.value)
 
 
 def test_parse_output_names_the_json_error() -> None:

@@ -92,7 +92,9 @@ async def test_two_bad_outputs_fall_back_to_the_template_and_say_so() -> None:
 async def test_generation_timeout_falls_back_without_retry() -> None:
     client = Scripted(replies=[DeadlineExceeded("fuse")])
     out = await _tools(client).action("trial", CONSTRAINTS, SCHEMA, {}, B, "t", None)
-    assert out.degraded == ["generation_failed:DeadlineExceeded", "fallback:template"] and out.attempts == 1
+    assert out.attempts == 1
+    # No URL in the context: the template's placeholder link is said to be one.
+    assert out.degraded == ["generation_failed:DeadlineExceeded", "fallback:template", "placeholder:/url"]
 
 
 async def test_token_budget_counts_the_output_allowance_when_an_llm_answers() -> None:
@@ -130,7 +132,9 @@ async def test_a_retry_the_token_budget_cannot_cover_is_skipped() -> None:
     # the first one's 60 tokens (467) does not.
     out = await tools.action("trial", CONSTRAINTS, SCHEMA, {}, B, "t", 430)
     assert out.attempts == 1 and out.backend == "template" and out.tokens_used <= 430
-    assert out.degraded == ["output_invalid:attempt_1", "retry_skipped:token_budget", "fallback:template"]
+    assert out.degraded == [
+        "output_invalid:attempt_1", "retry_skipped:token_budget", "fallback:template", "placeholder:/url"
+    ]  # fmt: skip
 
 
 async def test_an_empty_generation_is_charged_with_the_embedding_after_it() -> None:
@@ -141,6 +145,12 @@ async def test_an_empty_generation_is_charged_with_the_embedding_after_it() -> N
 
 
 async def test_a_schema_the_template_cannot_fill_is_left_to_the_generator() -> None:
-    odd: dict[str, Any] = {"type": "object", "properties": {"x": True}}
-    out = await _tools(Scripted(replies=["{}"])).action("trial", [], odd, {}, B, "t", None)
-    assert (out.backend, out.output) == ("vllm", {})
+    # A look-behind: the template's regex generator cannot write it, an LLM can.
+    odd: dict[str, Any] = {"type": "object", "properties": {"x": {"type": "string", "pattern": "(?<=a)b"}},
+                           "required": ["x"]}  # fmt: skip
+    out = await _tools(Scripted(replies=['{"x": "ab"}'])).action("trial", [], odd, {}, B, "t", None)
+    assert (out.backend, out.output) == ("vllm", {"x": "ab"})
+    with pytest.raises(Unprocessable, match=r"output_schema: cannot meet `pattern` at /x"):
+        await _tools(Scripted(replies=['{"x": "b"}', '{"x": "b"}'])).action(
+            "trial", [], odd, {}, B, "t", None
+        )
