@@ -27,9 +27,10 @@ def stream(entity: Entity | str, entity_id: str, stream_id: str) -> str:
 
 
 def newest(entity: Entity | str, entity_id: str) -> str:
-    """HASH stream -> newest event time of the entity in that stream, kept by
-    the ingest write as an index for look-ups of 'count' streams (which check it
-    and fall back to the sorted set, the truth, when it is missing or past as-of)."""
+    """STRING ",<stream>:<time>,..." holding the entity's newest event time in
+    each of its 'count' streams, kept by the ingest write as an index for
+    look-ups (which check it and fall back to the sorted set, the truth, when
+    it is missing or past as-of)."""
     return f"{PREFIX[entity]}{entity_id}}}:newest"
 
 

@@ -107,6 +107,7 @@ class Vectorizer:
 
     transforms: tuple[Transform, ...]
     _index: list[dict[str, int]] = field(default_factory=list, init=False, repr=False)
+    _buckets: dict[str, int] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         self._index = [{v: n for n, v in enumerate(t.vocabulary)} for t in self.transforms]
@@ -153,60 +154,119 @@ class Vectorizer:
         per_row: bool,
         n: int,
     ) -> None:
-        def values(entity: Entity, name: str, default: Any) -> list[Any]:
+        """One transform's columns. A side that holds one value for every row (the
+        user, when one user is broadcast) is worked out once, not per row: at
+        serving every row is a candidate of the same user."""
+
+        def side(entity: Entity, name: str, default: Any) -> tuple[bool, Any]:
+            """(one value for all rows?, the value or one per row)."""
             if name == "item_id":
-                return list(item_ids)
+                return False, item_ids
             if name == "user_id":
-                return list(user_ids) if len(user_ids) == n else [user_ids[0]] * n
+                return (False, user_ids) if len(user_ids) == n and n != 1 else (True, user_ids[0])
             if entity == "item":
                 col = items.get(name)
                 if col is None or len(col) != n:
-                    return [default] * n
-                return [default if v is None else v for v in col]
+                    return True, default
+                return False, [default if v is None else v for v in col]
             if per_row:
-                return [u.get(name, default) for u in users]
-            v = users[0].get(name, default) if users else default
-            return [v] * n
+                return False, [u.get(name, default) for u in users]
+            return True, users[0].get(name, default) if users else default
 
         other: Entity = "item" if t.entity == "user" else "user"
         kind = t.kind
+        one, v = side(t.entity, t.feature, t.default)
         if kind in ("value", "log1p"):
-            x = np.asarray(
-                [float(v) if v is not None else 0.0 for v in values(t.entity, t.feature, t.default)]
-            )
+            x = np.asarray(float(v) if v is not None else 0.0) if one else np.asarray(
+                [float(e) if e is not None else 0.0 for e in v], dtype=np.float64
+            )  # fmt: skip
             out[:, 0] = np.log1p(np.maximum(x, 0.0)) if kind == "log1p" else x
         elif kind == "hash_bucket":
-            out[:, 0] = [item_bucket(str(v), t.buckets) for v in values(t.entity, t.feature, "")]
+            buckets = self._buckets
+            if len(buckets) > 200_000:
+                buckets.clear()
+            ids = [str(v)] * n if one else [str(e) for e in v]
+            col = []
+            for e in ids:
+                b = buckets.get(e)
+                if b is None:
+                    b = buckets[e] = item_bucket(e, t.buckets)
+                col.append(b)
+            out[:, 0] = col
         elif kind == "one_hot":
-            for r, v in enumerate(values(t.entity, t.feature, t.default)):
+            if one:
                 for token in _as_list(v):
                     j = index.get(token)
                     if j is not None:
-                        out[r, j] = 1.0
+                        out[:, j] = 1.0
+                return
+            rows, cols = [], []
+            for r, e in enumerate(v):
+                for token in (e,) if isinstance(e, str) else _as_list(e):
+                    j = index.get(token)
+                    if j is not None:
+                        rows.append(r)
+                        cols.append(j)
+            out[rows, cols] = 1.0
         elif kind == "distribution":
-            for r, m in enumerate(values(t.entity, t.feature, {})):
+            for r, m in enumerate([v] if one else v):
                 total = sum(m.values()) if isinstance(m, dict) else 0
                 if total:
                     for key, c in m.items():
                         j = index.get(key)
                         if j is not None:
-                            out[r, j] = c / total
+                            if one:
+                                out[:, j] = c / total
+                            else:
+                                out[r, j] = c / total
         elif kind == "share":
-            maps = values(t.entity, t.feature, {})
-            attrs = values(other, t.of or "", t.of_default)
+            one_attr, attrs = side(other, t.of or "", t.of_default)
+            if one and isinstance(v, dict):
+                total = sum(v.values())
+                if not total:
+                    return
+                if one_attr:
+                    out[:, 0] = sum(v.get(x, 0) for x in _as_list(attrs)) / total
+                    return
+                get = v.get
+                out[:, 0] = [
+                    (get(a, 0) if isinstance(a, str) else sum(get(x, 0) for x in _as_list(a))) / total
+                    for a in attrs
+                ]
+                return
+            maps = [v] * n if one else v
+            attrs = [attrs] * n if one_attr else attrs
             for r, (m, a) in enumerate(zip(maps, attrs, strict=True)):
                 total = sum(m.values()) if isinstance(m, dict) else 0
                 if total:
                     out[r, 0] = sum(m.get(x, 0) for x in _as_list(a)) / total
         elif kind == "contains":
-            lists = values(t.entity, t.feature, [])
-            ids = values(other, t.of or "item_id", "")
-            out[:, 0] = [1.0 if i in (lst or ()) else 0.0 for lst, i in zip(lists, ids, strict=True)]
+            one_id, ids = side(other, t.of or "item_id", "")
+            if one:
+                held = set(v or ())
+                out[:, 0] = (
+                    (1.0 if ids in held else 0.0) if one_id else [1.0 if i in held else 0.0 for i in ids]
+                )
+                return
+            ids = [ids] * n if one_id else ids
+            out[:, 0] = [1.0 if i in (lst or ()) else 0.0 for lst, i in zip(v, ids, strict=True)]
         elif kind == "match":
-            mine = values(t.entity, t.feature, t.default)
-            theirs = values(other, t.of or "", t.of_default)
+            one_theirs, theirs = side(other, t.of or "", t.of_default)
+            if one:
+                mine = set(_as_list(v))
+                if one_theirs:
+                    out[:, 0] = 1.0 if mine & set(_as_list(theirs)) else 0.0
+                    return
+                out[:, 0] = [
+                    (1.0 if b in mine else 0.0)
+                    if isinstance(b, str)
+                    else (1.0 if mine & set(_as_list(b)) else 0.0)
+                    for b in theirs
+                ]
+                return
+            theirs = [theirs] * n if one_theirs else theirs
             out[:, 0] = [
-                1.0 if set(_as_list(a)) & set(_as_list(b)) else 0.0 for a, b in zip(mine, theirs, strict=True)
+                1.0 if set(_as_list(a)) & set(_as_list(b)) else 0.0 for a, b in zip(v, theirs, strict=True)
             ]
         else:  # validated at construction
             raise FailedPrecondition(f"unknown transform {kind!r}")
