@@ -67,9 +67,11 @@ class ModelVariant:
     session: ort.InferenceSession
     input_name: str
     file_bytes: int
+    output_name: str | None = None  # None: the model's one output
 
     def score(self, matrix: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
-        out = self.session.run(None, {self.input_name: matrix})[0]
+        wanted = None if self.output_name is None else [self.output_name]
+        out = self.session.run(wanted, {self.input_name: matrix})[0]
         return np.asarray(out, dtype=np.float32).reshape(-1)
 
 
@@ -116,7 +118,12 @@ class LoadedModel:
 
 
 def load_variant(
-    path: Path, level: int, input_name: str, width: int, opts: ort.SessionOptions
+    path: Path,
+    level: int,
+    input_name: str,
+    width: int,
+    opts: ort.SessionOptions,
+    output_name: str | None = None,
 ) -> ModelVariant:
     file = path / variant_file(level)
     try:
@@ -133,9 +140,22 @@ def load_variant(
         raise FailedPrecondition(
             f"{file}: input {input_name!r} has shape {shape}; the card's columns make [batch, {width}]"
         )
-    if len(session.get_outputs()) != 1:
-        raise FailedPrecondition(f"{file}: {len(session.get_outputs())} outputs; a score model has one")
-    variant = ModelVariant(level, session, input_name, file.stat().st_size)
+    outputs = [o.name for o in session.get_outputs()]
+    if output_name is not None and output_name not in outputs:
+        raise FailedPrecondition(f"{file}: no output {output_name!r} (outputs: {outputs})")
+    if output_name is None and len(outputs) != 1:
+        raise FailedPrecondition(
+            f"{file}: {len(outputs)} outputs {outputs}; name the score in the card's output"
+        )
+    if output_name is not None and len(outputs) == 1:
+        output_name = None  # the one output: run it without naming it
+    variant = ModelVariant(level, session, input_name, file.stat().st_size, output_name)
+    # A score per row: [batch] or [batch, 1].
+    probe = variant.score(np.zeros((2, width), dtype=np.float32))
+    if probe.shape != (2,):
+        raise FailedPrecondition(
+            f"{file}: 2 rows gave {probe.shape[0]} scores; a score model gives one per row"
+        )
     # Warm-up: the first runs allocate and pick kernels; do it before serving.
     for rows in (1, 64, 512):
         variant.score(np.zeros((rows, width), dtype=np.float32))
@@ -197,8 +217,9 @@ def load(path: Path, threads: int = 1, fs: FeatureSet | None = None) -> LoadedMo
     opts = session_options(threads)
     columns = tuple(card["input"]["columns"])
     input_name = card["input"]["name"]
+    output_name = card.get("output", {}).get("name")
     variants = {
-        level: load_variant(path, level, input_name, len(columns), opts)
+        level: load_variant(path, level, input_name, len(columns), opts, output_name)
         for level in LEVELS
         if (path / variant_file(level)).exists()
     }
