@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 UV_VERSION := 0.13.9
 
-.PHONY: venv run test lint typecheck unit integration e2e overload proto load lock images clean
+.PHONY: venv run test lint typecheck unit integration e2e overload proto load lock images clean movielens
 
 # Bytecode is compiled at install (as pip does in the image): with PYTHONDONTWRITEBYTECODE
 # set, every process start would otherwise compile its imports again (~0.4 s per service).
@@ -52,6 +52,10 @@ overload: venv
 proto: venv
 	$(BIN)/python scripts/gen_proto.py
 
+## MovieLens-100k for examples/movielens (from the recbole wheel on PyPI; never committed).
+movielens: venv
+	$(BIN)/python -m recmesh.commands.datasets
+
 ## Headless Locust run against a running mesh (GATEWAY_URL, default http://127.0.0.1:8000).
 load: venv
 	$(BIN)/locust -f loadtest/locustfile.py --headless --users $${USERS:-20} --spawn-rate 10 \
@@ -67,15 +71,17 @@ lock: venv
 	  --no-emit-package recmesh --no-emit-package onnxruntime -o requirements-gpu.lock pyproject.toml
 
 ## Build the images (recmesh:VERSION and recmesh-gpu:VERSION) where a Docker engine answers.
+## DEMO=true bakes the demo's model in (tags VERSION-demo; what compose and deploy/k8s run).
 IMAGE   ?= recmesh
-VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
+DEMO    ?= false
+VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)$(if $(filter true,$(DEMO)),-demo,)
 images:
 	@command -v docker >/dev/null 2>&1 || { echo "make images: no docker CLI on PATH: no image built." \
 	  "(tests/unit/test_deploy_files.py checks the Dockerfile's structure without an engine.)"; exit 2; }
 	@docker info >/dev/null 2>&1 || { echo "make images: the docker CLI is here but no Docker engine" \
 	  "answers (DOCKER_HOST=$${DOCKER_HOST:-unix:///var/run/docker.sock}): no image built."; exit 2; }
-	docker build --build-arg VARIANT=cpu -t $(IMAGE):$(VERSION) .
-	docker build --build-arg VARIANT=gpu -t $(IMAGE)-gpu:$(VERSION) .
+	docker build --build-arg VARIANT=cpu --build-arg DEMO=$(DEMO) -t $(IMAGE):$(VERSION) .
+	docker build --build-arg VARIANT=gpu --build-arg DEMO=$(DEMO) -t $(IMAGE)-gpu:$(VERSION) .
 
 clean:
 	rm -rf $(VENV) .recmesh .mypy_cache .ruff_cache .pytest_cache
