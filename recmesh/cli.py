@@ -164,8 +164,10 @@ def build_parser() -> argparse.ArgumentParser:
     tr.set_defaults(func=_cmd_train)
 
     from recmesh.commands.data import add_commands as add_data_commands
+    from recmesh.commands.models import add_commands as add_model_commands
 
     add_data_commands(sub)
+    add_model_commands(sub)
 
     init = sub.add_parser("init", help="create topics and load the catalog (external Redis/Kafka)")
     init.add_argument("--wait", type=float, default=60.0, help="seconds to wait for the broker")
@@ -195,6 +197,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     bf_bench.add_argument("--json", action="store_true")
     bf_bench.set_defaults(func=_lazy("recmesh.bench.features"))
+
+    bim = bench.add_parser(
+        "import", help="a team-sized catalog and event log: catalog load, events import, ingest; memory"
+    )
+    bim.add_argument("--items", type=int, default=100_000)
+    bim.add_argument("--users", type=int, default=50_000)
+    bim.add_argument("--events", type=int, default=1_000_000)
+    bim.add_argument("--json", action="store_true")
+    bim.set_defaults(func=_lazy("recmesh.bench.importing"))
 
     bi = bench.add_parser("inference", help="dynamic batching on vs off at the same load; cold start")
     bi.add_argument("--model-dir", help="default: RECMESH_MODEL_DIR, or a small model trained for the run")
