@@ -46,6 +46,7 @@ class Mesh:
     def __init__(self, settings: UpSettings, fs: FeatureSet | None = None) -> None:
         self.s = settings
         self.fs = fs or resolve_repository(settings.repository)
+        self.example_user = "u42"  # the banner's curl: a user of the served catalog
         self.state = settings.state_dir.resolve()
         self.logs = self.state / "logs"
         self.model_dir = (settings.model_dir or self.state / "models").resolve()
@@ -139,10 +140,13 @@ class Mesh:
 
     async def load_data(self) -> None:
         from recmesh.commands.data import load_catalog_files
+        from recmesh.features.offline import read_entities
 
         fs = self.fs
         figures = await load_catalog_files(fs, self.redis_url, None, None, lambda m: say(m.strip()))
         say(f"catalog of repository {fs.name!r} loaded: {figures['users']} users, {figures['items']} items")
+        if not fs.demo and fs.entity_source("user") is not None:
+            self.example_user = next(read_entities(fs, "user"), (self.example_user, {}))[0]
 
     def ensure_model(self) -> None:
         """A model for the served feature set: the current one if it was built on
@@ -276,7 +280,7 @@ recmesh is up (ready in {ready_s:.1f} s). Ctrl-C stops everything.
 Try:
   curl -s -X POST {http}/v1/recommend -H 'content-type: application/json' \\
        -H 'x-api-key: {DEMO_API_KEY}' -H 'x-slo-class: A' \\
-       -d '{{"user_id": "u42", "count": 5}}'
+       -d '{{"user_id": "{mesh.example_user}", "count": 5}}'
   curl -s -X POST {http}/v2/ai-tool/summarize -H 'content-type: application/json' \\
        -d '{{"text": "First point. Second point. Third point.", "max_sentences": 1}}'
 """

@@ -113,3 +113,15 @@ def test_auc_by_level_is_measured_and_sane(
         "tolerance: the degradation ladder would trade accuracy the wrong way"
     )
     assert min(measured.values()) > 0.6, f"every variant must still rank well: {measured}"
+
+
+def test_a_demo_model_says_so_at_load_and_on_its_metric(model_dir: Path) -> None:
+    import structlog
+    from prometheus_client import REGISTRY
+
+    with structlog.testing.capture_logs() as logs:
+        model = ModelRegistry(model_dir).load_current()
+    assert model.origin == "demo"
+    assert any(entry["event"] == "serving_demo_model" and entry["log_level"] == "warning" for entry in logs)
+    labels = {"version": model.version, "feature_set": model.feature_version, "model_origin": "demo"}
+    assert REGISTRY.get_sample_value("recmesh_inference_model_info", labels) == 1.0

@@ -28,3 +28,40 @@ def test_health_says_why_it_failed(capsys: pytest.CaptureFixture[str]) -> None:
     assert "http://127.0.0.1:1/readyz unreachable" in capsys.readouterr().err
     assert main(["health", "--grpc", "127.0.0.1:1", "--timeout", "0.3"]) == 1
     assert "127.0.0.1:1 is not SERVING" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", [["init"], ["catalog", "load"]])
+def test_the_demo_catalog_loads_only_when_asked(
+    command: list[str], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Nothing listens here: the refusal must come before any connection.
+    monkeypatch.setenv("REDIS_URL", "redis://127.0.0.1:1/0")
+    monkeypatch.setenv("KAFKA_BOOTSTRAP", "127.0.0.1:1")
+    monkeypatch.delenv("RECMESH_REPOSITORY", raising=False)
+    assert main(command) == 2
+    err = capsys.readouterr().err
+    assert "is the demo repository" in err and "--demo" in err
+
+
+def test_a_bad_repository_file_is_named_with_its_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    repo = tmp_path / "recmesh.toml"
+    repo.write_text(
+        '[repository]\nname = "x"\n\n[events]\nbehaviors = ["view"]\n\n'
+        '[realtime.v]\nentity = "user"\naggregate = "count"\nwindow = "soon"\n'
+    )
+    monkeypatch.setenv("RECMESH_REPOSITORY", str(repo))
+    assert main(["repository", "show"]) == 2
+    err = capsys.readouterr().err
+    assert f"{repo}:" in err and "realtime.v" in err and "window: 'soon' is not a duration" in err
+
+
+def test_train_on_a_repository_without_events_says_what_to_give(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    repo = tmp_path / "recmesh.toml"
+    repo.write_text('[repository]\nname = "team"\n\n[events]\nbehaviors = ["view"]\n')
+    monkeypatch.setenv("RECMESH_REPOSITORY", str(repo))
+    assert main(["train", "--model-dir", str(tmp_path / "models")]) == 2
+    assert "give your event log with --events LOG" in capsys.readouterr().err

@@ -10,12 +10,19 @@ import yaml
 ROOT = Path(__file__).resolve().parents[2]
 
 # What each recmesh process needs from its environment to find its peers.
+# Every process serves the feature repository RECMESH_REPOSITORY names (an image has no default).
 NEEDS = {
-    "services.feature": {"REDIS_URL"},
-    "services.feature.ingest": {"REDIS_URL", "KAFKA_BOOTSTRAP"},
-    "services.inference": set(),
-    "services.ranker": {"FEATURE_ADDR", "INFERENCE_ADDR"},
-    "services.gateway": {"RANKER_ADDR", "FEATURE_ADDR", "INFERENCE_ADDR", "KAFKA_BOOTSTRAP"},
+    "services.feature": {"REDIS_URL", "RECMESH_REPOSITORY"},
+    "services.feature.ingest": {"REDIS_URL", "KAFKA_BOOTSTRAP", "RECMESH_REPOSITORY"},
+    "services.inference": {"RECMESH_REPOSITORY"},
+    "services.ranker": {"FEATURE_ADDR", "INFERENCE_ADDR", "RECMESH_REPOSITORY"},
+    "services.gateway": {
+        "RANKER_ADDR",
+        "FEATURE_ADDR",
+        "INFERENCE_ADDR",
+        "KAFKA_BOOTSTRAP",
+        "RECMESH_REPOSITORY",
+    },
 }
 
 
@@ -148,8 +155,18 @@ def test_make_images_builds_both_variants_and_says_when_no_engine() -> None:
     makefile = (ROOT / "Makefile").read_text()
     target = makefile[makefile.index("\nimages:") :].split("\n\n")[0]
     assert "docker info" in target and "no Docker engine" in target and "no docker CLI" in target
-    assert "--build-arg VARIANT=cpu -t $(IMAGE):$(VERSION) " in target
-    assert "--build-arg VARIANT=gpu -t $(IMAGE)-gpu:$(VERSION) " in target
+    assert "--build-arg VARIANT=cpu --build-arg DEMO=$(DEMO) -t $(IMAGE):$(VERSION) " in target
+    assert "--build-arg VARIANT=gpu --build-arg DEMO=$(DEMO) -t $(IMAGE)-gpu:$(VERSION) " in target
+
+
+def test_the_image_holds_no_demo_model_unless_built_with_the_demo_flag() -> None:
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    trained = dockerfile[dockerfile.index("AS trained") :].split("\nFROM ")[0]
+    run = trained[trained.index("RUN ") :]
+    guarded = run[run.index('if [ "$DEMO" = "true" ]') :]
+    assert "recmesh train" in guarded and "recmesh train" not in run[: run.index("if [")]
+    makefile = (ROOT / "Makefile").read_text()
+    assert "DEMO    ?= false" in makefile
 
 
 def test_locustfile_marks_traffic_synthetic() -> None:
