@@ -25,8 +25,8 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator
-from dataclasses import asdict
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -77,9 +77,10 @@ def parse_mix(text: str) -> dict[str, float]:
     return {k: v / total for k, v in mix.items()}
 
 
-def _mesh_env(state_dir: Path) -> tuple[dict[str, int], dict[str, str]]:
+def _mesh_env(state_dir: Path, extra: Mapping[str, str]) -> tuple[dict[str, int], dict[str, str]]:
     ports = {name: free_port() for name in UP_PORTS}
     env = dict(os.environ, RECMESH_STATE_DIR=str(state_dir), **{k: str(v) for k, v in ports.items()})
+    env.update(extra)
     default_models = (STATE_DIR_DEFAULT / "models").resolve()
     if "RECMESH_MODEL_DIR" not in env and (default_models / "ctr" / "CURRENT").exists():
         env["RECMESH_MODEL_DIR"] = str(default_models)  # reuse the model `recmesh up` trained
@@ -103,13 +104,33 @@ async def _background_done(
         await asyncio.sleep(RELOAD_CHECK_S + 2.0)  # the ranker looks every few seconds, then builds
 
 
+@dataclass(frozen=True)
+class StartedMesh:
+    url: str  # the gateway's HTTP address
+    pid: int  # of `recmesh up`
+    ports: dict[str, int]  # UP_PORTS -> the port each listens on
+
+    @property
+    def redis_url(self) -> str:
+        return f"redis://127.0.0.1:{self.ports['RECMESH_REDIS_PORT']}/0"
+
+    def addr(self, port: str) -> str:
+        return f"127.0.0.1:{self.ports[port]}"
+
+
 @contextlib.asynccontextmanager
-async def started_mesh(log_dir: Path, ready_timeout_s: float = 180.0) -> AsyncIterator[tuple[str, int]]:
-    """`recmesh up` on free ports; yields the gateway URL and the pid of `up`; SIGINT on exit."""
-    ports, env = _mesh_env(log_dir)
+async def started_mesh(
+    log_dir: Path,
+    ready_timeout_s: float = 180.0,
+    env: Mapping[str, str] | None = None,
+    demo_events: int = 3000,
+) -> AsyncIterator[StartedMesh]:
+    """`recmesh up` on free ports, with `env` on top of this process's
+    environment (a repository, a model directory); SIGINT on exit."""
+    ports, env = _mesh_env(log_dir, env or {})
     log = (log_dir / "up.log").open("ab")
     proc = subprocess.Popen(  # noqa: ASYNC220 (returns at once)
-        [sys.executable, "-m", "recmesh.cli", "up", "--demo-events", "3000"],
+        [sys.executable, "-m", "recmesh.cli", "up", "--demo-events", str(demo_events)],
         env=env, stdout=log, stderr=subprocess.STDOUT,
     )  # fmt: skip
     url = f"http://127.0.0.1:{ports['GATEWAY_HTTP_PORT']}"
@@ -128,7 +149,7 @@ async def started_mesh(log_dir: Path, ready_timeout_s: float = 180.0) -> AsyncIt
         await asyncio.sleep(2.0)  # let the demo events land
         model_dir = Path(env.get("RECMESH_MODEL_DIR") or log_dir / "models")
         await _background_done(proc, model_dir, log_dir, deadline)
-        yield url, proc.pid
+        yield StartedMesh(url, proc.pid, ports)
     finally:
         proc.send_signal(signal.SIGINT)
         try:
@@ -268,8 +289,8 @@ async def run(args: Any) -> list[StepResult]:
         meter = CpuMeter(args.up_pid) if args.up_pid else None
         return await sweep(args.gateway, rates, args.seconds, mix, args.api_key, meter)
     with tempfile.TemporaryDirectory(prefix="recmesh-bench-e2e-") as tmp:
-        async with started_mesh(Path(tmp)) as (url, up_pid):
-            return await sweep(url, rates, args.seconds, mix, args.api_key, CpuMeter(up_pid))
+        async with started_mesh(Path(tmp)) as mesh:
+            return await sweep(mesh.url, rates, args.seconds, mix, args.api_key, CpuMeter(mesh.pid))
 
 
 def main(args: Any) -> int:

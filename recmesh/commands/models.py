@@ -59,6 +59,7 @@ class TransformConfig(_Strict):
     of: str | None = None
     vocabulary: list[str] = Field(default_factory=list)
     buckets: int = 0
+    length: int = 0
     default: Any = None
 
 
@@ -103,7 +104,7 @@ def transforms_of(config: ModelConfig, fs: FeatureSet, where: Path) -> tuple[Tra
             Transform(
                 kind=t.kind, feature=t.feature, entity=entity,  # type: ignore[arg-type]
                 name=t.name or f"{entity[0]}_{t.feature}_{t.kind}",
-                of=t.of, vocabulary=tuple(t.vocabulary), buckets=t.buckets,
+                of=t.of, vocabulary=tuple(t.vocabulary), buckets=t.buckets, length=t.length,
                 default=t.default if t.default is not None else (f.default if f is not None else None),
                 of_default=of_f.default if of_f is not None else None,
             )

@@ -14,7 +14,9 @@ from an example's future can leak in; only the label looks ahead.
 from __future__ import annotations
 
 import bisect
+import random
 import time
+import zlib
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
@@ -157,6 +159,7 @@ class LabelRule:
     value_field: str | None = None
     at_least: float = 0.0
     examples: frozenset[str] = frozenset()
+    negatives: int = 0  # sampled catalog items per example, labelled 0
 
     @classmethod
     def of(cls, fs: FeatureSet) -> LabelRule:
@@ -173,15 +176,23 @@ class LabelRule:
             lab.field,
             float(lab.at_least or 0.0),
             frozenset(t.examples),
+            t.negatives,
         )
 
     def examples_text(self) -> str:
         return "/".join(sorted(self.examples))
 
     def describe(self) -> str:
-        if self.value_field is not None:
-            return f"{self.value_field} >= {self.at_least}"
-        return f"a {'/'.join(sorted(self.behaviors))} on the item within {self.within_ms} ms"
+        rule = (
+            f"{self.value_field} >= {self.at_least}"
+            if self.value_field is not None
+            else f"a {'/'.join(sorted(self.behaviors))} on the item within {self.within_ms} ms"
+        )
+        if self.negatives:
+            rule += (
+                f"; {self.negatives} sampled catalog items the user had no event on per example, labelled 0"
+            )
+        return rule
 
 
 def _within_ms(value: str | int | None) -> int:
@@ -228,9 +239,39 @@ def training_examples(
                     del waiting[key]
             yield Example(p.user_id, p.item_id, p.t - 1, p.user, p.item, p.label)
 
+    catalog = sorted(items)
+    if rule.negatives and not catalog:
+        raise FailedPrecondition(
+            f"training.negatives = {rule.negatives} draws from the item catalog, and none was given "
+            "(the repository's [items] source, or --items)"
+        )
+    touched: dict[str, set[str]] = {}  # per user, the items of their events (negatives avoid them)
+
+    def negatives(ev: Event, uf: dict[str, FeatureValue], as_of: int) -> Iterator[Example]:
+        """`rule.negatives` catalog items the user has had no event on, drawn
+        by a generator seeded by the event's id (a replay draws the same)."""
+        rng = random.Random(zlib.crc32(f"{ev.user_id}/{ev.event_id}".encode()))
+        avoid = touched.get(ev.user_id, set())  # holds the example's own item
+        drawn: list[str] = []
+        for _ in range(rule.negatives * 4):  # rejection sampling; a crowded catalog falls through
+            if len(drawn) == rule.negatives:
+                break
+            item = catalog[rng.randrange(len(catalog))]
+            if item not in avoid and item not in drawn and item != ev.item_id:
+                drawn.append(item)
+        if len(drawn) < rule.negatives:  # most of the catalog is the user's: draw from what is left
+            left = [i for i in catalog if i not in avoid and i not in drawn and i != ev.item_id]
+            drawn += rng.sample(left, min(len(left), rule.negatives - len(drawn)))
+        for item in drawn:
+            itf = {k: v for k, (v, _) in state.features("item", item, as_of).items()}
+            itf.update(off(items_off, "item", item))
+            yield Example(ev.user_id, item, as_of, uf, itf, 0)
+
     for ev in events:
         t = ev.event_time
         yield from flush(t)
+        if rule.negatives:
+            touched.setdefault(ev.user_id, set()).add(ev.item_id)
         if ev.behavior in rule.behaviors:
             for p in waiting.get((ev.user_id, ev.item_id), ()):
                 if p.t <= t <= p.t + rule.within_ms and p.event_id != ev.event_id:
@@ -251,6 +292,8 @@ def training_examples(
             else:
                 pending.append(p)
                 waiting.setdefault((p.user_id, p.item_id), []).append(p)
+            if rule.negatives:
+                yield from negatives(ev, uf, as_of)
         state.apply(ev)
     yield from flush(None)
 

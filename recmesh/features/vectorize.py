@@ -14,7 +14,8 @@ feature over a vocabulary; unknown values set no column), share (a count_by
 map's share of the other side's attribute values), distribution (a count_by
 map over a vocabulary, as shares), contains (a list feature holds the other
 side's id), match (a user value list meets an item attribute), hash_bucket (an
-id hashed into buckets).
+id hashed into buckets), id_sequence (a list of ids, e.g. the user's recent
+items, each hashed into buckets, one column per position).
 """
 
 from __future__ import annotations
@@ -40,8 +41,10 @@ KINDS: dict[str, str] = {
     "contains": "1 when a list feature holds the other side's id (`of`: item_id or user_id)",
     "match": "1 when a user value (list) and the item's `of` attribute share a value",
     "hash_bucket": "an id (`feature`: item_id or user_id) hashed into `buckets` (crc32)",
+    "id_sequence": "the first `length` ids of a list feature, each hashed into `buckets` (crc32), -1 past "
+    "its end; one column per position",
 }
-Role = Literal["dense", "item_id", "item_attr", "intent"]
+Role = Literal["dense", "item_id", "item_attr", "intent", "history"]
 IDS = ("item_id", "user_id")
 # Columns a transform that reads both sides produces: dropped by the level-3 variant.
 CROSS_KINDS = frozenset({"share", "contains", "match"})
@@ -56,18 +59,23 @@ class Transform:
     of: str | None = None  # share/match: the other side's attribute; contains: the id
     vocabulary: tuple[str, ...] = ()
     buckets: int = 0
+    length: int = 0  # id_sequence: positions
     default: Any = None  # the feature's declared default
     of_default: Any = None
     role: Role = "dense"  # what recmesh's own model family does with it
 
     @property
     def width(self) -> int:
+        if self.kind == "id_sequence":
+            return self.length
         return len(self.vocabulary) if self.kind in ("one_hot", "distribution") else 1
 
     @property
     def columns(self) -> list[str]:
         if self.kind in ("one_hot", "distribution"):
             return [f"{self.name}={v}" for v in self.vocabulary]
+        if self.kind == "id_sequence":
+            return [f"{self.name}[{n}]" for n in range(self.length)]
         return [self.name]
 
     @property
@@ -107,7 +115,7 @@ class Vectorizer:
 
     transforms: tuple[Transform, ...]
     _index: list[dict[str, int]] = field(default_factory=list, init=False, repr=False)
-    _buckets: dict[str, int] = field(default_factory=dict, init=False, repr=False, compare=False)
+    _buckets: dict[int, dict[str, int]] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         self._index = [{v: n for n, v in enumerate(t.vocabulary)} for t in self.transforms]
@@ -119,6 +127,19 @@ class Vectorizer:
     @property
     def width(self) -> int:
         return sum(t.width for t in self.transforms)
+
+    def _bucketed(self, ids: Iterable[str], buckets: int) -> list[int]:
+        """crc32 buckets of ids, cached (the same ids come back request after request)."""
+        cache = self._buckets.get(buckets)
+        if cache is None or len(cache) > 200_000:
+            cache = self._buckets[buckets] = {}
+        out = []
+        for e in ids:
+            b = cache.get(e)
+            if b is None:
+                b = cache[e] = item_bucket(e, buckets)
+            out.append(b)
+        return out
 
     def features(self) -> set[tuple[Entity, str]]:
         return {(t.entity, t.feature) for t in self.transforms if t.feature not in IDS}
@@ -182,17 +203,18 @@ class Vectorizer:
             )  # fmt: skip
             out[:, 0] = np.log1p(np.maximum(x, 0.0)) if kind == "log1p" else x
         elif kind == "hash_bucket":
-            buckets = self._buckets
-            if len(buckets) > 200_000:
-                buckets.clear()
-            ids = [str(v)] * n if one else [str(e) for e in v]
-            col = []
-            for e in ids:
-                b = buckets.get(e)
-                if b is None:
-                    b = buckets[e] = item_bucket(e, t.buckets)
-                col.append(b)
-            out[:, 0] = col
+            out[:, 0] = (
+                self._bucketed([str(v)], t.buckets) * n if one else self._bucketed(map(str, v), t.buckets)
+            )
+        elif kind == "id_sequence":
+            out[:] = -1.0
+            for r, ids in enumerate([v] if one else v):
+                row = self._bucketed(_as_list(ids)[: t.length], t.buckets)
+                if row:
+                    if one:
+                        out[:, : len(row)] = row
+                    else:
+                        out[r, : len(row)] = row
         elif kind == "one_hot":
             if one:
                 for token in _as_list(v):
@@ -275,6 +297,8 @@ class Vectorizer:
 # --- the default inputs of a recmesh-trained model -------------------------------------
 
 MAX_VOCABULARY = 64
+# Positions of a recent-items history the family reads.
+MAX_HISTORY = 20
 ITEM_BUCKETS = 4096
 
 
@@ -333,6 +357,10 @@ def plan_inputs(
             elif f.aggregate == "last_n":
                 of = "item_id" if f.entity == "user" else "user_id"
                 out.append(Transform("contains", f.name, f.entity, f"{prefix}_has", of=of, default=f.default))
+                if f.entity == "user":  # the user's recent items, for the family's history embedding
+                    length = min(f.n, MAX_HISTORY)
+                    out.append(Transform("id_sequence", f.name, "user", f"{prefix}_ids", buckets=ITEM_BUCKETS,
+                                         length=length, default=f.default, role="history"))  # fmt: skip
             elif f.aggregate == "count_by" and f.by is not None:
                 other_default = fs.by_name[f.by].default
                 out.append(
@@ -385,16 +413,18 @@ def check_against(transforms: Sequence[Transform], fs: FeatureSet) -> list[str]:
                 problems.append(f"{where}: {t.kind} needs a number; {t.feature!r} is {f.dtype}")
             if t.kind in ("share", "distribution") and f.dtype != "counts":
                 problems.append(f"{where}: {t.kind} needs a count_by feature; {t.feature!r} is {f.dtype}")
-            if t.kind == "contains" and f.dtype != "strings":
-                problems.append(f"{where}: contains needs a list feature; {t.feature!r} is {f.dtype}")
+            if t.kind in ("contains", "id_sequence") and f.dtype != "strings":
+                problems.append(f"{where}: {t.kind} needs a list feature; {t.feature!r} is {f.dtype}")
             if t.kind == "one_hot" and f.dtype not in ("str", "strings"):
                 problems.append(f"{where}: one_hot needs a categorical feature; {t.feature!r} is {f.dtype}")
-        elif t.kind not in ("hash_bucket",):
+        elif t.kind != "hash_bucket":
             problems.append(f"{where}: {t.kind} cannot read {t.feature}")
         if t.kind in ("share", "match") and t.of not in fs.by_name:
             problems.append(f"{where}: `of` {t.of!r} is not a declared feature")
-        if t.kind == "hash_bucket" and t.buckets <= 0:
-            problems.append(f"{where}: hash_bucket needs buckets > 0")
+        if t.kind in ("hash_bucket", "id_sequence") and t.buckets <= 0:
+            problems.append(f"{where}: {t.kind} needs buckets > 0")
+        if t.kind == "id_sequence" and t.length <= 0:
+            problems.append(f"{where}: id_sequence needs length > 0")
         if t.kind in ("one_hot", "distribution") and not t.vocabulary:
             problems.append(f"{where}: {t.kind} needs a vocabulary")
     return problems

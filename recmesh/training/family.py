@@ -9,23 +9,30 @@ than the one before):
 - level 1: feature sampling -- half of the dense columns (the more predictive
   half on the training rows, by single-column AUC), the ID features (item id,
   item attribute, user intent) all kept;
-- level 2: level 1 with embeddings cut to their first 64 dimensions;
-- level 3: level 2 without cross features (the learnt user-intent x item dot
-  product and the columns that read both sides: share, contains, match), at
-  16 dimensions.
+- level 2: level 1 with embeddings cut to their first d dimensions, d the
+  smallest of the trained prefixes (32, 16, 8) that loses at most 0.005 AUC
+  against 128 on the last tenth of the training rows (choose_level2_dim):
+  the size the data supports;
+- level 3: level 1's dense columns without cross features (the learnt
+  user x item dot products and the columns that read both sides: share,
+  contains, match), at 8 dimensions.
 
 Which columns play which part comes from the transforms' roles: `dense`
 columns are standardised and feed the MLP; the `item_id` hash bucket picks a
 row of an item-id embedding table; the `item_attr` one-hot (multi-hot)
 columns average rows of an attribute table; together they are the item
 vector v. The `intent` columns (a user's count_by distribution as shares)
-weight a user-side table into the user-intent vector u. v feeds the MLP
-directly; the cross feature is <u, v>. A feature set without an intent or an
-item attribute simply has no such part.
+weight a user-side table into the user-intent vector u. The `history` columns
+(the hashed ids of the user's recent items, -1 past the end) average their
+rows of the same item-id table into the history vector h, so an item is
+scored by how close it lies to what the user just did (item-to-item, learnt:
+this is the part that needs embedding dimensions). v feeds the MLP directly;
+the cross features are <u, v> and <h, v>. A feature set without an intent, a
+history or an item attribute simply has no such part.
 
 Why one jointly trained network (matryoshka-style) rather than a separately
 trained model per level: the loss of every training step is the sum of the
-losses of the served configurations (level 0, level 1 at prefixes 128/64/32/16,
+losses of the served configurations (level 0, level 1 at prefixes 128/32/16/8,
 level 3), so the first d dimensions of every embedding are a usable embedding
 on their own and the masked MLP works without the sampled-away columns. The
 variants then share one set of weights: a ranker that mixes levels across
@@ -39,7 +46,7 @@ Training is mini-batch Adam in NumPy, deterministic under a seed.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -53,7 +60,11 @@ from recmesh.features.vectorize import Transform
 F32 = npt.NDArray[np.float32]
 
 EMBEDDING_DIM = 128
-PREFIX_DIMS = (128, 64, 32, 16)
+# Level 1's trained embedding prefixes: level 2 serves the smallest that loses
+# at most LEVEL2_TOLERANCE of AUC (choose_level2_dim); level 3 the smallest.
+PREFIX_DIMS = (128, 32, 16, 8)
+LEVEL3_DIM = 8
+LEVEL2_TOLERANCE = 0.005
 
 
 @dataclass(frozen=True)
@@ -67,6 +78,7 @@ class Layout:
     buckets: int
     attr_cols: tuple[int, ...]
     intent_cols: tuple[int, ...]
+    history_cols: tuple[int, ...] = ()
 
     @classmethod
     def of(cls, transforms: Sequence[Transform]) -> Layout:
@@ -77,6 +89,7 @@ class Layout:
         buckets = 1
         attr: list[int] = []
         intent: list[int] = []
+        history: list[int] = []
         for t in transforms:
             start = len(columns)
             columns.extend(t.columns)
@@ -87,19 +100,38 @@ class Layout:
                 attr.extend(span)
             elif t.role == "intent":
                 intent.extend(span)
+            elif t.role == "history":
+                history.extend(span)
             else:
                 dense.extend(t.columns)
                 if t.cross:
                     cross.extend(t.columns)
-        return cls(tuple(columns), tuple(dense), tuple(cross), id_col, buckets, tuple(attr), tuple(intent))
+        return cls(
+            tuple(columns),
+            tuple(dense),
+            tuple(cross),
+            id_col,
+            buckets,
+            tuple(attr),
+            tuple(intent),
+            tuple(history),
+        )
 
     @property
     def dense_idx(self) -> list[int]:
         return [self.columns.index(c) for c in self.dense]
 
     @property
-    def has_cross(self) -> bool:
+    def has_intent(self) -> bool:
         return bool(self.intent_cols) and (self.id_col is not None or bool(self.attr_cols))
+
+    @property
+    def has_history(self) -> bool:
+        return bool(self.history_cols) and self.id_col is not None
+
+    @property
+    def has_cross(self) -> bool:
+        return self.has_intent or self.has_history
 
 
 @dataclass(frozen=True)
@@ -118,27 +150,37 @@ class Variant:
         )
 
 
-def make_variants(layout: Layout, level1_dense: Sequence[str]) -> tuple[Variant, ...]:
+def make_variants(layout: Layout, level1_dense: Sequence[str], level2_dim: int = 32) -> tuple[Variant, ...]:
+    """The served levels; `level2_dim` is one of PREFIX_DIMS (choose_level2_dim)."""
     l1 = tuple(c for c in layout.dense if c in set(level1_dense))
     cross = layout.has_cross
     return (
-        Variant(0, layout.dense, 128, cross),
-        Variant(1, l1, 128, cross),
-        Variant(2, l1, 64, cross),
-        Variant(3, tuple(c for c in l1 if c not in layout.cross_dense), 16, False),
+        Variant(0, layout.dense, EMBEDDING_DIM, cross),
+        Variant(1, l1, EMBEDDING_DIM, cross),
+        Variant(2, l1, level2_dim, cross),
+        Variant(3, tuple(c for c in l1 if c not in layout.cross_dense), LEVEL3_DIM, False),
     )
 
 
 def trained_configs(variants: Sequence[Variant]) -> tuple[Variant, ...]:
-    """The configurations whose losses are summed in training: the served levels
-    plus the intermediate prefixes of level 1, so every prefix stays usable."""
-    l2 = variants[2]
-    return (
-        *variants[:3],
-        Variant(2, l2.dense, 32, l2.cross),
-        Variant(2, l2.dense, 16, l2.cross),
-        variants[3],
-    )
+    """The configurations whose losses are summed in training: level 0, level 1
+    at every prefix of PREFIX_DIMS (so each is a usable embedding and level 2
+    can take any of them), level 3."""
+    l1 = variants[1]
+    return (variants[0], *(Variant(1 if d == l1.dim else 2, l1.dense, d, l1.cross) for d in PREFIX_DIMS),
+            variants[3])  # fmt: skip
+
+
+def choose_level2_dim(auc_by_dim: Mapping[int, float], tolerance: float = LEVEL2_TOLERANCE) -> int:
+    """The smallest prefix whose AUC is within `tolerance` of the full
+    embedding's: what the data supports. Embeddings trained nested put what
+    they learn into the smallest trained prefixes first, so on data that
+    supports 16 dimensions, 128, 32 and 16 score alike and 8 falls off; level
+    2 then serves 16 (an 8x smaller table for the same AUC), and level 3's
+    8 costs what the figures say."""
+    full = auc_by_dim[max(auc_by_dim)]
+    fits = [d for d, a in auc_by_dim.items() if a >= full - tolerance]  # none when AUC is undefined
+    return min(fits) if fits else max(auc_by_dim)
 
 
 def offline_only(layout: Layout, realtime_columns: set[str]) -> Variant:
@@ -177,6 +219,8 @@ class _Batch:
     ids: npt.NDArray[np.int64]
     attr: F32  # multi-hot, rows summing to 1 (or 0)
     shares: F32
+    hist: npt.NDArray[np.int64]  # history buckets (0 where absent)
+    hist_w: F32  # 1/len(history) where present, 0 where absent
 
     @staticmethod
     def of(x: F32, layout: Layout, mean: F32, std: F32) -> _Batch:
@@ -193,15 +237,22 @@ class _Batch:
         )
         if attr.shape[1]:
             attr = attr / np.maximum(attr.sum(axis=1, keepdims=True), 1.0)
+        raw = x[:, list(layout.history_cols)]
+        present = (raw >= 0).astype(np.float32)
+        hist_w = present / np.maximum(present.sum(axis=1, keepdims=True), 1.0)
         return _Batch(
             ((x[:, layout.dense_idx] - mean) / std).astype(np.float32),
             ids,
             attr,
             x[:, list(layout.intent_cols)].astype(np.float32),
+            np.clip(raw, 0, layout.buckets - 1).astype(np.int64),
+            hist_w.astype(np.float32),
         )
 
     def take(self, idx: npt.NDArray[np.int64]) -> _Batch:
-        return _Batch(self.dense[idx], self.ids[idx], self.attr[idx], self.shares[idx])
+        return _Batch(
+            self.dense[idx], self.ids[idx], self.attr[idx], self.shares[idx], self.hist[idx], self.hist_w[idx]
+        )
 
 
 def _mask(layout: Layout, variant: Variant) -> F32:
@@ -222,14 +273,20 @@ def _forward(p: dict[str, F32], b: _Batch, v: Variant, mask: F32) -> tuple[F32, 
     item = _item(p, b, d)
     pre = xm @ p["w_dense"] + item @ p["w_item"][:d] + p["b1"]
     cache: dict[str, npt.NDArray[Any]] = {"xm": xm, "item": item}
-    if v.cross:
+    if v.cross and b.shares.shape[1]:
         user = b.shares @ p["u_cat"][:, :d]
         cross = (user * item).sum(axis=1, keepdims=True)
         pre = pre + cross @ p["w_cross"]
         cache |= {"user": user, "cross": cross}
+    if v.cross and b.hist.shape[1]:
+        # h: the mean of the history items' id embeddings (absent positions weigh 0)
+        hist = np.einsum("nl,nld->nd", b.hist_w, p["e_item"][b.hist, :d])
+        hcross = (hist * item).sum(axis=1, keepdims=True)
+        pre = pre + hcross @ p["w_hcross"]
+        cache |= {"hist": hist, "hcross": hcross}
     h = np.maximum(0.0, pre)
     z = h @ p["w_out"] + p["b_out"]
-    prob = (1.0 / (1.0 + np.exp(-z))).astype(np.float32).ravel()
+    prob = (1.0 / (1.0 + np.exp(-np.clip(z, -60.0, 60.0)))).astype(np.float32).ravel()
     cache |= {"pre": pre, "h": h}
     return prob, cache
 
@@ -248,11 +305,19 @@ def _backward(p: dict[str, F32], b: _Batch, v: Variant, mask: F32, y: F32, grads
     grads["b1"] += dh.sum(axis=0)
     grads["w_item"][:d] += c["item"].T @ dh
     ditem = dh @ p["w_item"][:d].T
-    if v.cross:
+    if "cross" in c:
         grads["w_cross"] += c["cross"].T @ dh
         dcross = dh @ p["w_cross"].T
         ditem += dcross * c["user"]
         grads["u_cat"][:, :d] += b.shares.T @ (dcross * c["item"])
+    if "hcross" in c:
+        grads["w_hcross"] += c["hcross"].T @ dh
+        dhc = dh @ p["w_hcross"].T
+        ditem += dhc * c["hist"]
+        dhist = dhc * c["item"]  # (n, d), spread over the history positions by their weights
+        np.add.at(
+            grads["e_item"][:, :d], b.hist.ravel(), (b.hist_w[:, :, None] * dhist[:, None, :]).reshape(-1, d)
+        )
     np.add.at(grads["e_item"][:, :d], b.ids, ditem)
     if b.attr.shape[1]:
         grads["e_cat"][:, :d] += b.attr.T @ ditem
@@ -271,6 +336,7 @@ def _init(rng: np.random.Generator, layout: Layout, hidden: int, y_mean: float) 
         "w_dense": normal((len(layout.dense), hidden), float(np.sqrt(2.0 / dense))),
         "w_item": normal((EMBEDDING_DIM, hidden), float(np.sqrt(1.0 / EMBEDDING_DIM))),
         "w_cross": normal((1, hidden), 0.1),
+        "w_hcross": normal((1, hidden), 0.1),
         "b1": np.zeros(hidden, np.float32),
         "w_out": normal((hidden, 1), float(np.sqrt(1.0 / hidden))),
         "b_out": np.full(1, np.log(y_mean / (1 - y_mean + 1e-9) + 1e-9), np.float32),
@@ -302,7 +368,14 @@ def train_family(
             grads = {k: np.zeros_like(a) for k, a in p.items()}
             for cfg, mask in zip(configs, masks, strict=True):
                 _backward(p, batch, cfg, mask, yb, grads)
-            for k in ("e_item", "e_cat", "u_cat"):
+            # L2 on the embedding rows this batch looked up, not on the whole
+            # table: under Adam a decay term alone moves each row the batch
+            # did not use toward 0 by about the learning rate per step. How
+            # strong it should be depends on the data (the repository's
+            # training.embedding_l2; docs/models.md has the figures).
+            rows = np.unique(np.concatenate([batch.ids, batch.hist.ravel()]))
+            grads["e_item"][rows] += l2_embedding * p["e_item"][rows]
+            for k in ("e_cat", "u_cat"):
                 grads[k] += l2_embedding * p[k]
             step += 1
             for k, g in grads.items():
@@ -352,9 +425,11 @@ def variant_weights(model: Family, v: Variant) -> dict[str, F32]:
     }
     if layout.attr_cols:
         w["e_cat"] = np.ascontiguousarray(model.params["e_cat"][:, :d])
-    if v.cross:
+    if v.cross and layout.has_intent:
         w["u_cat"] = np.ascontiguousarray(model.params["u_cat"][:, :d])
         w["w_cross"] = model.params["w_cross"]
+    if v.cross and layout.has_history:
+        w["w_hcross"] = model.params["w_hcross"]
     return w
 
 
@@ -408,7 +483,7 @@ def to_onnx(
         node("Add", ["h_dense", "h_item"], ["h_sum"]),
     ]
     last = "h_sum"
-    if v.cross:
+    if v.cross and layout.has_intent:
         inits.append(numpy_helper.from_array(np.array(layout.intent_cols, np.int64), "intent_idx"))
         nodes += [
             node("Gather", [input_name, "intent_idx"], ["shares"], axis=1),
@@ -416,9 +491,35 @@ def to_onnx(
             node("Mul", ["user", item], ["ui"]),
             node("ReduceSum", ["ui", "sum_axis"], ["cross"], keepdims=1),
             node("MatMul", ["cross", "w_cross"], ["h_cross"]),
-            node("Add", ["h_sum", "h_cross"], ["h_all"]),
+            node("Add", [last, "h_cross"], ["h_all"]),
         ]
         last = "h_all"
+    if v.cross and layout.has_history:
+        inits += [
+            numpy_helper.from_array(np.array(layout.history_cols, np.int64), "hist_idx"),
+            numpy_helper.from_array(np.array([2], np.int64), "last_axis"),
+        ]
+        nodes += [
+            # The recent items' buckets (-1 past the end): present ones weigh
+            # 1/count, absent ones 0; their id embeddings averaged into h.
+            node("Gather", [input_name, "hist_idx"], ["hist_f"], axis=1),
+            node("GreaterOrEqual", ["hist_f", "zero"], ["hist_on"]),
+            node("Cast", ["hist_on"], ["hist_m"], to=TensorProto.FLOAT),
+            node("ReduceSum", ["hist_m", "sum_axis"], ["hist_n"], keepdims=1),
+            node("Max", ["hist_n", "one"], ["hist_d"]),
+            node("Div", ["hist_m", "hist_d"], ["hist_w"]),
+            node("Clip", ["hist_f", "zero", "id_max"], ["hist_c"]),
+            node("Cast", ["hist_c"], ["hist_i"], to=TensorProto.INT64),
+            node("Gather", ["e_item", "hist_i"], ["hist_e"], axis=0),  # (batch, positions, d)
+            node("Unsqueeze", ["hist_w", "last_axis"], ["hist_w3"]),
+            node("Mul", ["hist_e", "hist_w3"], ["hist_we"]),
+            node("ReduceSum", ["hist_we", "sum_axis"], ["hist"], keepdims=0),
+            node("Mul", ["hist", item], ["hi"]),
+            node("ReduceSum", ["hi", "sum_axis"], ["hcross"], keepdims=1),
+            node("MatMul", ["hcross", "w_hcross"], ["h_hcross"]),
+            node("Add", [last, "h_hcross"], ["h_all2"]),
+        ]
+        last = "h_all2"
     nodes += [
         node("Add", [last, "b1"], ["h_pre"]),
         node("Relu", ["h_pre"], ["h"]),

@@ -31,15 +31,17 @@ import numpy as np
 
 from recmesh.events import Event
 from recmesh.features.backfill import Example, LabelRule, training_examples
-from recmesh.features.repository import FeatureSet
+from recmesh.features.repository import EMBEDDING_L2_DEFAULT, FeatureSet
 from recmesh.features.vectorize import Transform, Vectorizer, plan_inputs
 from recmesh.modeldir import MODEL_NAME, variant_file
 from recmesh.training.family import (
+    LEVEL2_TOLERANCE,
     PREFIX_DIMS,
     Family,
     Layout,
     Variant,
     auc,
+    choose_level2_dim,
     make_variants,
     offline_only,
     pick_level1,
@@ -186,21 +188,32 @@ def train(
     )
     layout = Layout.of(dataset.transforms)
     level1 = pick_level1(x[tr], y[tr], layout)
-    variants = make_variants(layout, level1)
-    configs = trained_configs(variants)
+    configs = trained_configs(make_variants(layout, level1))
     progress(f"training the model family ({len(configs)} configurations, summed loss) ...")
+    l2 = fs.decl.training.embedding_l2 if fs.decl.training else EMBEDDING_L2_DEFAULT
     family = train_family(
-        x[tr], y[tr], layout, configs, hidden=cfg.hidden, epochs=cfg.epochs, seed=cfg.seed,
+        x[tr], y[tr], layout, configs, hidden=cfg.hidden, epochs=cfg.epochs, seed=cfg.seed, l2_embedding=l2,
         progress=_bar(progress, "train"),
     )  # fmt: skip
+    l1 = make_variants(layout, level1)[1]
+
+    def at_prefix(rows: np.ndarray) -> dict[int, float]:
+        return {
+            d: auc(y[rows], family.predict(x[rows], Variant(1, l1.dense, d, l1.cross))) for d in PREFIX_DIMS
+        }
+
+    # Level 2's embedding size, chosen on the newest tenth of the training rows
+    # (never on the holdout the card reports).
+    newest = tr & (t > np.quantile(t[tr], 0.9))
+    level2_dim = choose_level2_dim(at_prefix(newest))
+    variants = make_variants(layout, level1, level2_dim)
     variant_auc = {v.level: auc(y[ho], family.predict(x[ho], v)) for v in variants}
     for v in variants:
         progress(f"  level {v.level} ({v.describe(layout)}): holdout AUC {variant_auc[v.level]:.4f}")
-    l1 = variants[1]
-    prefix_auc = {
-        d: auc(y[ho], family.predict(x[ho], Variant(1, l1.dense, d, l1.cross))) for d in PREFIX_DIMS
-    }
-    progress("  level 1 at embedding prefixes " + ", ".join(f"{d}: {a:.4f}" for d, a in prefix_auc.items()))
+    prefix_auc = at_prefix(ho)
+    progress("  level 1 at embedding prefixes " + ", ".join(f"{d}: {a:.4f}" for d, a in prefix_auc.items())
+             + f" (level 2 serves {level2_dim}: the smallest within {LEVEL2_TOLERANCE} of 128 on the "
+             "training rows' newest tenth)")  # fmt: skip
     auc_full = variant_auc[0]
     progress("training baseline (same family, offline features only) ...")
     realtime_cols = {
@@ -209,8 +222,9 @@ def train(
     }  # fmt: skip
     base_variant = offline_only(layout, realtime_cols)
     base = train_family(
-        x[tr], y[tr], layout, (base_variant,), hidden=cfg.hidden, epochs=cfg.epochs, seed=cfg.seed
-    )
+        x[tr], y[tr], layout, (base_variant,), hidden=cfg.hidden, epochs=cfg.epochs, seed=cfg.seed,
+        l2_embedding=l2,
+    )  # fmt: skip
     auc_base = auc(y[ho], base.predict(x[ho], base_variant))
     progress(f"  holdout AUC {auc_base:.4f}")
     card = export(

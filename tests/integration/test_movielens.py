@@ -11,6 +11,7 @@ fetched once per session; it is never committed.
 from __future__ import annotations
 
 import asyncio
+import json
 import shutil
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -195,3 +196,36 @@ async def test_movielens_is_served_and_matches_its_replay(
     for name in ("ratings_1d", "mean_rating_1d", "genre_likes_1d", "recent_movies",
                  "views_7d", "likes_7d", "mean_rating_7d", "genres", "age"):  # fmt: skip
         assert compared.get(name, 0) > 0, (name, compared)
+
+
+@pytest.mark.timeout(300)
+def test_train_ranking_measures_the_served_mesh_by_leave_last_out(
+    movielens: Slice, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`recmesh train --ranking` as a team runs it: users' last 4+ ratings held
+    out, a model trained on the rest, a mesh of its own started with it, the
+    rest replayed into it, and HR@10 / NDCG@10 of the served ranking, recall
+    alone and popularity reported. The served answers really came from the
+    model (no scoring fallback), recall alone really skipped it."""
+    state = tmp_path / "state"
+    monkeypatch.setenv("RECMESH_REPOSITORY", str(movielens.repo))
+    monkeypatch.setenv("RECMESH_STATE_DIR", str(state))
+    log = tmp_path / "ml-events.jsonl"
+    assert cli_main(["events", "import", str(movielens.ratings), "--to", "log", "--out", str(log)]) == 0
+    capsys.readouterr()
+    args = ["train", "--events", str(log), "--ranking", "--ranking-users", "8", "--epochs", "1", "--json"]
+    assert cli_main(args) == 0
+    figures = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    ranking = figures["ranking"]
+    assert ranking["targets"] == 8 and ranking["k"] == 10
+    for name in ("served", "recall_alone", "popularity"):
+        q = ranking[name]
+        assert q["targets"] == 8 and 0.0 <= q["ndcg@10"] <= q["hr@10"] <= 1.0, (name, q)
+    assert ranking["degraded"]["recall_alone"] == {"inference_cold": 8}
+    served_notes = ranking["degraded"]["served"]
+    fallbacks = ("scoring_unavailable", "inference_cold")
+    assert not [n for n in served_notes if n.startswith("error") or n in fallbacks], served_notes
+    # The held-out model went to the ranking state, never to the served model directory.
+    (card_path,) = (state / "ranking" / "models" / "ctr").glob("ctr-*/card.json")
+    assert json.loads(card_path.read_text())["training_data"]["held_out"]["users"] == 8
+    assert not (state / "models").exists()

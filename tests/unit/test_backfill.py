@@ -95,6 +95,65 @@ def test_an_example_is_not_its_own_label() -> None:
     assert [e.label for e in training_examples(fs, events[:2], {}, {})] == [0]
 
 
+RATED = """
+[repository]
+name = "rated"
+
+[events]
+behaviors = ["view"]
+values = { rating = "rating" }
+
+[realtime.views_1d]
+entity = "item"
+aggregate = "count"
+behaviors = ["view"]
+window = "1d"
+
+[training]
+examples = ["view"]
+label = { field = "rating", at_least = 4 }
+negatives = 3
+"""
+
+
+def test_negatives_are_catalog_items_the_user_had_no_event_on_yet() -> None:
+    fs = parse_repository(RATED, Path("rated.toml"))
+    items: dict[str, dict[str, Any]] = {f"m{n}": {} for n in range(6)}
+
+    def rated(eid: str, user: str, item: str, t: int, rating: float) -> Event:
+        return validate_event(
+            {"event_id": eid, "user_id": user, "item_id": item, "behavior": "view", "event_time": t,
+             "rating": rating}, fs.event_schema,
+        )  # fmt: skip
+
+    events = [
+        rated("a", "u1", "m0", T0, 5),
+        rated("b", "u2", "m1", T0 + 1000, 2),
+        rated("c", "u1", "m1", T0 + 2000, 4),
+        rated("d", "u1", "m2", T0 + 3000, 1),
+    ]
+    rows = list(training_examples(fs, events, {}, items))
+    assert [(r.item_id, r.label) for r in rows if r.item_id in ("m0", "m1", "m2") and r.as_of_ms + 1 in
+            (T0, T0 + 1000, T0 + 2000, T0 + 3000) and r.label] == [("m0", 1), ("m1", 1)]  # fmt: skip
+    assert len(rows) == 4 * (1 + 3)
+    by_example = [rows[n : n + 4] for n in range(0, len(rows), 4)]
+    for (example, *negatives), seen in zip(by_example, ({"m0"}, {"m1"}, {"m0", "m1"}, {"m0", "m1", "m2"}),
+                                           strict=True):  # fmt: skip
+        assert {n.label for n in negatives} == {0}
+        assert {n.user_id for n in negatives} == {example.user_id}
+        assert all(n.as_of_ms == example.as_of_ms for n in negatives)
+        picked = {n.item_id for n in negatives}
+        assert len(picked) == 3 and not picked & seen, (example, picked)  # never an item the user touched
+    # A negative carries the item's real-time features as of its example, like any row.
+    for n in (row for group in by_example for row in group[1:]):
+        views = sum(1 for e in events if e.item_id == n.item_id and e.event_time <= n.as_of_ms)
+        assert n.item["views_1d"] == views
+    assert any(n.item["views_1d"] for group in by_example for n in group[1:])  # some had views
+    assert [(r.item_id, r.label) for r in training_examples(fs, events, {}, items)] == [
+        (r.item_id, r.label) for r in rows
+    ]  # deterministic: a replay draws the same
+
+
 def test_a_duplicate_event_id_of_the_same_user_is_dropped(demo_fs: FeatureSet) -> None:
     state = ReplayState(demo_fs, {}, {"i": {"category": "news"}})
     assert state.apply(event(demo_fs, "c1", "click", T0)) is True

@@ -15,6 +15,7 @@ from recmesh.training.family import (
     Layout,
     Variant,
     auc,
+    choose_level2_dim,
     make_variants,
     offline_only,
     pick_level1,
@@ -120,19 +121,19 @@ def test_variants_carry_only_what_they_use() -> None:
     variants = _variants(x, y)
     model = train_family(x, y, LAYOUT, trained_configs(variants), epochs=1)
     full, sampled, small, nocross = (variant_weights(model, v) for v in variants)
-    assert [v.dim for v in variants] == [128, 128, 64, 16]
+    assert [v.dim for v in variants] == [128, 128, 32, 8]
     assert [v.cross for v in variants] == [True, True, True, False]
-    assert full["e_item"].shape == (BUCKETS, 128) and small["e_item"].shape == (BUCKETS, 64)
-    assert full["e_cat"].shape == (len(CATS), 128) and nocross["e_cat"].shape == (len(CATS), 16)
-    assert full["u_cat"].shape == (len(CATS), 128) and small["u_cat"].shape == (len(CATS), 64)
-    assert nocross["e_item"].shape == (BUCKETS, 16) and "u_cat" not in nocross and "w_cross" not in nocross
+    assert full["e_item"].shape == (BUCKETS, 128) and small["e_item"].shape == (BUCKETS, 32)
+    assert full["e_cat"].shape == (len(CATS), 128) and nocross["e_cat"].shape == (len(CATS), 8)
+    assert full["u_cat"].shape == (len(CATS), 128) and small["u_cat"].shape == (len(CATS), 32)
+    assert nocross["e_item"].shape == (BUCKETS, 8) and "u_cat" not in nocross and "w_cross" not in nocross
     assert sampled["w_dense"].shape[0] == len(variants[1].dense) == full["w_dense"].shape[0] // 2
     # Level 3 also drops the dense columns that read both sides.
     assert "u_share" in variants[2].dense and "u_share" not in variants[3].dense
     assert nocross["w_dense"].shape[0] == len(variants[2].dense) - 1
     # A prefix is a slice of the one trained table, not a separate model.
-    assert np.array_equal(small["e_item"], full["e_item"][:, :64])
-    assert np.array_equal(nocross["e_cat"], full["e_cat"][:, :16])
+    assert np.array_equal(small["e_item"], full["e_item"][:, :32])
+    assert np.array_equal(nocross["e_cat"], full["e_cat"][:, :8])
     # The graphs shrink with them.
     sizes = [len(to_onnx(model, v).SerializeToString()) for v in variants]
     assert sizes[0] > sizes[1] > sizes[2] > sizes[3]
@@ -142,8 +143,54 @@ def test_trained_configs_add_the_level1_prefixes() -> None:
     x, y = synthetic(500, 2)
     variants = _variants(x, y)
     configs = trained_configs(variants)
-    assert [(c.level, c.dim) for c in configs] == [(0, 128), (1, 128), (2, 64), (2, 32), (2, 16), (3, 16)]
+    assert [(c.level, c.dim) for c in configs] == [(0, 128), (1, 128), (2, 32), (2, 16), (2, 8), (3, 8)]
     assert all(c.dense == variants[1].dense for c in configs[1:5])
+
+
+def test_level2_serves_the_smallest_prefix_the_data_supports() -> None:
+    assert choose_level2_dim({128: 0.880, 32: 0.879, 16: 0.877, 8: 0.84}) == 16
+    assert choose_level2_dim({128: 0.880, 32: 0.86, 16: 0.85, 8: 0.84}) == 128
+    assert choose_level2_dim({128: float("nan"), 32: float("nan")}) == 128  # one class: keep the full size
+
+
+def test_the_history_embedding_learns_item_to_item_and_exports() -> None:
+    """Items fall in 8 clusters of buckets; a user's recent items come from one
+    cluster and they pick items of it. Only the history vector can see that:
+    with it the family learns it, without it it cannot; the ONNX graph
+    matches NumPy, short histories (-1 past the end) included."""
+    history = Transform(
+        "id_sequence", "recent", "user", "u_recent", buckets=BUCKETS, length=5, role="history"
+    )
+    transforms = (TRANSFORMS[0], TRANSFORMS[-1], history)
+    layout = Layout.of(transforms)
+    assert layout.history_cols == (2, 3, 4, 5, 6) and layout.has_history and layout.has_cross
+    rng = np.random.default_rng(7)
+    n, per = 6000, BUCKETS // 8
+    cluster = rng.integers(0, 8, n)
+    x = np.full((n, len(layout.columns)), -1.0, np.float32)
+    x[:, 0] = rng.random(n)
+    same = rng.random(n) < 0.5
+    item_cluster = np.where(same, cluster, (cluster + rng.integers(1, 8, n)) % 8)
+    x[:, 1] = item_cluster * per + rng.integers(0, per, n)
+    lengths = rng.integers(1, 6, n)
+    for r in range(n):
+        x[r, 2 : 2 + lengths[r]] = cluster[r] * per + rng.integers(0, per, lengths[r])
+    y = (rng.random(n) < np.where(same, 0.8, 0.1)).astype(np.float32)
+    variants = make_variants(layout, pick_level1(x, y, layout))
+    configs = trained_configs(variants)
+    model = train_family(
+        x[:5000], y[:5000], layout, configs, epochs=20, batch_size=512, lr=0.03, l2_embedding=1e-4, seed=1
+    )
+    with_history, without = variants[1], variants[3]
+    assert with_history.cross and not without.cross
+    assert auc(y[5000:], model.predict(x[5000:], with_history)) > 0.65
+    assert auc(y[5000:], model.predict(x[5000:], without)) < 0.58
+    session = ort.InferenceSession(
+        to_onnx(model, with_history).SerializeToString(), providers=["CPUExecutionProvider"]
+    )
+    np.testing.assert_allclose(
+        session.run(None, {"features": x[:64]})[0], model.predict(x[:64], with_history), rtol=1e-4, atol=1e-5
+    )
 
 
 def test_offline_only_drops_realtime_columns_and_the_cross() -> None:

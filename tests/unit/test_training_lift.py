@@ -38,5 +38,5 @@ def test_training_is_deterministic_under_a_seed(tmp_path: Path, demo_fs: Feature
     assert a["feature_set_version"] == demo_fs.version and a["repository"] == "demo"
     assert a["input"]["transforms"] == b["input"]["transforms"]
     assert len(a["input"]["columns"]) == sum(
-        len(t.get("vocabulary", [])) or 1 for t in a["input"]["transforms"]
+        len(t.get("vocabulary", [])) or t.get("length") or 1 for t in a["input"]["transforms"]
     )

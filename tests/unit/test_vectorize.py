@@ -82,6 +82,14 @@ def test_every_kind_against_hand_computed_values() -> None:
     buckets = column(Transform("hash_bucket", "item_id", "item", "i_bucket", buckets=7))
     assert buckets == [[float(zlib.crc32(i.encode()) % 7)] for i in IDS]
     assert item_bucket("i1", 7) == zlib.crc32(b"i1") % 7 == item_bucket("i1", 7)
+    # A list's first `length` ids, hashed; -1 past its end; broadcast or one per row.
+    seq = Transform("id_sequence", "last_viewed_3", "user", "u_seq", buckets=7, length=3, role="history")
+    assert seq.columns == ["u_seq[0]", "u_seq[1]", "u_seq[2]"]
+    assert column(seq) == [[float(zlib.crc32(b"i1") % 7), -1.0, -1.0]] * 3
+    rows: list[dict[str, Any]] = [{"last_viewed_3": ["a", "b", "c", "d"]}, {"last_viewed_3": []}, {}]
+    assert column(seq, users=rows) == [
+        [float(zlib.crc32(x.encode()) % 7) for x in "abc"], [-1.0] * 3, [-1.0] * 3,
+    ]  # fmt: skip
 
 
 def test_multi_valued_item_attributes() -> None:
@@ -261,6 +269,7 @@ def test_transforms_round_trip_through_json(
         "contains",
         "match",
         "hash_bucket",
+        "id_sequence",
     }
 
 
