@@ -91,8 +91,13 @@ def open_channel(
 class HealthProbe:
     """grpc.health polls for a process that is starting (benchmarks, `recmesh up`)."""
 
-    def __init__(self, address: str, server_name: str | None = None) -> None:
-        self.channel = open_secure_channel(address, server_name, PROBE_CHANNEL_OPTIONS)
+    def __init__(self, address: str, server_name: str | None = None, *, plaintext: bool = False) -> None:
+        """`plaintext`: a public port without TLS (the gateway's, by default)."""
+        self.channel = (
+            grpc.aio.insecure_channel(address, options=PROBE_CHANNEL_OPTIONS)
+            if plaintext
+            else open_secure_channel(address, server_name, PROBE_CHANNEL_OPTIONS)
+        )
         self._stub = health_pb2_grpc.HealthStub(self.channel)
 
     async def serving(self, timeout_s: float = 0.2, service: str = "") -> bool:
