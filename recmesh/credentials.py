@@ -40,6 +40,12 @@ ACL_RULES: dict[str, str] = {
     # the CLI (catalog load, init): offline profiles and statics, and {catalog} keys.
     "cli": "~{u:*}:profile ~{i:*}:static ~{catalog}:* +@read +@write +@connection +memory|usage -@dangerous",
 }
+# A Redis Cluster's own users (deploy/k8s): `admin` forms the cluster and is for
+# operators, `replica` is what replicas authenticate to their master with.
+CLUSTER_ACL_RULES: dict[str, str] = {
+    "admin": "~* &* +@all",
+    "replica": "+psync +replconf +ping",
+}
 
 
 def _secret(value: SecretStr | None, path: Path | None, variable: str) -> str | None:
@@ -83,12 +89,16 @@ class RedisAuth(BaseSettings):
 def acl_line(user: str, password: str) -> str:
     """One aclfile line: the user on, its password stored hashed."""
     digest = hashlib.sha256(password.encode()).hexdigest()
-    return f"user {user} on #{digest} {ACL_RULES[user]}"
+    rules = ACL_RULES.get(user) or CLUSTER_ACL_RULES[user]
+    return f"user {user} on #{digest} {rules}"
 
 
-def aclfile(passwords: dict[str, str]) -> str:
-    """An aclfile with the default user off: a client must AUTH as one of these."""
-    lines = ["user default off"] + [acl_line(user, pw) for user, pw in passwords.items()]
+def aclfile(passwords: dict[str, str], probe: bool = False) -> str:
+    """An aclfile in which a client must AUTH as one of these users. The
+    default user is off, or with `probe` may only PING and read CLUSTER INFO
+    without a password (container health checks; writing then is NOPERM)."""
+    default = "user default on nopass -@all +ping +cluster|info" if probe else "user default off"
+    lines = [default] + [acl_line(user, pw) for user, pw in passwords.items()]
     return "\n".join(lines) + "\n"
 
 

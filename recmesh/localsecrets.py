@@ -92,3 +92,69 @@ class LocalSecrets:
         values = {**extra, **self.env_for("cli")}
         _write_private(path, "".join(f"{k}={shlex.quote(v)}\n" for k, v in values.items()))
         return path
+
+
+# --- docker compose: one tree of per-container directories ----------------------------------------
+
+# Compose service -> (certificate identity, Redis user, Kafka user); None: not needed.
+COMPOSE_PROCESSES: dict[str, tuple[str | None, str | None, str | None]] = {
+    "gateway": ("gateway", None, "gateway"),
+    "ranker": ("ranker", None, None),
+    "feature": ("feature", "feature", "feature"),
+    "feature-ingest": (None, "ingest", "ingest"),
+    "inference": ("inference", None, None),
+    "init": (None, "cli", "cli"),
+}
+RECMESH_UID, REDIS_UID, KAFKA_UID = 10001, 999, 1000  # the Dockerfile's USER, redis:alpine's, apache/kafka's
+
+
+def _chown_tree(path: Path, uid: int) -> None:
+    if os.geteuid() != 0:
+        return
+    for p in [path, *path.rglob("*")]:
+        os.chown(p, uid, uid)
+
+
+def write_tree(directory: Path) -> None:
+    """The stack's credentials as docker-compose.yml mounts them, each container
+    seeing only its own directory (a volume subpath): <service>/ca.crt, tls.crt,
+    tls.key, redis.password, kafka.password; redis/users.acl (hashed, the
+    default user may only PING); kafka/<user>.password for the broker's set-up."""
+    pki = write_local_pki(_private_dir(directory / ".pki"), IDENTITIES)
+    redis = {
+        user: secrets.token_urlsafe(24) for user in sorted({r for _, r, _ in COMPOSE_PROCESSES.values() if r})
+    }
+    kafka = {
+        user: secrets.token_urlsafe(24) for user in sorted({k for _, _, k in COMPOSE_PROCESSES.values() if k})
+    }
+    for service, (identity, redis_user, kafka_user) in COMPOSE_PROCESSES.items():
+        own = _private_dir(directory / service)
+        if identity is not None:
+            files = pki[identity]
+            (own / "ca.crt").write_bytes(files.ca.read_bytes())
+            (own / "tls.crt").write_bytes(files.cert.read_bytes())
+            _write_private(own / "tls.key", files.key.read_text())
+        if redis_user is not None:
+            _write_private(own / "redis.password", redis[redis_user])
+        if kafka_user is not None:
+            _write_private(own / "kafka.password", kafka[kafka_user])
+        _chown_tree(own, RECMESH_UID)
+    for path in (directory / ".pki").iterdir():
+        path.unlink()  # each key now lives only in its own container's directory
+    (directory / ".pki").rmdir()
+    redis_dir = _private_dir(directory / "redis")
+    _write_private(redis_dir / "users.acl", aclfile(redis, probe=True))
+    _chown_tree(redis_dir, REDIS_UID)
+    kafka_dir = _private_dir(directory / "kafka")
+    for user, password in kafka.items():
+        _write_private(kafka_dir / f"{user}.password", password)
+    _chown_tree(kafka_dir, KAFKA_UID)
+
+
+if __name__ == "__main__":
+    import sys
+
+    if len(sys.argv) != 2:
+        raise SystemExit("usage: python -m recmesh.localsecrets DIR  (docker compose's credentials)")
+    write_tree(Path(sys.argv[1]))
+    print(f"credentials for docker compose written under {sys.argv[1]}")

@@ -104,3 +104,31 @@ def test_kafka_sasl_options() -> None:
     with pytest.raises(ValueError, match="needs KAFKA_SASL_USERNAME"):
         KafkaAuth(KAFKA_SECURITY_PROTOCOL="SASL_SSL").client_options()
     assert "ssl_context" in KafkaAuth(KAFKA_SECURITY_PROTOCOL="SSL").client_options()
+
+
+def test_compose_credentials_tree_gives_each_container_only_its_own(tmp_path: Path) -> None:
+    from cryptography import x509
+
+    from recmesh.localsecrets import COMPOSE_PROCESSES, write_tree
+
+    write_tree(tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([*COMPOSE_PROCESSES, "redis", "kafka"])
+    for service, (identity, redis_user, kafka_user) in COMPOSE_PROCESSES.items():
+        files = {p.name for p in (tmp_path / service).iterdir()}
+        expected = {"ca.crt", "tls.crt", "tls.key"} if identity else set()
+        expected |= {"redis.password"} if redis_user else set()
+        expected |= {"kafka.password"} if kafka_user else set()
+        assert files == expected, service
+        if identity:
+            cert = x509.load_pem_x509_certificate((tmp_path / service / "tls.crt").read_bytes())
+            sans = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+            assert sans.get_values_for_type(x509.UniformResourceIdentifier) == [uri(identity)]
+            assert (tmp_path / service / "tls.key").stat().st_mode & 0o077 == 0
+    acl = (tmp_path / "redis" / "users.acl").read_text()
+    assert acl.startswith("user default on nopass -@all +ping +cluster|info\n")
+    feature_pw = (tmp_path / "feature" / "redis.password").read_text()
+    assert f"user feature on #{hashlib.sha256(feature_pw.encode()).hexdigest()} " in acl
+    assert feature_pw not in acl
+    assert (tmp_path / "gateway" / "kafka.password").read_text() == (
+        tmp_path / "kafka" / "gateway.password"
+    ).read_text()
