@@ -31,14 +31,19 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 # server is 6.2, without key-permission selectors, so rights are split by
 # command category and key pattern). Every user: no dangerous commands
 # (FLUSHALL, KEYS, CONFIG, DEBUG, ...).
+# Redis Cluster clients also read the slot map and follow redirects.
+_CLUSTER_CLIENT = "+cluster|slots +cluster|shards +cluster|nodes +asking +readonly"
 ACL_RULES: dict[str, str] = {
     # feature-ingest: reads and writes real-time state and the catalog's live
     # counts, through its Lua scripts (EVALSHA; SCRIPT LOAD when the server lost them).
-    "ingest": "~* +@read +@write +@connection +evalsha +eval +script|load -@dangerous",
+    "ingest": f"~* +@read +@write +@connection +evalsha +eval +script|load -@dangerous {_CLUSTER_CLIENT}",
     # the feature service: reads only (its look-up scripts read too).
-    "feature": "~* +@read +@connection +evalsha +eval +script|load -@dangerous",
+    "feature": f"~* +@read +@connection +evalsha +eval +script|load -@dangerous {_CLUSTER_CLIENT}",
     # the CLI (catalog load, init): offline profiles and statics, and {catalog} keys.
-    "cli": "~{u:*}:profile ~{i:*}:static ~{catalog}:* +@read +@write +@connection +memory|usage -@dangerous",
+    "cli": (
+        "~{u:*}:profile ~{i:*}:static ~{catalog}:* +@read +@write +@connection +memory|usage -@dangerous "
+        + _CLUSTER_CLIENT
+    ),
 }
 # A Redis Cluster's own users (deploy/k8s): `admin` forms the cluster and is for
 # operators, `replica` is what replicas authenticate to their master with.
