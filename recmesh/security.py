@@ -93,9 +93,12 @@ class TlsSettings(BaseSettings):
     cert: Path | None = Field(None, validation_alias="RECMESH_TLS_CERT")
     key: Path | None = Field(None, validation_alias="RECMESH_TLS_KEY")
     trust_domain: str = Field(DEFAULT_TRUST_DOMAIN, validation_alias="RECMESH_TLS_TRUST_DOMAIN")
-    # Per service: identity (a name in the trust domain, or a full URI) -> methods
-    # ("*": all), e.g. '{"gateway": ["Rank"], "ops": ["Rank"]}' on the ranker.
-    allowed_peers: dict[str, list[str]] | None = Field(None, validation_alias="RECMESH_ALLOWED_PEERS")
+    # Service -> identity (a name in the trust domain, or a full URI) -> methods
+    # ("*": all), replacing that service's defaults; services not named keep
+    # theirs. E.g. '{"ranker": {"gateway": ["Rank"], "ops": ["Rank"]}}'.
+    allowed_peers: dict[str, dict[str, list[str]]] = Field(
+        default_factory=dict, validation_alias="RECMESH_ALLOWED_PEERS"
+    )
     # Targets dialled in plaintext although TLS is on: a hop that runs through a
     # proxy which must read HTTP/2 (Knative's activator in front of inference).
     plaintext_targets: list[str] = Field(
@@ -278,9 +281,7 @@ class PeerPolicy:
 
 def peer_policy(service: str, settings: TlsSettings | None = None) -> PeerPolicy:
     s = settings or tls_settings()
-    peers: Mapping[str, Sequence[str]] = (
-        s.allowed_peers if s.allowed_peers is not None else DEFAULT_PEERS.get(service, {})
-    )
+    peers: Mapping[str, Sequence[str]] = s.allowed_peers.get(service, DEFAULT_PEERS.get(service, {}))
     return PeerPolicy.build(service, peers, s.trust_domain)
 
 

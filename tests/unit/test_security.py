@@ -44,7 +44,7 @@ def test_each_service_admits_its_call_graph() -> None:
 
 def test_allowed_peers_override_by_name_or_uri() -> None:
     settings = TlsSettings(
-        allowed_peers={"gateway": ["Rank"], "spiffe://ops.example/bench": ["*"]},
+        allowed_peers={"ranker": {"gateway": ["Rank"], "spiffe://ops.example/bench": ["*"]}},
         trust_domain="prod.example",
     )
     policy = peer_policy("ranker", settings)
@@ -52,6 +52,8 @@ def test_allowed_peers_override_by_name_or_uri() -> None:
     assert policy.check([uri("gateway")], "Rank") is not None
     assert policy.check(["spiffe://ops.example/bench"], "Anything") is None
     assert PeerPolicy.build("x", {}, "d").check([uri("gateway")], "M") is not None
+    # A service the override does not name keeps its call graph.
+    assert peer_policy("feature", settings).check(["spiffe://prod.example/ranker"], "GetFeatures") is None
 
 
 def test_tls_on_without_files_names_what_is_missing(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
