@@ -328,6 +328,19 @@ def build_parser() -> argparse.ArgumentParser:
     be.add_argument("--json", action="store_true")
     be.set_defaults(func=_lazy("recmesh.bench.e2e"))
 
+    bt = bench.add_parser(
+        "tls", help="mutual TLS on vs off, same run: unloaded p50 and CPU per recommendation"
+    )
+    bt.add_argument(
+        "--rates", default="100", help="offered requests/s after the 20/s class-A step (default 100)"
+    )
+    bt.add_argument("--seconds", type=float, default=10.0, help="seconds per step (default 10)")
+    bt.add_argument("--rounds", type=int, default=2, help="meshes per mode, alternated on/off (default 2)")
+    bt.add_argument("--mix", default="A:0.3,B:0.2,C:0.5", help="CLASS:SHARE,... (default %(default)s)")
+    bt.add_argument("--api-key", default="demo-interactive", help="x-api-key sent with class A requests")
+    bt.add_argument("--json", action="store_true")
+    bt.set_defaults(func=_lazy("recmesh.bench.tls"))
+
     bf = bench.add_parser("floor", help="the mesh's calls with no work in them: a ceiling for this machine")
     bf.add_argument(
         "--rates", default="200,400,800,1200",

@@ -31,6 +31,7 @@ from recmesh.resilience import (
     current_slo_class,
     remaining_s,
 )
+from recmesh.security import open_secure_channel
 from recmesh.slo import SLO_HEADER
 from recmesh.telemetry import (
     CIRCUIT_OPENED,
@@ -73,17 +74,30 @@ PROBE_CHANNEL_OPTIONS = (
 )
 
 
-def open_channel(address: str) -> grpc.aio.Channel:
+def open_channel(
+    address: str, server_name: str | None = None, *, plaintext: bool = False
+) -> grpc.aio.Channel:
     """A channel without interceptors: GrpcClient opens each call's CLIENT span
-    and sends `traceparent` itself (telemetry.grpc_client_span)."""
-    return grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS)
+    and sends `traceparent` itself (telemetry.grpc_client_span). Mutual TLS
+    with this process's certificate unless RECMESH_TLS=off (recmesh.security);
+    `server_name`: the name the server's certificate must carry (the service's
+    name), else the address's host. `plaintext`: for servers that are not part
+    of the mesh (the benchmarks' canned-answer floor)."""
+    if plaintext:
+        return grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS)
+    return open_secure_channel(address, server_name, CHANNEL_OPTIONS)
 
 
 class HealthProbe:
     """grpc.health polls for a process that is starting (benchmarks, `recmesh up`)."""
 
-    def __init__(self, address: str) -> None:
-        self.channel = grpc.aio.insecure_channel(address, options=PROBE_CHANNEL_OPTIONS)
+    def __init__(self, address: str, server_name: str | None = None, *, plaintext: bool = False) -> None:
+        """`plaintext`: a public port without TLS (the gateway's, by default)."""
+        self.channel = (
+            grpc.aio.insecure_channel(address, options=PROBE_CHANNEL_OPTIONS)
+            if plaintext
+            else open_secure_channel(address, server_name, PROBE_CHANNEL_OPTIONS)
+        )
         self._stub = health_pb2_grpc.HealthStub(self.channel)
 
     async def serving(self, timeout_s: float = 0.2, service: str = "") -> bool:
@@ -136,7 +150,8 @@ class GrpcClient:
         self._caller = caller
         self._margin_s = margin_ms / 1000
         self.policy = policy or ResiliencePolicy()
-        self.channel = open_channel(address)
+        # The server must hold a certificate for the service's name (e.g. `ranker`).
+        self.channel = open_channel(address, None if self.target == "unknown" else self.target)
         self._health = health_pb2_grpc.HealthStub(self.channel)
         self.breaker = CircuitBreaker(self.policy.failure_threshold, self.policy.open_s)
         self.retry_budget = RetryBudget(self.policy.retry_ratio)

@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
+from recmesh.credentials import kafka_options
+
 _PR_SET_PDEATHSIG = 1
 
 
@@ -214,7 +216,7 @@ async def topic_partitions(bootstrap: str, topic: str) -> list[int]:
     auto-creates topics, as Tansu does."""
     from aiokafka.admin import AIOKafkaAdminClient
 
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=5000)
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=5000, **kafka_options())
     await admin.start()
     try:
         if topic not in await admin.list_topics():
@@ -235,7 +237,7 @@ async def ensure_topics(bootstrap: str, topics: Mapping[str, int], timeout_s: fl
 
     deadline = time.monotonic() + timeout_s
     while True:
-        admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=5000)
+        admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=5000, **kafka_options())
         try:
             await admin.start()
             existing = set(await admin.list_topics())

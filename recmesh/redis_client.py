@@ -12,6 +12,10 @@ reply shapes (about a tenth of the look-up's client-side decoding).
 No client-side retries: callers hold a per-request budget (often 50 ms) and a
 fallback, so a retry inside the client would only spend the budget twice. The
 ingest consumer retries at its own layer, with backoff, around whole batches.
+
+Credentials: each process's own ACL user and TLS files from its environment
+(recmesh.credentials.RedisAuth: REDIS_USERNAME, REDIS_PASSWORD[_FILE],
+REDIS_TLS_CA), never in the URL the shared ConfigMap holds.
 """
 
 from __future__ import annotations
@@ -20,6 +24,8 @@ import redis.asyncio as redis
 from redis.asyncio.cluster import RedisCluster
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
+
+from recmesh.credentials import RedisAuth
 
 AnyRedis = redis.Redis | RedisCluster
 
@@ -30,7 +36,9 @@ def is_cluster_url(url: str) -> bool:
     return url.startswith(CLUSTER_SCHEMES)
 
 
-def connect(url: str, max_connections: int) -> AnyRedis:
+def connect(url: str, max_connections: int, auth: RedisAuth | None = None) -> AnyRedis:
+    """`auth`: None reads this process's credentials from its environment."""
+    options = (auth or RedisAuth()).client_options(url)
     if is_cluster_url(url):
         return RedisCluster.from_url(
             url.replace("+cluster", "", 1),
@@ -39,6 +47,7 @@ def connect(url: str, max_connections: int) -> AnyRedis:
             socket_timeout=2.0,
             retry=Retry(NoBackoff(), 0),
             protocol=2,
+            **options,
         )
     return redis.Redis.from_url(
         url,
@@ -48,4 +57,5 @@ def connect(url: str, max_connections: int) -> AnyRedis:
         health_check_interval=30,
         retry=Retry(NoBackoff(), 0),
         protocol=2,
+        **options,
     )

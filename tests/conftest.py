@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -13,6 +14,12 @@ from recmesh.embedded import broker_process, ensure_topics, redis_process, start
 from recmesh.features.repository import DEMO_REPOSITORY, FeatureSet, load_repository
 from recmesh.training.train import TrainConfig, train
 from tests.helpers import free_port
+
+# The suite's in-process servers, and the processes it starts, speak plaintext
+# gRPC unless a test turns mutual TLS on (tests/integration/test_security.py,
+# tests/e2e/test_up.py: `recmesh up` makes its own CA). Explicit, as
+# RECMESH_TLS=off must be: the default is on.
+os.environ["RECMESH_TLS"] = "off"
 
 SMALL_TRAINING = TrainConfig(sessions=1500, hours=2.0, epochs=3)
 

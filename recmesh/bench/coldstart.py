@@ -21,7 +21,7 @@ from typing import Any
 
 import httpx
 
-from recmesh.bench.common import emit, free_port, infrastructure
+from recmesh.bench.common import emit, free_port, infrastructure, plaintext_unless_set
 from recmesh.bench.inference import schema
 from recmesh.clients import FeatureClient, HealthProbe, InferenceClient, RankerClient
 from recmesh.demo.generate import make_catalog, offline_rows
@@ -161,6 +161,7 @@ def table(rows: list[dict[str, Any]]) -> str:
 
 
 def main(args: Any) -> int:
+    plaintext_unless_set()
     import tempfile
 
     with tempfile.TemporaryDirectory(prefix="recmesh-models-") as tmp:

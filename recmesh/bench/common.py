@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import json
 import os
+import sys
 import tempfile
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
@@ -47,7 +48,22 @@ class Infra:
     workdir: Path
 
 
-__all__ = ["Infra", "emit", "free_port", "infrastructure", "percentile"]
+__all__ = ["Infra", "emit", "free_port", "infrastructure", "percentile", "plaintext_unless_set"]
+
+
+def plaintext_unless_set() -> None:
+    """Benchmarks that start single services measure those services' work: they
+    and the services they start speak plaintext gRPC unless RECMESH_TLS is set
+    (then they need its certificates). `recmesh bench tls` measures what
+    mutual TLS adds, on the whole mesh."""
+    if "RECMESH_TLS" in os.environ:
+        return
+    from recmesh.security import reset_process_tls
+
+    os.environ["RECMESH_TLS"] = "off"
+    reset_process_tls()
+    print("(plaintext gRPC between this benchmark and the services it starts; `recmesh bench tls` "
+          "measures mutual TLS)", file=sys.stderr, flush=True)  # fmt: skip
 
 
 @contextlib.asynccontextmanager

@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from recmesh.bench.common import emit, percentile
+from recmesh.bench.common import emit, percentile, plaintext_unless_set
 from recmesh.bench.inference import _start
 from recmesh.clients import InferenceClient
 from recmesh.errors import FailedPrecondition
@@ -210,6 +210,7 @@ def table(f: dict[str, Any]) -> str:
 
 
 def main(args: Any) -> int:
+    plaintext_unless_set()
     model_dir = Path(args.model_dir) if args.model_dir else InferenceSettings().model_dir
     figures = asyncio.run(run(model_dir, args.rows, args.repeats))
     emit(figures, args.json, table(figures))

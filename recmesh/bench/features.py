@@ -25,7 +25,7 @@ from typing import Any
 import orjson
 from aiokafka import AIOKafkaProducer
 
-from recmesh.bench.common import Infra, emit, free_port, infrastructure, percentile
+from recmesh.bench.common import Infra, emit, free_port, infrastructure, percentile, plaintext_unless_set
 from recmesh.clients import FeatureClient, ResiliencePolicy
 from recmesh.demo.generate import make_catalog, offline_rows
 from recmesh.events import Event
@@ -335,6 +335,7 @@ def table(f: dict[str, Any]) -> str:
 
 
 def main(args: Any) -> int:
+    plaintext_unless_set()
     figures = asyncio.run(
         run(
             args.events, args.lookups, args.items, args.concurrency, args.rate, args.seconds, args.served_rate

@@ -99,8 +99,8 @@ async def serve(role: str, port: int, downstream: dict[str, int]) -> None:
         await _grpc_server(port, f"floor.{role}", {m: _canned(bytes(SIZES[m][1])) for m in methods})
         return
     if role == "ranker":
-        feature = open_channel(f"127.0.0.1:{downstream['feature']}")
-        inference = open_channel(f"127.0.0.1:{downstream['inference']}")
+        feature = open_channel(f"127.0.0.1:{downstream['feature']}", plaintext=True)
+        inference = open_channel(f"127.0.0.1:{downstream['inference']}", plaintext=True)
         user = _call(feature, "/floor.feature/user", bytes(SIZES["user"][0]))
         items = _call(feature, "/floor.feature/items", bytes(SIZES["items"][0]))
         score = _call(inference, "/floor.inference/score", bytes(SIZES["score"][0]))
@@ -117,7 +117,7 @@ async def serve(role: str, port: int, downstream: dict[str, int]) -> None:
 
         await _grpc_server(port, "floor.ranker", {"rank": rank})
         return
-    ranker = open_channel(f"127.0.0.1:{downstream['ranker']}")
+    ranker = open_channel(f"127.0.0.1:{downstream['ranker']}", plaintext=True)
     rank_call = _call(ranker, "/floor.ranker/rank", bytes(SIZES["rank"][0]))
     headers = [(b"content-type", b"application/json")]
 

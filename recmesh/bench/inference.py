@@ -39,7 +39,7 @@ from typing import Any
 
 import numpy as np
 
-from recmesh.bench.common import emit, free_port, percentile, process_cpu_s
+from recmesh.bench.common import emit, free_port, percentile, plaintext_unless_set, process_cpu_s
 from recmesh.clients import HealthProbe, InferenceClient
 from recmesh.features.repository import DEMO_REPOSITORY, load_repository
 from recmesh.modeldir import current_model
@@ -232,6 +232,7 @@ def table(f: dict[str, Any]) -> str:
 
 
 def main(args: Any) -> int:
+    plaintext_unless_set()
     model_dir = Path(args.model_dir) if args.model_dir else None
     figures = asyncio.run(run(model_dir, args.rows, args.concurrency, args.seconds))
     emit(figures, args.json, table(figures))

@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from recmesh.credentials import kafka_options
 from recmesh.errors import FailedPrecondition, InvalidArgument, RecmeshError
 from recmesh.features.repository import Entity, FeatureSet
 
@@ -197,7 +198,7 @@ async def _send(
 
     from recmesh.telemetry import kafka_trace_headers
 
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=5)
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=5, **kafka_options())
     await producer.start()
     sent = 0
     started_wall = time.time()

@@ -25,6 +25,7 @@ from typing import Any
 
 import orjson
 
+from recmesh.credentials import kafka_options
 from recmesh.embedded import topic_partitions
 from recmesh.errors import DeadlineExceeded, NotFound
 from recmesh.events import Event
@@ -233,7 +234,9 @@ async def dump_topic(
     partitions = [TopicPartition(topic, p) for p in await topic_partitions(bootstrap, topic)]
     if not partitions:
         raise NotFound(f"topic {topic!r} does not exist on {bootstrap}")
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, group_id=None)
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap, enable_auto_commit=False, group_id=None, **kafka_options()
+    )
     await consumer.start()
     dump = Dump()
     try:

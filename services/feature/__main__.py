@@ -6,12 +6,13 @@ import asyncio
 import gc
 
 import structlog
-from prometheus_client import start_http_server
 from redis.exceptions import RedisError
 
 from recmesh.features.repository import serving_repository
+from recmesh.metrics_http import start_metrics_server
 from recmesh.redis_client import connect
 from recmesh.resilience import retry_until
+from recmesh.security import process_tls
 from recmesh.settings import FeatureSettings
 from recmesh.telemetry import setup_logging, setup_tracing
 from services.feature.served_log import served_log_from
@@ -50,6 +51,7 @@ if __name__ == "__main__":
     cfg = FeatureSettings()
     setup_logging("feature", cfg.log_level, cfg.log_format)
     setup_tracing("feature", flush_s=cfg.telemetry_flush_s)
-    start_http_server(cfg.metrics_port, addr=cfg.bind_host)
+    process_tls()  # certificates read (or plaintext said) before anything listens
+    start_metrics_server(cfg.metrics_port, addr=cfg.bind_host)  # /metrics, /healthz, /readyz
     structlog.get_logger().info("starting", settings=cfg.model_dump(mode="json"))
     asyncio.run(main(cfg))

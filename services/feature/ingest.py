@@ -26,6 +26,7 @@ from aiokafka.errors import CommitFailedError, KafkaError
 from prometheus_client import Counter, Gauge, Histogram
 from redis.exceptions import RedisError
 
+from recmesh.credentials import kafka_options
 from recmesh.errors import InvalidArgument
 from recmesh.events import Event, EventSchema, parse_event
 from recmesh.resilience import retry_until
@@ -332,12 +333,15 @@ def make_consumer(settings: IngestSettings, **overrides: Any) -> AIOKafkaConsume
         enable_auto_commit=False,
         auto_offset_reset="earliest",
         max_poll_records=settings.max_batch,
+        **kafka_options(),
         **overrides,
     )
 
 
 def make_producer(settings: IngestSettings) -> AIOKafkaProducer:
-    return AIOKafkaProducer(bootstrap_servers=settings.kafka_bootstrap, acks="all", linger_ms=5)
+    return AIOKafkaProducer(
+        bootstrap_servers=settings.kafka_bootstrap, acks="all", linger_ms=5, **kafka_options()
+    )
 
 
 @contextlib.asynccontextmanager

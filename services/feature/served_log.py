@@ -26,6 +26,7 @@ from opentelemetry.context import Context
 from opentelemetry.trace import Status, StatusCode
 from prometheus_client import Counter
 
+from recmesh.credentials import kafka_options
 from recmesh.features.served import served_record
 from recmesh.resilience import current_slo_class, retry_until
 from recmesh.settings import FeatureSettings
@@ -168,7 +169,9 @@ def served_log_from(settings: FeatureSettings, feature_version: str) -> ServedLo
     if settings.served_log_rate <= 0:
         return None
     return ServedLog(
-        lambda: AIOKafkaProducer(bootstrap_servers=settings.kafka_bootstrap, acks=1, linger_ms=50),
+        lambda: AIOKafkaProducer(
+            bootstrap_servers=settings.kafka_bootstrap, acks=1, linger_ms=50, **kafka_options()
+        ),
         settings.served_topic,
         settings.served_log_rate,
         settings.served_log_queue,

@@ -13,6 +13,7 @@ names a feature.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 import uuid
 from collections.abc import Iterable, Sequence
@@ -23,7 +24,7 @@ import orjson
 import structlog
 from prometheus_client import Counter
 from redis.asyncio.cluster import RedisCluster
-from redis.exceptions import NoScriptError, RedisError
+from redis.exceptions import NoPermissionError, NoScriptError, RedisError
 
 from recmesh.cache import TtlCache, Vouched
 from recmesh.features import keys
@@ -269,8 +270,11 @@ class FeatureStore:
         if not self._cluster:
             self._item_sha = await self._redis.script_load(_ITEM_WINDOWS_LUA)
         # State loaded before versions existed (or a version lost): name what
-        # is there, so look-ups can vouch for it until the next load.
-        await self._redis.set(keys.STATICS_VERSION, uuid.uuid4().hex, nx=True)
+        # is there, so look-ups can vouch for it until the next load. The
+        # service's own Redis user may only read (recmesh.credentials.ACL_RULES):
+        # then the catalog load, which always sets a version, is the one to name it.
+        with contextlib.suppress(NoPermissionError):
+            await self._redis.set(keys.STATICS_VERSION, uuid.uuid4().hex, nx=True)
 
     def _parse_item_static(self, raw: dict[bytes, bytes], previous: ItemStatic | None = None) -> ItemStatic:
         """`previous` is returned when the hash has not changed: a refresh then

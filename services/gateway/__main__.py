@@ -14,6 +14,7 @@ from recmesh.clients import FeatureClient, InferenceClient, RankerClient
 from recmesh.controller import build_overload
 from recmesh.features.repository import serving_repository
 from recmesh.grpcserver import wait_for_shutdown_signal
+from recmesh.security import process_tls
 from recmesh.settings import GatewaySettings
 from recmesh.telemetry import setup_logging, setup_tracing
 from services.gateway.aitools import AiTools
@@ -90,4 +91,5 @@ if __name__ == "__main__":
     cfg = GatewaySettings()
     setup_logging("gateway", cfg.log_level, cfg.log_format)
     setup_tracing("gateway", redis=False, flush_s=cfg.telemetry_flush_s)  # the gateway never talks to Redis
+    process_tls()  # certificates read (or plaintext said) before anything listens
     eventloop.run(main(cfg))

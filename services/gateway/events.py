@@ -15,6 +15,7 @@ from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError
 from prometheus_client import Counter
 
+from recmesh.credentials import kafka_options
 from recmesh.errors import Unavailable
 from recmesh.events import Event
 from recmesh.telemetry import kafka_produce_span, kafka_trace_headers
@@ -43,7 +44,7 @@ class EventPublisher:
             if self._producer is None:
                 producer = AIOKafkaProducer(
                     bootstrap_servers=self._bootstrap, acks="all", linger_ms=2,
-                    request_timeout_ms=int(self._timeout_s * 1000),
+                    request_timeout_ms=int(self._timeout_s * 1000), **kafka_options(),
                 )  # fmt: skip
                 try:
                     await producer.start()

@@ -69,4 +69,5 @@ def build_grpc_server(settings: GatewaySettings, recommender: Recommender, polic
             )
         ],
         classify=granted_class(policy),
+        public=True,  # callers authenticate with API keys; TLS as RECMESH_GATEWAY_GRPC_TLS says
     )

@@ -13,10 +13,11 @@ import contextlib
 import time
 
 import structlog
-from prometheus_client import start_http_server
 
 from recmesh.features.repository import serving_repository
 from recmesh.grpcserver import wait_for_shutdown_signal
+from recmesh.metrics_http import start_metrics_server
+from recmesh.security import process_tls
 from recmesh.settings import InferenceSettings
 from recmesh.telemetry import process_age_s, setup_logging, setup_tracing
 from services.inference.model import ModelRegistry
@@ -70,5 +71,6 @@ if __name__ == "__main__":
     cfg = InferenceSettings()
     setup_logging("inference", cfg.log_level, cfg.log_format)
     setup_tracing("inference", redis=False, flush_s=cfg.telemetry_flush_s)
-    start_http_server(cfg.metrics_port, addr=cfg.bind_host)
+    process_tls()  # certificates read (or plaintext said) before anything listens
+    start_metrics_server(cfg.metrics_port, addr=cfg.bind_host)  # /metrics, /healthz, /readyz
     asyncio.run(main(cfg, t0))

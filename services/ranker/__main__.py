@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import gc
 
-from prometheus_client import start_http_server
-
 from recmesh import eventloop
 from recmesh.clients import FeatureClient, InferenceClient
 from recmesh.features.repository import serving_repository
 from recmesh.grpcserver import wait_for_shutdown_signal
+from recmesh.metrics_http import start_metrics_server
+from recmesh.security import process_tls
 from recmesh.settings import RankerSettings
 from recmesh.telemetry import setup_logging, setup_tracing
 from services.ranker.graph import PipelineGraphError
@@ -45,5 +45,6 @@ if __name__ == "__main__":
     cfg = RankerSettings()
     setup_logging("ranker", cfg.log_level, cfg.log_format)
     setup_tracing("ranker", redis=False, flush_s=cfg.telemetry_flush_s)  # the ranker never talks to Redis
-    start_http_server(cfg.metrics_port, addr=cfg.bind_host)
+    process_tls()  # certificates read (or plaintext said) before anything listens
+    start_metrics_server(cfg.metrics_port, addr=cfg.bind_host)  # /metrics, /healthz, /readyz
     eventloop.run(main(cfg))

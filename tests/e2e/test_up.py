@@ -1,10 +1,14 @@
-"""`recmesh up` started as a user would, exercised over REST and gRPC, then
-stopped with SIGINT: every child must be gone and every port free."""
+"""`recmesh up` started as a user would (mutual TLS between the services, Redis
+ACL users: its defaults), exercised over REST and gRPC, broken into from
+outside the call graph, then stopped with SIGINT: every child must be gone
+and every port free."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -40,10 +44,16 @@ class Running:
     ports: dict[str, int]
     spans: Path
     log: Path
+    state: Path
 
     @property
     def http(self) -> str:
         return f"http://127.0.0.1:{self.ports['GATEWAY_HTTP_PORT']}"
+
+    def cli_env(self) -> dict[str, str]:
+        """The CLI's credentials and addresses, as `up` wrote them (secrets/cli.env)."""
+        pairs = (line.split("=", 1) for line in (self.state / "secrets" / "cli.env").read_text().splitlines())
+        return dict(os.environ, RECMESH_TLS="on", **{k: shlex.split(v)[0] for k, v in pairs})
 
 
 def _alive(pid: int) -> bool:
@@ -62,7 +72,7 @@ def running(tmp_path_factory: pytest.TempPathFactory, model_dir: Path) -> Iterat
     env = dict(os.environ, RECMESH_STATE_DIR=str(state), RECMESH_MODEL_DIR=str(model_dir),
                RECMESH_SPANS_FILE=str(spans), RECMESH_SERVED_LOG_RATE="1",
                **{k: str(v) for k, v in ports.items()})  # fmt: skip
-    for var in ("REDIS_URL", "KAFKA_BOOTSTRAP"):
+    for var in ("REDIS_URL", "KAFKA_BOOTSTRAP", "RECMESH_TLS"):  # RECMESH_TLS: its default, on
         env.pop(var, None)
     log = state / "up.log"
     with log.open("wb") as fh:
@@ -70,7 +80,7 @@ def running(tmp_path_factory: pytest.TempPathFactory, model_dir: Path) -> Iterat
             [sys.executable, "-m", "recmesh.cli", "up", "--demo-events", "500"],
             stdout=fh, stderr=subprocess.STDOUT, env=env,
         )  # fmt: skip
-    running = Running(proc, ports, spans, log)
+    running = Running(proc, ports, spans, log, state)
     try:
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
@@ -112,7 +122,7 @@ async def test_ready_events_and_recommendations(running: Running) -> None:
             out = subprocess.run(  # noqa: ASYNC221 (the CLI, exactly as a user runs it)
                 [sys.executable, "-m", "recmesh.cli", "features", "get", "--user", "e2e-user",
                  "--addr", f"127.0.0.1:{running.ports['FEATURE_PORT']}"],
-                capture_output=True, text=True, check=True,
+                capture_output=True, text=True, check=True, env=running.cli_env(),
             )  # fmt: skip
             feats = json.loads(out.stdout)["user"]["features"]
             return bool(feats["clicks_5m"]["value"] == 3 and feats["clicks_5m"]["source"] == "realtime")
@@ -247,6 +257,124 @@ async def test_grpc_recommender(running: Running) -> None:
         if line.startswith("recmesh_request_duration_seconds_count{") and 'method="Recommend"' in line
     }
     assert labels == {"B", "invalid"}, f"gRPC Recommend labelled {labels}: not the granted class"
+
+
+def _process_env(running: Running, module: str) -> dict[str, str]:
+    """What one child of `up` was started with (an attacker on the box as that user sees as much)."""
+    for pid in child_pids(running.proc.pid):
+        try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            raw = Path(f"/proc/{pid}/environ").read_bytes()
+        except OSError:
+            continue
+        if argv[-2:] == [module.encode(), b""]:
+            return dict(e.split("=", 1) for e in raw.decode().split("\0") if "=" in e)
+    raise AssertionError(f"no child runs {module}")
+
+
+def _scrape(port: int, name: str, labels: str) -> float:
+    text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
+    line = next((x for x in text.splitlines() if x.startswith(f"{name}{{{labels}}} ")), None)
+    return float(line.split()[-1]) if line else 0.0
+
+
+async def test_break_in_attempts_fail_and_are_counted_while_the_mesh_serves(running: Running) -> None:
+    """The issue's break-in list against the real processes (Kafka: the embedded
+    Tansu broker cannot authenticate clients, docs/operations.md *Security*)."""
+    import redis.asyncio as aioredis
+    from redis.exceptions import AuthenticationError, NoPermissionError
+
+    from recmesh.pki import CertificateAuthority
+    from recmesh.v1 import ranker_pb2, ranker_pb2_grpc
+
+    tls = running.state / "tls"
+    ca = (tls / "ca.crt").read_bytes()
+    internal = {
+        name: f"127.0.0.1:{running.ports[f'{name.upper()}_PORT']}"
+        for name in ("feature", "inference", "ranker")
+    }
+    stranger = CertificateAuthority.create().issue("gateway")  # the gateway's name, another CA
+
+    def creds(cert: bytes | None, key: bytes | None) -> grpc.ChannelCredentials:
+        return grpc.ssl_channel_credentials(root_certificates=ca, private_key=key, certificate_chain=cert)
+
+    async def rank(address: str, channel_creds: grpc.ChannelCredentials | None, name: str) -> grpc.StatusCode:
+        override = (("grpc.ssl_target_name_override", name),)
+        ch = (
+            grpc.aio.insecure_channel(address)
+            if channel_creds is None
+            else grpc.aio.secure_channel(address, channel_creds, options=override)
+        )
+        try:
+            await ranker_pb2_grpc.RankerServiceStub(ch).Rank(
+                ranker_pb2.RankRequest(user_id="u42", count=5), metadata=(("x-slo-class", "A"),), timeout=5
+            )
+            return grpc.StatusCode.OK
+        except grpc.aio.AioRpcError as err:
+            return err.code()
+        finally:
+            await ch.close()
+
+    # 1. No certificate, one from another CA, or plaintext: the handshake refuses every internal service.
+    for name, address in internal.items():
+        for attempt in (creds(None, None), creds(stranger.cert_pem, stranger.key_pem), None):
+            assert await rank(address, attempt, name) == grpc.StatusCode.UNAVAILABLE, (name, attempt)
+
+    # 2. Valid mesh certificates with the wrong identity ask the ranker for class A: refused and counted.
+    ranker_metrics = running.ports["RANKER_METRICS_PORT"]
+    labels = 'reason="peer_not_allowed",service="ranker"'
+    before = _scrape(ranker_metrics, "recmesh_auth_denied_total", labels)
+    for identity in ("ops", "feature"):
+        own = creds((tls / f"{identity}.crt").read_bytes(), (tls / f"{identity}.key").read_bytes())
+        assert await rank(internal["ranker"], own, "ranker") == grpc.StatusCode.PERMISSION_DENIED
+    assert _scrape(ranker_metrics, "recmesh_auth_denied_total", labels) == before + 2
+    ranker_log = (running.state / "logs" / "ranker.log").read_text()
+    assert '"event":"auth_denied"' in ranker_log and "spiffe://recmesh.local/ops" in ranker_log
+
+    # 3. Redis: the feature service's read-only user, the CLI's (offline keys only) and no user
+    #    try to write a real-time feature key.
+    redis_url = f"redis://127.0.0.1:{running.ports['RECMESH_REDIS_PORT']}/0"
+    feature_env = _process_env(running, "services.feature")
+    cli = running.cli_env()
+    key = "{u:e2e-break-in}:s:click"
+    for user, password in ((feature_env["REDIS_USERNAME"], feature_env["REDIS_PASSWORD"]),
+                           (cli["REDIS_USERNAME"], cli["REDIS_PASSWORD"])):  # fmt: skip
+        client = aioredis.Redis.from_url(redis_url, username=user, password=password, protocol=2)
+        try:
+            with pytest.raises(NoPermissionError):
+                await client.zadd(key, {"forged": time.time() * 1000})
+        finally:
+            await client.aclose()
+    assert feature_env["REDIS_USERNAME"] == "feature" and cli["REDIS_USERNAME"] == "cli"
+    anonymous = aioredis.Redis.from_url(redis_url, protocol=2)
+    try:
+        with pytest.raises(AuthenticationError):
+            await anonymous.zadd(key, {"forged": 1.0})
+    finally:
+        await anonymous.aclose()
+
+    # 4. Meanwhile the mesh serves, and every accepted event arrives.
+    now = int(time.time() * 1000)
+    events = [{"event_id": f"break-in-{i}", "user_id": "e2e-break-in", "item_id": f"i{i}",
+               "behavior": "click", "event_time": now - i * 1000} for i in range(4)]  # fmt: skip
+    async with httpx.AsyncClient(base_url=running.http, timeout=5) as http:
+        posted = await http.post("/v1/events", json={"events": events})
+        assert posted.status_code == 202 and posted.json() == {"accepted": 4}
+        resp = await http.post("/v1/recommend", json={"user_id": "u42", "count": 5},
+                               headers={"x-slo-class": "A", "x-api-key": DEMO_API_KEY})  # fmt: skip
+        assert resp.status_code == 200 and resp.json()["degraded"] == [], resp.text
+
+    async def arrived() -> bool:
+        out = await asyncio.to_thread(
+            subprocess.run,
+            [sys.executable, "-m", "recmesh.cli", "features", "get", "--user", "e2e-break-in"],
+            capture_output=True, text=True, check=True, env=cli,
+        )  # fmt: skip
+        return bool(json.loads(out.stdout)["user"]["features"]["clicks_5m"]["value"] == 4)
+
+    await poll_until(
+        arrived, "the 4 accepted clicks, none forged, as real-time features", timeout=15, interval=0.3
+    )
 
 
 CONTRACT_CONFIG = Path(__file__).with_name("schemathesis.toml")

@@ -57,7 +57,8 @@ print("spans ended", flush=True)
 
 def _clean_env(extra: Mapping[str, str]) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "RECMESH_"))}
-    return {**env, **extra}
+    # The suite's plaintext gRPC between the services it starts (tests/conftest.py).
+    return {**env, "RECMESH_TLS": os.environ.get("RECMESH_TLS", "off"), **extra}
 
 
 @dataclass

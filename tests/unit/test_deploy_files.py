@@ -9,21 +9,30 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 
-# What each recmesh process needs from its environment to find its peers.
+# What each recmesh process needs from its environment to find its peers, and to prove who it
+# is to them: its certificate (gRPC), its Redis ACL user, its Kafka SASL user (issue #19).
 # Every process serves the feature repository RECMESH_REPOSITORY names (an image has no default).
+TLS = {"RECMESH_TLS_CA", "RECMESH_TLS_CERT", "RECMESH_TLS_KEY"}
+REDIS_USER = {"REDIS_USERNAME"}  # and REDIS_PASSWORD or REDIS_PASSWORD_FILE
+KAFKA_USER = {"KAFKA_SECURITY_PROTOCOL", "KAFKA_SASL_USERNAME"}  # and KAFKA_SASL_PASSWORD[_FILE]
 NEEDS = {
-    "services.feature": {"REDIS_URL", "RECMESH_REPOSITORY"},
-    "services.feature.ingest": {"REDIS_URL", "KAFKA_BOOTSTRAP", "RECMESH_REPOSITORY"},
-    "services.inference": {"RECMESH_REPOSITORY"},
-    "services.ranker": {"FEATURE_ADDR", "INFERENCE_ADDR", "RECMESH_REPOSITORY"},
+    "services.feature": {"REDIS_URL", "RECMESH_REPOSITORY"} | TLS | REDIS_USER | KAFKA_USER,
+    "services.feature.ingest": {"REDIS_URL", "KAFKA_BOOTSTRAP", "RECMESH_REPOSITORY"}
+    | REDIS_USER
+    | KAFKA_USER,
+    "services.inference": {"RECMESH_REPOSITORY"} | TLS,
+    "services.ranker": {"FEATURE_ADDR", "INFERENCE_ADDR", "RECMESH_REPOSITORY"} | TLS,
     "services.gateway": {
         "RANKER_ADDR",
         "FEATURE_ADDR",
         "INFERENCE_ADDR",
         "KAFKA_BOOTSTRAP",
         "RECMESH_REPOSITORY",
-    },
+    }
+    | TLS
+    | KAFKA_USER,
 }
+PASSWORDS = ({"REDIS_PASSWORD", "REDIS_PASSWORD_FILE"}, {"KAFKA_SASL_PASSWORD", "KAFKA_SASL_PASSWORD_FILE"})
 
 
 def compose() -> dict[str, Any]:
@@ -35,7 +44,9 @@ def test_every_service_has_an_image_and_a_healthcheck() -> None:
     for name, svc in compose()["services"].items():
         assert "image" in svc or "build" in svc, name
         hc = svc.get("healthcheck", {})
-        assert hc.get("test") or (hc.get("disable") and name == "init"), f"{name} has no healthcheck"
+        assert hc.get("test") or (hc.get("disable") and name in ("init", "credentials")), (
+            f"{name}: no healthcheck"
+        )
 
 
 def test_full_stack_is_there() -> None:
@@ -60,10 +71,38 @@ def test_recmesh_services_get_the_environment_their_settings_need() -> None:
         assert not missing, f"{name} lacks {missing}"
         assert env["BIND_HOST"] == "0.0.0.0", name
         assert env.get("OTEL_SERVICE_NAME", "").startswith("recmesh-"), name
+        for user, passwords in zip((REDIS_USER, KAFKA_USER), PASSWORDS, strict=True):
+            if user & NEEDS[module]:
+                assert passwords & set(env), f"{name}: a user without a password"
         for dep, cond in svc.get("depends_on", {}).items():
             assert dep in services, f"{name} depends on unknown {dep}"
             assert cond["condition"] in ("service_healthy", "service_completed_successfully")
     assert seen == set(NEEDS)
+
+
+def test_each_container_mounts_only_its_own_credentials() -> None:
+    services = compose()["services"]
+    assert services["credentials"]["command"][-2:] == ["recmesh.localsecrets", "/credentials"]
+    subpaths = {}
+    for name, svc in services.items():
+        for volume in svc.get("volumes", []):
+            if isinstance(volume, dict) and volume.get("source") == "credentials":
+                assert volume["read_only"] is True, name
+                subpaths[name] = volume["volume"]["subpath"]
+    recmesh = {n for n, s in services.items() if s.get("image") == services["credentials"]["image"]}
+    assert {n: subpaths[n] for n in recmesh - {"credentials"}} == {n: n for n in recmesh - {"credentials"}}
+    assert subpaths["redis"] == "redis" and subpaths["kafka"] == "kafka"
+    assert "--aclfile" in services["redis"]["command"]
+    kafka = services["kafka"]["environment"]
+    assert kafka["KAFKA_SASL_ENABLED_MECHANISMS"] == "SCRAM-SHA-512"
+    assert kafka["KAFKA_ALLOW_EVERYONE_IF_NO_ACL_FOUND"] == "false"
+    # The only listener other containers reach authenticates; the others are bound to localhost.
+    listeners = dict(li.split("://") for li in kafka["KAFKA_LISTENERS"].split(","))
+    assert listeners["SASL_PLAINTEXT"] == ":9092"
+    assert all(v.startswith("localhost:") for k, v in listeners.items() if k != "SASL_PLAINTEXT")
+    script = (ROOT / "deploy" / "compose" / "kafka-sasl.sh").read_text()
+    assert "allow gateway --operation Write --operation Describe --topic user_behavior\n" in script
+    assert "allow ingest --operation Write --operation Describe --topic user_behavior.dlq" in script
 
 
 def test_prometheus_scrapes_every_recmesh_process() -> None:

@@ -41,6 +41,10 @@ CRD_SCHEMAS = {
     ("kafka.strimzi.io/v1beta2", "KafkaNodePool"): "kafkanodepool-kafka-v1beta2.json",
     ("kafka.strimzi.io/v1beta2", "KafkaTopic"): "kafkatopic-kafka-v1beta2.json",
     ("monitoring.coreos.com/v1", "PrometheusRule"): "prometheusrule-monitoring-v1.json",
+    ("kafka.strimzi.io/v1beta2", "KafkaUser"): "kafkauser-kafka-v1beta2.json",
+    ("cert-manager.io/v1", "Certificate"): "certificate-cert-manager-v1.json",
+    ("cert-manager.io/v1", "Issuer"): "issuer-cert-manager-v1.json",
+    ("keda.sh/v1alpha1", "TriggerAuthentication"): "triggerauthentication-keda-v1alpha1.json",
 }
 KNATIVE_ONLY = ("containerConcurrency", "timeoutSeconds", "responseStartTimeoutSeconds", "idleTimeoutSeconds")
 # Where each recmesh process serves gRPC and metrics (recmesh/settings.py defaults).
@@ -253,7 +257,9 @@ def test_vendored_schemas_say_where_they_come_from() -> None:
     for path in (K8S / "schemas").glob("*.json"):
         schema = json.loads(path.read_text())
         assert "subset of the openAPIV3Schema" in schema["description"], path.name
-        assert schema["properties"]["spec"].get("required") or path.name.startswith("prometheusrule")
+        spec = schema["properties"]["spec"]
+        # An Issuer is exactly one kind of issuer: its schema says which with oneOf.
+        assert spec.get("required") or spec.get("oneOf") or path.name.startswith("prometheusrule")
 
 
 def test_renderer_merges_like_a_merge_patch() -> None:
@@ -298,8 +304,16 @@ def test_every_service_has_probes_and_drains(overlay: str) -> None:
     for d, c, module in _services(rendered(overlay)):
         where = f"{d['kind']}/{d['metadata']['name']}"
         ready, live = c["readinessProbe"], c["livenessProbe"]
-        if module in GRPC_PORT:
+        if module in GRPC_PORT and _env(rendered(overlay), c).get("RECMESH_TLS") == "off":
             assert ready["grpc"]["port"] == live["grpc"]["port"] == GRPC_PORT[module], where
+        elif module in GRPC_PORT:
+            # Mutual TLS on the gRPC port: the kubelet (no certificate) reads the metrics port.
+            assert ready["httpGet"]["path"] == "/readyz" and live["httpGet"]["path"] == "/healthz", where
+            assert (
+                _port(c, ready["httpGet"]["port"])
+                == _port(c, live["httpGet"]["port"])
+                == METRICS_PORT[module]
+            )
         elif module == "services.gateway":
             assert ready["httpGet"]["path"] == "/readyz" and live["httpGet"]["path"] == "/healthz"
             assert _port(c, ready["httpGet"]["port"]) == _port(c, live["httpGet"]["port"]) == 8000
@@ -579,3 +593,181 @@ def test_operations_runbook_covers_deploying_and_every_alert() -> None:
         assert needed in text, needed
     for alert in _alert_names(_alert_rules()["groups"]):
         assert f"`{alert}`" in text, f"docs/operations.md does not explain {alert}"
+
+
+# --- security (issue #19) ---------------------------------------------------------------------
+
+SPIFFE = "spiffe://recmesh.local/"
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_every_grpc_service_has_its_own_certificate_or_says_plaintext(overlay: str) -> None:
+    docs = rendered(overlay)
+    certs = {d["spec"]["secretName"]: d["spec"] for d in docs if d["kind"] == "Certificate"}
+    plaintext = json.loads(_one(docs, "ConfigMap", "recmesh-env")["data"]["RECMESH_TLS_PLAINTEXT_TARGETS"])
+    for d, c, module in _services(docs):
+        name = d["metadata"]["name"]
+        env = _env(docs, c)
+        if module == "services.feature.ingest":
+            continue  # no gRPC
+        if env.get("RECMESH_TLS") == "off":
+            # Only inference behind Knative, and then its callers dial it in plaintext.
+            assert name == "inference" and _is_knative(d) and plaintext == ["inference"], name
+            continue
+        assert env["RECMESH_TLS"] == "on" and not (_is_knative(d) and name in plaintext), name
+        pod = d["spec"]["template"]["spec"]
+        mounts = {m["name"]: m["mountPath"] for m in c["volumeMounts"]}
+        (volume,) = [v for v in pod["volumes"] if v["name"] in mounts and "secret" in v]
+        directory = mounts[volume["name"]]
+        assert {
+            env[v].rpartition("/")[0] for v in ("RECMESH_TLS_CA", "RECMESH_TLS_CERT", "RECMESH_TLS_KEY")
+        } == {directory}
+        assert volume["secret"]["defaultMode"] & 0o007 == 0 and pod["securityContext"]["fsGroup"] == 10001
+        cert = certs[volume["secret"]["secretName"]]
+        assert cert["uris"] == [SPIFFE + name], "the identity the peer check reads"
+        assert name in cert["dnsNames"], "what clients check the server against"
+        assert {"server auth", "client auth"} <= set(cert["usages"])
+        assert cert["issuerRef"]["name"] == "recmesh-ca"
+    if overlay == "gpu":
+        assert plaintext == []
+
+
+def _allowed(docs: tuple[Doc, ...]) -> set[tuple[str, str, int]]:
+    """(source, target app, port) the NetworkPolicies admit; source is an app name, a
+    namespace ("ns:<name>") or "*" (anywhere)."""
+    out = set()
+    for d in docs:
+        if d["kind"] != "NetworkPolicy":
+            continue
+        target = d["spec"]["podSelector"].get("matchLabels", {}).get("app.kubernetes.io/name", "*")
+        assert d["spec"]["policyTypes"] == ["Ingress"]
+        for rule in d["spec"].get("ingress", []):
+            sources = []
+            for peer in rule.get("from", [{"*": None}]):
+                if "podSelector" in peer:
+                    sources.append(peer["podSelector"]["matchLabels"]["app.kubernetes.io/name"])
+                elif "namespaceSelector" in peer:
+                    sources.append(
+                        "ns:" + peer["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"]
+                    )
+                else:
+                    sources.append("*")
+            out |= {(src, target, p["port"]) for src in sources for p in rule["ports"]}
+    return out
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_network_policies_allow_exactly_the_call_graph_and_scraping(overlay: str) -> None:
+    docs = rendered(overlay)
+    deny = _one(docs, "NetworkPolicy", "default-deny-ingress")["spec"]
+    assert deny == {"podSelector": {}, "policyTypes": ["Ingress"]}
+    scrape = {("ns:monitoring", "ranker", 9104), ("ns:monitoring", "feature", 9102),
+              ("ns:monitoring", "inference", 9103), ("ns:monitoring", "feature-ingest", 9105)}  # fmt: skip
+    calls = {
+        ("*", "gateway", 8000), ("*", "gateway", 50051),
+        ("gateway", "ranker", 50054),
+        ("ranker", "feature", 50052), ("gateway", "feature", 50052),
+        ("feature", "redis-cluster", 6379), ("feature-ingest", "redis-cluster", 6379),
+        ("recmesh-init", "redis-cluster", 6379), ("redis-cluster-create", "redis-cluster", 6379),
+        ("redis-cluster", "redis-cluster", 6379), ("redis-cluster", "redis-cluster", 16379),
+    }  # fmt: skip
+    if overlay in KNATIVE_OVERLAYS:
+        calls |= {
+            (f"ns:{ns}", "inference", port)
+            for ns in ("knative-serving", "kourier-system")
+            for port in (8012, 8013)
+        }
+    else:
+        calls |= {("ranker", "inference", 50053), ("gateway", "inference", 50053)}
+    assert _allowed(docs) == calls | scrape
+    # Every port a policy opens is one its pods listen on (a Knative pod's queue-proxy aside).
+    for source, target, port in calls | scrape:
+        workloads = [d for d, _ in _pod_specs(docs) if d["metadata"]["name"] == target]
+        if not workloads or (target == "inference" and overlay in KNATIVE_OVERLAYS and port != 9103):
+            continue
+        (workload,) = workloads
+        ports = {
+            p["containerPort"]
+            for c in workload["spec"]["template"]["spec"]["containers"]
+            for p in c.get("ports", [])
+        }
+        annotated = workload["spec"]["template"]["metadata"].get("annotations", {}).get("prometheus.io/port")
+        assert port in ports or str(port) == annotated, (source, target, port)
+
+
+def test_kafka_users_may_do_only_what_their_process_does() -> None:
+    docs = rendered("scale-to-zero")
+    kafka = _one(docs, "Kafka", "recmesh")["spec"]["kafka"]
+    (listener,) = kafka["listeners"]
+    assert listener["authentication"] == {"type": "scram-sha-512"} and kafka["authorization"] == {
+        "type": "simple"
+    }
+    env = _one(docs, "ConfigMap", "recmesh-env")["data"]
+    assert (
+        env["KAFKA_SECURITY_PROTOCOL"] == "SASL_PLAINTEXT" and env["KAFKA_SASL_MECHANISM"] == "SCRAM-SHA-512"
+    )
+    users = {d["metadata"]["name"]: d for d in docs if d["kind"] == "KafkaUser"}
+
+    def rights(user: str) -> set[tuple[str, str, str]]:
+        acls = users[user]["spec"]["authorization"]["acls"]
+        return {(a["resource"]["type"], a["resource"]["name"], op) for a in acls for op in a["operations"]}
+
+    assert rights("recmesh-gateway") == {
+        ("topic", "user_behavior", "Write"),
+        ("topic", "user_behavior", "Describe"),
+    }
+    assert rights("recmesh-feature-ingest") == {
+        ("topic", "user_behavior", "Read"), ("topic", "user_behavior", "Describe"),
+        ("group", "recmesh-feature-ingest", "Read"),
+        ("topic", "user_behavior.dlq", "Write"), ("topic", "user_behavior.dlq", "Describe"),
+    }  # fmt: skip
+    assert rights("recmesh-feature") == {
+        ("topic", "served_features", "Write"),
+        ("topic", "served_features", "Describe"),
+    }
+    assert {op for _, _, op in rights("recmesh-init")} == {"Describe"}
+    # Each process logs in as its own user, its password from Strimzi's Secret of that user.
+    peers = set()
+    for d, pod in _pod_specs(docs):
+        for c in _containers(pod):
+            entries = {e["name"]: e for e in c.get("env", [])}
+            if "KAFKA_SASL_USERNAME" not in entries:
+                continue
+            user = entries["KAFKA_SASL_USERNAME"]["value"]
+            assert users[user]["metadata"]["labels"]["app.kubernetes.io/name"] == d["metadata"]["name"]
+            assert entries["KAFKA_SASL_PASSWORD"]["valueFrom"]["secretKeyRef"] == {
+                "name": user,
+                "key": "password",
+            }
+            peers.add(d["metadata"]["name"])
+    assert peers == {"gateway", "feature", "feature-ingest", "recmesh-init"}
+    listed = {
+        p["podSelector"]["matchLabels"]["app.kubernetes.io/name"]
+        for p in listener["networkPolicyPeers"]
+        if "podSelector" in p
+    }
+    assert listed == peers
+    so = _one(docs, "ScaledObject", "feature-ingest")["spec"]["triggers"][0]
+    assert so["metadata"]["sasl"] == "scram_sha512"
+    auth = _one(docs, "TriggerAuthentication", so["authenticationRef"]["name"])["spec"]["env"]
+    assert {(a["parameter"], a["name"]) for a in auth} == {
+        ("username", "KAFKA_SASL_USERNAME"),
+        ("password", "KAFKA_SASL_PASSWORD"),
+    }
+
+
+def test_redis_users_and_passwords_come_from_secrets_never_the_configmap() -> None:
+    docs = rendered("scale-to-zero")
+    env = _one(docs, "ConfigMap", "recmesh-env")["data"]
+    assert not [k for k in env if "PASSWORD" in k or "USERNAME" in k]
+    users = {}
+    for d, pod in _pod_specs(docs):
+        for c in _containers(pod):
+            entries = {e["name"]: e for e in c.get("env", [])}
+            if "REDIS_USERNAME" in entries:
+                ref = entries["REDIS_PASSWORD"]["valueFrom"]["secretKeyRef"]
+                assert ref == {"name": "recmesh-redis-credentials", "key": entries["REDIS_USERNAME"]["value"]}
+                users[d["metadata"]["name"]] = entries["REDIS_USERNAME"]["value"]
+    assert users == {"feature": "feature", "feature-ingest": "ingest", "recmesh-init": "cli"}
+    conf = _one(docs, "ConfigMap", "redis-cluster")["data"]["redis.conf"]
+    assert "aclfile /etc/redis-acl/users.acl" in conf and "masteruser replica" in conf
