@@ -144,14 +144,17 @@ class GrpcClient:
     service_name = "unknown"  # the gRPC service's full name, for span names
 
     def __init__(
-        self, address: str, caller: str, margin_ms: float = 5.0, policy: ResiliencePolicy | None = None
-    ) -> None:
+        self, address: str, caller: str, margin_ms: float = 5.0, policy: ResiliencePolicy | None = None,
+        *, plaintext: bool = False,
+    ) -> None:  # fmt: skip
+        """`plaintext`: a tool's own throwaway mesh started with RECMESH_TLS=off."""
         self.address = address
         self._caller = caller
         self._margin_s = margin_ms / 1000
         self.policy = policy or ResiliencePolicy()
         # The server must hold a certificate for the service's name (e.g. `ranker`).
-        self.channel = open_channel(address, None if self.target == "unknown" else self.target)
+        name = None if self.target == "unknown" else self.target
+        self.channel = open_channel(address, name, plaintext=plaintext)
         self._health = health_pb2_grpc.HealthStub(self.channel)
         self.breaker = CircuitBreaker(self.policy.failure_threshold, self.policy.open_s)
         self.retry_budget = RetryBudget(self.policy.retry_ratio)
@@ -480,9 +483,10 @@ class RankerClient(GrpcClient):
     service_name = "recmesh.v1.RankerService"
 
     def __init__(
-        self, address: str, caller: str, margin_ms: float = 5.0, policy: ResiliencePolicy | None = None
-    ) -> None:
-        super().__init__(address, caller, margin_ms, policy)
+        self, address: str, caller: str, margin_ms: float = 5.0, policy: ResiliencePolicy | None = None,
+        *, plaintext: bool = False,
+    ) -> None:  # fmt: skip
+        super().__init__(address, caller, margin_ms, policy, plaintext=plaintext)
         self._stub = ranker_pb2_grpc.RankerServiceStub(self.channel)
 
     async def rank(

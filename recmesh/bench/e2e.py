@@ -110,10 +110,6 @@ class StartedMesh:
     pid: int  # of `recmesh up`
     ports: dict[str, int]  # UP_PORTS -> the port each listens on
 
-    @property
-    def redis_url(self) -> str:
-        return f"redis://127.0.0.1:{self.ports['RECMESH_REDIS_PORT']}/0"
-
     def addr(self, port: str) -> str:
         return f"127.0.0.1:{self.ports[port]}"
 

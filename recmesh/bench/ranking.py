@@ -30,6 +30,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from recmesh.bench.common import infrastructure
 from recmesh.bench.e2e import started_mesh
 from recmesh.clients import RankerClient
 from recmesh.errors import RecmeshError
@@ -66,6 +67,23 @@ async def evaluate(
     progress: Callable[[str], None] = print,
 ) -> dict[str, Any]:
     """HR@k and NDCG@k of the served ranking, recall alone and popularity (module docstring)."""
+    progress(f"starting a mesh on {fs.name!r} with the held-out model (state in {state_dir}) ...")
+    started = time.perf_counter()
+    # A throwaway mesh on loopback with this process its only client: its own
+    # Redis and broker (no ACL users) and plaintext gRPC, so this process can
+    # write the replay and ask the ranker as the gateway would.
+    async with infrastructure({}) as infra:
+        env = {"RECMESH_REPOSITORY": str(fs.path), "RECMESH_MODEL_DIR": str(model_dir), "RECMESH_TLS": "off",
+               "REDIS_URL": infra.redis_url, "KAFKA_BOOTSTRAP": infra.kafka_bootstrap}  # fmt: skip
+        async with started_mesh(state_dir, env=env, demo_events=0) as mesh:
+            ranker = mesh.addr("RANKER_PORT")
+            figures = await _replay_and_rank(fs, split, infra.redis_url, ranker, k, progress)
+    return {**figures, "total_s": round(time.perf_counter() - started, 1)}
+
+
+async def _replay_and_rank(
+    fs: FeatureSet, split: Split, redis_url: str, ranker_addr: str, k: int, progress: Callable[[str], None]
+) -> dict[str, Any]:
     from recmesh.redis_client import connect
     from services.feature.store import FeatureStore
     from services.feature.writer import EventWriter
@@ -75,41 +93,35 @@ async def evaluate(
     quality = {"served": Quality(k), "recall_alone": Quality(k), "popularity": Quality(k)}
     degraded: dict[str, Counter[str]] = {"served": Counter(), "recall_alone": Counter()}
     budget_s = configured_classes()[SLO_CLASS].budget_ms / 1000
-    env = {"RECMESH_REPOSITORY": str(fs.path), "RECMESH_MODEL_DIR": str(model_dir)}
-    progress(f"starting a mesh on {fs.name!r} with the held-out model (state in {state_dir}) ...")
-    started = time.perf_counter()
-    async with started_mesh(state_dir, env=env, demo_events=0) as mesh:
-        client = connect(mesh.redis_url, 8)
-        writer = EventWriter(client, fs, FeatureStore(client, fs).attributes)
-        ranker = RankerClient(mesh.addr("RANKER_PORT"), "ranking-eval")
-        events, written, replay_s, rank_s = split.training, 0, 0.0, 0.0
-        try:
-            for n, target in enumerate(split.targets):
-                t0 = time.perf_counter()
-                upto = written
-                while upto < len(events) and events[upto].event_time < target.event_time:
-                    upto += 1
-                await _write(writer, events[written:upto])
-                pop.add(events[written:upto])
-                written = upto
-                t1 = time.perf_counter()
-                history = split.history[target.user_id]
-                count = min(RANK_MAX, k + len(history))
-                for name, skip in (("served", ()), ("recall_alone", ("inference",))):
-                    ranked, notes = await _ranking(
-                        ranker, target.user_id, count, target.as_of_ms, skip, budget_s
-                    )
-                    degraded[name].update(notes)
-                    quality[name].add(target.item_id, first_k(ranked, history, k), ranked)
-                quality["popularity"].add(target.item_id, pop.top(k, history))
-                replay_s += t1 - t0
-                rank_s += time.perf_counter() - t1
-                if (n + 1) % max(1, len(split.targets) // 10) == 0 or n + 1 == len(split.targets):
-                    so_far = ", ".join(f"{name} HR@{k} {q.hr:.3f}" for name, q in quality.items())
-                    progress(f"  ranked {n + 1}/{len(split.targets)} ({written:,} events replayed): {so_far}")
-        finally:
-            await ranker.close()
-            await client.aclose()
+    client = connect(redis_url, 8)
+    writer = EventWriter(client, fs, FeatureStore(client, fs).attributes)
+    ranker = RankerClient(ranker_addr, "ranking-eval", plaintext=True)
+    events, written, replay_s, rank_s = split.training, 0, 0.0, 0.0
+    try:
+        for n, target in enumerate(split.targets):
+            t0 = time.perf_counter()
+            upto = written
+            while upto < len(events) and events[upto].event_time < target.event_time:
+                upto += 1
+            await _write(writer, events[written:upto])
+            pop.add(events[written:upto])
+            written = upto
+            t1 = time.perf_counter()
+            history = split.history[target.user_id]
+            count = min(RANK_MAX, k + len(history))
+            for name, skip in (("served", ()), ("recall_alone", ("inference",))):
+                ranked, notes = await _ranking(ranker, target.user_id, count, target.as_of_ms, skip, budget_s)
+                degraded[name].update(notes)
+                quality[name].add(target.item_id, first_k(ranked, history, k), ranked)
+            quality["popularity"].add(target.item_id, pop.top(k, history))
+            replay_s += t1 - t0
+            rank_s += time.perf_counter() - t1
+            if (n + 1) % max(1, len(split.targets) // 10) == 0 or n + 1 == len(split.targets):
+                so_far = ", ".join(f"{name} HR@{k} {q.hr:.3f}" for name, q in quality.items())
+                progress(f"  ranked {n + 1}/{len(split.targets)} ({written:,} events replayed): {so_far}")
+    finally:
+        await ranker.close()
+        await client.aclose()
     return {
         "k": k,
         "slo_class": SLO_CLASS,
@@ -119,7 +131,6 @@ async def evaluate(
         "events_replayed": written,
         "replay_s": round(replay_s, 1),
         "rank_s": round(rank_s, 1),
-        "total_s": round(time.perf_counter() - started, 1),
         **{name: q.to_json() for name, q in quality.items()},
         "degraded": {name: dict(c.most_common()) for name, c in degraded.items()},
     }

@@ -13,72 +13,20 @@ milliseconds per recommendation at each rate, and the ratios on / off.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
-import signal
 import statistics
-import subprocess
-import sys
 import tempfile
-import time
-from collections.abc import AsyncIterator
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-import httpx
-
-from recmesh.bench.common import emit, free_port
-from recmesh.bench.e2e import UP_PORTS, parse_mix, parse_rates, sweep
+from recmesh.bench.common import emit
+from recmesh.bench.e2e import parse_mix, parse_rates, started_mesh, sweep
 from recmesh.bench.loadgen import StepResult
 from recmesh.bench.proccpu import CpuMeter
 from recmesh.settings import STATE_DIR_DEFAULT
-from recmesh.vectors import RELOAD_CHECK_S, load_item_vectors
 
 MODES = ("on", "off")
-
-
-@contextlib.asynccontextmanager
-async def mesh(
-    state: Path, model_dir: Path, tls: str, ready_timeout_s: float = 240.0
-) -> AsyncIterator[tuple[str, int]]:
-    """`recmesh up` with RECMESH_TLS=`tls`; yields the gateway URL and the pid of `up`."""
-    ports = {name: free_port() for name in UP_PORTS}
-    env = dict(os.environ, RECMESH_STATE_DIR=str(state), RECMESH_MODEL_DIR=str(model_dir), RECMESH_TLS=tls,
-               **{k: str(v) for k, v in ports.items()})  # fmt: skip
-    log = (state / "up.log").open("ab")
-    proc = subprocess.Popen(  # noqa: ASYNC220 (returns at once)
-        [sys.executable, "-m", "recmesh.cli", "up", "--demo-events", "3000"],
-        env=env, stdout=log, stderr=subprocess.STDOUT,
-    )  # fmt: skip
-    url = f"http://127.0.0.1:{ports['GATEWAY_HTTP_PORT']}"
-    try:
-        deadline = time.monotonic() + ready_timeout_s
-        async with httpx.AsyncClient(timeout=2.0) as http:
-            while True:
-                if proc.poll() is not None:
-                    raise RuntimeError(f"recmesh up exited {proc.returncode}; see {state / 'up.log'}")
-                with contextlib.suppress(httpx.HTTPError):
-                    if (await http.get(f"{url}/readyz")).status_code == 200:
-                        break
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"mesh not ready after {ready_timeout_s} s; see {state / 'up.log'}")
-                await asyncio.sleep(0.5)
-        # The first round embeds the item texts in the background: wait for it (and for
-        # the ranker to load the vectors), so no round measures with a busy core.
-        while load_item_vectors(model_dir) is None:
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"no item vectors in {model_dir}; see {state / 'logs'}")
-            await asyncio.sleep(1.0)
-        await asyncio.sleep(RELOAD_CHECK_S + 2.0)
-        yield url, proc.pid
-    finally:
-        proc.send_signal(signal.SIGINT)
-        try:
-            await asyncio.to_thread(proc.wait, 40)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        log.close()
 
 
 async def run(args: Any) -> dict[str, list[list[StepResult]]]:
@@ -96,8 +44,9 @@ async def run(args: Any) -> dict[str, list[list[StepResult]]]:
                 state = Path(tmp) / f"{round_}-{mode}"
                 state.mkdir()
                 print(f"round {round_ + 1}/{args.rounds}: mTLS {mode} ...", flush=True)
-                async with mesh(state, model_dir, mode) as (url, up_pid):
-                    steps = await sweep(url, rates, args.seconds, mix, args.api_key, CpuMeter(up_pid))
+                env = {"RECMESH_MODEL_DIR": str(model_dir), "RECMESH_TLS": mode}
+                async with started_mesh(state, ready_timeout_s=240.0, env=env) as mesh:
+                    steps = await sweep(mesh.url, rates, args.seconds, mix, args.api_key, CpuMeter(mesh.pid))
                 runs[mode].append(steps)
     return runs
 

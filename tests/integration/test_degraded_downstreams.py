@@ -128,9 +128,13 @@ async def test_slow_inference_class_a_answers_in_budget_flagged_then_breaker_ope
                 out = resp.json()
                 assert out["slo_class"] == "A" and len(out["items"]) == 5
                 # The ranker serves its unscored recall order; on a loaded machine it may
-                # miss its own 5 ms hop margin, and then the gateway's popularity fallback answers.
+                # miss its own 5 ms hop margin, and then the gateway's popularity fallback
+                # answers, or its recall may run past 40 % of the budget, and then the ladder
+                # skips scoring before it is tried (CI saw that once).
                 if {"ranker_unavailable", "ranker_timeout"} & set(out["degraded"]):
                     assert out["model_version"] == "popularity"
+                elif "ladder:L4_skip_fine_ranking" in out["degraded"]:
+                    assert "skipped:score" in out["degraded"] and out["model_version"] == "recall"
                 else:
                     assert "scoring_unavailable" in out["degraded"], out["degraded"]
                     assert out["model_version"] == "recall", "the ranker's unscored recall order"
