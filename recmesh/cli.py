@@ -372,11 +372,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from recmesh.security import TlsConfigError
+
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args))
     except RecmeshError as err:
         print(f"recmesh: {type(err).__name__}: {err}", file=sys.stderr)
+        return 2
+    except TlsConfigError as err:  # e.g. a command against `recmesh up` without its cli.env
+        print(f"recmesh: {err}", file=sys.stderr)
         return 2
 
 

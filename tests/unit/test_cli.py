@@ -65,3 +65,21 @@ def test_train_on_a_repository_without_events_says_what_to_give(
     monkeypatch.setenv("RECMESH_REPOSITORY", str(repo))
     assert main(["train", "--model-dir", str(tmp_path / "models")]) == 2
     assert "give your event log with --events LOG" in capsys.readouterr().err
+
+
+def test_a_command_without_the_mesh_certificates_says_where_they_are(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """TLS is on by default: `features get` beside `recmesh up` without its cli.env sourced."""
+    from recmesh.security import reset_process_tls
+
+    monkeypatch.setenv("RECMESH_TLS", "on")
+    for variable in ("RECMESH_TLS_CA", "RECMESH_TLS_CERT", "RECMESH_TLS_KEY"):
+        monkeypatch.delenv(variable, raising=False)
+    reset_process_tls()
+    try:
+        assert main(["features", "get", "--user", "u1", "--item", "i1"]) == 2
+    finally:
+        reset_process_tls()
+    err = capsys.readouterr().err
+    assert "RECMESH_TLS_CA" in err and "secrets/cli.env" in err and "Traceback" not in err
