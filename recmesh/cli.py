@@ -6,12 +6,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import importlib
-import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from recmesh.commands import print_figures
 from recmesh.errors import InvalidArgument, RecmeshError
 
 
@@ -22,7 +22,7 @@ def _cmd_up(args: argparse.Namespace) -> int:
     return asyncio.run(run(UpSettings(), args.demo_events))
 
 
-def _ranking_dir(args: argparse.Namespace) -> Path:
+def _ranking_dir() -> Path:
     from recmesh.settings import UpSettings
 
     return UpSettings().state_dir / "ranking"
@@ -59,7 +59,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
                 f"({split.held_out_events} events; {split.users_with_a_positive} users have one)"
             )
             events = iter(split.training)
-            model_dir = _ranking_dir(args) / "models"
+            model_dir = _ranking_dir() / "models"
         dataset = build_dataset(fs, events, users, items)
         dataset.source = {
             "events": str(Path(args.events).resolve()),
@@ -83,15 +83,12 @@ def _cmd_train(args: argparse.Namespace) -> int:
         say(
             f"ranking the held-out examples with the served mesh (model {card['version']} in {model_dir}) ..."
         )
-        figures["ranking"] = ranking.run(fs, split, model_dir, _ranking_dir(args) / "mesh", args.k, say)
+        figures["ranking"] = ranking.run(fs, split, model_dir, _ranking_dir() / "mesh", args.k, say)
         say(ranking.table(figures["ranking"]))
         say(f"(the model in {model_dir} never saw the held-out examples; train without --ranking "
             "for the model to serve)")  # fmt: skip
-    if args.json:
-        print(json.dumps(figures))
-    else:
-        print(f"model {card['version']}: AUC {figures['auc_holdout']} "
-              f"(offline-only {figures['auc_holdout_offline_only']})")  # fmt: skip
+    print_figures(figures, args.json, f"model {card['version']}: AUC {figures['auc_holdout']} "
+                  f"(offline-only {figures['auc_holdout_offline_only']})")  # fmt: skip
     return 0
 
 

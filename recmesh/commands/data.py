@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from recmesh.commands import print_figures
 from recmesh.credentials import kafka_options
 from recmesh.errors import FailedPrecondition, InvalidArgument, RecmeshError
 from recmesh.features.repository import Entity, FeatureSet
@@ -175,13 +176,11 @@ def _cmd_catalog_load(args: argparse.Namespace) -> int:
             Path(args.items) if args.items else None, say,
         )
     )  # fmt: skip
-    if args.json:
-        print(json.dumps(figures))
-    else:
-        print(
-            f"loaded {figures['users']:,} users and {figures['items']:,} items in {figures['seconds']} s; "
-            f"Redis memory per user {figures['bytes_per_user']} B, per item {figures['bytes_per_item']} B"
-        )
+    print_figures(
+        figures, args.json,
+        f"loaded {figures['users']:,} users and {figures['items']:,} items in {figures['seconds']} s; "
+        f"Redis memory per user {figures['bytes_per_user']} B, per item {figures['bytes_per_item']} B",
+    )  # fmt: skip
     return 0
 
 
@@ -285,11 +284,9 @@ def _cmd_events_import(args: argparse.Namespace) -> int:
         "events_per_s": round(n / seconds) if seconds else None, "to": where,
         "time_range_ms": [lo + shift, hi + shift] if args.speed is None else None,
     }  # fmt: skip
-    if args.json:
-        print(json.dumps(figures))
-    else:
-        print(f"imported {n:,} events from {found.records:,} records to {where} in {seconds:.1f} s "
-              f"({figures['events_per_s']:,} events/s); {found.bad} bad records left out")  # fmt: skip
+    text = (f"imported {n:,} events from {found.records:,} records to {where} in {seconds:.1f} s "
+            f"({figures['events_per_s']:,} events/s); {found.bad} bad records left out")  # fmt: skip
+    print_figures(figures, args.json, text)
     return 0
 
 
@@ -399,11 +396,8 @@ def _cmd_features_backfill(args: argparse.Namespace) -> int:
     users, items = catalog_tables(fs, args.users, args.items)
     say = _say(args)
     figures = backfill(fs, Path(args.events), Path(args.out), users, items, progress=say)
-    if args.json:
-        print(json.dumps(figures))
-    else:
-        print(f"wrote {figures['rows']} rows ({figures['positives']} positive) to {args.out} "
-              f"in {figures['seconds']} s")  # fmt: skip
+    print_figures(figures, args.json, f"wrote {figures['rows']} rows ({figures['positives']} positive) to "
+                  f"{args.out} in {figures['seconds']} s")  # fmt: skip
     return 0
 
 

@@ -22,6 +22,7 @@ mesh for its rankings and uses them.
 
 from __future__ import annotations
 
+import heapq
 import math
 import random
 from collections import Counter
@@ -143,7 +144,8 @@ class Popularity:
                 self.counts[ev.item_id] += 1
 
     def top(self, k: int, exclude: Collection[str]) -> list[str]:
-        ranked = sorted(self.counts.items(), key=lambda kv: (-kv[1], kv[0]))
+        # The k best not excluded are among the k + len(exclude) best: no full sort per target.
+        ranked = heapq.nsmallest(k + len(exclude), self.counts.items(), key=lambda kv: (-kv[1], kv[0]))
         return [i for i, _ in ranked if i not in exclude][:k]
 
 
