@@ -1,6 +1,6 @@
 """vLLM text models for a GPU machine (`pip install -e '.[gpu,llm]'`; see README).
 
-Importing this module fails without vLLM, which is how textmodels.py falls back
+Importing this module fails without vLLM, which is how textloader.py falls back
 to the CPU path. Embeddings: the packaged all-MiniLM-L6-v2 directory through
 vLLM's pooling (embedding) runner. Generation: weights from the local
 directory RECMESH_GENERATION_MODEL_DIR (never the hub), with JSON-schema guided
