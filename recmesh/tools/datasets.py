@@ -6,7 +6,7 @@ download --no-deps`: nothing is installed) and unzips the ratings, movies and
 users next to the repository file. The data's licence forbids redistribution:
 it is fetched, never committed (examples/movielens/data/ is ignored by git).
 
-Usage: python -m recmesh.commands.datasets [OUT_DIR]   (default: examples/movielens/data)
+Usage: python -m recmesh.tools.datasets [OUT_DIR]   (default: examples/movielens/data)
 """
 
 from __future__ import annotations

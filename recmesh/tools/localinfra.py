@@ -10,7 +10,6 @@ stops them in order) and get SIGKILL from the kernel if the supervisor dies
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import ctypes
 import os
 import shutil
@@ -22,8 +21,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
-
-from recmesh.credentials import kafka_options
 
 _PR_SET_PDEATHSIG = 1
 
@@ -208,47 +205,3 @@ def broker_process(port: int, log_dir: Path) -> ManagedProcess:
     # Memory storage holds nothing to flush, and on SIGTERM Tansu waits up to 5 s
     # for open client connections: a short grace, then SIGKILL, keeps Ctrl-C quick.
     return ManagedProcess(f"kafka:{port}", argv, log_dir / f"broker-{port}.log", env=env, stop_grace_s=0.3)
-
-
-async def topic_partitions(bootstrap: str, topic: str) -> list[int]:
-    """The partition ids of `topic` ([] when it does not exist). Listed first:
-    a metadata request naming a missing topic creates it on a broker that
-    auto-creates topics, as Tansu does."""
-    from aiokafka.admin import AIOKafkaAdminClient
-
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=5000, **kafka_options())
-    await admin.start()
-    try:
-        if topic not in await admin.list_topics():
-            return []
-        described = await admin.describe_topics([topic])
-    finally:
-        await admin.close()
-    for t in described:
-        if t.get("topic", t.get("name")) == topic and not t.get("error_code"):
-            return sorted(p.get("partition", p.get("partition_index")) for p in t["partitions"])
-    return []
-
-
-async def ensure_topics(bootstrap: str, topics: Mapping[str, int], timeout_s: float = 20.0) -> None:
-    """Create the topics that do not exist yet (name -> partitions)."""
-    from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-    from aiokafka.errors import KafkaError, TopicAlreadyExistsError
-
-    deadline = time.monotonic() + timeout_s
-    while True:
-        admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=5000, **kafka_options())
-        try:
-            await admin.start()
-            existing = set(await admin.list_topics())
-            missing = [NewTopic(n, p, 1) for n, p in topics.items() if n not in existing]
-            if missing:
-                with contextlib.suppress(TopicAlreadyExistsError):
-                    await admin.create_topics(missing)
-            return
-        except KafkaError:
-            if time.monotonic() > deadline:
-                raise
-            await asyncio.sleep(0.2)
-        finally:
-            await admin.close()

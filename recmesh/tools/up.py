@@ -24,18 +24,18 @@ from pathlib import Path
 import httpx
 
 from recmesh.clients import HealthProbe
-from recmesh.embedded import (
-    ManagedProcess,
-    broker_process,
-    ensure_topics,
-    port_is_free,
-    redis_process,
-    wait_tcp,
-)
 from recmesh.features.repository import FeatureSet, resolve_repository
 from recmesh.localsecrets import LocalSecrets
 from recmesh.security import reset_process_tls, tls_settings
 from recmesh.settings import UpSettings
+from recmesh.tools.localinfra import (
+    ManagedProcess,
+    broker_process,
+    port_is_free,
+    redis_process,
+    wait_tcp,
+)
+from recmesh.topics import ensure_topics
 
 DEMO_API_KEY = "demo-interactive"
 DEMO_API_KEYS = '{"demo-interactive": {"tenant": "demo", "max_class": "A", "trusted_context": true}}'
@@ -164,8 +164,8 @@ class Mesh:
         say(f"topics ready: {', '.join(self.topics())} ({s.topic_partitions} partitions for events)")
 
     async def load_data(self) -> None:
-        from recmesh.commands.data import load_catalog_files
         from recmesh.features.offline import read_entities
+        from recmesh.tools.cli.data import load_catalog_files
 
         fs = self.fs
         figures = await load_catalog_files(fs, self.redis_url, None, None, lambda m: say(m.strip()))
@@ -179,7 +179,7 @@ class Mesh:
         import json
 
         from recmesh.modeldir import current_model
-        from recmesh.training.train import TrainConfig, train
+        from recmesh.tools.training.train import TrainConfig, train
 
         path = current_model(self.model_dir)
         built_on = json.loads((path / "card.json").read_text()).get("feature_set_version") if path else None
@@ -200,8 +200,8 @@ class Mesh:
 
     def ensure_embedder(self) -> None:
         """The ONNX sentence encoder the inference service serves Embed with (~2 s, once)."""
-        from recmesh.embedding.export import export
         from recmesh.modeldir import EMBEDDER_DIR, ENCODER_FILE
+        from recmesh.tools.embedding.export import export
 
         if not (self.model_dir / EMBEDDER_DIR / ENCODER_FILE).exists():
             say("exporting the all-MiniLM-L6-v2 sentence encoder to ONNX (packaged weights, once) ...")
@@ -219,7 +219,7 @@ class Mesh:
         if self.fs.decl.items.texts is None:
             say("the repository declares no item texts: no item vectors (semantic recall stays off)")
             return
-        argv = ["nice", "-n", "10", sys.executable, "-m", "recmesh.cli", "embed", "items",
+        argv = ["nice", "-n", "10", sys.executable, "-m", "recmesh.tools.cli.main", "embed", "items",
                 "--model-dir", str(self.model_dir), "--repository", str(self.fs.path)]  # fmt: skip
         self.background = ManagedProcess(
             "embed-items", argv, self.logs / "embed-items.log", self._child_env()
@@ -276,8 +276,8 @@ class Mesh:
                 await c.close()
 
     async def send_demo_events(self, count: int) -> int:
-        from recmesh.demo.live import demo_events
         from recmesh.producer import produce
+        from recmesh.tools.demo.live import demo_events
 
         events = demo_events(count, seed=int(time.time()) % 10_000)
         await produce(self.kafka, self.s.events_topic, events)

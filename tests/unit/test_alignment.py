@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from recmesh.embedding.alignment import Case, alignment_report, reciprocal_ranks, replay_cases
+from recmesh.tools.embedding.alignment import Case, alignment_report, reciprocal_ranks, replay_cases
 
 
 def _ev(user: str, item: str, behavior: str) -> dict[str, str]:

@@ -8,11 +8,11 @@ from typing import Any
 
 import orjson
 
-from recmesh.demo.generate import generate_events, make_catalog
 from recmesh.events import Event, validate_event
 from recmesh.features.backfill import LabelRule, ReplayState, backfill, training_examples
 from recmesh.features.eventlog import write_events
 from recmesh.features.repository import FeatureSet, parse_repository
+from recmesh.tools.demo.generate import generate_events, make_catalog
 
 MIN = 60_000
 T0 = 1_000 * MIN + 1_767_225_600_000

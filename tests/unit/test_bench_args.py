@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from recmesh.bench.e2e import baseline_table, parse_mix, parse_rates
-from recmesh.bench.loadgen import ClassSummary, StepResult
 from recmesh.errors import InvalidArgument
+from recmesh.tools.bench.e2e import baseline_table
+from recmesh.tools.bench.loadgen import ClassSummary, StepResult
+from recmesh.tools.bench.sweep import parse_mix, parse_rates
 
 
 def test_mix_is_normalised_and_case_insensitive() -> None:

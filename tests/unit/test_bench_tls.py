@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import math
 
-from recmesh.bench.loadgen import ClassSummary, StepResult
-from recmesh.bench.tls import summary, table
+from recmesh.tools.bench.loadgen import ClassSummary, StepResult
+from recmesh.tools.bench.tls import summary, table
 
 
 def step(rate: float, p50_ms: float, cpu: dict[str, float]) -> StepResult:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from recmesh.cli import main
+from recmesh.tools.cli.main import main
 
 GOOD = '{"event_id": "e1", "user_id": "u1", "item_id": "i1", "behavior": "view", "event_time": 1767225600000}'
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from recmesh.demo.generate import generate_events, make_catalog, offline_rows
 from recmesh.events import validate_event
 from recmesh.features.offline import read_entities, write_csv
 from recmesh.features.repository import DEMO_REPOSITORY, Entity, FeatureSet
+from recmesh.tools.demo.generate import generate_events, make_catalog, offline_rows
 
 DEMO_DATA_DIR = DEMO_REPOSITORY.parent
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from recmesh.demo.generate import make_catalog
-from recmesh.demo.texts import VOCAB, embedding_text, item_texts, read_item_texts, write_item_texts
 from recmesh.features.offline import read_texts
 from recmesh.features.repository import DEMO_REPOSITORY, FeatureSet
+from recmesh.tools.demo.generate import make_catalog
+from recmesh.tools.demo.texts import VOCAB, embedding_text, item_texts, read_item_texts, write_item_texts
 
 DEMO_DATA_DIR = DEMO_REPOSITORY.parent
 

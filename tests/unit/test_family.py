@@ -11,7 +11,7 @@ import numpy.typing as npt
 import onnxruntime as ort
 
 from recmesh.features.vectorize import Transform
-from recmesh.training.family import (
+from recmesh.tools.training.family import (
     Layout,
     Variant,
     auc,

@@ -7,8 +7,8 @@ import asyncio
 
 import pytest
 
-from recmesh.bench import loadgen
-from recmesh.bench.loadgen import _Pool
+from recmesh.tools.bench import loadgen
+from recmesh.tools.bench.loadgen import _Pool
 
 ANSWER = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok"
 

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from recmesh.bench.common import process_cpu_s
-from recmesh.bench.e2e import cpu_line
-from recmesh.bench.loadgen import StepResult
-from recmesh.bench.proccpu import CpuMeter, child_pids, named, process_name
+from recmesh.tools.bench.common import process_cpu_s
+from recmesh.tools.bench.loadgen import StepResult
+from recmesh.tools.bench.proccpu import CpuMeter, child_pids, named, process_name
+from recmesh.tools.bench.sweep import cpu_line
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs Linux /proc")
 

@@ -1,4 +1,4 @@
-"""recmesh.training.ranking: the leave-last-out split, popularity and HR/NDCG."""
+"""recmesh.tools.training.ranking: the leave-last-out split, popularity and HR/NDCG."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import math
 
 from recmesh.events import Event
 from recmesh.features.backfill import LabelRule
-from recmesh.training.ranking import Popularity, Quality, first_k, leave_last_out, positive_examples
+from recmesh.tools.training.ranking import Popularity, Quality, first_k, leave_last_out, positive_examples
 
 RATING = LabelRule(value_field="rating", at_least=4.0, examples=frozenset({"view"}))
 CLICK = LabelRule(behaviors=frozenset({"click"}), within_ms=1000, examples=frozenset({"view"}))

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from recmesh.tracereport import Report, attribute, load_spans, main, render, self_times, to_json
+from recmesh.tools.tracereport import Report, attribute, load_spans, main, render, self_times, to_json
 
 MS = 1_000_000
 

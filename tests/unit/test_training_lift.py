@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from recmesh.features.repository import FeatureSet
-from recmesh.training.train import TrainConfig, train
+from recmesh.tools.training.train import TrainConfig, train
 
 CFG = TrainConfig()  # the default demo size: smaller samples make the lift noisy
 

@@ -10,7 +10,6 @@ from typing import Any
 import numpy as np
 import pytest
 
-from recmesh.demo.generate import generate_events, make_catalog
 from recmesh.events import validate_event
 from recmesh.features.backfill import Example, training_examples
 from recmesh.features.repository import FeatureSet
@@ -25,7 +24,8 @@ from recmesh.features.vectorize import (
     plan_inputs,
     transforms_from_card,
 )
-from recmesh.training.family import Layout
+from recmesh.tools.demo.generate import generate_events, make_catalog
+from recmesh.tools.training.family import Layout
 
 USER: dict[str, Any] = {
     "clicks_5m": 3,

@@ -11,8 +11,8 @@ from typing import Any
 
 import httpx
 
-from recmesh.bench.common import emit, percentile
-from recmesh.up import DEMO_API_KEY
+from recmesh.tools.bench.common import emit, percentile
+from recmesh.tools.up import DEMO_API_KEY
 
 KEY = {"x-api-key": DEMO_API_KEY}
 SHORT = (

@@ -21,13 +21,13 @@ from typing import Any
 
 import httpx
 
-from recmesh.bench.common import emit, free_port, infrastructure, plaintext_unless_set
-from recmesh.bench.inference import schema
 from recmesh.clients import FeatureClient, HealthProbe, InferenceClient, RankerClient
-from recmesh.demo.generate import make_catalog, offline_rows
 from recmesh.features.repository import DEMO_REPOSITORY, load_repository
 from recmesh.redis_client import connect
-from recmesh.training.train import TrainConfig, train
+from recmesh.tools.bench.common import emit, free_port, infrastructure, plaintext_unless_set
+from recmesh.tools.bench.inference import schema
+from recmesh.tools.demo.generate import make_catalog, offline_rows
+from recmesh.tools.training.train import TrainConfig, train
 from services.feature.catalog import load_catalog
 
 SIZES = {"small": 32, "large": 512}  # MLP hidden units (every level variant is loaded)

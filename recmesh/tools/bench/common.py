@@ -13,14 +13,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from recmesh.embedded import (
+from recmesh.tools.localinfra import (
     ManagedProcess,
     broker_process,
-    ensure_topics,
     free_port,
     redis_process,
     wait_tcp,
 )
+from recmesh.topics import ensure_topics
 
 
 def percentile(samples: Sequence[float], q: float) -> float:

@@ -26,16 +26,16 @@ from typing import Any
 
 import numpy as np
 
-from recmesh.bench.common import emit, percentile, plaintext_unless_set
-from recmesh.bench.inference import _start
 from recmesh.clients import InferenceClient
 from recmesh.errors import FailedPrecondition
 from recmesh.features.repository import FeatureSet, resolve_repository
 from recmesh.features.vectorize import transforms_from_card
 from recmesh.modeldir import current_model
 from recmesh.settings import CommonSettings, InferenceSettings
-from recmesh.training.family import auc
-from recmesh.training.train import TrainConfig, build_dataset, demo_dataset, train
+from recmesh.tools.bench.common import emit, percentile, plaintext_unless_set
+from recmesh.tools.bench.inference import _start
+from recmesh.tools.training.family import auc
+from recmesh.tools.training.train import TrainConfig, build_dataset, demo_dataset, train
 from services.inference.model import load, load_variant, session_options
 
 
@@ -68,7 +68,10 @@ def session_memory_child(path: str, level: int, width: int) -> None:
 
 
 def session_memory(path: Path, level: int, width: int) -> int:
-    code = f"from recmesh.bench.degrade import session_memory_child as m; m({str(path)!r}, {level}, {width})"
+    code = (
+        "from recmesh.tools.bench.degrade import session_memory_child as m; "
+        f"m({str(path)!r}, {level}, {width})"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
     return int(out.stdout.strip().splitlines()[-1])
 
@@ -90,8 +93,8 @@ def holdout(card: dict[str, Any], fs: FeatureSet) -> tuple[np.ndarray, np.ndarra
                           start_ms=demo["start_ms"], shuffle_times=demo["shuffle_times"])  # fmt: skip
         ds = demo_dataset(fs, cfg, transforms)
     else:
-        from recmesh.commands.data import catalog_tables
         from recmesh.features.eventlog import sorted_events
+        from recmesh.tools.cli.data import catalog_tables
 
         users, items = catalog_tables(fs, data.get("users"), data.get("items"))
         ds = build_dataset(fs, sorted_events(Path(data["events"]), fs.event_schema), users, items, transforms)

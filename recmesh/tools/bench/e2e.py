@@ -3,14 +3,14 @@
 Against a running gateway (`--gateway http://host:port`) or a mesh it starts
 itself exactly as `recmesh up` does (own ports, own state directory). Each
 step offers a fixed arrival rate for a fixed time (open loop,
-`recmesh.bench.loadgen`) with a class mix (default 30% A, 20% B, 50% C) and
+`recmesh.tools.bench.loadgen`) with a class mix (default 30% A, 20% B, 50% C) and
 prints, per class, p50/p95/p99 of the answered requests, goodput (answered
 within the class budget, per second) and the shed rate (429). The first step
 is a low rate of class A alone: the unloaded latency. A PNG of latency and
 goodput against offered load is written with matplotlib (a dev dependency).
 With a mesh it starts itself, or `--up-pid` naming the `recmesh up` process of
 a running one, each step also prints the CPU milliseconds per request of every
-mesh process (`recmesh.bench.proccpu`) and the rate two cores could sustain at
+mesh process (`recmesh.tools.bench.proccpu`) and the rate two cores could sustain at
 that cost.
 """
 
@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import math
 import os
 import signal
 import subprocess
@@ -29,15 +28,14 @@ from collections.abc import AsyncIterator, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 import httpx
 
-from recmesh.bench.common import emit, free_port
-from recmesh.bench.loadgen import LoadSpec, Outcome, StepResult, offer, summarise
-from recmesh.bench.proccpu import CpuMeter
-from recmesh.errors import InvalidArgument
 from recmesh.settings import STATE_DIR_DEFAULT
+from recmesh.tools.bench.common import emit, free_port
+from recmesh.tools.bench.loadgen import StepResult
+from recmesh.tools.bench.proccpu import CpuMeter
+from recmesh.tools.bench.sweep import parse_mix, parse_rates, sweep, table
 from recmesh.vectors import RELOAD_CHECK_S, load_item_vectors
 
 UP_PORTS = (
@@ -45,36 +43,6 @@ UP_PORTS = (
     "FEATURE_METRICS_PORT", "INFERENCE_METRICS_PORT", "RANKER_METRICS_PORT", "INGEST_METRICS_PORT",
     "RECMESH_REDIS_PORT", "RECMESH_KAFKA_PORT",
 )  # fmt: skip
-
-
-def parse_rates(text: str) -> list[float]:
-    """`20,50,100` -> offered rates (bad text: InvalidArgument)."""
-    try:
-        rates = [float(r) for r in text.split(",")]
-    except ValueError:
-        raise InvalidArgument(f"'{text}' is not a comma-separated list of rates") from None
-    if not all(0 < r < math.inf for r in rates):
-        raise InvalidArgument(f"'{text}': every rate must be a finite number > 0")
-    return rates
-
-
-def parse_mix(text: str) -> dict[str, float]:
-    """`A:0.3,B:0.2,C:0.5` -> shares that sum to 1 (bad text: InvalidArgument)."""
-    mix = {}
-    for part in text.split(","):
-        raw_name, _, share = part.partition(":")
-        name = raw_name.strip().upper()
-        try:
-            value = float(share)
-        except ValueError:
-            raise InvalidArgument(f"'{part}' is not CLASS:SHARE (e.g. A:0.3,B:0.2,C:0.5)") from None
-        if name in mix:
-            raise InvalidArgument(f"'{text}': class {name} is given twice")
-        mix[name] = value
-    if not all(mix) or not all(0 <= v < math.inf for v in mix.values()) or sum(mix.values()) <= 0:
-        raise InvalidArgument(f"'{text}': each class needs a name and a finite share >= 0, not all 0")
-    total = sum(mix.values())
-    return {k: v / total for k, v in mix.items()}
 
 
 def _mesh_env(state_dir: Path, extra: Mapping[str, str]) -> tuple[dict[str, int], dict[str, str]]:
@@ -126,7 +94,7 @@ async def started_mesh(
     ports, env = _mesh_env(log_dir, env or {})
     log = (log_dir / "up.log").open("ab")
     proc = subprocess.Popen(  # noqa: ASYNC220 (returns at once)
-        [sys.executable, "-m", "recmesh.cli", "up", "--demo-events", str(demo_events)],
+        [sys.executable, "-m", "recmesh.tools.cli.main", "up", "--demo-events", str(demo_events)],
         env=env, stdout=log, stderr=subprocess.STDOUT,
     )  # fmt: skip
     url = f"http://127.0.0.1:{ports['GATEWAY_HTTP_PORT']}"
@@ -155,76 +123,7 @@ async def started_mesh(
         log.close()
 
 
-async def sweep(
-    url: str,
-    rates: list[float],
-    seconds: float,
-    mix: dict[str, float],
-    api_key: str | None,
-    meter: CpuMeter | None = None,
-) -> list[StepResult]:
-    parts = urlsplit(url)
-    host, port = parts.hostname or "127.0.0.1", parts.port or 80
-    keys = {c: api_key if c == "A" else None for c in ("A", "B", "C")}
-    # Warm-up (connections, caches, the controller's first window), not reported.
-    await offer(host, port, LoadSpec(rate=50, seconds=2.0, mix=mix, api_keys=keys))
-
-    async def step_of(spec: LoadSpec) -> StepResult:
-        if meter is not None:
-            meter.start()
-        outcomes: list[Outcome]
-        outcomes, lag = await offer(host, port, spec)
-        step = summarise(outcomes, spec.rate, spec.seconds)
-        step.client_lag_ms = lag
-        if meter is not None:
-            # Per recommendation answered: under overload the shed requests'
-            # CPU is a cost of the ones served, and the ceiling is in answers/s.
-            answered = sum(1 for o in outcomes if o.status == 200)
-            step.cpu_ms_per_request = meter.per_request(answered) if answered else {}
-        return step
-
-    steps = [
-        await step_of(LoadSpec(rate=20, seconds=min(seconds, 5.0), mix={"A": 1.0}, api_keys=keys, seed=0))
-    ]
-    for i, rate in enumerate(rates):
-        steps.append(await step_of(LoadSpec(rate=rate, seconds=seconds, mix=mix, api_keys=keys, seed=i + 1)))
-        await asyncio.sleep(1.0)  # let queues drain between steps
-    return steps
-
-
-def cpu_line(step: StepResult, cores: int = 2) -> str:
-    """`cpu ms/request: gateway 0.74 ranker 2.96 ... all 7.8 (2-core ceiling ~256/s)`."""
-    cpu = step.cpu_ms_per_request
-    total = sum(cpu.values())
-    if not cpu or total <= 0:
-        return ""
-    ranked = sorted(cpu.items(), key=lambda kv: -kv[1])
-    parts = " ".join(f"{name} {ms:.2f}" for name, ms in ranked if ms >= 0.01)
-    ceiling = cores * 1000 / total
-    return f"{'':>9} {'cpu':>5} ms/request: {parts}; all {total:.2f} ({cores}-core ceiling ~{ceiling:.0f}/s)"
-
-
 TITLE = "recmesh bench e2e: POST /v1/recommend (count 10), open loop; latency of 200s from scheduled arrival"
-
-
-def table(steps: list[StepResult], title: str = TITLE) -> str:
-    lines = [
-        title,
-        f"{'offered/s':>9} {'class':>5} {'sent':>6} {'p50 ms':>8} {'p95 ms':>8} {'p99 ms':>8} "
-        f"{'goodput/s':>9} {'good %':>7} {'shed %':>7} {'err %':>6} {'degr %':>7} {'lag ms':>7}",
-    ]
-    for step in steps:
-        for c in step.classes.values():
-            lines.append(
-                f"{step.rate:>9.0f} {c.slo_class:>5} {c.offered:>6} {c.p50_ms:>8.1f} {c.p95_ms:>8.1f} "
-                f"{c.p99_ms:>8.1f} {c.goodput_rps:>9.1f} {100 * c.goodput_ratio:>7.1f} "
-                f"{100 * c.shed_rate:>7.1f} {100 * c.errors / c.offered:>6.1f} "
-                f"{100 * c.degraded / max(1, c.ok):>7.1f} {step.client_lag_ms:>7.1f}"
-            )
-        lines.append(f"{'':>9} {'all':>5} answered {step.total_ok_rps:.1f}/s")
-        if step.cpu_ms_per_request:
-            lines.append(cpu_line(step))
-    return "\n".join(lines)
 
 
 def plot(steps: list[StepResult], out: Path) -> str:
@@ -292,9 +191,9 @@ async def run(args: Any) -> list[StepResult]:
 def main(args: Any) -> int:
     steps = asyncio.run(run(args))
     figures: dict[str, Any] = {"steps": [asdict(s) for s in steps]}
-    text = table(steps) + "\n" + plot(steps, Path(args.plot))
+    text = table(steps, TITLE) + "\n" + plot(steps, Path(args.plot))
     if args.baseline:
-        from recmesh.bench import floor  # floor reuses this module's sweep
+        from recmesh.tools.bench import floor
 
         base = asyncio.run(floor.sweep_floor(args.rates, min(args.seconds, 5.0)))
         figures["baseline"] = [asdict(s) for s in base]

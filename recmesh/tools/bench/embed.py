@@ -12,15 +12,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-from recmesh.bench.common import emit, percentile
 from recmesh.embedding.encoder import TextEncoder
-from recmesh.embedding.export import export
 from recmesh.modeldir import EMBEDDER_DIR
+from recmesh.tools.bench.common import emit, percentile
+from recmesh.tools.embedding.export import export
 
 
 def _texts(n: int) -> list[str]:
-    from recmesh.demo.generate import make_catalog
-    from recmesh.demo.texts import embedding_text, item_texts
+    from recmesh.tools.demo.generate import make_catalog
+    from recmesh.tools.demo.texts import embedding_text, item_texts
 
     texts = [embedding_text(t, d) for t, d in item_texts(make_catalog()).values()]
     return [texts[i % len(texts)] for i in range(n)]

@@ -25,14 +25,21 @@ from typing import Any
 import orjson
 from aiokafka import AIOKafkaProducer
 
-from recmesh.bench.common import Infra, emit, free_port, infrastructure, percentile, plaintext_unless_set
 from recmesh.clients import FeatureClient, ResiliencePolicy
-from recmesh.demo.generate import make_catalog, offline_rows
 from recmesh.events import Event
 from recmesh.features import keys
 from recmesh.features.repository import DEMO_REPOSITORY, FeatureSet, load_repository
 from recmesh.redis_client import connect
 from recmesh.settings import IngestSettings
+from recmesh.tools.bench.common import (
+    Infra,
+    emit,
+    free_port,
+    infrastructure,
+    percentile,
+    plaintext_unless_set,
+)
+from recmesh.tools.demo.generate import make_catalog, offline_rows
 from services.feature.catalog import load_catalog
 from services.feature.ingest import running
 from services.feature.store import FeatureStore

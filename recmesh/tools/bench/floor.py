@@ -33,13 +33,13 @@ import grpc
 import uvicorn
 
 from recmesh import eventloop
-from recmesh.bench.common import emit
-from recmesh.bench.e2e import parse_rates, sweep, table
-from recmesh.bench.loadgen import StepResult
-from recmesh.bench.proccpu import CpuMeter
 from recmesh.clients import open_channel
-from recmesh.embedded import ManagedProcess, free_port, wait_tcp
 from recmesh.grpcserver import GRPC_OPTIONS, wait_for_shutdown_signal
+from recmesh.tools.bench.common import emit
+from recmesh.tools.bench.loadgen import StepResult
+from recmesh.tools.bench.proccpu import CpuMeter
+from recmesh.tools.bench.sweep import parse_rates, sweep, table
+from recmesh.tools.localinfra import ManagedProcess, free_port, wait_tcp
 
 # (request, response) bytes of one recommendation's messages in the demo mesh
 # (200 candidates, 100 co-visited items with the user, 23 model columns,
@@ -149,7 +149,8 @@ async def started_skeleton(
     ports = {role: free_port() for role in ROLES}
     down = ",".join(f"{r}={p}" for r, p in ports.items())
     procs = [
-        ManagedProcess(role, [sys.executable, "-m", "recmesh.bench.floor", role, str(ports[role]), down],
+        ManagedProcess(role,
+                       [sys.executable, "-m", "recmesh.tools.bench.floor", role, str(ports[role]), down],
                        log_dir / f"{role}.log")
         for role in ROLES
     ]  # fmt: skip
@@ -187,7 +188,7 @@ def main(args: Any) -> int:
 
 
 def _serve_main(argv: list[str]) -> None:
-    parser = argparse.ArgumentParser(prog="python -m recmesh.bench.floor")
+    parser = argparse.ArgumentParser(prog="python -m recmesh.tools.bench.floor")
     parser.add_argument("role", choices=ROLES)
     parser.add_argument("port", type=int)
     parser.add_argument("downstream", help="role=port,...")

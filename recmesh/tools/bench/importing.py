@@ -19,9 +19,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from recmesh.bench.common import emit, infrastructure
 from recmesh.features import keys
 from recmesh.features.repository import load_repository
+from recmesh.tools.bench.common import emit, infrastructure
 
 TOPIC, DLQ = "bench-import.user_behavior", "bench-import.user_behavior.dlq"
 CATEGORIES = ("news", "sports", "music", "movies", "tech", "food", "travel", "fashion", "gaming", "science")
@@ -163,7 +163,7 @@ def _cli(args: list[str], env: dict[str, str]) -> dict[str, Any]:
     import sys
 
     done = subprocess.run(
-        [sys.executable, "-m", "recmesh.cli", *args, "--json"], env={**os.environ, **env},
+        [sys.executable, "-m", "recmesh.tools.cli.main", *args, "--json"], env={**os.environ, **env},
         capture_output=True, text=True, check=False, timeout=3600,
     )  # fmt: skip
     if done.returncode != 0:

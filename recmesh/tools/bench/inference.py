@@ -39,12 +39,12 @@ from typing import Any
 
 import numpy as np
 
-from recmesh.bench.common import emit, free_port, percentile, plaintext_unless_set, process_cpu_s
 from recmesh.clients import HealthProbe, InferenceClient
 from recmesh.features.repository import DEMO_REPOSITORY, load_repository
 from recmesh.modeldir import current_model
 from recmesh.settings import InferenceSettings
-from recmesh.training.train import TrainConfig, train
+from recmesh.tools.bench.common import emit, free_port, percentile, plaintext_unless_set, process_cpu_s
+from recmesh.tools.training.train import TrainConfig, train
 
 
 async def _start(

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from recmesh.bench.common import process_cpu_s
+from recmesh.tools.bench.common import process_cpu_s
 
 PROC = Path("/proc")
 

@@ -13,11 +13,11 @@ import time
 from collections import Counter
 from typing import Any
 
-from recmesh.bench.common import emit, percentile
 from recmesh.clients import RankerClient
 from recmesh.errors import RecmeshError
 from recmesh.resilience import request_scope
 from recmesh.settings import configured_classes
+from recmesh.tools.bench.common import emit, percentile
 
 
 async def bench_ranker(

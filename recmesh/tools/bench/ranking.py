@@ -1,6 +1,6 @@
 """Ranking quality of the served mesh: HR@k and NDCG@k by leave-last-out.
 
-The split is recmesh.training.ranking's (each held-out user's last positive
+The split is recmesh.tools.training.ranking's (each held-out user's last positive
 example is the target; see there for exactly how). The model is trained on
 the training part only (`recmesh train --ranking` does that, then calls
 `evaluate`). Then a mesh is started exactly as `recmesh up` starts it (own
@@ -30,8 +30,6 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from recmesh.bench.common import infrastructure
-from recmesh.bench.e2e import started_mesh
 from recmesh.clients import RankerClient
 from recmesh.errors import RecmeshError
 from recmesh.events import Event
@@ -39,7 +37,9 @@ from recmesh.features.backfill import LabelRule
 from recmesh.features.repository import FeatureSet
 from recmesh.resilience import request_scope
 from recmesh.settings import configured_classes
-from recmesh.training.ranking import Popularity, Quality, Split, first_k
+from recmesh.tools.bench.common import infrastructure
+from recmesh.tools.bench.e2e import started_mesh
+from recmesh.tools.training.ranking import Popularity, Quality, Split, first_k
 
 RANK_MAX = 500  # the ranker's largest count
 WRITE_BATCH = 500

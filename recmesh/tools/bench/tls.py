@@ -4,7 +4,7 @@ Starts the mesh as `recmesh up` does (own ports and state directory, one
 model directory for all rounds) alternately with its default (mutual TLS
 and the peer check on every internal hop) and with RECMESH_TLS=off, `--rounds`
 times each (on, off, on, off, ...: drift of the machine falls on both), and
-runs the e2e sweep against each (`recmesh.bench.e2e.sweep`: a 20/s class-A
+runs the e2e sweep against each (`recmesh.tools.bench.sweep.sweep`: a 20/s class-A
 step, the unloaded figures, then the `--rates` steps). Prints per mode the
 median over rounds of the unloaded class-A p50 and of the mesh's CPU
 milliseconds per recommendation at each rate, and the ratios on / off.
@@ -20,11 +20,12 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from recmesh.bench.common import emit
-from recmesh.bench.e2e import parse_mix, parse_rates, started_mesh, sweep
-from recmesh.bench.loadgen import StepResult
-from recmesh.bench.proccpu import CpuMeter
 from recmesh.settings import STATE_DIR_DEFAULT
+from recmesh.tools.bench.common import emit
+from recmesh.tools.bench.e2e import started_mesh
+from recmesh.tools.bench.loadgen import StepResult
+from recmesh.tools.bench.proccpu import CpuMeter
+from recmesh.tools.bench.sweep import parse_mix, parse_rates, sweep
 
 MODES = ("on", "off")
 

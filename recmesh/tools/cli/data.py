@@ -16,10 +16,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from recmesh.commands import print_figures
 from recmesh.credentials import kafka_options
 from recmesh.errors import FailedPrecondition, InvalidArgument, RecmeshError
 from recmesh.features.repository import Entity, FeatureSet
+from recmesh.tools.cli.common import print_figures
 
 
 def _say(args: argparse.Namespace) -> Callable[[str], None]:
@@ -306,7 +306,7 @@ def _cmd_events_send(args: argparse.Namespace) -> int:
             except InvalidArgument as err:  # all or nothing: say where, send none
                 raise InvalidArgument(f"{args.file} line {n}: {err}; nothing was sent") from None
     else:
-        from recmesh.demo.live import demo_events
+        from recmesh.tools.demo.live import demo_events
 
         if not fs.demo:
             raise InvalidArgument("--demo events are the demo repository's; give --file (or events import)")
@@ -340,8 +340,8 @@ def _cmd_events_dump(args: argparse.Namespace) -> int:
 
 
 def _cmd_events_export_demo(args: argparse.Namespace) -> int:
-    from recmesh.demo.generate import generate_events, make_catalog
     from recmesh.features.eventlog import write_events
+    from recmesh.tools.demo.generate import generate_events, make_catalog
 
     start = args.start or 1_767_225_600_000
     events = generate_events(make_catalog(), start, int(args.hours * 3_600_000), args.sessions, args.seed)
@@ -425,9 +425,9 @@ def _cmd_features_dump_served(args: argparse.Namespace) -> int:
 
 
 def _cmd_demo_write(args: argparse.Namespace) -> int:
-    from recmesh.demo.generate import make_catalog, offline_rows
     from recmesh.features.offline import write_csv
     from recmesh.features.repository import DEMO_REPOSITORY, load_repository
+    from recmesh.tools.demo.generate import make_catalog, offline_rows
 
     fs = load_repository(DEMO_REPOSITORY)
     users, items = offline_rows(make_catalog())

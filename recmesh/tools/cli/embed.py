@@ -25,7 +25,7 @@ def _repository_texts() -> dict[str, str]:
 
 
 def _cmd_export(args: argparse.Namespace) -> int:
-    from recmesh.embedding.export import export
+    from recmesh.tools.embedding.export import export
 
     card = export(_model_dir(args))
     print(
@@ -37,10 +37,10 @@ def _cmd_export(args: argparse.Namespace) -> int:
 
 
 def _cmd_items(args: argparse.Namespace) -> int:
-    from recmesh.embedding.items import embed_items
     from recmesh.features.offline import read_texts
     from recmesh.features.repository import resolve_repository
     from recmesh.settings import CommonSettings
+    from recmesh.tools.embedding.items import embed_items
 
     fs = resolve_repository(Path(args.repository) if args.repository else CommonSettings().repository)
     texts = read_texts(fs, Path(args.texts) if args.texts else None)
@@ -51,9 +51,9 @@ def _cmd_items(args: argparse.Namespace) -> int:
 def alignment(model_dir: Path, sessions: int, seed: int, blend: float) -> dict[str, Any]:
     import numpy as np
 
-    from recmesh.demo.generate import generate_events, make_catalog
-    from recmesh.embedding.alignment import alignment_report, replay_cases
-    from recmesh.embedding.items import embed_items
+    from recmesh.tools.demo.generate import generate_events, make_catalog
+    from recmesh.tools.embedding.alignment import alignment_report, replay_cases
+    from recmesh.tools.embedding.items import embed_items
     from recmesh.vectors import load_item_vectors
 
     vectors = load_item_vectors(model_dir)

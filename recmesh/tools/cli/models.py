@@ -218,7 +218,7 @@ def activate(model_dir: Path, version: str, fs: FeatureSet) -> Path:
 
 
 def _cmd_list(args: argparse.Namespace) -> int:
-    from recmesh.commands.data import repository
+    from recmesh.tools.cli.data import repository
 
     fs = repository(args)
     rows = versions(_model_dir(args))
@@ -238,7 +238,7 @@ def _cmd_list(args: argparse.Namespace) -> int:
 
 
 def _cmd_import(args: argparse.Namespace) -> int:
-    from recmesh.commands.data import repository
+    from recmesh.tools.cli.data import repository
 
     fs = repository(args)
     card = import_model(Path(args.directory), _model_dir(args), fs)
@@ -251,7 +251,7 @@ def _cmd_import(args: argparse.Namespace) -> int:
 
 
 def _cmd_activate(args: argparse.Namespace) -> int:
-    from recmesh.commands.data import repository
+    from recmesh.tools.cli.data import repository
 
     path = activate(_model_dir(args), args.version, repository(args))
     print(f"activated {args.version} ({path}): the inference service switches to it within its poll (2 s)",

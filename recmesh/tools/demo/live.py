@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import time
 
-from recmesh.demo.generate import generate_events, make_catalog
 from recmesh.events import Event
+from recmesh.tools.demo.generate import generate_events, make_catalog
 
 LIVE_WINDOW_MS = 8 * 60 * 1000
 

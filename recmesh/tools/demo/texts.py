@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from recmesh.demo.generate import Catalog
+from recmesh.tools.demo.generate import Catalog
 
 TEXT_SEED = 1013
 

@@ -11,8 +11,8 @@ from typing import Any
 import numpy as np
 
 from recmesh.embedding.encoder import TextEncoder
-from recmesh.embedding.export import export
 from recmesh.modeldir import EMBEDDER_DIR
+from recmesh.tools.embedding.export import export
 from recmesh.vectors import load_item_vectors, save_item_vectors
 
 

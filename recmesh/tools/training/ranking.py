@@ -16,7 +16,7 @@ for a hit at 0-based rank, 0 otherwise; one relevant item, so the ideal DCG is
 1). The popularity baseline (`Popularity`) ranks items by how many events of
 the popularity behaviours they had before the as-of time, ties by item id.
 
-These are pure functions over events; recmesh.bench.ranking asks the served
+These are pure functions over events; recmesh.tools.bench.ranking asks the served
 mesh for its rankings and uses them.
 """
 

@@ -8,7 +8,7 @@ planned from those rows (recmesh.features.vectorize.plan_inputs: every
 declared feature by its type, vocabularies learned here) and written into the
 card, so the inference service builds the same inputs from served features.
 
-Every degradation variant of the model family (recmesh.training.family) is
+Every degradation variant of the model family (recmesh.tools.training.family) is
 exported into one version directory (layout: recmesh.modeldir). The model card
 (card.json) records the version, the feature set it expects, its inputs, the
 training data range, AUC on a time-based holdout for the full model and for
@@ -34,7 +34,7 @@ from recmesh.features.backfill import Example, LabelRule, training_examples
 from recmesh.features.repository import EMBEDDING_L2_DEFAULT, FeatureSet
 from recmesh.features.vectorize import Transform, Vectorizer, plan_inputs
 from recmesh.modeldir import MODEL_NAME, variant_file
-from recmesh.training.family import (
+from recmesh.tools.training.family import (
     LEVEL2_TOLERANCE,
     PREFIX_DIMS,
     Family,
@@ -103,7 +103,7 @@ def shuffle_event_times(events: list[dict[str, Any]], seed: int) -> list[dict[st
 
 def demo_source(cfg: TrainConfig) -> tuple[list[Event], dict[str, dict[str, Any]], dict[str, dict[str, Any]]]:
     """The demo generator's events and catalog (the demo repository's world)."""
-    from recmesh.demo.generate import generate_events, make_catalog
+    from recmesh.tools.demo.generate import generate_events, make_catalog
 
     catalog = make_catalog()
     raw: Iterable[dict[str, Any]] = generate_events(
