@@ -77,7 +77,7 @@ DEMO    ?= false
 VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)$(if $(filter true,$(DEMO)),-demo,)
 images:
 	@command -v docker >/dev/null 2>&1 || { echo "make images: no docker CLI on PATH: no image built." \
-	  "(tests/unit/test_deploy_files.py checks the Dockerfile's structure without an engine.)"; exit 2; }
+	  "(tests/unit/deploy/test_deploy_files.py checks the Dockerfile's structure without an engine.)"; exit 2; }
 	@docker info >/dev/null 2>&1 || { echo "make images: the docker CLI is here but no Docker engine" \
 	  "answers (DOCKER_HOST=$${DOCKER_HOST:-unix:///var/run/docker.sock}): no image built."; exit 2; }
 	docker build --build-arg VARIANT=cpu --build-arg DEMO=$(DEMO) -t $(IMAGE):$(VERSION) .

@@ -6,7 +6,7 @@ vLLM's pooling (embedding) runner. Generation: weights from the local
 directory RECMESH_GENERATION_MODEL_DIR (never the hub), with JSON-schema guided
 decoding when a schema is given. Untested in CI (no GPU there); the CPU path
 is the tested one and gives the same embeddings within the tolerance stated in
-tests/unit/test_embedding.py.
+tests/unit/recmesh/embedding/test_encoder.py.
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ import recmesh.clients
 import recmesh.controller
 import services.ranker.pipeline  # noqa: F401 (registers the degradation counter)
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 NAME = re.compile(r"\brecmesh_[a-z0-9_]+")
 
 

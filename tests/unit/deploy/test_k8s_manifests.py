@@ -22,13 +22,13 @@ import pytest
 import yaml
 
 from services.inference import scaling
-from tests.unit.test_deploy_files import NEEDS
+from tests.unit.deploy.test_deploy_files import NEEDS
 
 # Neither ships type hints; a plain import would need a mypy override. A missing package fails here.
 kubernetes_validate: Any = importlib.import_module("kubernetes_validate")
 jsonschema: Any = importlib.import_module("jsonschema")
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 K8S = ROOT / "deploy" / "k8s"
 OVERLAYS = ("scale-to-zero", "warm", "gpu")
 KNATIVE_OVERLAYS = ("scale-to-zero", "warm")  # inference as a Knative Service; gpu: a Deployment

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-TESTS = Path(__file__).parents[2] / "deploy" / "prometheus" / "tests" / "alerts_test.yml"
+TESTS = Path(__file__).parents[3] / "deploy" / "prometheus" / "tests" / "alerts_test.yml"
 
 
 def _promtool() -> str:

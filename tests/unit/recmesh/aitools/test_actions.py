@@ -1,15 +1,12 @@
-"""Pure AI-tool policies: sentence split and centrality, the action schema
-checks, the template generator and the token budget rule."""
+"""Pure action policies: the action schema checks and the template generator."""
 
 from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
 import pytest
 
-from recmesh.aitools import actions, summarize
-from recmesh.aitools.tokens import TokenCounter, charge
+from recmesh.aitools import actions
 from recmesh.errors import InvalidArgument
 
 CTA_SCHEMA: dict[str, Any] = {
@@ -30,27 +27,6 @@ CTA_SCHEMA: dict[str, Any] = {
     "required": ["cta", "priority", "channel"],
     "additionalProperties": False,
 }
-
-
-def test_split_sentences_keeps_order_and_caps() -> None:
-    text = 'First one. Second one! "Third?" he asked.\nFourth line\n\n...'
-    sentences, truncated = summarize.split_sentences(text, 10)
-    assert sentences == ["First one.", "Second one!", '"Third?"', "he asked.", "Fourth line"]
-    assert not truncated
-    assert summarize.split_sentences(text, 2) == (["First one.", "Second one!"], True)
-
-
-def test_centrality_picks_the_central_sentences_in_text_order() -> None:
-    a = np.array([1.0, 0.0, 0.0])
-    b = np.array([0.9, 0.1, 0.0])
-    outlier = np.array([0.0, 0.0, 1.0])
-    matrix = np.stack([outlier, a, b, a]).astype(np.float32)
-    matrix /= np.linalg.norm(matrix, axis=1, keepdims=True)
-    scores = summarize.centrality(matrix)
-    assert int(np.argmin(scores)) == 0
-    assert summarize.pick(scores, 2) == [1, 3]
-    assert summarize.pick(summarize.centrality(matrix[:1]), 3) == [0]
-    assert summarize.lead(["x", "y", "z"], 2) == [0, 1]
 
 
 def test_check_request_refuses_bad_schemas_and_unknown_constraints() -> None:
@@ -107,12 +83,3 @@ def test_parse_output_names_the_json_error() -> None:
     assert actions.parse_output('{"a": 1}') == {"a": 1}
     with pytest.raises(ValueError, match="not JSON"):
         actions.parse_output("{oops")
-
-
-def test_token_budget_rule_and_counter() -> None:
-    assert charge(10, None).allowed and charge(10, 10).allowed
-    refused = charge(11, 10)
-    assert not refused.allowed and "11 tokens" in refused.reason
-    counter = TokenCounter()
-    assert counter.count("hello world") == 4  # [CLS] hello world [SEP]
-    assert counter.count("word " * 1000) == 1002  # not truncated, unlike the encoder

@@ -7,7 +7,7 @@ from typing import Any
 
 import yaml
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 # What each recmesh process needs from its environment to find its peers, and to prove who it
 # is to them: its certificate (gRPC), its Redis ACL user, its Kafka SASL user (issue #19).

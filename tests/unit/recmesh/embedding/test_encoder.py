@@ -18,7 +18,7 @@ from recmesh.embedding.encoder import TextEncoder
 from recmesh.embedding.weights import packaged_model_dir, read_config, read_safetensors
 from recmesh.modeldir import EMBEDDER_DIR
 
-REFERENCE = json.loads((Path(__file__).parent.parent / "data" / "minilm_reference.json").read_text())
+REFERENCE = json.loads((Path(__file__).parents[3] / "data" / "minilm_reference.json").read_text())
 
 
 @pytest.fixture(scope="module")
