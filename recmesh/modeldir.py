@@ -21,7 +21,7 @@ from pathlib import Path
 
 MODEL_NAME = "ctr"
 # The sentence encoder: MODEL_DIR/embedder/{encoder.onnx, tokenizer.json, card.json}
-# (written by recmesh.embedding.export, read by recmesh.embedding.encoder).
+# (written by recmesh.tools.embedding.export, read by recmesh.embedding.encoder).
 EMBEDDER_DIR = "embedder"
 ENCODER_FILE = "encoder.onnx"
 LEVELS = (0, 1, 2, 3)

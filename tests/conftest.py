@@ -10,9 +10,10 @@ from pathlib import Path
 import pytest
 import redis.asyncio as redis
 
-from recmesh.embedded import broker_process, ensure_topics, redis_process, start_redis_cluster, wait_tcp
 from recmesh.features.repository import DEMO_REPOSITORY, FeatureSet, load_repository
-from recmesh.training.train import TrainConfig, train
+from recmesh.tools.localinfra import broker_process, redis_process, start_redis_cluster, wait_tcp
+from recmesh.tools.training.train import TrainConfig, train
+from recmesh.topics import ensure_topics
 from tests.helpers import free_port
 
 # The suite's in-process servers, and the processes it starts, speak plaintext
@@ -94,7 +95,7 @@ async def topics(kafka_bootstrap: str, request: pytest.FixtureRequest) -> dict[s
 @pytest.fixture(scope="session")
 def embed_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A model dir holding the MiniLM encoder exported from the packaged weights (about 2 s)."""
-    from recmesh.embedding.export import export
+    from recmesh.tools.embedding.export import export
 
     model_dir = tmp_path_factory.mktemp("embed-models")
     export(model_dir)

@@ -1,4 +1,4 @@
-"""Test helpers: free ports (re-exported from recmesh.embedded) and polling (no fixed sleeps)."""
+"""Test helpers: free ports (re-exported from recmesh.tools.localinfra) and polling (no fixed sleeps)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from typing import TypeVar
 import orjson
 from aiokafka import AIOKafkaProducer
 
-from recmesh.embedded import free_port
 from recmesh.events import Event
+from recmesh.tools.localinfra import free_port
 from services.feature.store import FeatureStore
 from services.feature.writer import EventWriter, WriteResult
 

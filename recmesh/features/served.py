@@ -26,12 +26,12 @@ from typing import Any
 import orjson
 
 from recmesh.credentials import kafka_options
-from recmesh.embedded import topic_partitions
 from recmesh.errors import DeadlineExceeded, NotFound
 from recmesh.events import Event
 from recmesh.features.backfill import ReplayState, offline_values
 from recmesh.features.repository import FeatureSet, FeatureValue
 from recmesh.features.wire import Column
+from recmesh.topics import topic_partitions
 
 Values = Mapping[str, tuple[FeatureValue, str, int]]
 

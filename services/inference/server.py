@@ -38,7 +38,8 @@ from services.inference.batcher import MicroBatcher
 from services.inference.lanes import LANE_SHED, Lane, LaneLimits, lower_priority
 from services.inference.model import LoadedModel, ModelRegistry
 from services.inference.pressure import SUGGESTED, SUGGESTED_LEVEL_KEY, GpuProbe, suggest_level
-from services.inference.textmodels import TextModels, TextSlot, load_text_models
+from services.inference.textloader import load_text_models
+from services.inference.textmodels import TextModels, TextSlot
 
 _log = structlog.get_logger("recmesh.inference")
 

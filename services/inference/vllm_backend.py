@@ -1,12 +1,12 @@
 """vLLM text models for a GPU machine (`pip install -e '.[gpu,llm]'`; see README).
 
-Importing this module fails without vLLM, which is how textmodels.py falls back
+Importing this module fails without vLLM, which is how textloader.py falls back
 to the CPU path. Embeddings: the packaged all-MiniLM-L6-v2 directory through
 vLLM's pooling (embedding) runner. Generation: weights from the local
 directory RECMESH_GENERATION_MODEL_DIR (never the hub), with JSON-schema guided
 decoding when a schema is given. Untested in CI (no GPU there); the CPU path
 is the tested one and gives the same embeddings within the tolerance stated in
-tests/unit/test_embedding.py.
+tests/unit/recmesh/embedding/test_encoder.py.
 """
 
 from __future__ import annotations

@@ -15,8 +15,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from recmesh.bench.loadgen import LoadSpec, closed_loop, offer, summarise
-from recmesh.up import DEMO_API_KEY
+from recmesh.tools.bench.loadgen import LoadSpec, closed_loop, offer, summarise
+from recmesh.tools.up import DEMO_API_KEY
 from tests.e2e.test_up import PORT_VARS
 from tests.helpers import free_port, poll_until
 
@@ -42,8 +42,10 @@ def mesh_url(tmp_path_factory: pytest.TempPathFactory, model_dir: Path) -> Itera
                RECMESH_CONTROLLER_WINDOW_S="2", **{k: str(v) for k, v in ports.items()})  # fmt: skip
     log = state / "up.log"
     with log.open("ab") as fh:
-        proc = subprocess.Popen([sys.executable, "-m", "recmesh.cli", "up", "--demo-events", "500"],
-                                env=env, stdout=fh, stderr=subprocess.STDOUT)  # fmt: skip
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "recmesh.tools.cli.main", "up", "--demo-events", "500"],
+            env=env, stdout=fh, stderr=subprocess.STDOUT,
+        )  # fmt: skip
     url = f"http://127.0.0.1:{ports['GATEWAY_HTTP_PORT']}"
     try:
         deadline_s = 120.0

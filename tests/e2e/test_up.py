@@ -22,10 +22,10 @@ import grpc
 import httpx
 import pytest
 
-from recmesh.bench.proccpu import child_pids
-from recmesh.embedded import port_is_free
 from recmesh.features.repository import DEMO_REPOSITORY, load_repository
-from recmesh.up import DEMO_API_KEY
+from recmesh.tools.bench.proccpu import child_pids
+from recmesh.tools.localinfra import port_is_free
+from recmesh.tools.up import DEMO_API_KEY
 from recmesh.v1 import recommender_pb2, recommender_pb2_grpc
 from tests.helpers import free_port, poll_until
 
@@ -77,7 +77,7 @@ def running(tmp_path_factory: pytest.TempPathFactory, model_dir: Path) -> Iterat
     log = state / "up.log"
     with log.open("wb") as fh:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "recmesh.cli", "up", "--demo-events", "500"],
+            [sys.executable, "-m", "recmesh.tools.cli.main", "up", "--demo-events", "500"],
             stdout=fh, stderr=subprocess.STDOUT, env=env,
         )  # fmt: skip
     running = Running(proc, ports, spans, log, state)
@@ -120,7 +120,7 @@ async def test_ready_events_and_recommendations(running: Running) -> None:
 
         async def seen() -> bool:
             out = subprocess.run(  # noqa: ASYNC221 (the CLI, exactly as a user runs it)
-                [sys.executable, "-m", "recmesh.cli", "features", "get", "--user", "e2e-user",
+                [sys.executable, "-m", "recmesh.tools.cli.main", "features", "get", "--user", "e2e-user",
                  "--addr", f"127.0.0.1:{running.ports['FEATURE_PORT']}"],
                 capture_output=True, text=True, check=True, env=running.cli_env(),
             )  # fmt: skip
@@ -367,7 +367,7 @@ async def test_break_in_attempts_fail_and_are_counted_while_the_mesh_serves(runn
     async def arrived() -> bool:
         out = await asyncio.to_thread(
             subprocess.run,
-            [sys.executable, "-m", "recmesh.cli", "features", "get", "--user", "e2e-break-in"],
+            [sys.executable, "-m", "recmesh.tools.cli.main", "features", "get", "--user", "e2e-break-in"],
             capture_output=True, text=True, check=True, env=cli,
         )  # fmt: skip
         return bool(json.loads(out.stdout)["user"]["features"]["clicks_5m"]["value"] == 4)

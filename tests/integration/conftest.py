@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 
 from recmesh.clients import FeatureClient, InferenceClient, RankerClient
-from recmesh.demo.generate import make_catalog, offline_rows
 from recmesh.features.repository import FeatureSet
 from recmesh.grpcserver import MeshServer
 from recmesh.redis_client import connect
 from recmesh.settings import FeatureSettings, InferenceSettings, RankerSettings
+from recmesh.tools.demo.generate import make_catalog, offline_rows
 from services.feature.catalog import load_catalog
 from services.feature.server import build_server as build_feature
 from services.feature.store import FeatureStore

@@ -25,7 +25,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 from recmesh.aitools import actions
-from recmesh.embedded import ManagedProcess
+from recmesh.tools.localinfra import ManagedProcess
 from tests.helpers import free_port
 from tests.schema_strategies import output_schemas
 

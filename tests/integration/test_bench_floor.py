@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import argparse
 
-from recmesh.bench.e2e import table
-from recmesh.bench.floor import ROLES, TITLE, run
+from recmesh.tools.bench.floor import ROLES, TITLE, run
+from recmesh.tools.bench.sweep import table
 
 
 async def test_the_skeleton_answers_every_request_and_names_each_role() -> None:

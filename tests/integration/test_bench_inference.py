@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from recmesh.bench.inference import run, table
+from recmesh.tools.bench.inference import run, table
 
 
 async def test_bench_figures_are_consistent(model_dir: Path) -> None:

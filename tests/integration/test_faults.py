@@ -19,12 +19,13 @@ import redis.asyncio as redis
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from recmesh.clients import FeatureClient, InferenceClient, RankerClient
-from recmesh.demo.generate import make_catalog, offline_rows
-from recmesh.embedded import ManagedProcess, broker_process, ensure_topics, redis_process, wait_tcp
 from recmesh.features import keys
 from recmesh.features.repository import DEMO_REPOSITORY, load_repository
 from recmesh.redis_client import connect
 from recmesh.settings import FeatureSettings, GatewaySettings, IngestSettings, RankerSettings
+from recmesh.tools.demo.generate import make_catalog, offline_rows
+from recmesh.tools.localinfra import ManagedProcess, broker_process, redis_process, wait_tcp
+from recmesh.topics import ensure_topics
 from services.feature.catalog import load_catalog
 from services.feature.ingest import running
 from services.feature.server import build_server as build_feature

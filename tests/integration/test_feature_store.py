@@ -10,12 +10,12 @@ import time
 import redis.asyncio as redis
 from prometheus_client import REGISTRY
 
-from recmesh.demo.generate import generate_events, make_catalog, offline_rows
 from recmesh.events import Event
 from recmesh.features import keys
 from recmesh.features.backfill import ReplayState
 from recmesh.features.repository import DEMO_REPOSITORY, FeatureSet, load_repository
 from recmesh.redis_client import AnyRedis, connect
+from recmesh.tools.demo.generate import generate_events, make_catalog, offline_rows
 from services.feature.catalog import load_catalog
 from services.feature.store import FeatureStore
 from services.feature.writer import EventWriter

@@ -13,13 +13,13 @@ from typing import Any
 import numpy as np
 import pytest
 
-from recmesh.bench.degrade import holdout
 from recmesh.clients import InferenceClient
 from recmesh.errors import InvalidArgument
 from recmesh.features.repository import FeatureSet
 from recmesh.modeldir import LEVELS, current_model, variant_file
 from recmesh.settings import InferenceSettings
-from recmesh.training.family import auc
+from recmesh.tools.bench.degrade import holdout
+from recmesh.tools.training.family import auc
 from services.inference.model import ModelRegistry
 from services.inference.server import build_batcher, build_server
 from tests.helpers import card_schema, free_port

@@ -26,11 +26,11 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from recmesh.demo.generate import make_catalog, offline_rows
-from recmesh.embedded import ManagedProcess
 from recmesh.features.repository import DEMO_REPOSITORY, load_repository
 from recmesh.modeldir import EMBEDDER_DIR
 from recmesh.redis_client import connect
+from recmesh.tools.demo.generate import make_catalog, offline_rows
+from recmesh.tools.localinfra import ManagedProcess
 from services.feature.catalog import load_catalog
 from tests.helpers import free_port, poll_until
 

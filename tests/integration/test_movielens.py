@@ -4,7 +4,7 @@ a model trained on it, its catalog loaded, the ratings replayed as a live stream
 through the real broker and consumer, features and a recommendation served over
 gRPC, and the served rows recomputed offline with no mismatch.
 
-The data comes from the `recbole` wheel on PyPI (recmesh/commands/datasets.py, what `make movielens` runs),
+The data comes from the `recbole` wheel on PyPI (recmesh/tools/datasets.py, what `make movielens` runs),
 fetched once per session; it is never committed.
 """
 
@@ -21,16 +21,16 @@ import orjson
 import pytest
 from aiokafka import AIOKafkaProducer
 
-from recmesh.cli import main as cli_main
 from recmesh.clients import FeatureClient, InferenceClient, RankerClient
-from recmesh.commands.datasets import fetch
-from recmesh.embedded import ensure_topics
 from recmesh.features.repository import FeatureSet, load_repository
 from recmesh.features.served import dump_topic, read_served
 from recmesh.features.wire import row_to_json
 from recmesh.redis_client import connect
 from recmesh.resilience import request_scope
 from recmesh.settings import FeatureSettings, InferenceSettings, IngestSettings, RankerSettings
+from recmesh.tools.cli.main import main as cli_main
+from recmesh.tools.datasets import fetch
+from recmesh.topics import ensure_topics
 from services.feature.ingest import running
 from services.feature.served_log import ServedLog
 from services.feature.server import build_server as build_feature

@@ -26,10 +26,11 @@ import orjson
 import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from recmesh.demo.generate import make_catalog, offline_rows
-from recmesh.embedded import ManagedProcess, ensure_topics, port_is_free
 from recmesh.features.repository import FeatureSet
 from recmesh.redis_client import connect
+from recmesh.tools.demo.generate import make_catalog, offline_rows
+from recmesh.tools.localinfra import ManagedProcess, port_is_free
+from recmesh.topics import ensure_topics
 from services.feature.catalog import load_catalog
 from tests.helpers import free_port, poll_until
 from tests.otlp_receivers import GrpcReceiver, HttpReceiver

@@ -15,12 +15,12 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from recmesh.cli import main as cli_main
 from recmesh.clients import InferenceClient
 from recmesh.features.repository import FeatureSet
 from recmesh.features.vectorize import Vectorizer, transforms_from_card
 from recmesh.features.wire import row_values, table_columns
 from recmesh.settings import InferenceSettings
+from recmesh.tools.cli.main import main as cli_main
 from services.inference.model import ModelRegistry
 from services.inference.server import build_server
 from tests.helpers import free_port, poll_until

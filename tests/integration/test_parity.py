@@ -13,13 +13,13 @@ import orjson
 from aiokafka import AIOKafkaProducer
 
 from recmesh.clients import FeatureClient
-from recmesh.demo.generate import generate_events, make_catalog, offline_rows
 from recmesh.features.backfill import backfill
 from recmesh.features.eventlog import write_events
 from recmesh.features.repository import FeatureSet
 from recmesh.features.wire import row_values, table_rows
 from recmesh.redis_client import connect
 from recmesh.settings import FeatureSettings, IngestSettings
+from recmesh.tools.demo.generate import generate_events, make_catalog, offline_rows
 from services.feature.catalog import load_catalog
 from services.feature.ingest import running
 from services.feature.server import build_server

@@ -20,12 +20,12 @@ import numpy as np
 from prometheus_client import REGISTRY
 
 from recmesh.clients import FeatureClient, InferenceClient, RankerClient
-from recmesh.demo.generate import CATEGORIES, make_catalog
-from recmesh.demo.texts import embedding_text, item_texts
 from recmesh.embedding.encoder import TextEncoder
 from recmesh.events import Event
 from recmesh.resilience import request_scope
 from recmesh.settings import InferenceSettings, RankerSettings
+from recmesh.tools.demo.generate import CATEGORIES, make_catalog
+from recmesh.tools.demo.texts import embedding_text, item_texts
 from recmesh.vectors import save_item_vectors
 from services.inference.model import ModelRegistry
 from services.inference.server import build_server as build_inference

@@ -13,10 +13,7 @@ import pytest
 import redis.asyncio as redis
 from aiokafka import AIOKafkaProducer
 
-from recmesh.cli import main as cli_main
 from recmesh.clients import FeatureClient
-from recmesh.demo.generate import generate_events, make_catalog, offline_rows
-from recmesh.embedded import ensure_topics
 from recmesh.events import Event
 from recmesh.features import keys
 from recmesh.features.eventlog import sorted_events, write_events
@@ -25,6 +22,9 @@ from recmesh.features.repository import FeatureSet
 from recmesh.features.served import compare, dump_topic, read_served
 from recmesh.redis_client import connect
 from recmesh.settings import FeatureSettings
+from recmesh.tools.cli.main import main as cli_main
+from recmesh.tools.demo.generate import generate_events, make_catalog, offline_rows
+from recmesh.topics import ensure_topics
 from services.feature.catalog import load_catalog
 from services.feature.served_log import ServedLog
 from services.feature.server import build_server

@@ -12,7 +12,7 @@ from pathlib import Path
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from recmesh.embedded import ManagedProcess
+from recmesh.tools.localinfra import ManagedProcess
 
 
 async def test_children_start_while_grpc_threads_are_busy(tmp_path: Path) -> None:

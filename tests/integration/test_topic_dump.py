@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 from aiokafka import AIOKafkaProducer
 
-from recmesh.cli import main
-from recmesh.demo.live import demo_events
 from recmesh.errors import NotFound
 from recmesh.features.served import dump_topic
 from recmesh.producer import produce
+from recmesh.tools.cli.main import main
+from recmesh.tools.demo.live import demo_events
 
 
 async def test_a_dump_holds_every_record_of_a_batched_topic(

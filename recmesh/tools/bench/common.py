@@ -1,0 +1,102 @@
+"""Shared pieces of the benchmarks: percentiles, infrastructure, printing."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import sys
+import tempfile
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from recmesh.tools.localinfra import (
+    ManagedProcess,
+    broker_process,
+    free_port,
+    redis_process,
+    wait_tcp,
+)
+from recmesh.topics import ensure_topics
+
+
+def percentile(samples: Sequence[float], q: float) -> float:
+    """Nearest-rank percentile (q in 0..100) of unsorted samples."""
+    if not samples:
+        return float("nan")
+    ordered = sorted(samples)
+    rank = max(0, min(len(ordered) - 1, round(q / 100 * len(ordered) + 0.5) - 1))
+    return ordered[rank]
+
+
+def process_cpu_s(pid: int) -> float | None:
+    """CPU seconds (user + system) a process has used so far (Linux /proc; None elsewhere)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+@dataclass
+class Infra:
+    redis_url: str
+    kafka_bootstrap: str
+    workdir: Path
+
+
+__all__ = ["Infra", "emit", "free_port", "infrastructure", "percentile", "plaintext_unless_set"]
+
+
+def plaintext_unless_set() -> None:
+    """Benchmarks that start single services measure those services' work: they
+    and the services they start speak plaintext gRPC unless RECMESH_TLS is set
+    (then they need its certificates). `recmesh bench tls` measures what
+    mutual TLS adds, on the whole mesh."""
+    if "RECMESH_TLS" in os.environ:
+        return
+    from recmesh.security import reset_process_tls
+
+    os.environ["RECMESH_TLS"] = "off"
+    reset_process_tls()
+    print("(plaintext gRPC between this benchmark and the services it starts; `recmesh bench tls` "
+          "measures mutual TLS)", file=sys.stderr, flush=True)  # fmt: skip
+
+
+@contextlib.asynccontextmanager
+async def infrastructure(topics: dict[str, int]) -> AsyncIterator[Infra]:
+    """REDIS_URL / KAFKA_BOOTSTRAP when set, else embedded processes on free ports."""
+    procs: list[ManagedProcess] = []
+    with tempfile.TemporaryDirectory(prefix="recmesh-bench-") as tmp:
+        work = Path(tmp)
+        redis_url = os.environ.get("REDIS_URL")
+        kafka = os.environ.get("KAFKA_BOOTSTRAP")
+        try:
+            if not redis_url:
+                port = free_port()
+                proc = redis_process(port, work / "redis", work)
+                proc.start()
+                procs.append(proc)
+                await wait_tcp("127.0.0.1", port, 10, proc)
+                redis_url = f"redis://127.0.0.1:{port}/0"
+            if not kafka:
+                port = free_port()
+                proc = broker_process(port, work)
+                proc.start()
+                procs.append(proc)
+                await wait_tcp("127.0.0.1", port, 10, proc)
+                kafka = f"127.0.0.1:{port}"
+            await ensure_topics(kafka, topics)
+            yield Infra(redis_url, kafka, work)
+        finally:
+            for proc in reversed(procs):
+                await asyncio.to_thread(proc.stop)
+
+
+def emit(figures: dict[str, Any], as_json: bool, table: str) -> None:
+    print(table, flush=True)
+    if as_json:
+        print(json.dumps(figures), flush=True)

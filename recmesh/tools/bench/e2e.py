@@ -1,0 +1,202 @@
+"""`recmesh bench e2e`: recommendations end to end, per class, as offered load rises.
+
+Against a running gateway (`--gateway http://host:port`) or a mesh it starts
+itself exactly as `recmesh up` does (own ports, own state directory). Each
+step offers a fixed arrival rate for a fixed time (open loop,
+`recmesh.tools.bench.loadgen`) with a class mix (default 30% A, 20% B, 50% C) and
+prints, per class, p50/p95/p99 of the answered requests, goodput (answered
+within the class budget, per second) and the shed rate (429). The first step
+is a low rate of class A alone: the unloaded latency. A PNG of latency and
+goodput against offered load is written with matplotlib (a dev dependency).
+With a mesh it starts itself, or `--up-pid` naming the `recmesh up` process of
+a running one, each step also prints the CPU milliseconds per request of every
+mesh process (`recmesh.tools.bench.proccpu`) and the rate two cores could sustain at
+that cost.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from recmesh.settings import STATE_DIR_DEFAULT
+from recmesh.tools.bench.common import emit, free_port
+from recmesh.tools.bench.loadgen import StepResult
+from recmesh.tools.bench.proccpu import CpuMeter
+from recmesh.tools.bench.sweep import parse_mix, parse_rates, sweep, table
+from recmesh.vectors import RELOAD_CHECK_S, load_item_vectors
+
+UP_PORTS = (
+    "GATEWAY_HTTP_PORT", "GATEWAY_GRPC_PORT", "FEATURE_PORT", "INFERENCE_PORT", "RANKER_PORT",
+    "FEATURE_METRICS_PORT", "INFERENCE_METRICS_PORT", "RANKER_METRICS_PORT", "INGEST_METRICS_PORT",
+    "RECMESH_REDIS_PORT", "RECMESH_KAFKA_PORT",
+)  # fmt: skip
+
+
+def _mesh_env(state_dir: Path, extra: Mapping[str, str]) -> tuple[dict[str, int], dict[str, str]]:
+    ports = {name: free_port() for name in UP_PORTS}
+    env = dict(os.environ, RECMESH_STATE_DIR=str(state_dir), **{k: str(v) for k, v in ports.items()})
+    env.update(extra)
+    default_models = (STATE_DIR_DEFAULT / "models").resolve()
+    if "RECMESH_MODEL_DIR" not in env and (default_models / "ctr" / "CURRENT").exists():
+        env["RECMESH_MODEL_DIR"] = str(default_models)  # reuse the model `recmesh up` trained
+    return ports, env
+
+
+async def _background_done(
+    proc: subprocess.Popen[bytes], model_dir: Path, log_dir: Path, deadline: float
+) -> None:
+    """Wait for `recmesh up`'s background item embedding (a fresh state dir has
+    no item vectors) and for the ranker to load them: measuring while it runs
+    would charge a busy core to the mesh and leave semantic recall off."""
+    if load_item_vectors(model_dir) is None:
+        print("waiting for the background item embedding (fresh state, ~30 s) ...", flush=True)
+        while load_item_vectors(model_dir) is None:
+            if proc.poll() is not None:
+                raise RuntimeError(f"recmesh up exited {proc.returncode}; see {log_dir / 'up.log'}")
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"no item vectors in {model_dir}; see {log_dir / 'logs'}")
+            await asyncio.sleep(1.0)
+        await asyncio.sleep(RELOAD_CHECK_S + 2.0)  # the ranker looks every few seconds, then builds
+
+
+@dataclass(frozen=True)
+class StartedMesh:
+    url: str  # the gateway's HTTP address
+    pid: int  # of `recmesh up`
+    ports: dict[str, int]  # UP_PORTS -> the port each listens on
+
+    def addr(self, port: str) -> str:
+        return f"127.0.0.1:{self.ports[port]}"
+
+
+@contextlib.asynccontextmanager
+async def started_mesh(
+    log_dir: Path,
+    ready_timeout_s: float = 180.0,
+    env: Mapping[str, str] | None = None,
+    demo_events: int = 3000,
+) -> AsyncIterator[StartedMesh]:
+    """`recmesh up` on free ports, with `env` on top of this process's
+    environment (a repository, a model directory); SIGINT on exit."""
+    ports, env = _mesh_env(log_dir, env or {})
+    log = (log_dir / "up.log").open("ab")
+    proc = subprocess.Popen(  # noqa: ASYNC220 (returns at once)
+        [sys.executable, "-m", "recmesh.tools.cli.main", "up", "--demo-events", str(demo_events)],
+        env=env, stdout=log, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    url = f"http://127.0.0.1:{ports['GATEWAY_HTTP_PORT']}"
+    try:
+        deadline = time.monotonic() + ready_timeout_s
+        async with httpx.AsyncClient(timeout=2.0) as http:
+            while True:
+                if proc.poll() is not None:
+                    raise RuntimeError(f"recmesh up exited {proc.returncode}; see {log_dir / 'up.log'}")
+                with contextlib.suppress(httpx.HTTPError):
+                    if (await http.get(f"{url}/readyz")).status_code == 200:
+                        break
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"mesh not ready after {ready_timeout_s} s; see {log_dir / 'up.log'}")
+                await asyncio.sleep(0.5)
+        await asyncio.sleep(2.0)  # let the demo events land
+        model_dir = Path(env.get("RECMESH_MODEL_DIR") or log_dir / "models")
+        await _background_done(proc, model_dir, log_dir, deadline)
+        yield StartedMesh(url, proc.pid, ports)
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            await asyncio.to_thread(proc.wait, 40)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        log.close()
+
+
+TITLE = "recmesh bench e2e: POST /v1/recommend (count 10), open loop; latency of 200s from scheduled arrival"
+
+
+def plot(steps: list[StepResult], out: Path) -> str:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return "matplotlib is not installed (pip install -e '.[dev]'): no plot written"
+    loaded = steps[1:]
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.5))
+    colours = {"A": "tab:blue", "B": "tab:orange", "C": "tab:green"}
+    for slo_class in sorted({c for s in loaded for c in s.classes}):
+        colour = colours.get(slo_class, "tab:grey")
+        xs = [s.rate for s in loaded if slo_class in s.classes]
+        for q, style in (("p50_ms", ":"), ("p95_ms", "--"), ("p99_ms", "-")):
+            ys = [getattr(s.classes[slo_class], q) for s in loaded if slo_class in s.classes]
+            ax1.plot(xs, ys, style, color=colour, marker="o", label=f"{slo_class} {q[:3]}")
+        ax2.plot(xs, [s.classes[slo_class].goodput_rps for s in loaded if slo_class in s.classes],
+                 color=colour, marker="o", label=f"{slo_class} goodput (in budget)")  # fmt: skip
+        ax2.plot(xs, [s.classes[slo_class].shed / s.seconds for s in loaded if slo_class in s.classes],
+                 ":", color=colour, marker="x", label=f"{slo_class} shed/s")  # fmt: skip
+    ax1.axhline(300, color="grey", lw=0.8)
+    ax1.set(xlabel="offered load (requests/s)", ylabel="latency (ms)", yscale="log",
+            title="latency by class vs offered load")  # fmt: skip
+    ax2.set(xlabel="offered load (requests/s)", ylabel="requests/s", title="goodput and shed by class")
+    ax1.legend(fontsize=7, ncol=3)
+    ax2.legend(fontsize=7)
+    fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return f"plot: {out}"
+
+
+def baseline_table(mesh: list[StepResult], floor: list[StepResult]) -> str:
+    """Per step, the mesh against the floor measured in the same run (the
+    same calls with no work in them): class-A p50 and CPU per request, as
+    ratios, which move less with the machine's speed than the figures do."""
+    lines = [
+        "baseline: `recmesh bench floor` in the same run (the same calls, no work); ratio = mesh / floor",
+        f"{'offered/s':>9} {'floor A p50':>11} {'p50 ratio':>9} {'floor cpu ms':>12} {'cpu ratio':>9}",
+    ]
+    for m, f in zip(mesh, floor, strict=False):
+        m_a, f_a = m.classes.get("A"), f.classes.get("A")
+        m_cpu, f_cpu = sum(m.cpu_ms_per_request.values()), sum(f.cpu_ms_per_request.values())
+        p50 = f"{m_a.p50_ms / f_a.p50_ms:>8.2f}x" if m_a and f_a and f_a.p50_ms > 0 else f"{'-':>9}"
+        cpu = f"{m_cpu / f_cpu:>8.2f}x" if m_cpu > 0 and f_cpu > 0 else f"{'-':>9}"
+        f_p50 = f"{f_a.p50_ms:>8.1f} ms" if f_a else f"{'-':>11}"
+        lines.append(f"{m.rate:>9.0f} {f_p50} {p50} {f_cpu:>9.2f} ms {cpu}")
+    return "\n".join(lines)
+
+
+async def run(args: Any) -> list[StepResult]:
+    rates, mix = parse_rates(args.rates), parse_mix(args.mix)
+    if args.gateway:
+        meter = CpuMeter(args.up_pid) if args.up_pid else None
+        return await sweep(args.gateway, rates, args.seconds, mix, args.api_key, meter)
+    with tempfile.TemporaryDirectory(prefix="recmesh-bench-e2e-") as tmp:
+        async with started_mesh(Path(tmp)) as mesh:
+            return await sweep(mesh.url, rates, args.seconds, mix, args.api_key, CpuMeter(mesh.pid))
+
+
+def main(args: Any) -> int:
+    steps = asyncio.run(run(args))
+    figures: dict[str, Any] = {"steps": [asdict(s) for s in steps]}
+    text = table(steps, TITLE) + "\n" + plot(steps, Path(args.plot))
+    if args.baseline:
+        from recmesh.tools.bench import floor
+
+        base = asyncio.run(floor.sweep_floor(args.rates, min(args.seconds, 5.0)))
+        figures["baseline"] = [asdict(s) for s in base]
+        text += "\n" + baseline_table(steps, base)
+    emit(figures, args.json, text)
+    return 0

@@ -1,0 +1,239 @@
+"""`recmesh bench inference`: dynamic batching on vs off, and cold start.
+
+The inference service runs as its own process (the way it is deployed), once
+with batching and once without, with the same model and the same offered
+load: `concurrency` callers each sending requests of `rows` rows back to back
+for `seconds`. Cold start is process start -> grpc.health SERVING (model
+loaded and warmed), measured for every start, and process start -> the
+first Score answered (a new client connecting after SERVING).
+
+It also times the model alone (the level-0 ONNX session in this process, as
+the service configures it): one request's rows, and a full batch of
+concurrent requests per request. Batching can save at most the difference,
+per request. Set against a request's cost with batching off -- the service
+process's CPU time per request (from /proc; wall-clock throughput on a
+shared machine counts everyone else's load), else 1 / throughput -- that
+bounds the throughput ratio that saved model time can explain. A ratio of x5
+needs batching to save 80% of a request's cost, so a model run of at least
+80% of it. On CPU it is a few percent: a model run is ~10 us for one row
+(~50 us for the ranker's 200 candidates, where ORT's per-call overhead is
+already amortised and batching saves nothing), while a unary call through
+grpc.aio alone costs ~160-200 us of server CPU, and tracing, the interceptor
+and the handler add ~250-300 us more -- all per request, batched or not. A measured
+ratio above the bound comes from elsewhere (handlers that yield while a batch
+forms let the event loop take in and answer more calls per turn: the server
+CPU figure shows it) or from noise on a shared machine.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from recmesh.clients import HealthProbe, InferenceClient
+from recmesh.features.repository import DEMO_REPOSITORY, load_repository
+from recmesh.modeldir import current_model
+from recmesh.settings import InferenceSettings
+from recmesh.tools.bench.common import emit, free_port, percentile, plaintext_unless_set, process_cpu_s
+from recmesh.tools.training.train import TrainConfig, train
+
+
+async def _start(
+    model_dir: Path, batching: bool, log: Path, rows: int
+) -> tuple[subprocess.Popen[bytes], str, float, float]:
+    """Start the service; seconds from spawn to grpc.health SERVING, and to the
+    first Score (`rows` rows, level 0) answered on a new client's connection."""
+    port = free_port()
+    env = dict(os.environ, INFERENCE_PORT=str(port), INFERENCE_METRICS_PORT=str(free_port()),
+               RECMESH_MODEL_DIR=str(model_dir), RECMESH_INFERENCE_BATCHING=str(batching).lower(),
+               RECMESH_LOG_LEVEL="WARNING")  # fmt: skip
+    started = time.perf_counter()
+    with log.open("ab") as out:  # the child keeps its own copy of the descriptor
+        proc = subprocess.Popen(  # noqa: ASYNC220 (returns at once)
+            [sys.executable, "-m", "services.inference"], env=env, stdout=out, stderr=subprocess.STDOUT
+        )
+    addr = f"127.0.0.1:{port}"
+    # Polled every 5 ms on a channel that retries a refused connection every
+    # 10-20 ms (a default channel waits 1 s, then 1.6 s: seconds of error).
+    probe = HealthProbe(addr)
+    try:
+        while not await probe.serving(0.2):
+            if proc.poll() is not None:
+                raise RuntimeError(f"inference did not start, see {log}")
+            if time.perf_counter() - started > 60:
+                raise TimeoutError(f"inference not SERVING in 60 s, see {log}")
+            await asyncio.sleep(0.005)
+        serving_s = time.perf_counter() - started
+    finally:
+        await probe.close()
+    client = InferenceClient(addr, "bench")
+    try:
+        version, cols = await schema(client)
+        await client.score(version, cols, _values(rows, len(cols)), cap_s=5.0)
+    finally:
+        await client.close()
+    return proc, addr, serving_s, time.perf_counter() - started
+
+
+async def schema(client: InferenceClient) -> tuple[str, list[str]]:
+    """The served model's feature-set version and input columns (rows built by the caller)."""
+    info = await client.model_info()
+    return info.feature_version, list(info.feature_names)
+
+
+def _values(rows: int, width: int) -> list[float]:
+    return np.random.default_rng(0).random((rows, width)).astype(np.float32).ravel().tolist()
+
+
+async def _load(addr: str, rows: int, concurrency: int, seconds: float, pid: int) -> dict[str, float]:
+    """Closed-loop load; also the service process's CPU time per request
+    (robust to a shared machine, where wall-clock throughput is not)."""
+    client = InferenceClient(addr, "bench")
+    version, cols = await schema(client)
+    values = _values(rows, len(cols))
+    for _ in range(50):
+        await client.score(version, cols, values, cap_s=5.0)
+    latencies: list[float] = []
+    deadline = time.perf_counter() + seconds
+
+    async def caller() -> None:
+        while time.perf_counter() < deadline:
+            t = time.perf_counter()
+            await client.score(version, cols, values, cap_s=5.0)
+            latencies.append(time.perf_counter() - t)
+
+    cpu_before = process_cpu_s(pid)
+    started = time.perf_counter()
+    await asyncio.gather(*(caller() for _ in range(concurrency)))
+    elapsed = time.perf_counter() - started
+    cpu_after = process_cpu_s(pid)
+    await client.close()
+    cpu_s = cpu_after - cpu_before if cpu_before is not None and cpu_after is not None else float("nan")
+    return {
+        "server_cpu_us": cpu_s / max(1, len(latencies)) * 1e6,
+        "rps": len(latencies) / elapsed,
+        "rows_per_s": len(latencies) * rows / elapsed,
+        "p50_ms": percentile(latencies, 50) * 1000,
+        "p99_ms": percentile(latencies, 99) * 1000,
+    }
+
+
+def model_costs(model_dir: Path, rows: int, concurrency: int) -> dict[str, float]:
+    """Median seconds of one model run for one request's rows, and per request
+    within the batch the batcher would form from `concurrency` such requests."""
+    from services.inference.model import load
+
+    path = current_model(model_dir)
+    assert path is not None
+    settings = InferenceSettings()
+    model = load(path, settings.intra_op_threads)
+    variant = model.variant(0)
+    width = len(model.columns)
+    per_batch = max(1, min(concurrency, settings.batch_max_rows // max(1, rows)))
+
+    def median_run(n: int) -> float:
+        x = np.random.default_rng(0).random((n, width)).astype(np.float32)
+        samples = []
+        for _ in range(max(20, 20_000 // n)):
+            t = time.perf_counter()
+            variant.score(x)
+            samples.append(time.perf_counter() - t)
+        return percentile(samples, 50)
+
+    return {"single_s": median_run(rows), "batched_per_request_s": median_run(rows * per_batch) / per_batch,
+            "requests_per_batch": per_batch}  # fmt: skip
+
+
+async def run(model_dir: Path | None, rows: int, concurrency: int, seconds: float) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix="recmesh-bench-") as tmp:
+        work = Path(tmp)
+        if model_dir is None or current_model(model_dir) is None:
+            model_dir = work / "models"
+            fs = load_repository(DEMO_REPOSITORY)
+            train(TrainConfig(sessions=1500, hours=2.0, epochs=3), model_dir, fs, progress=lambda _: None)
+        results: dict[str, dict[str, float]] = {}
+        cold: list[float] = []
+        first_score: list[float] = []
+        for mode in ("off", "on"):
+            log = work / f"inference-{mode}.log"
+            proc, addr, cold_s, first_s = await _start(model_dir, mode == "on", log, rows)
+            cold.append(cold_s)
+            first_score.append(first_s)
+            try:
+                results[mode] = await _load(addr, rows, concurrency, seconds, proc.pid)
+            finally:
+                proc.terminate()
+                proc.wait(10)
+        costs = model_costs(model_dir, rows, concurrency)
+    off, on = results["off"], results["on"]
+    figures: dict[str, Any] = {"rows_per_request": rows, "concurrency": concurrency}
+    for mode, res in results.items():
+        for key in ("rps", "p50_ms", "p99_ms", "server_cpu_us"):
+            figures[f"batching_{mode}_{key}"] = round(res[key], 3)
+    figures["throughput_ratio"] = round(on["rps"] / off["rps"], 3)
+    figures["server_cpu_ratio"] = round(off["server_cpu_us"] / on["server_cpu_us"], 3)
+    figures["cold_start_s"] = round(min(cold), 3)
+    figures["cold_start_max_s"] = round(max(cold), 3)
+    figures["first_score_s"] = round(min(first_score), 3)
+    figures["first_score_max_s"] = round(max(first_score), 3)
+    # A request's cost with batching off: the service's CPU per request where
+    # /proc gives it (wall time per request, 1/throughput, counts the machine's
+    # other load and the load generator too), else 1/throughput.
+    cpu_off = off["server_cpu_us"] / 1e6
+    by_cpu = math.isfinite(cpu_off) and cpu_off > 0
+    per_request_off = cpu_off if by_cpu else 1 / off["rps"]
+    figures["request_cost_basis"] = "service CPU per request" if by_cpu else "1/throughput"
+    saved = max(0.0, costs["single_s"] - costs["batched_per_request_s"])
+    figures["model_us_per_request"] = round(costs["single_s"] * 1e6, 1)
+    figures["model_us_per_request_batched"] = round(costs["batched_per_request_s"] * 1e6, 1)
+    figures["requests_per_batch"] = costs["requests_per_batch"]
+    figures["model_share_of_request_cost"] = round(costs["single_s"] / per_request_off, 4)
+    figures["model_time_ratio_bound"] = round(per_request_off / max(1e-9, per_request_off - saved), 3)
+    # What x5 would take: batching must save 80% of a request's cost, so the
+    # model run it amortizes must be at least that large a share.
+    figures["model_share_needed_for_x5"] = 0.8
+    return figures
+
+
+def table(f: dict[str, Any]) -> str:
+    return (
+        f"recmesh bench inference ({f['concurrency']} concurrent callers, "
+        f"{f['rows_per_request']} rows/request)\n"
+        f"  batching off  {f['batching_off_rps']:>9.1f} req/s  p50 {f['batching_off_p50_ms']} ms  "
+        f"p99 {f['batching_off_p99_ms']} ms\n"
+        f"  batching on   {f['batching_on_rps']:>9.1f} req/s  p50 {f['batching_on_p50_ms']} ms  "
+        f"p99 {f['batching_on_p99_ms']} ms\n"
+        f"  ratio         x{f['throughput_ratio']} throughput (wall clock: noisy on a shared machine)\n"
+        f"  server CPU    {f['batching_off_server_cpu_us']:.0f} us/request off, "
+        f"{f['batching_on_server_cpu_us']:.0f} us/request on: x{f['server_cpu_ratio']} less CPU per request\n"
+        f"  model alone   {f['model_us_per_request']} us per request; "
+        f"{f['model_us_per_request_batched']} us per request in batches of {f['requests_per_batch']} "
+        f"(in process)\n"
+        f"  bound         the model is {f['model_share_of_request_cost']:.1%} of a request's cost with "
+        f"batching off ({f['request_cost_basis']}): saved model time explains at most "
+        f"x{f['model_time_ratio_bound']}.\n"
+        f"                x5 needs batching to save 80% of a request's cost, i.e. a model run of at least "
+        f"{f['model_share_needed_for_x5']:.0%} of it; the rest (gRPC, protobuf, tracing, the handler) is per "
+        f"request, batched or not.\n"
+        f"  cold start    {f['cold_start_s']} s (process start -> SERVING, model loaded and warmed; "
+        f"worst of 2: {f['cold_start_max_s']} s)\n"
+        f"  first score   {f['first_score_s']} s (process start -> first Score answered on a new "
+        f"connection; worst of 2: {f['first_score_max_s']} s)"
+    )
+
+
+def main(args: Any) -> int:
+    plaintext_unless_set()
+    model_dir = Path(args.model_dir) if args.model_dir else None
+    figures = asyncio.run(run(model_dir, args.rows, args.concurrency, args.seconds))
+    emit(figures, args.json, table(figures))
+    return 0

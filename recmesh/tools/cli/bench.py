@@ -1,0 +1,129 @@
+"""`recmesh bench ...`: benchmarks that print figures (recmesh/tools/bench/);
+each loads its module only when it runs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from recmesh.tools.cli.common import lazy
+
+
+def add_commands(sub: Any) -> None:
+    bench = sub.add_parser("bench", help="benchmarks that print figures").add_subparsers(
+        dest="bench_command", required=True
+    )
+    bf_bench = bench.add_parser("features", help="ingest throughput, look-up latency, freshness, memory")
+    bf_bench.add_argument("--events", type=int, default=100_000)
+    bf_bench.add_argument("--lookups", type=int, default=1000)
+    bf_bench.add_argument("--items", type=int, default=200)
+    bf_bench.add_argument("--concurrency", type=int, default=8)
+    bf_bench.add_argument("--rate", type=int, default=5000, help="events/s while measuring freshness")
+    bf_bench.add_argument("--seconds", type=float, default=8.0)
+    bf_bench.add_argument(
+        "--served-rate", type=float, default=1.0, help="served-feature log rate of the compared service"
+    )
+    bf_bench.add_argument("--json", action="store_true")
+    bf_bench.set_defaults(func=lazy("recmesh.tools.bench.features"))
+
+    bim = bench.add_parser(
+        "import", help="a team-sized catalog and event log: catalog load, events import, ingest; memory"
+    )
+    bim.add_argument("--items", type=int, default=100_000)
+    bim.add_argument("--users", type=int, default=50_000)
+    bim.add_argument("--events", type=int, default=1_000_000)
+    bim.add_argument("--json", action="store_true")
+    bim.set_defaults(func=lazy("recmesh.tools.bench.importing"))
+
+    bi = bench.add_parser("inference", help="dynamic batching on vs off at the same load; cold start")
+    bi.add_argument("--model-dir", help="default: RECMESH_MODEL_DIR, or a small model trained for the run")
+    bi.add_argument("--rows", type=int, default=1, help="rows per request")
+    bi.add_argument("--concurrency", type=int, default=64)
+    bi.add_argument("--seconds", type=float, default=5.0)
+    bi.add_argument("--json", action="store_true")
+    bi.set_defaults(func=lazy("recmesh.tools.bench.inference"))
+
+    bd = bench.add_parser(
+        "degrade", help="degradation variants: AUC change, p99 scoring latency, memory saved"
+    )
+    bd.add_argument("--model-dir", help="default: RECMESH_MODEL_DIR, else a model trained for the run")
+    bd.add_argument("--rows", type=int, default=200, help="rows per request")
+    bd.add_argument("--repeats", type=int, default=500, help="requests per level")
+    bd.add_argument("--json", action="store_true")
+    bd.set_defaults(func=lazy("recmesh.tools.bench.degrade"))
+
+    be = bench.add_parser("embed", help="CPU sentence-embedding throughput, batch 1 vs batch N")
+    be.add_argument("--model-dir", help="with an exported encoder (default: export to a temp dir)")
+    be.add_argument("--batch", type=int, default=32)
+    be.add_argument("--threads", type=int, default=1, help="ONNX Runtime intra-op threads")
+    be.add_argument("--seconds", type=float, default=5.0)
+    be.add_argument("--json", action="store_true")
+    be.set_defaults(func=lazy("recmesh.tools.bench.embed"))
+
+    ba = bench.add_parser(
+        "ai-tools", help="per-call latency of /v2/ai-tool/* vs /v1/recommend (running mesh)"
+    )
+    ba.add_argument(
+        "--url", default="http://127.0.0.1:8000", help="gateway URL (default http://127.0.0.1:8000)"
+    )
+    ba.add_argument("--n", type=int, default=100)
+    ba.add_argument("--json", action="store_true")
+    ba.set_defaults(func=lazy("recmesh.tools.bench.aitools"))
+
+    bc = bench.add_parser(
+        "coldstart", help="process start -> SERVING per service and model size; first request"
+    )
+    bc.add_argument("--json", action="store_true")
+    bc.set_defaults(func=lazy("recmesh.tools.bench.coldstart"))
+
+    br = bench.add_parser("ranker", help="Rank latency p50/p95/p99 against a running ranker")
+    br.add_argument("--addr", help="ranker address (default: RANKER_ADDR)")
+    br.add_argument("--calls", type=int, default=300, help="Rank calls measured (default 300)")
+    br.add_argument("--warmup", type=int, default=30, help="calls first, not measured (default 30)")
+    br.add_argument("--slo-class", default="A", choices=("A", "B", "C"))
+    br.add_argument("--count", type=int, default=10)
+    br.add_argument("--users", type=int, default=2000, help="demo users u0..u(N-1)")
+    br.add_argument("--json", action="store_true")
+    br.set_defaults(func=lazy("recmesh.tools.bench.ranker"))
+
+    be = bench.add_parser("e2e", help="recommend latency, goodput and shed per class as offered load rises")
+    be.add_argument("--gateway", help="URL of a running gateway (default: start a mesh like `recmesh up`)")
+    be.add_argument(
+        "--rates", default="100,200,400,600,800,1200",
+        help="offered requests/s, one step each (default %(default)s); every sweep first runs an "
+        "unreported 2 s warm-up at 50/s and a 20/s class-A step (the unloaded figures)",
+    )  # fmt: skip
+    be.add_argument("--seconds", type=float, default=8.0, help="seconds per step (default 8)")
+    be.add_argument(
+        "--mix", default="A:0.3,B:0.2,C:0.5", help="CLASS:SHARE,... of the requests (default %(default)s)"
+    )
+    be.add_argument("--api-key", default="demo-interactive", help="x-api-key sent with class A requests")
+    be.add_argument("--up-pid", type=int, help="with --gateway: pid of its `recmesh up`, for CPU per process")
+    be.add_argument("--plot", default=".recmesh/bench-e2e.png", help="PNG of latency and goodput vs load")
+    be.add_argument(
+        "--no-baseline", dest="baseline", action="store_false",
+        help="skip the floor (`recmesh bench floor`) run after the sweep for mesh/floor ratios",
+    )  # fmt: skip
+    be.add_argument("--json", action="store_true")
+    be.set_defaults(func=lazy("recmesh.tools.bench.e2e"))
+
+    bt = bench.add_parser(
+        "tls", help="mutual TLS on vs off, same run: unloaded p50 and CPU per recommendation"
+    )
+    bt.add_argument(
+        "--rates", default="100", help="offered requests/s after the 20/s class-A step (default 100)"
+    )
+    bt.add_argument("--seconds", type=float, default=10.0, help="seconds per step (default 10)")
+    bt.add_argument("--rounds", type=int, default=2, help="meshes per mode, alternated on/off (default 2)")
+    bt.add_argument("--mix", default="A:0.3,B:0.2,C:0.5", help="CLASS:SHARE,... (default %(default)s)")
+    bt.add_argument("--api-key", default="demo-interactive", help="x-api-key sent with class A requests")
+    bt.add_argument("--json", action="store_true")
+    bt.set_defaults(func=lazy("recmesh.tools.bench.tls"))
+
+    bf = bench.add_parser("floor", help="the mesh's calls with no work in them: a ceiling for this machine")
+    bf.add_argument(
+        "--rates", default="200,400,800,1200",
+        help="offered requests/s, one step each (default %(default)s), after a warm-up and a 20/s step",
+    )  # fmt: skip
+    bf.add_argument("--seconds", type=float, default=5.0, help="seconds per step (default 5)")
+    bf.add_argument("--json", action="store_true")
+    bf.set_defaults(func=lazy("recmesh.tools.bench.floor"))

@@ -1,0 +1,26 @@
+"""What the command groups share: how a result is printed, and commands whose
+module loads only when they run."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+from collections.abc import Callable
+from typing import Any
+
+
+def print_figures(figures: Any, as_json: bool, text: str) -> None:
+    """A command's result: `text` for a person, or (--json) the figures as
+    one JSON object on the last line, for scripts."""
+    print(json.dumps(figures) if as_json else text)
+
+
+def lazy(module: str) -> Callable[[argparse.Namespace], int]:
+    """A command whose module (and its heavy imports) loads only when it runs."""
+
+    def run(args: argparse.Namespace) -> int:
+        main: Callable[[argparse.Namespace], int] = importlib.import_module(module).main
+        return main(args)
+
+    return run

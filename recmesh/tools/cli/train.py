@@ -1,0 +1,113 @@
+"""`recmesh train`: the model family on a team's event log (or the demo's), and
+with --ranking the served ranking's quality on held-out examples."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from recmesh.errors import InvalidArgument
+from recmesh.tools.cli.common import print_figures
+
+
+def _ranking_dir() -> Path:
+    from recmesh.settings import UpSettings
+
+    return UpSettings().state_dir / "ranking"
+
+
+def _cmd_train(args: argparse.Namespace) -> int:
+    from recmesh.settings import InferenceSettings
+    from recmesh.tools.cli.data import catalog_tables, repository
+    from recmesh.tools.training.train import TrainConfig, build_dataset, train
+
+    fs = repository(args)
+    model_dir = Path(args.model_dir) if args.model_dir else InferenceSettings().model_dir
+    say = (lambda m: print(m, file=sys.stderr, flush=True)) if args.json else print
+    cfg = TrainConfig(seed=args.seed, sessions=args.sessions, epochs=args.epochs)
+    dataset = None
+    split = None
+    if args.ranking and not args.events:
+        raise InvalidArgument(
+            "--ranking needs the event log (--events LOG) to hold users' last examples out of"
+        )
+    if args.events:
+        from recmesh.features.eventlog import sorted_events
+
+        users, items = catalog_tables(fs, args.users, args.items)
+        say(f"replaying {args.events} through repository {fs.name!r} ({fs.version}) for training rows ...")
+        events = sorted_events(Path(args.events), fs.event_schema)
+        if args.ranking:
+            from recmesh.features.backfill import LabelRule
+            from recmesh.tools.training.ranking import leave_last_out
+
+            split = leave_last_out(LabelRule.of(fs), list(events), args.ranking_users, args.seed)
+            say(
+                f"leave-last-out: {len(split.targets)} users' last positive examples held out "
+                f"({split.held_out_events} events; {split.users_with_a_positive} users have one)"
+            )
+            events = iter(split.training)
+            model_dir = _ranking_dir() / "models"
+        dataset = build_dataset(fs, events, users, items)
+        dataset.source = {
+            "events": str(Path(args.events).resolve()),
+            "users": args.users,
+            "items": args.items,
+            **({"held_out": {"users": len(split.targets), "events": split.held_out_events,
+                             "seed": args.seed}} if split else {}),
+        }  # fmt: skip
+    elif not fs.demo:
+        raise InvalidArgument(f"repository {fs.name!r}: give your event log with --events LOG")
+    card = train(cfg, model_dir, fs, dataset, progress=say)
+    figures = {
+        "version": card["version"],
+        **card["metrics"],
+        "rows": card["training_data"]["rows"],
+        "train_seconds": card["train_seconds"],
+    }
+    if split is not None:
+        from recmesh.tools.bench import ranking
+
+        say(
+            f"ranking the held-out examples with the served mesh (model {card['version']} in {model_dir}) ..."
+        )
+        figures["ranking"] = ranking.run(fs, split, model_dir, _ranking_dir() / "mesh", args.k, say)
+        say(ranking.table(figures["ranking"]))
+        say(f"(the model in {model_dir} never saw the held-out examples; train without --ranking "
+            "for the model to serve)")  # fmt: skip
+    print_figures(figures, args.json, f"model {card['version']}: AUC {figures['auc_holdout']} "
+                  f"(offline-only {figures['auc_holdout_offline_only']})")  # fmt: skip
+    return 0
+
+
+def add_commands(sub: Any) -> None:
+    tr = sub.add_parser(
+        "train", help="train the model family on your event log (or the demo's) and export ONNX + model card"
+    )
+    tr.add_argument("--events", help="canonical JSON-lines event log (events import --to log); "
+                    "without it, the demo repository trains on generated demo sessions")  # fmt: skip
+    tr.add_argument("--users", help="users file (default: the repository's users.source)")
+    tr.add_argument("--items", help="items file (default: the repository's items.source)")
+    tr.add_argument("--repository", help="the repository file (default: RECMESH_REPOSITORY, else the demo's)")
+    tr.add_argument("--model-dir", help="default: RECMESH_MODEL_DIR or .recmesh/models")
+    tr.add_argument("--seed", type=int, default=42)
+    tr.add_argument("--sessions", type=int, default=6000, help="demo sessions (without --events)")
+    tr.add_argument("--epochs", type=int, default=4, help="passes over the training rows")
+    tr.add_argument(
+        "--ranking",
+        action="store_true",
+        help="also measure ranking quality: hold each user's last positive example out, train on "
+        "the rest (into <state>/ranking/models, not the served model dir), replay it into a mesh "
+        "and report HR@k and NDCG@k of the served ranking, recall alone and popularity",
+    )
+    tr.add_argument(
+        "--ranking-users",
+        type=int,
+        help="with --ranking: hold out this many users (seeded draw; "
+        "default every user with a positive example)",
+    )
+    tr.add_argument("--k", type=int, default=10, help="with --ranking: the cut-off of HR@k and NDCG@k")
+    tr.add_argument("--json", action="store_true", help="print figures as JSON on the last line")
+    tr.set_defaults(func=_cmd_train)

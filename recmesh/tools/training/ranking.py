@@ -1,0 +1,196 @@
+"""Ranking quality by leave-last-out: the split, the baseline and the metrics.
+
+The split (`leave_last_out`), per user, by time: the user's last positive
+example (an event of the repository's `training.examples` behaviours that its
+`training.label` rule calls positive; ties in time broken by event id, as the
+log is sorted) is the held-out target. Everything the user did from that
+moment on (the target and any later event) is held out of training and of the
+state the ranking is asked from; everything before it, and every event of the
+users not held out, is the training part. The user's history is the items of
+their training-part events: the items they have "rated", which are never
+candidates. The target is ranked as of 1 ms before its event, over every
+catalog item not in the history: a hit when it is among the first k.
+
+Metrics: HR@k (share of targets in the first k) and NDCG@k (1/log2(rank + 2)
+for a hit at 0-based rank, 0 otherwise; one relevant item, so the ideal DCG is
+1). The popularity baseline (`Popularity`) ranks items by how many events of
+the popularity behaviours they had before the as-of time, ties by item id.
+
+These are pure functions over events; recmesh.tools.bench.ranking asks the served
+mesh for its rankings and uses them.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import random
+from collections import Counter
+from collections.abc import Collection, Iterable, Sequence
+from dataclasses import dataclass, field
+
+from recmesh.events import Event
+from recmesh.features.backfill import LabelRule
+
+
+@dataclass(frozen=True)
+class Target:
+    user_id: str
+    item_id: str
+    event_id: str
+    event_time: int
+
+    @property
+    def as_of_ms(self) -> int:
+        return self.event_time - 1
+
+
+@dataclass
+class Split:
+    """Targets (by time), the training part, each target user's history."""
+
+    targets: list[Target]
+    training: list[Event]
+    history: dict[str, set[str]] = field(default_factory=dict)
+    held_out_events: int = 0
+    users_with_a_positive: int = 0
+
+
+def positive_examples(rule: LabelRule, events: Sequence[Event]) -> list[bool]:
+    """Per event (sorted by time): is it an example the label rule calls positive?"""
+    positive = [False] * len(events)
+    if rule.value_field is not None:
+        for n, ev in enumerate(events):
+            if ev.behavior in rule.examples:
+                value = ev.values.get(rule.value_field)
+                positive[n] = value is not None and value >= rule.at_least
+        return positive
+    open_examples: dict[tuple[str, str], list[int]] = {}
+    for n, ev in enumerate(events):
+        key = (ev.user_id, ev.item_id)
+        if ev.behavior in rule.behaviors:
+            for m in open_examples.get(key, ()):
+                prior = events[m]
+                if prior.event_time <= ev.event_time <= prior.event_time + rule.within_ms and (
+                    prior.event_id != ev.event_id
+                ):
+                    positive[m] = True
+        if ev.behavior in rule.examples:
+            held = open_examples.setdefault(key, [])
+            held.append(n)
+            # Examples older than the label window can no longer turn positive.
+            while held and events[held[0]].event_time + rule.within_ms < ev.event_time:
+                held.pop(0)
+    return positive
+
+
+def leave_last_out(
+    rule: LabelRule, events: Sequence[Event], users: int | None = None, seed: int = 0
+) -> Split:
+    """Hold out each user's last positive example and what follows it (module
+    docstring). `users`: hold out only this many users, drawn under `seed`
+    (the others stay whole in the training part); None: every user with a
+    positive example and a history before it."""
+    positive = positive_examples(rule, events)
+    last: dict[str, int] = {}
+    for n, ev in enumerate(events):
+        if positive[n]:
+            last[ev.user_id] = n
+    first_seen: dict[str, int] = {}
+    for n, ev in enumerate(events):
+        first_seen.setdefault(ev.user_id, n)
+    # A user whose target is their first event has no history to rank from.
+    eligible = sorted(u for u, n in last.items() if first_seen[u] < n)
+    chosen = set(eligible if users is None or users >= len(eligible) else
+                 random.Random(seed).sample(eligible, users))  # fmt: skip
+    cut = {u: events[last[u]].event_time for u in chosen}
+    cut_index = {u: last[u] for u in chosen}
+    training: list[Event] = []
+    history: dict[str, set[str]] = {u: set() for u in chosen}
+    held = 0
+    for n, ev in enumerate(events):
+        u = ev.user_id
+        if u in cut_index and (n >= cut_index[u] or ev.event_time >= cut[u]):
+            held += 1
+            if n < cut_index[u]:  # the same moment as the target, before it in the log: history
+                history[u].add(ev.item_id)
+            continue
+        training.append(ev)
+        if u in history:
+            history[u].add(ev.item_id)
+    targets = sorted(
+        (
+            Target(u, events[n].item_id, events[n].event_id, events[n].event_time)
+            for u, n in cut_index.items()
+        ),
+        key=lambda t: (t.event_time, t.user_id),
+    )
+    # The target's own item can be in the history (rated before, rated again): it stays a candidate.
+    for t in targets:
+        history[t.user_id].discard(t.item_id)
+    return Split(targets, training, history, held, len(last))
+
+
+class Popularity:
+    """Item counts of the popularity behaviours, fed in time order."""
+
+    def __init__(self, behaviors: Collection[str]) -> None:
+        self._behaviors = frozenset(behaviors)
+        self.counts: Counter[str] = Counter()
+
+    def add(self, events: Iterable[Event]) -> None:
+        for ev in events:
+            if ev.behavior in self._behaviors:
+                self.counts[ev.item_id] += 1
+
+    def top(self, k: int, exclude: Collection[str]) -> list[str]:
+        # The k best not excluded are among the k + len(exclude) best: no full sort per target.
+        ranked = heapq.nsmallest(k + len(exclude), self.counts.items(), key=lambda kv: (-kv[1], kv[0]))
+        return [i for i, _ in ranked if i not in exclude][:k]
+
+
+def first_k(ranked: Iterable[str], exclude: Collection[str], k: int) -> list[str]:
+    """The first k items of a ranking that are not in `exclude` (the history)."""
+    out: list[str] = []
+    for item in ranked:
+        if item not in exclude and item not in out:
+            out.append(item)
+            if len(out) == k:
+                break
+    return out
+
+
+@dataclass
+class Quality:
+    """HR@k and NDCG@k of one ranker over the targets it was asked about."""
+
+    k: int
+    hits: int = 0
+    dcg: float = 0.0
+    asked: int = 0
+    found: int = 0  # the target anywhere in the returned ranking (recall of the candidate list)
+
+    def add(self, target_item: str, ranked: Sequence[str], full: Sequence[str] | None = None) -> None:
+        """`ranked`: the first k (history removed); `full`: the whole returned list."""
+        self.asked += 1
+        if target_item in (full if full is not None else ranked):
+            self.found += 1
+        if target_item in ranked[: self.k]:
+            self.hits += 1
+            self.dcg += 1.0 / math.log2(ranked.index(target_item) + 2)
+
+    @property
+    def hr(self) -> float:
+        return self.hits / self.asked if self.asked else float("nan")
+
+    @property
+    def ndcg(self) -> float:
+        return self.dcg / self.asked if self.asked else float("nan")
+
+    def to_json(self) -> dict[str, float | int]:
+        return {
+            f"hr@{self.k}": round(self.hr, 4),
+            f"ndcg@{self.k}": round(self.ndcg, 4),
+            "targets": self.asked,
+            "target_in_list": round(self.found / self.asked, 4) if self.asked else float("nan"),
+        }

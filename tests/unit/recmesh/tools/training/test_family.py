@@ -1,0 +1,238 @@
+"""The embedding model family: ONNX exports match the NumPy model per variant,
+training is deterministic, prefixes and masks really shrink each variant.
+
+The family is generic over its inputs' layout (vectorize.Transform roles), so
+these tests build a small synthetic set of transforms rather than the demo's."""
+
+from __future__ import annotations
+
+import numpy as np
+import numpy.typing as npt
+import onnxruntime as ort
+
+from recmesh.features.vectorize import Transform
+from recmesh.tools.training.family import (
+    Layout,
+    Variant,
+    auc,
+    choose_level2_dim,
+    make_variants,
+    offline_only,
+    pick_level1,
+    to_onnx,
+    train_family,
+    trained_configs,
+    variant_weights,
+)
+
+F32 = npt.NDArray[np.float32]
+CATS = ("news", "food", "music", "sports", "travel", "tech")
+BUCKETS = 512
+TRANSFORMS = (
+    Transform("value", "ctr", "item", "i_ctr"),
+    Transform("value", "n1", "user", "u_noise1"),
+    Transform("log1p", "n2", "item", "i_noise2"),
+    Transform("value", "n3", "user", "u_noise3"),
+    Transform("value", "n4", "item", "i_noise4"),
+    Transform("share", "cat_clicks", "user", "u_share", of="category"),  # dense, reads both sides
+    Transform("one_hot", "category", "item", "i_category", vocabulary=CATS, role="item_attr"),
+    Transform("distribution", "cat_clicks", "user", "u_intent", vocabulary=CATS, role="intent"),
+    Transform("hash_bucket", "item_id", "item", "i_id_bucket", buckets=BUCKETS, role="item_id"),
+)
+LAYOUT = Layout.of(TRANSFORMS)
+
+
+def col(name: str) -> int:
+    return LAYOUT.columns.index(name)
+
+
+def synthetic(n: int, seed: int) -> tuple[F32, F32]:
+    """Rows in LAYOUT: dense noise, valid ids, a one-hot category and category
+    shares; the label depends on a dense column and on the user's share of the
+    item's category."""
+    rng = np.random.default_rng(seed)
+    x = rng.random((n, len(LAYOUT.columns))).astype(np.float32)
+    cats = rng.integers(0, len(CATS), n)
+    x[:, col("i_id_bucket")] = rng.integers(0, BUCKETS, n)
+    attr = list(LAYOUT.attr_cols)
+    x[:, attr] = 0.0
+    x[np.arange(n), np.array(attr)[cats]] = 1.0
+    shares = rng.dirichlet(np.ones(len(CATS)), n).astype(np.float32)
+    x[:, list(LAYOUT.intent_cols)] = shares
+    match = shares[np.arange(n), cats]
+    x[:, col("u_share")] = match
+    logit = 3 * (x[:, col("i_ctr")] - 0.5) + 8 * (match - match.mean())
+    y = (rng.random(n) < 1 / (1 + np.exp(-logit))).astype(np.float32)
+    return x, y
+
+
+def test_layout_follows_the_roles() -> None:
+    assert LAYOUT.columns[:6] == ("i_ctr", "u_noise1", "i_noise2", "u_noise3", "i_noise4", "u_share")
+    assert LAYOUT.dense == LAYOUT.columns[:6] and LAYOUT.cross_dense == ("u_share",)
+    assert LAYOUT.attr_cols == tuple(range(6, 12)) and LAYOUT.intent_cols == tuple(range(12, 18))
+    assert (LAYOUT.id_col, LAYOUT.buckets) == (18, BUCKETS) and LAYOUT.has_cross
+    assert LAYOUT.columns[6] == "i_category=news" and LAYOUT.columns[12] == "u_intent=news"
+
+
+def test_auc_matches_definition() -> None:
+    y = np.array([0, 0, 1, 1], np.float32)
+    assert auc(y, np.array([0.1, 0.4, 0.35, 0.8], np.float32)) == 0.75
+    assert auc(y, np.array([0.5, 0.5, 0.5, 0.5], np.float32)) == 0.5
+    assert np.isnan(auc(np.ones(3, np.float32), np.array([0.1, 0.2, 0.3], np.float32)))
+
+
+def test_level1_keeps_the_more_predictive_half() -> None:
+    x, y = synthetic(3000, 0)
+    level1 = pick_level1(x, y, LAYOUT)
+    assert len(level1) == len(LAYOUT.dense) // 2
+    assert {"i_ctr", "u_share"} <= set(level1)  # the planted signal
+    assert list(level1) == [c for c in LAYOUT.dense if c in level1]  # layout order
+
+
+def _variants(x: F32, y: F32) -> tuple[Variant, ...]:
+    return make_variants(LAYOUT, pick_level1(x, y, LAYOUT))
+
+
+def test_training_is_deterministic_and_every_export_matches_numpy() -> None:
+    x, y = synthetic(3000, 0)
+    variants = _variants(x, y)
+    configs = trained_configs(variants)
+    a = train_family(x, y, LAYOUT, configs, epochs=2, seed=3)
+    b = train_family(x, y, LAYOUT, configs, epochs=2, seed=3)
+    for key, value in a.params.items():
+        assert np.array_equal(value, b.params[key]), key
+    c = train_family(x, y, LAYOUT, configs, epochs=2, seed=4)
+    assert not np.array_equal(a.params["w_dense"], c.params["w_dense"])  # the seed matters
+    probe = x[:64].copy()
+    probe[0, col("i_id_bucket")] = 1e9  # out-of-range ids are clipped, never an error
+    probe[1, col("i_id_bucket")] = -5
+    for variant in (*variants, offline_only(LAYOUT, {"i_ctr"})):
+        session = ort.InferenceSession(
+            to_onnx(a, variant).SerializeToString(), providers=["CPUExecutionProvider"]
+        )
+        got = session.run(None, {"features": probe})[0]
+        assert got.shape == (64,)
+        np.testing.assert_allclose(got, a.predict(probe, variant), rtol=1e-4, atol=1e-5)
+    assert auc(y, a.predict(x, variants[0])) > 0.65  # learns the planted signal (chance is 0.5)
+
+
+def test_variants_carry_only_what_they_use() -> None:
+    x, y = synthetic(500, 1)
+    variants = _variants(x, y)
+    model = train_family(x, y, LAYOUT, trained_configs(variants), epochs=1)
+    full, sampled, small, nocross = (variant_weights(model, v) for v in variants)
+    assert [v.dim for v in variants] == [128, 128, 32, 8]
+    assert [v.cross for v in variants] == [True, True, True, False]
+    assert full["e_item"].shape == (BUCKETS, 128) and small["e_item"].shape == (BUCKETS, 32)
+    assert full["e_cat"].shape == (len(CATS), 128) and nocross["e_cat"].shape == (len(CATS), 8)
+    assert full["u_cat"].shape == (len(CATS), 128) and small["u_cat"].shape == (len(CATS), 32)
+    assert nocross["e_item"].shape == (BUCKETS, 8) and "u_cat" not in nocross and "w_cross" not in nocross
+    assert sampled["w_dense"].shape[0] == len(variants[1].dense) == full["w_dense"].shape[0] // 2
+    # Level 3 also drops the dense columns that read both sides.
+    assert "u_share" in variants[2].dense and "u_share" not in variants[3].dense
+    assert nocross["w_dense"].shape[0] == len(variants[2].dense) - 1
+    # A prefix is a slice of the one trained table, not a separate model.
+    assert np.array_equal(small["e_item"], full["e_item"][:, :32])
+    assert np.array_equal(nocross["e_cat"], full["e_cat"][:, :8])
+    # The graphs shrink with them.
+    sizes = [len(to_onnx(model, v).SerializeToString()) for v in variants]
+    assert sizes[0] > sizes[1] > sizes[2] > sizes[3]
+
+
+def test_trained_configs_add_the_level1_prefixes() -> None:
+    x, y = synthetic(500, 2)
+    variants = _variants(x, y)
+    configs = trained_configs(variants)
+    assert [(c.level, c.dim) for c in configs] == [(0, 128), (1, 128), (2, 32), (2, 16), (2, 8), (3, 8)]
+    assert all(c.dense == variants[1].dense for c in configs[1:5])
+
+
+def test_level2_serves_the_smallest_prefix_the_data_supports() -> None:
+    assert choose_level2_dim({128: 0.880, 32: 0.879, 16: 0.877, 8: 0.84}) == 16
+    assert choose_level2_dim({128: 0.880, 32: 0.86, 16: 0.85, 8: 0.84}) == 128
+    assert choose_level2_dim({128: float("nan"), 32: float("nan")}) == 128  # one class: keep the full size
+
+
+def test_the_history_embedding_learns_item_to_item_and_exports() -> None:
+    """Items fall in 8 clusters of buckets; a user's recent items come from one
+    cluster and they pick items of it. Only the history vector can see that:
+    with it the family learns it, without it it cannot; the ONNX graph
+    matches NumPy, short histories (-1 past the end) included."""
+    history = Transform(
+        "id_sequence", "recent", "user", "u_recent", buckets=BUCKETS, length=5, role="history"
+    )
+    transforms = (TRANSFORMS[0], TRANSFORMS[-1], history)
+    layout = Layout.of(transforms)
+    assert layout.history_cols == (2, 3, 4, 5, 6) and layout.has_history and layout.has_cross
+    rng = np.random.default_rng(7)
+    n, per = 6000, BUCKETS // 8
+    cluster = rng.integers(0, 8, n)
+    x = np.full((n, len(layout.columns)), -1.0, np.float32)
+    x[:, 0] = rng.random(n)
+    same = rng.random(n) < 0.5
+    item_cluster = np.where(same, cluster, (cluster + rng.integers(1, 8, n)) % 8)
+    x[:, 1] = item_cluster * per + rng.integers(0, per, n)
+    lengths = rng.integers(1, 6, n)
+    for r in range(n):
+        x[r, 2 : 2 + lengths[r]] = cluster[r] * per + rng.integers(0, per, lengths[r])
+    y = (rng.random(n) < np.where(same, 0.8, 0.1)).astype(np.float32)
+    variants = make_variants(layout, pick_level1(x, y, layout))
+    configs = trained_configs(variants)
+    model = train_family(
+        x[:5000], y[:5000], layout, configs, epochs=20, batch_size=512, lr=0.03, l2_embedding=1e-4, seed=1
+    )
+    with_history, without = variants[1], variants[3]
+    assert with_history.cross and not without.cross
+    assert auc(y[5000:], model.predict(x[5000:], with_history)) > 0.65
+    assert auc(y[5000:], model.predict(x[5000:], without)) < 0.58
+    session = ort.InferenceSession(
+        to_onnx(model, with_history).SerializeToString(), providers=["CPUExecutionProvider"]
+    )
+    np.testing.assert_allclose(
+        session.run(None, {"features": x[:64]})[0], model.predict(x[:64], with_history), rtol=1e-4, atol=1e-5
+    )
+
+
+def test_offline_only_drops_realtime_columns_and_the_cross() -> None:
+    base = offline_only(LAYOUT, {"i_ctr", "u_share"})
+    assert base.dense == ("u_noise1", "i_noise2", "u_noise3", "i_noise4") and not base.cross
+
+
+def test_a_layout_without_attribute_or_intent_has_no_cross() -> None:
+    transforms = (*TRANSFORMS[:5], TRANSFORMS[-1])
+    layout = Layout.of(transforms)
+    assert not layout.has_cross and layout.attr_cols == () and layout.intent_cols == ()
+    rng = np.random.default_rng(5)
+    x = rng.random((400, len(layout.columns))).astype(np.float32)
+    x[:, layout.id_col or 0] = rng.integers(0, BUCKETS, 400)
+    y = (x[:, 0] > 0.5).astype(np.float32)
+    variants = make_variants(layout, pick_level1(x, y, layout))
+    assert not any(v.cross for v in variants)
+    model = train_family(x, y, layout, trained_configs(variants), epochs=1)
+    assert "e_cat" not in variant_weights(model, variants[0])
+    session = ort.InferenceSession(
+        to_onnx(model, variants[3]).SerializeToString(), providers=["CPUExecutionProvider"]
+    )
+    np.testing.assert_allclose(
+        session.run(None, {"features": x[:16]})[0], model.predict(x[:16], variants[3]), rtol=1e-4, atol=1e-5
+    )
+
+
+def test_masked_columns_do_not_change_a_variants_score() -> None:
+    """A variant reads only its own dense columns (and the cross only when it has
+    one): changing the others leaves its scores alone, while the full model moves."""
+    x, y = synthetic(600, 3)
+    variants = _variants(x, y)
+    model = train_family(x, y, LAYOUT, trained_configs(variants), epochs=1)
+    full, nocross = variants[0], variants[3]
+    dropped = [c for c in LAYOUT.dense if c not in nocross.dense]
+    assert dropped
+    changed = x[:32].copy()
+    for c in dropped:
+        changed[:, col(c)] += 10.0
+    np.testing.assert_array_equal(model.predict(changed, nocross), model.predict(x[:32], nocross))
+    assert not np.allclose(model.predict(changed, full), model.predict(x[:32], full))
+    shuffled = x[:32].copy()
+    shuffled[:, list(LAYOUT.intent_cols)] = shuffled[::-1][:, list(LAYOUT.intent_cols)]
+    np.testing.assert_array_equal(model.predict(shuffled, nocross), model.predict(x[:32], nocross))
+    assert not np.allclose(model.predict(shuffled, full), model.predict(x[:32], full))

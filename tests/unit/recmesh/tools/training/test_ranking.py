@@ -1,0 +1,76 @@
+"""recmesh.tools.training.ranking: the leave-last-out split, popularity and HR/NDCG."""
+
+from __future__ import annotations
+
+import math
+
+from recmesh.events import Event
+from recmesh.features.backfill import LabelRule
+from recmesh.tools.training.ranking import Popularity, Quality, first_k, leave_last_out, positive_examples
+
+RATING = LabelRule(value_field="rating", at_least=4.0, examples=frozenset({"view"}))
+CLICK = LabelRule(behaviors=frozenset({"click"}), within_ms=1000, examples=frozenset({"view"}))
+
+
+def ev(n: int, user: str, item: str, t: int, behavior: str = "view", rating: float | None = None) -> Event:
+    e = Event.model_construct(
+        event_id=f"e{n:03d}", user_id=user, item_id=item, behavior=behavior, event_time=t
+    )
+    return e if rating is None else e.with_values({"rating": rating})
+
+
+def test_positives_by_value_and_by_a_later_behaviour() -> None:
+    rated = [ev(1, "u1", "a", 1, rating=5), ev(2, "u1", "b", 2, rating=3), ev(3, "u1", "c", 3, "click")]
+    assert positive_examples(RATING, rated) == [True, False, False]
+    log = [
+        ev(1, "u1", "a", 1_000),
+        ev(2, "u1", "b", 1_100),
+        ev(3, "u1", "a", 1_500, "click"),  # within 1 s of the view of a
+        ev(4, "u1", "b", 2_200, "click"),  # 1.1 s after the view of b: too late
+    ]
+    assert positive_examples(CLICK, log) == [True, False, False, False]
+
+
+def test_leave_last_out_holds_out_the_last_positive_and_what_follows() -> None:
+    log = [
+        ev(1, "u1", "a", 10, rating=5),
+        ev(2, "u2", "a", 15, rating=4),
+        ev(3, "u1", "b", 20, rating=2),
+        ev(4, "u1", "c", 30, rating=4),  # u1's target
+        ev(5, "u2", "d", 35, rating=5),  # u2's target
+        ev(6, "u1", "d", 40, rating=1),  # after u1's target: held out, not history
+        ev(7, "u3", "a", 50, rating=5),  # u3: the only event is the positive, no history
+    ]
+    split = leave_last_out(RATING, log)
+    assert [(t.user_id, t.item_id, t.as_of_ms) for t in split.targets] == [("u1", "c", 29), ("u2", "d", 34)]
+    assert [e.event_id for e in split.training] == ["e001", "e002", "e003", "e007"]
+    assert split.history == {"u1": {"a", "b"}, "u2": {"a"}}
+    assert split.held_out_events == 3
+    assert split.users_with_a_positive == 3
+
+
+def test_a_drawn_subset_is_deterministic_and_leaves_the_rest_whole() -> None:
+    log = [ev(n, f"u{n % 7}", f"i{n}", n * 10, rating=5) for n in range(70)]
+    one = leave_last_out(RATING, log, users=3, seed=4)
+    two = leave_last_out(RATING, log, users=3, seed=4)
+    assert [t.user_id for t in one.targets] == [t.user_id for t in two.targets]
+    assert len(one.targets) == 3
+    assert len(one.training) == 70 - 3
+
+
+def test_popularity_counts_only_its_behaviours_and_skips_the_history() -> None:
+    pop = Popularity({"view"})
+    pop.add([ev(1, "u", "a", 1), ev(2, "v", "a", 2), ev(3, "u", "b", 3), ev(4, "u", "c", 4, "click")])
+    assert pop.top(2, exclude=set()) == ["a", "b"]
+    assert pop.top(2, exclude={"a"}) == ["b"]
+
+
+def test_hit_rate_and_ndcg() -> None:
+    q = Quality(k=3)
+    q.add("x", ["x", "y", "z"])  # rank 0: 1
+    q.add("z", ["x", "y", "z"])  # rank 2: 1/log2(4) = 0.5
+    q.add("w", ["x", "y", "z"], full=["x", "y", "z", "w"])  # a miss, though in the list
+    assert q.hr == 2 / 3
+    assert math.isclose(q.ndcg, 1.5 / 3)
+    assert q.to_json()["target_in_list"] == 1.0
+    assert first_k(["a", "b", "a", "c", "d"], exclude={"b"}, k=2) == ["a", "c"]
