@@ -22,6 +22,7 @@ import structlog
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from recmesh.errors import CircuitOpen, DeadlineExceeded, RecmeshError, Unavailable, from_grpc
+from recmesh.metadata import SKIP_HEADER, SLO_HEADER, SUGGESTED_LEVEL_KEY
 from recmesh.resilience import (
     BreakerState,
     CircuitBreaker,
@@ -32,7 +33,6 @@ from recmesh.resilience import (
     remaining_s,
 )
 from recmesh.security import open_secure_channel
-from recmesh.slo import SLO_HEADER
 from recmesh.telemetry import (
     CIRCUIT_OPENED,
     CIRCUIT_STATE,
@@ -392,10 +392,6 @@ class FeatureClient(GrpcClient):
         return {c.category: [(i.item_id, i.score) for i in c.items] for c in resp.categories}
 
 
-SUGGESTED_LEVEL_KEY = "x-recmesh-suggested-level"
-# Request metadata: comma-separated dependencies the callee must not call, e.g.
-# "inference" when the gateway presumes it scaled to zero (services/gateway/cold.py).
-SKIP_HEADER = "x-recmesh-skip"
 # The model_version of a ranking left in recall order (nothing scored it).
 UNSCORED_MODEL = "recall"
 
@@ -501,7 +497,6 @@ class RankerClient(GrpcClient):
 
 __all__ = [
     "BREAKER_FAILURES",
-    "SKIP_HEADER",
     "Embedded",
     "FeatureClient",
     "GrpcClient",

@@ -45,8 +45,9 @@ from opentelemetry.trace import Link, Span, SpanKind, Status, StatusCode
 from prometheus_client import Counter, Gauge, Histogram
 
 from recmesh.errors import DeadlineExceeded, RecmeshError
+from recmesh.metadata import RETRY_AFTER_HEADER, SLO_HEADER
 from recmesh.resilience import UNKNOWN_CLASS, current_slo_class, remaining_s, request_scope
-from recmesh.slo import DEFAULT_CLASSES, SLO_HEADER
+from recmesh.slo import DEFAULT_CLASSES
 
 LATENCY_BUCKETS = (
     0.0005, 0.001, 0.002, 0.003, 0.004, 0.005, 0.0075, 0.01, 0.0125, 0.015, 0.02, 0.025,
@@ -734,7 +735,7 @@ class RequestInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
                 _log.info("request_failed", method=method, code=code, error=str(err))
                 retry_after = getattr(err, "retry_after_s", None)
                 if retry_after is not None:  # when to retry, and in which class, as REST's 429 says
-                    trailers = (("retry-after", str(retry_after)), (SLO_HEADER, slo_class))
+                    trailers = ((RETRY_AFTER_HEADER, str(retry_after)), (SLO_HEADER, slo_class))
                     context.set_trailing_metadata(trailers)
                 await context.abort(err.grpc_code, str(err))
             except Exception as err:

@@ -22,14 +22,11 @@ from opentelemetry import trace
 from recmesh.admission import AdmissionGate
 from recmesh.clients import UNSCORED_MODEL, FeatureClient, RankerClient
 from recmesh.errors import DeadlineExceeded, InvalidArgument, RecmeshError, Unauthenticated, Unavailable
+from recmesh.metadata import API_KEY_HEADER, SLO_HEADER, TIER_HEADER, TOKEN_BUDGET_HEADER
 from recmesh.resilience import remaining_s, request_scope
 from recmesh.settings import GatewaySettings
 from recmesh.slo import (
-    API_KEY_HEADER,
     DEFAULT_CLASSES,
-    SLO_HEADER,
-    TIER_HEADER,
-    TOKEN_BUDGET_HEADER,
     ClassDecision,
     Entitlement,
     SloClass,
