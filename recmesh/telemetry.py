@@ -609,7 +609,7 @@ def _rpc_attributes(full_method: str, slo_class: str) -> dict[str, str | int]:
 @contextmanager
 def grpc_client_span(full_method: str, slo_class: str) -> Iterator[tuple[Span, list[tuple[str, str]]]]:
     """The CLIENT span of one outbound call and the metadata that carries its
-    context (`traceparent`) to the callee. recmesh.clients opens it around each
+    context (`traceparent`) to the callee. recmesh.clients.base opens it around each
     attempt instead of a channel interceptor: grpc.aio runs every intercepted
     call through an extra task and wrapper call object, about a third of a
     call's client-side CPU on this box."""

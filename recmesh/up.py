@@ -23,7 +23,7 @@ from pathlib import Path
 
 import httpx
 
-from recmesh.clients import HealthProbe
+from recmesh.clients.base import HealthProbe
 from recmesh.embedded import (
     ManagedProcess,
     broker_process,

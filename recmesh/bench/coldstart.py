@@ -23,7 +23,10 @@ import httpx
 
 from recmesh.bench.common import emit, free_port, infrastructure, plaintext_unless_set
 from recmesh.bench.inference import schema
-from recmesh.clients import FeatureClient, HealthProbe, InferenceClient, RankerClient
+from recmesh.clients.base import HealthProbe
+from recmesh.clients.feature import FeatureClient
+from recmesh.clients.inference import InferenceClient
+from recmesh.clients.ranker import RankerClient
 from recmesh.demo.generate import make_catalog, offline_rows
 from recmesh.features.repository import DEMO_REPOSITORY, load_repository
 from recmesh.redis_client import connect

@@ -28,7 +28,7 @@ import numpy as np
 
 from recmesh.bench.common import emit, percentile, plaintext_unless_set
 from recmesh.bench.inference import _start
-from recmesh.clients import InferenceClient
+from recmesh.clients.inference import InferenceClient
 from recmesh.errors import FailedPrecondition
 from recmesh.features.repository import FeatureSet, resolve_repository
 from recmesh.features.vectorize import transforms_from_card

@@ -26,7 +26,8 @@ import orjson
 from aiokafka import AIOKafkaProducer
 
 from recmesh.bench.common import Infra, emit, free_port, infrastructure, percentile, plaintext_unless_set
-from recmesh.clients import FeatureClient, ResiliencePolicy
+from recmesh.clients.base import ResiliencePolicy
+from recmesh.clients.feature import FeatureClient
 from recmesh.demo.generate import make_catalog, offline_rows
 from recmesh.events import Event
 from recmesh.features import keys

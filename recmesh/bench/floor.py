@@ -37,7 +37,7 @@ from recmesh.bench.common import emit
 from recmesh.bench.e2e import parse_rates, sweep, table
 from recmesh.bench.loadgen import StepResult
 from recmesh.bench.proccpu import CpuMeter
-from recmesh.clients import open_channel
+from recmesh.clients.base import open_channel
 from recmesh.embedded import ManagedProcess, free_port, wait_tcp
 from recmesh.grpcserver import GRPC_OPTIONS, wait_for_shutdown_signal
 

@@ -14,7 +14,7 @@ from collections import Counter
 from typing import Any
 
 from recmesh.bench.common import emit, percentile
-from recmesh.clients import RankerClient
+from recmesh.clients.ranker import RankerClient
 from recmesh.errors import RecmeshError
 from recmesh.resilience import request_scope
 from recmesh.settings import configured_classes

@@ -32,7 +32,7 @@ from typing import Any
 
 from recmesh.bench.common import infrastructure
 from recmesh.bench.e2e import started_mesh
-from recmesh.clients import RankerClient
+from recmesh.clients.ranker import RankerClient
 from recmesh.errors import RecmeshError
 from recmesh.events import Event
 from recmesh.features.backfill import LabelRule

@@ -366,7 +366,7 @@ def catalog_tables(
 
 
 async def _features_get(args: argparse.Namespace) -> dict[str, Any]:
-    from recmesh.clients import FeatureClient
+    from recmesh.clients.feature import FeatureClient
     from recmesh.features.wire import row_to_json, table_to_json
     from recmesh.settings import RankerSettings
 

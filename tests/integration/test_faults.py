@@ -18,7 +18,9 @@ import pytest
 import redis.asyncio as redis
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
-from recmesh.clients import FeatureClient, InferenceClient, RankerClient
+from recmesh.clients.feature import FeatureClient
+from recmesh.clients.inference import InferenceClient
+from recmesh.clients.ranker import RankerClient
 from recmesh.demo.generate import make_catalog, offline_rows
 from recmesh.embedded import ManagedProcess, broker_process, ensure_topics, redis_process, wait_tcp
 from recmesh.features import keys

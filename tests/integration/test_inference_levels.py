@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from recmesh.bench.degrade import holdout
-from recmesh.clients import InferenceClient
+from recmesh.clients.inference import InferenceClient
 from recmesh.errors import InvalidArgument
 from recmesh.features.repository import FeatureSet
 from recmesh.modeldir import LEVELS, current_model, variant_file

@@ -22,7 +22,9 @@ import pytest
 from aiokafka import AIOKafkaProducer
 
 from recmesh.cli import main as cli_main
-from recmesh.clients import FeatureClient, InferenceClient, RankerClient
+from recmesh.clients.feature import FeatureClient
+from recmesh.clients.inference import InferenceClient
+from recmesh.clients.ranker import RankerClient
 from recmesh.commands.datasets import fetch
 from recmesh.embedded import ensure_topics
 from recmesh.features.repository import FeatureSet, load_repository

@@ -14,7 +14,7 @@ import redis.asyncio as redis
 from aiokafka import AIOKafkaProducer
 
 from recmesh.cli import main as cli_main
-from recmesh.clients import FeatureClient
+from recmesh.clients.feature import FeatureClient
 from recmesh.demo.generate import generate_events, make_catalog, offline_rows
 from recmesh.embedded import ensure_topics
 from recmesh.events import Event
