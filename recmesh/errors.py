@@ -1,7 +1,7 @@
 """The recmesh error hierarchy.
 
 Each error knows its gRPC status code and HTTP status, so transports translate
-it once at their boundary: the gRPC server interceptor (telemetry.py), the
+it once at their boundary: the gRPC server interceptor (grpcserver.py), the
 gateway's exception handler, and the client wrappers (recmesh/clients/base.py), which turn
 `grpc.aio.AioRpcError` back into these classes.
 """
