@@ -21,7 +21,7 @@ __all__ = ["card_schema", "free_port", "poll_until", "write_events"]
 
 async def write_events(store: FeatureStore, events: Sequence[Event]) -> WriteResult:
     """Events through the one write path (as the ingest consumer writes them)."""
-    writer = EventWriter(store.client, store.feature_set, store.attributes)
+    writer = EventWriter(store.client, store.feature_set, store.offline.attributes)
     return await writer.apply(sorted(events, key=lambda e: e.event_time))
 
 

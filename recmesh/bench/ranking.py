@@ -94,7 +94,7 @@ async def _replay_and_rank(
     degraded: dict[str, Counter[str]] = {"served": Counter(), "recall_alone": Counter()}
     budget_s = configured_classes()[SLO_CLASS].budget_ms / 1000
     client = connect(redis_url, 8)
-    writer = EventWriter(client, fs, FeatureStore(client, fs).attributes)
+    writer = EventWriter(client, fs, FeatureStore(client, fs).offline.attributes)
     ranker = RankerClient(ranker_addr, "ranking-eval", plaintext=True)
     events, written, replay_s, rank_s = split.training, 0, 0.0, 0.0
     try:

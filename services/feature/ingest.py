@@ -160,7 +160,7 @@ class Ingestor:
         self._store = store
         fs = store.feature_set
         self._schema = fs.event_schema
-        self._writer = writer or EventWriter(store.client, fs, store.attributes)
+        self._writer = writer or EventWriter(store.client, fs, store.offline.attributes)
         self._consumer = consumer
         self._producer = producer
         self._marks = Watermarks(settings.allowed_lateness_ms, fs.retention_ms)

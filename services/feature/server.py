@@ -83,7 +83,7 @@ class FeatureServicer(features_pb2_grpc.FeatureServiceServicer):
                 item_ids=item_ids,
                 lookup=lookup,
             )
-        cache = self._store.item_cache
+        cache = self._store.offline.item_cache
         total = cache.hits + cache.misses
         if total:
             ITEM_CACHE_HIT_RATIO.set(cache.hits / total)

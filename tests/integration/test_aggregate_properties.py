@@ -232,7 +232,7 @@ async def _online(
         await client.flushdb()
         await load_catalog(client, FS, [], [(i, {"tags": CATEGORIES[i]}) for i in ITEMS])
         store = FeatureStore(client, FS, static_ttl_s=600.0)  # no background re-reads past the loop
-        writer = EventWriter(client, FS, store.attributes)
+        writer = EventWriter(client, FS, store.offline.attributes)
         for batch in batches(arrivals, cuts):
             if batch:
                 await writer.apply([e.event() for e in batch])
