@@ -277,10 +277,10 @@ class Mesh:
 
     async def send_demo_events(self, count: int) -> int:
         from recmesh.demo.live import demo_events
-        from recmesh.producer import produce
+        from recmesh.producer import produce_events
 
         events = demo_events(count, seed=int(time.time()) % 10_000)
-        await produce(self.kafka, self.s.events_topic, events)
+        await produce_events(self.kafka, self.s.events_topic, events)
         return len(events)
 
     def write_cli_env(self) -> Path:
