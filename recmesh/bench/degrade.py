@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from recmesh.bench.common import emit, percentile, plaintext_unless_set
+from recmesh.bench.common import emit, plaintext_unless_set
 from recmesh.bench.inference import _start
 from recmesh.clients.inference import InferenceClient
 from recmesh.errors import FailedPrecondition
@@ -34,6 +34,7 @@ from recmesh.features.repository import FeatureSet, resolve_repository
 from recmesh.features.vectorize import transforms_from_card
 from recmesh.modeldir import current_model
 from recmesh.settings import CommonSettings, InferenceSettings
+from recmesh.stats import percentile
 from recmesh.training.family import auc
 from recmesh.training.train import TrainConfig, build_dataset, demo_dataset, train
 from services.inference.model import load, load_variant, session_options

@@ -12,10 +12,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from recmesh.bench.common import emit, percentile
+from recmesh.bench.common import emit
 from recmesh.embedding.encoder import TextEncoder
 from recmesh.embedding.export import export
 from recmesh.modeldir import EMBEDDER_DIR
+from recmesh.stats import percentile
 
 
 def _texts(n: int) -> list[str]:

@@ -24,7 +24,7 @@ from typing import Any
 
 import orjson
 
-from recmesh.bench.common import Infra, emit, free_port, infrastructure, percentile, plaintext_unless_set
+from recmesh.bench.common import Infra, emit, free_port, infrastructure, plaintext_unless_set
 from recmesh.clients.base import ResiliencePolicy
 from recmesh.clients.feature import FeatureClient
 from recmesh.demo.generate import make_catalog, offline_rows
@@ -34,6 +34,7 @@ from recmesh.features.repository import DEMO_REPOSITORY, FeatureSet, load_reposi
 from recmesh.producer import make_producer
 from recmesh.redis_client import connect
 from recmesh.settings import IngestSettings
+from recmesh.stats import percentile
 from services.feature.catalog import load_catalog
 from services.feature.ingest import running
 from services.feature.store import FeatureStore

@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 
 import orjson
 
-from recmesh.bench.common import percentile
 from recmesh.settings import configured_classes
+from recmesh.stats import percentile
 
 REQUEST_TIMEOUT_S = 5.0
 
