@@ -181,22 +181,13 @@ class FeatureStore:
     version the look-up reads in the same round trip), which also answers the
     write path's enrichment."""
 
-    def __init__(
-        self,
-        client: AnyRedis,
-        fs: FeatureSet,
-        *,
-        static_ttl_s: float = 5.0,
-        profile_ttl_s: float = 60.0,
-        cache_entries: int = 200_000,
-    ) -> None:
+    def __init__(self, client: AnyRedis, fs: FeatureSet, *, offline: OfflineCache | None = None) -> None:
+        """`offline`: the offline-feature cache (default: one on `client` with its default TTLs)."""
         self._redis = client
         self._fs = fs
         self._plan = _Plan(fs)
         self._cluster = isinstance(client, RedisCluster)
-        self.offline = OfflineCache(
-            client, fs, static_ttl_s=static_ttl_s, profile_ttl_s=profile_ttl_s, cache_entries=cache_entries
-        )
+        self.offline = offline or OfflineCache(client, fs)
         self._item_sha: str | None = None
 
     @property

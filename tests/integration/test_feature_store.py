@@ -17,6 +17,7 @@ from recmesh.features.backfill import ReplayState
 from recmesh.features.repository import DEMO_REPOSITORY, FeatureSet, load_repository
 from recmesh.redis_client import AnyRedis, connect
 from services.feature.catalog import load_catalog
+from services.feature.offline_cache import OfflineCache
 from services.feature.store import FeatureStore
 from services.feature.writer import EventWriter
 from tests.helpers import poll_until, write_events
@@ -40,7 +41,8 @@ ITEMS = [("i1", {"category": "news", "length": 60, "author_level": 2, "popularit
 async def loaded_store(
     client: redis.Redis, static_ttl_s: float = 5.0, profile_ttl_s: float = 60.0
 ) -> FeatureStore:
-    store = FeatureStore(client, FS, static_ttl_s=static_ttl_s, profile_ttl_s=profile_ttl_s)
+    offline = OfflineCache(client, FS, static_ttl_s=static_ttl_s, profile_ttl_s=profile_ttl_s)
+    store = FeatureStore(client, FS, offline=offline)
     await store.prepare()
     await load_catalog(client, FS, USERS, ITEMS)  # type: ignore[arg-type]
     return store
@@ -195,8 +197,7 @@ async def test_redis_down_falls_back_to_cached_offline_features(redis_client: re
     store = await loaded_store(redis_client)
     await store.lookup("u1", ["i1"], T0, timeout_s=1.0)  # warms the offline caches
     dead = connect("redis://127.0.0.1:1/0", 4)
-    broken = FeatureStore(dead, FS)
-    broken.offline = store.offline
+    broken = FeatureStore(dead, FS, offline=store.offline)
     got = await broken.lookup("u1", ["i1", "i2"], T0, timeout_s=0.5)
     assert got.degraded == ["realtime_store_unavailable"]
     assert got.user["clicks_5m"] == (0, "default", -1)

@@ -18,7 +18,7 @@ from recmesh.errors import CircuitOpen, DeadlineExceeded, InvalidArgument, Recme
 from recmesh.metadata import SLO_HEADER
 from recmesh.resilience import BreakerState, request_scope
 from recmesh.telemetry import EXTRA_ATTEMPTS
-from tests.helpers import free_port
+from tests.helpers import grpc_server
 
 SERVING = health_pb2.HealthCheckResponse.SERVING
 
@@ -58,16 +58,9 @@ class _Client(GrpcClient):
 
 @pytest.fixture
 async def server() -> AsyncIterator[tuple[str, _Scripted]]:
-    srv = grpc.aio.server()
     servicer = _Scripted()
-    health_pb2_grpc.add_HealthServicer_to_server(servicer, srv)
-    address = f"127.0.0.1:{free_port()}"
-    srv.add_insecure_port(address)
-    await srv.start()
-    try:
+    async with grpc_server(health_pb2_grpc.add_HealthServicer_to_server, servicer) as address:
         yield address, servicer
-    finally:
-        await srv.stop(0)
 
 
 def _extra(kind: str) -> float:

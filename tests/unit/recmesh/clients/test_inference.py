@@ -14,7 +14,7 @@ from recmesh.clients.inference import InferenceClient, Scored
 from recmesh.metadata import SUGGESTED_LEVEL_KEY
 from recmesh.v1 import inference_pb2 as pb
 from recmesh.v1 import inference_pb2_grpc
-from tests.helpers import free_port
+from tests.helpers import served_client
 
 
 class _Inference(inference_pb2_grpc.InferenceServiceServicer):
@@ -29,18 +29,10 @@ class _Inference(inference_pb2_grpc.InferenceServiceServicer):
 
 @pytest.fixture
 async def served() -> AsyncIterator[tuple[InferenceClient, _Inference]]:
-    server = grpc.aio.server()
     servicer = _Inference()
-    inference_pb2_grpc.add_InferenceServiceServicer_to_server(servicer, server)
-    address = f"127.0.0.1:{free_port()}"
-    server.add_insecure_port(address)
-    await server.start()
-    client = InferenceClient(address, "test")
-    try:
+    add = inference_pb2_grpc.add_InferenceServiceServicer_to_server
+    async with served_client(InferenceClient, add, servicer) as client:
         yield client, servicer
-    finally:
-        await client.close()
-        await server.stop(0)
 
 
 async def test_scores_carry_the_suggested_and_served_levels(

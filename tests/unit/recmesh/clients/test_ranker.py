@@ -11,7 +11,7 @@ import pytest
 from recmesh.clients.ranker import RankerClient
 from recmesh.metadata import SKIP_HEADER
 from recmesh.v1 import ranker_pb2, ranker_pb2_grpc
-from tests.helpers import free_port
+from tests.helpers import served_client
 
 
 class _Ranker(ranker_pb2_grpc.RankerServiceServicer):
@@ -27,18 +27,11 @@ class _Ranker(ranker_pb2_grpc.RankerServiceServicer):
 
 @pytest.fixture
 async def served() -> AsyncIterator[tuple[RankerClient, _Ranker]]:
-    server = grpc.aio.server()
     servicer = _Ranker()
-    ranker_pb2_grpc.add_RankerServiceServicer_to_server(servicer, server)
-    address = f"127.0.0.1:{free_port()}"
-    server.add_insecure_port(address)
-    await server.start()
-    client = RankerClient(address, "test")
-    try:
+    async with served_client(
+        RankerClient, ranker_pb2_grpc.add_RankerServiceServicer_to_server, servicer
+    ) as client:
         yield client, servicer
-    finally:
-        await client.close()
-        await server.stop(0)
 
 
 async def test_skipped_dependencies_travel_sorted_in_one_header(served: tuple[RankerClient, _Ranker]) -> None:
