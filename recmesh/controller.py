@@ -21,7 +21,6 @@ knob stays within [lo_ms, hi_ms]. `ControllerLoop` is the thin periodic task.
 from __future__ import annotations
 
 import asyncio
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -30,6 +29,7 @@ from prometheus_client import Gauge
 
 from recmesh.admission import AdmissionConfig, AdmissionGate, ClassWindow
 from recmesh.settings import AdmissionSettings
+from recmesh.stats import percentile
 
 _log = structlog.get_logger("recmesh.controller")
 
@@ -45,10 +45,8 @@ def reward(p95_ms: float, target_ms: float = 200.0) -> float:
 
 
 def p95(samples: Sequence[float]) -> float | None:
-    if not samples:
-        return None
-    ordered = sorted(samples)
-    return ordered[max(0, math.ceil(0.95 * len(ordered)) - 1)]
+    """The window's p95 (recmesh.stats: nearest rank); None without samples."""
+    return percentile(samples, 95) if samples else None
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,8 @@
 """The recmesh error hierarchy.
 
 Each error knows its gRPC status code and HTTP status, so transports translate
-it once at their boundary: the gRPC server interceptor (telemetry.py), the
-gateway's exception handler, and the client wrappers (clients.py), which turn
+it once at their boundary: the gRPC server interceptor (grpcserver.py), the
+gateway's exception handler, and the client wrappers (recmesh/clients/base.py), which turn
 `grpc.aio.AioRpcError` back into these classes.
 """
 

@@ -22,6 +22,7 @@ from typing import TypeVar
 import structlog
 
 from recmesh.errors import DeadlineExceeded
+from recmesh.stats import percentile
 
 T = TypeVar("T")
 _log = structlog.get_logger("recmesh.resilience")
@@ -205,5 +206,4 @@ class LatencyTracker:
             return None
         if self._ordered is None or self._added >= self._resort_every:
             self._ordered, self._added = sorted(self._samples), 0
-        ordered = self._ordered
-        return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+        return percentile(self._ordered, q * 100, ordered=True)  # nearest rank

@@ -13,8 +13,8 @@ from dataclasses import dataclass, replace
 from typing import Literal
 
 from recmesh.errors import InvalidArgument
+from recmesh.metadata import SLO_HEADER, TIMEOUT_HEADER, TOKEN_BUDGET_HEADER
 
-SLO_HEADER = "x-slo-class"
 SloName = Literal["A", "B", "C"]
 
 
@@ -72,9 +72,6 @@ def resolve_class(
 
 # --- entitlement ------------------------------------------------------------
 
-API_KEY_HEADER = "x-api-key"
-TIER_HEADER = "x-user-tier"
-TOKEN_BUDGET_HEADER = "x-llm-token-budget"
 RANK = {"A": 0, "B": 1, "C": 2}  # lower is more important
 PROMOTING_TIERS = frozenset({"gold", "platinum", "diamond", "vip"})
 PROMOTING_TOKEN_BUDGET = 2048
@@ -140,9 +137,8 @@ def decide_class(
     return ClassDecision(classes[name], requested, downgraded_from, promoted_by)
 
 
-# A REST caller's own deadline, in ms from when the gateway reads it (gRPC
-# callers set theirs on the call). The request gets min(class budget, it).
-TIMEOUT_HEADER = "x-request-timeout-ms"
+# A REST caller's own deadline (TIMEOUT_HEADER), in ms from when the gateway
+# reads it (gRPC callers set theirs on the call). The request gets min(class budget, it).
 TIMEOUT_DOC = "the caller's deadline in ms: the request gets the smaller of it and its class budget"
 
 

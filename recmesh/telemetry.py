@@ -22,8 +22,8 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Awaitable, Callable, Iterator, Mapping, MutableMapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator, Mapping, MutableMapping, Sequence
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -44,9 +44,7 @@ from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, ParentBased
 from opentelemetry.trace import Link, Span, SpanKind, Status, StatusCode
 from prometheus_client import Counter, Gauge, Histogram
 
-from recmesh.errors import DeadlineExceeded, RecmeshError
-from recmesh.resilience import UNKNOWN_CLASS, current_slo_class, remaining_s, request_scope
-from recmesh.slo import DEFAULT_CLASSES, SLO_HEADER
+from recmesh.resilience import current_slo_class
 
 LATENCY_BUCKETS = (
     0.0005, 0.001, 0.002, 0.003, 0.004, 0.005, 0.0075, 0.01, 0.0125, 0.015, 0.02, 0.025,
@@ -590,10 +588,7 @@ def current_trace_id() -> str:
     return format(ctx.trace_id, "032x") if ctx.is_valid else ""
 
 
-# --- gRPC server side -------------------------------------------------------
-
-Behavior = Callable[[Any, grpc.aio.ServicerContext], Awaitable[Any]]
-
+# --- gRPC spans --------------------------------------------------------------
 
 _grpc_tracer = trace.get_tracer("recmesh.grpc")
 RPC_STATUS_ATTRIBUTE = "rpc.grpc.status_code"
@@ -608,7 +603,7 @@ def _rpc_attributes(full_method: str, slo_class: str) -> dict[str, str | int]:
 @contextmanager
 def grpc_client_span(full_method: str, slo_class: str) -> Iterator[tuple[Span, list[tuple[str, str]]]]:
     """The CLIENT span of one outbound call and the metadata that carries its
-    context (`traceparent`) to the callee. recmesh.clients opens it around each
+    context (`traceparent`) to the callee. recmesh.clients.base opens it around each
     attempt instead of a channel interceptor: grpc.aio runs every intercepted
     call through an extra task and wrapper call object, about a third of a
     call's client-side CPU on this box."""
@@ -621,6 +616,18 @@ def grpc_client_span(full_method: str, slo_class: str) -> Iterator[tuple[Span, l
         yield span, list(carrier.items())
 
 
+def grpc_server_span(
+    full_method: str, slo_class: str, metadata: Mapping[str, Any]
+) -> AbstractContextManager[Span]:
+    """The SERVER span of one inbound call, continuing the caller's trace from
+    its metadata (`traceparent`); recmesh.grpcserver's interceptor opens it."""
+    return _grpc_tracer.start_as_current_span(
+        full_method, context=propagate.extract(metadata), kind=SpanKind.SERVER,
+        attributes=_rpc_attributes(full_method, slo_class),
+        record_exception=False, set_status_on_exception=False,
+    )  # fmt: skip
+
+
 def end_rpc_span(span: Span, code: grpc.StatusCode, details: str = "") -> None:
     """Status of an RPC span: the gRPC code as an attribute, ERROR unless OK."""
     if not span.is_recording():
@@ -628,127 +635,6 @@ def end_rpc_span(span: Span, code: grpc.StatusCode, details: str = "") -> None:
     span.set_attribute(RPC_STATUS_ATTRIBUTE, code.value[0])
     if code is not grpc.StatusCode.OK:
         span.set_status(Status(StatusCode.ERROR, f"{code.name}: {details}"))
-
-
-Classify = Callable[[Mapping[str, Any]], str]
-
-
-def hop_class(metadata: Mapping[str, Any]) -> str:
-    """The class an internal hop runs in: what the caller put in `x-slo-class`,
-    if it is a class at all (a metric label must not take any string)."""
-    name = metadata.get(SLO_HEADER)
-    return name if isinstance(name, str) and name in DEFAULT_CLASSES else UNKNOWN_CLASS
-
-
-class RequestInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
-    """Per request: continue the caller's trace in a SERVER span, open the budget
-    scope from the incoming deadline and class, refuse expired work, translate
-    RecmeshError to a status once, and record latency by method and class.
-    Health and reflection pass through untouched (and untraced). One
-    interceptor does all of it: each grpc.aio server interceptor is another
-    await chain per call."""
-
-    def __init__(
-        self,
-        service: str,
-        classify: Classify | None = None,
-        authorize: Callable[[grpc.aio.ServicerContext, str], tuple[grpc.StatusCode, str, str] | None]
-        | None = None,
-    ) -> None:
-        self._service = service
-        # The peer check (recmesh.security.PeerPolicy.authorize) of an internal
-        # service with mutual TLS: it runs first, so the class, deadline and
-        # trace of a call are read only from a peer allowed to make it.
-        self._authorize = authorize
-        # The class a request is labelled and scoped with, from its metadata:
-        # by default the `x-slo-class` the previous hop set (a known class, else
-        # "unknown"); a public server passes the class it grants instead.
-        self._classify = classify or hop_class
-        # The wrapped handler of each method, built on its first call: a
-        # service's handlers do not change while it runs, and building the
-        # wrapper and its handler object per call cost every RPC.
-        self._wrapped: dict[tuple[str, object], grpc.RpcMethodHandler] = {}
-
-    async def intercept_service(
-        self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
-        details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler:
-        handler = await continuation(details)
-        if handler is None or handler.unary_unary is None or details.method.startswith("/grpc."):
-            return handler
-        key = (details.method, handler.unary_unary)
-        wrapped = self._wrapped.get(key)
-        if wrapped is None:
-            method = details.method.rsplit("/", 1)[-1]
-            wrapped = self._wrapped[key] = grpc.unary_unary_rpc_method_handler(
-                self._wrap(method, handler.unary_unary, details.method),
-                request_deserializer=handler.request_deserializer,
-                response_serializer=handler.response_serializer,
-            )
-        return wrapped
-
-    def _wrap(self, method: str, behavior: Behavior, full_method: str | None = None) -> Behavior:
-        service = self._service
-        span_name = full_method or f"/{service}/{method}"
-        classify = self._classify
-        authorize = self._authorize
-
-        async def wrapper(request: Any, context: grpc.aio.ServicerContext) -> Any:
-            if authorize is not None:
-                denial = authorize(context, method)
-                if denial is not None:
-                    await context.abort(denial[0], denial[2])
-            metadata = {k: v for k, v in (context.invocation_metadata() or ())}
-            slo_class = classify(metadata)
-            with _grpc_tracer.start_as_current_span(
-                span_name, context=propagate.extract(metadata), kind=SpanKind.SERVER,
-                attributes=_rpc_attributes(span_name, slo_class),
-                record_exception=False, set_status_on_exception=False,
-            ) as span:  # fmt: skip
-                return await self._serve(behavior, request, context, span, method, slo_class)
-
-        return wrapper
-
-    async def _serve(
-        self,
-        behavior: Behavior,
-        request: Any,
-        context: grpc.aio.ServicerContext,
-        span: Span,
-        method: str,
-        slo_class: str,
-    ) -> Any:
-        service = self._service
-        started = time.perf_counter()
-        code = "OK"
-        with request_scope(slo_class, context.time_remaining()):
-            try:
-                left = remaining_s()
-                if left is not None and left <= 0:
-                    DEADLINES_EXPIRED.labels(service, "arrival", slo_class).inc()
-                    raise DeadlineExceeded("deadline already passed on arrival")
-                return await behavior(request, context)
-            except RecmeshError as err:
-                code = err.grpc_code.name
-                _log.info("request_failed", method=method, code=code, error=str(err))
-                retry_after = getattr(err, "retry_after_s", None)
-                if retry_after is not None:  # when to retry, and in which class, as REST's 429 says
-                    trailers = (("retry-after", str(retry_after)), (SLO_HEADER, slo_class))
-                    context.set_trailing_metadata(trailers)
-                await context.abort(err.grpc_code, str(err))
-            except Exception as err:
-                if isinstance(err, grpc.aio.AbortError):
-                    code = context.code().name if context.code() else "ABORTED"
-                    raise
-                code = "INTERNAL"
-                _log.exception("request_crashed", method=method)
-                await context.abort(grpc.StatusCode.INTERNAL, f"internal error: {err!r}")
-            finally:
-                end_rpc_span(span, getattr(grpc.StatusCode, code, grpc.StatusCode.UNKNOWN))
-                REQUEST_LATENCY.labels(service, method, slo_class, code).observe(
-                    time.perf_counter() - started
-                )
 
 
 def observe_many(histogram: Histogram, amounts: Sequence[float]) -> None:

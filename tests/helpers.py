@@ -3,29 +3,61 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
+import grpc
 import orjson
 from aiokafka import AIOKafkaProducer
 
+from recmesh.clients.base import GrpcClient
 from recmesh.events import Event
 from recmesh.tools.localinfra import free_port
 from services.feature.store import FeatureStore
 from services.feature.writer import EventWriter, WriteResult
 
-__all__ = ["card_schema", "free_port", "poll_until", "write_events"]
+__all__ = ["card_schema", "free_port", "grpc_server", "poll_until", "served_client", "write_events"]
 
 
 async def write_events(store: FeatureStore, events: Sequence[Event]) -> WriteResult:
     """Events through the one write path (as the ingest consumer writes them)."""
-    writer = EventWriter(store.client, store.feature_set, store.attributes)
+    writer = EventWriter(store.client, store.feature_set, store.offline.attributes)
     return await writer.apply(sorted(events, key=lambda e: e.event_time))
 
 
+@contextlib.asynccontextmanager
+async def grpc_server(add: Callable[[Any, grpc.aio.Server], None], servicer: object) -> AsyncIterator[str]:
+    """A bare grpc.aio server with `servicer` (added by its generated `add_*_to_server`)
+    on a free loopback port, plaintext, for the length of the block; yields its address."""
+    server = grpc.aio.server()
+    add(servicer, server)
+    address = f"127.0.0.1:{free_port()}"
+    server.add_insecure_port(address)
+    await server.start()
+    try:
+        yield address
+    finally:
+        await server.stop(0)
+
+
 T = TypeVar("T")
+C = TypeVar("C", bound="GrpcClient")
+
+
+@contextlib.asynccontextmanager
+async def served_client(
+    client: Callable[[str, str], C], add: Callable[[Any, grpc.aio.Server], None], servicer: object
+) -> AsyncIterator[C]:
+    """`client` (a GrpcClient class, caller "test") of `servicer` on a grpc_server."""
+    async with grpc_server(add, servicer) as address:
+        made = client(address, "test")
+        try:
+            yield made
+        finally:
+            await made.close()
 
 
 async def poll_until(

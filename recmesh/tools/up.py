@@ -23,7 +23,7 @@ from pathlib import Path
 
 import httpx
 
-from recmesh.clients import HealthProbe
+from recmesh.clients.base import HealthProbe
 from recmesh.features.repository import FeatureSet, resolve_repository
 from recmesh.localsecrets import LocalSecrets
 from recmesh.security import reset_process_tls, tls_settings
@@ -276,11 +276,11 @@ class Mesh:
                 await c.close()
 
     async def send_demo_events(self, count: int) -> int:
-        from recmesh.producer import produce
+        from recmesh.producer import produce_events
         from recmesh.tools.demo.live import demo_events
 
         events = demo_events(count, seed=int(time.time()) % 10_000)
-        await produce(self.kafka, self.s.events_topic, events)
+        await produce_events(self.kafka, self.s.events_topic, events)
         return len(events)
 
     def write_cli_env(self) -> Path:

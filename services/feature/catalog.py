@@ -62,7 +62,7 @@ async def load_catalog(
     async def flush() -> None:
         nonlocal pipe
         await pipe.execute()
-        await client.set(keys.STATICS_VERSION, uuid.uuid4().hex)
+        await new_statics_version(client)
         pipe = client.pipeline(transaction=False)
 
     for entity, rows in (("user", users), ("item", items)):
@@ -98,6 +98,14 @@ async def load_catalog(
         counts["user"], counts["item"], seconds,
         await _bytes_per_key(client, samples["user"]), await _bytes_per_key(client, samples["item"]),
     )  # fmt: skip
+
+
+async def new_statics_version(client: AnyRedis, *, only_if_none: bool = False) -> None:
+    """Announce the offline features in Redis under a new keys.STATICS_VERSION
+    (feature processes re-read what they cached under another). `only_if_none`:
+    name state that has no version yet (loaded before versions existed, or the
+    version lost), leaving a load's version alone."""
+    await client.set(keys.STATICS_VERSION, uuid.uuid4().hex, nx=only_if_none)
 
 
 async def _bytes_per_key(client: AnyRedis, sample: list[str]) -> float | None:

@@ -29,6 +29,7 @@ from redis.exceptions import RedisError
 from recmesh.credentials import kafka_options
 from recmesh.errors import InvalidArgument
 from recmesh.events import Event, EventSchema, parse_event
+from recmesh.producer import make_producer
 from recmesh.resilience import retry_until
 from recmesh.settings import IngestSettings
 from recmesh.telemetry import LATENCY_BUCKETS, kafka_consume_span, observe_many
@@ -160,7 +161,7 @@ class Ingestor:
         self._store = store
         fs = store.feature_set
         self._schema = fs.event_schema
-        self._writer = writer or EventWriter(store.client, fs, store.attributes)
+        self._writer = writer or EventWriter(store.client, fs, store.offline.attributes)
         self._consumer = consumer
         self._producer = producer
         self._marks = Watermarks(settings.allowed_lateness_ms, fs.retention_ms)
@@ -338,12 +339,6 @@ def make_consumer(settings: IngestSettings, **overrides: Any) -> AIOKafkaConsume
     )
 
 
-def make_producer(settings: IngestSettings) -> AIOKafkaProducer:
-    return AIOKafkaProducer(
-        bootstrap_servers=settings.kafka_bootstrap, acks="all", linger_ms=5, **kafka_options()
-    )
-
-
 @contextlib.asynccontextmanager
 async def running(
     settings: IngestSettings,
@@ -357,7 +352,7 @@ async def running(
     (up to two: one being written, the next prepared), commits them, and
     closes its Kafka clients."""
     consumer = make_consumer(settings, **consumer_overrides)
-    producer = make_producer(settings)
+    producer = make_producer(settings.kafka_bootstrap)
     await retry_until(producer.start, "kafka producer", retry_on=(KafkaError, OSError))
     await retry_until(consumer.start, "kafka consumer", retry_on=(KafkaError, OSError))
     _log.info("consuming", topic=settings.events_topic, group=settings.consumer_group)

@@ -23,14 +23,12 @@ from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError
 from opentelemetry import context as otel_context
 from opentelemetry.context import Context
-from opentelemetry.trace import Status, StatusCode
 from prometheus_client import Counter
 
-from recmesh.credentials import kafka_options
 from recmesh.features.served import served_record
+from recmesh.producer import make_producer, produce
 from recmesh.resilience import current_slo_class, retry_until
 from recmesh.settings import FeatureSettings
-from recmesh.telemetry import kafka_produce_span, kafka_trace_headers
 from services.feature.store import Lookup
 
 _log = structlog.get_logger("recmesh.feature.served_log")
@@ -147,19 +145,17 @@ class ServedLog:
             item_columns=lk.item_columns,
             degraded=lk.degraded,
         )
-        with kafka_produce_span(self.topic, 1, entry.context, entry.slo_class) as span:
-            try:
-                # The send is awaited only until the record is in the producer's
-                # batch, not for the broker's acknowledgement.
-                await producer.send(
-                    self.topic, value=orjson.dumps(record), key=entry.user_id.encode(),
-                    headers=kafka_trace_headers(),
-                )  # fmt: skip
-            except KafkaError as err:
-                _FAILED.inc()
-                span.set_status(Status(StatusCode.ERROR, repr(err)))
-                _log.warning("served_log_send_failed", error=repr(err))
-                return
+        try:
+            # The send is awaited only until the record is in the producer's
+            # batch, not for the broker's acknowledgement.
+            await produce(
+                producer, self.topic, [(entry.user_id.encode(), orjson.dumps(record))],
+                wait=False, parent=entry.context, slo_class=entry.slo_class,
+            )  # fmt: skip
+        except KafkaError as err:
+            _FAILED.inc()
+            _log.warning("served_log_send_failed", error=repr(err))
+            return
         self.sent += 1
         _SENT.inc()
 
@@ -169,9 +165,7 @@ def served_log_from(settings: FeatureSettings, feature_version: str) -> ServedLo
     if settings.served_log_rate <= 0:
         return None
     return ServedLog(
-        lambda: AIOKafkaProducer(
-            bootstrap_servers=settings.kafka_bootstrap, acks=1, linger_ms=50, **kafka_options()
-        ),
+        lambda: make_producer(settings.kafka_bootstrap, acks=1, linger_ms=50),
         settings.served_topic,
         settings.served_log_rate,
         settings.served_log_queue,

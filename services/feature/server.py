@@ -14,6 +14,7 @@ from recmesh.errors import InvalidArgument, Unavailable
 from recmesh.features.covisit import seeds_of
 from recmesh.features.wire import columns_to_pb, row_to_pb
 from recmesh.grpcserver import MeshServer, Registration
+from recmesh.metadata import REQUEST_ID_HEADER
 from recmesh.resilience import current_slo_class, remaining_s
 from recmesh.settings import FeatureSettings
 from recmesh.telemetry import FALLBACKS, current_trace_id
@@ -22,8 +23,6 @@ from recmesh.v1 import features_pb2_grpc
 from services.feature.recall_store import RecallStore
 from services.feature.served_log import ServedLog
 from services.feature.store import FeatureStore, Lookup
-
-REQUEST_ID_HEADER = "x-request-id"
 
 LOOKUP_ITEMS = Counter("recmesh_feature_lookup_items_total", "Items looked up.", ("slo_class",))
 # Bounds of the recall RPCs (items per answer, seeds or categories per request).
@@ -84,7 +83,7 @@ class FeatureServicer(features_pb2_grpc.FeatureServiceServicer):
                 item_ids=item_ids,
                 lookup=lookup,
             )
-        cache = self._store.item_cache
+        cache = self._store.offline.item_cache
         total = cache.hits + cache.misses
         if total:
             ITEM_CACHE_HIT_RATIO.set(cache.hits / total)

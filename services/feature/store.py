@@ -13,34 +13,23 @@ names a feature.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
-import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-import orjson
 import structlog
-from prometheus_client import Counter
 from redis.asyncio.cluster import RedisCluster
-from redis.exceptions import NoPermissionError, NoScriptError, RedisError
+from redis.exceptions import NoScriptError, RedisError
 
-from recmesh.cache import TtlCache, Vouched
 from recmesh.features import keys
-from recmesh.features.compute import Layout, StreamEvent, aggregate, attribute_text, count_columns
+from recmesh.features.compute import Layout, StreamEvent, aggregate, count_columns
 from recmesh.features.repository import Entity, FeatureSet, FeatureValue, Stream
 from recmesh.features.wire import Column
 from recmesh.redis_client import AnyRedis
+from services.feature.offline_cache import DEFAULT, OFFLINE, ItemStatic, OfflineCache
 
 _log = structlog.get_logger("recmesh.feature.store")
-
-STATIC_READS = Counter(
-    "recmesh_feature_static_reads_total",
-    "Offline item features read from Redis: in-line by a look-up that missed the cache, "
-    "or in the background ahead of expiry or after an offline load.",
-    ("path",),
-)
 
 # Window counts and newest event times of the items' 'count' streams, and the
 # members of their other streams, in one command. ARGV = hi (as-of), the plan
@@ -110,13 +99,6 @@ end
 return out
 """
 
-# Cached offline features that the statics version vouches for are still
-# re-read once this old: a bound for writes that bypass the catalog load.
-VOUCHED_MAX_AGE_S = 300.0
-
-# Most item statics one background refresh reads in one pipeline.
-REFRESH_BATCH = 500
-
 Values = dict[str, tuple[FeatureValue, str, int]]  # name -> (value, source, age_ms)
 
 
@@ -140,7 +122,7 @@ class StreamRead:
 
 ItemWindows = list[StreamRead]  # per item stream, in read order
 
-REALTIME, OFFLINE, DEFAULT = "realtime", "offline", "default"
+REALTIME = "realtime"  # a value computed from the streams (OFFLINE, DEFAULT: offline_cache)
 
 
 @dataclass
@@ -155,22 +137,6 @@ class Lookup:
         cols = self.item_columns.items()
         n = len(next(iter(self.item_columns.values())).values) if self.item_columns else 0
         return [{name: (c.values[i], c.sources[i], c.ages[i]) for name, c in cols} for i in range(n)]
-
-
-def _decode_hash(raw: dict[bytes, bytes]) -> dict[str, FeatureValue]:
-    return {k.decode(): orjson.loads(v) for k, v in raw.items()}
-
-
-@dataclass(frozen=True, slots=True)
-class ItemStatic:
-    """An item's offline features as read from Redis, and the same laid out in
-    declaration order (defaults filled in) with their sources: built once when
-    the hash is read, so a look-up transposes cached rows instead of testing
-    every feature of every item."""
-
-    features: dict[str, Any]
-    values: tuple[FeatureValue, ...]
-    sources: tuple[str, ...]
 
 
 def _events(raw: Sequence[tuple[bytes, float]], newest_first: bool) -> list[StreamEvent]:
@@ -210,53 +176,19 @@ class _Plan:
 
 
 class FeatureStore:
-    """Look-ups of one user and many items as of one logical time, plus the
-    offline attributes the ingest enriches events with."""
+    """Look-ups of one user and many items as of one logical time. Offline
+    features come through `offline` (its cache, vouched for by the statics
+    version the look-up reads in the same round trip), which also answers the
+    write path's enrichment."""
 
-    def __init__(
-        self,
-        client: AnyRedis,
-        fs: FeatureSet,
-        *,
-        static_ttl_s: float = 5.0,
-        profile_ttl_s: float = 60.0,
-        cache_entries: int = 200_000,
-    ) -> None:
+    def __init__(self, client: AnyRedis, fs: FeatureSet, *, offline: OfflineCache | None = None) -> None:
+        """`offline`: the offline-feature cache (default: one on `client` with its default TTLs)."""
         self._redis = client
         self._fs = fs
         self._plan = _Plan(fs)
         self._cluster = isinstance(client, RedisCluster)
-        self._item_static: TtlCache[ItemStatic] = TtlCache(static_ttl_s, cache_entries)
-        self._static_ttl_s = static_ttl_s
-        # Item statics older than this are still served but refreshed in the
-        # background, so a wave of entries loaded together does not expire
-        # together into one slow look-up (in-line HGETALLs cost ~15 µs each).
-        self._static_refresh_after_s = static_ttl_s * 0.6
-        # Offline features change only by a catalog load, which writes a new
-        # keys.STATICS_VERSION after each batch of its data. Every look-up
-        # reads it in its own round trip: while it is unchanged, cached statics
-        # and profiles read since it last changed are current (re-read only
-        # past VOUCHED_MAX_AGE_S), where TTLs re-read a thousand hashes a
-        # second in the background, which cost the look-up ~1 ms at p99. After
-        # a change, older item statics are served and re-read in the background
-        # at once; older profiles are re-read in-line (one HGETALL in the
-        # look-up's pipeline). Without a version, or without a read of it in
-        # the last `static_ttl_s` (no look-ups, e.g. the ingest consumer), the
-        # TTLs bound staleness.
-        self._statics_version: bytes | None = None
-        never = float("-inf")  # no change seen yet (and nothing vouched: see confirmed_at)
-        self._statics_vouched = Vouched(never, never, never, VOUCHED_MAX_AGE_S)
-        self._statics_confirmed_at = float("-inf")
-        self._refreshing: set[str] = set()  # queued or being re-read
-        self._refresh_queue: dict[str, None] = {}
-        self._refresher: asyncio.Task[None] | None = None
-        self._user_profile: TtlCache[dict[str, Any]] = TtlCache(profile_ttl_s, cache_entries)
+        self.offline = offline or OfflineCache(client, fs)
         self._item_sha: str | None = None
-        self._no_item_static = self._parse_item_static({})
-
-    @property
-    def item_cache(self) -> TtlCache[ItemStatic]:
-        return self._item_static
 
     @property
     def client(self) -> AnyRedis:
@@ -269,27 +201,7 @@ class FeatureStore:
     async def prepare(self) -> None:
         if not self._cluster:
             self._item_sha = await self._redis.script_load(_ITEM_WINDOWS_LUA)
-        # State loaded before versions existed (or a version lost): name what
-        # is there, so look-ups can vouch for it until the next load. The
-        # service's own Redis user may only read (recmesh.credentials.ACL_RULES):
-        # then the catalog load, which always sets a version, is the one to name it.
-        with contextlib.suppress(NoPermissionError):
-            await self._redis.set(keys.STATICS_VERSION, uuid.uuid4().hex, nx=True)
-
-    def _parse_item_static(self, raw: dict[bytes, bytes], previous: ItemStatic | None = None) -> ItemStatic:
-        """`previous` is returned when the hash has not changed: a refresh then
-        allocates nothing that outlives it, so re-reading thousands of statics a
-        second does not feed the collector's oldest generation (full collections
-        were the look-up's worst pauses)."""
-        features = _decode_hash(raw)
-        if previous is not None and previous.features == features:
-            return previous
-        _, off_defs = self._plan.defs["item"]
-        return ItemStatic(
-            features,
-            tuple(features.get(name, default) for name, default in off_defs),
-            tuple(OFFLINE if name in features else DEFAULT for name, _ in off_defs),
-        )
+        await self.offline.prepare()
 
     def _with_defaults(
         self,
@@ -340,7 +252,8 @@ class FeatureStore:
             for name, _ in rt_defs:
                 cols[name] = computed[name]
         no_age = [-1] * n
-        rows = [self._no_item_static if s is None else s for s in statics]
+        no_static = self.offline.no_item_static
+        rows = [no_static if s is None else s for s in statics]
         # Transpose the cached rows: one zip for all offline features.
         values: Iterable[tuple[Any, ...]] = (
             zip(*[r.values for r in rows], strict=True) if n else [()] * len(off_defs)
@@ -352,88 +265,8 @@ class FeatureStore:
             cols[name] = Column(list(column), list(srcs), no_age)
         return cols
 
-    def _refresh_statics_later(self, item_ids: list[str]) -> None:
-        """Queue statics for a re-read off the request path. One refresher runs
-        at a time and takes what was queued meanwhile as its next batch, so
-        concurrent look-ups share a pipeline (and a pool connection) instead
-        of starting a task each."""
-        for iid in item_ids:
-            if iid not in self._refreshing:
-                self._refreshing.add(iid)
-                self._refresh_queue[iid] = None
-        if self._refresher is None and self._refresh_queue:
-            self._refresher = asyncio.create_task(self._refresh_queued())
-
-    async def _refresh_queued(self) -> None:
-        try:
-            while self._refresh_queue:  # ends when look-ups stop queueing
-                batch = list(self._refresh_queue)[:REFRESH_BATCH]
-                for iid in batch:
-                    del self._refresh_queue[iid]
-                await self._refresh_statics(batch)
-        finally:
-            self._refresher = None
-
-    async def _refresh_statics(self, item_ids: list[str]) -> None:
-        """Re-read item statics off the request path; a failure leaves the
-        entries to expire and be read in-line (within the staleness bound)."""
-        try:
-            pipe = self._redis.pipeline(transaction=False)
-            for iid in item_ids:
-                pipe.hgetall(keys.item_static(iid))
-            read_at = time.monotonic()  # staleness counts from before the read
-            raws = await pipe.execute()
-            STATIC_READS.labels("background").inc(len(item_ids))
-            for iid, raw in zip(item_ids, raws, strict=True):
-                previous = self._item_static.get_stale(iid)
-                self._item_static.put(iid, self._parse_item_static(raw, previous), read_at)
-        except (RedisError, OSError) as err:
-            _log.warning("static_refresh_failed", error=repr(err), items=len(item_ids))
-        finally:
-            self._refreshing.difference_update(item_ids)
-
     async def ping(self) -> bool:
         return bool(await self._redis.ping())
-
-    # --- event enrichment (ingest) -------------------------------------------
-
-    async def attributes(self, entity: Entity, entity_ids: Iterable[str]) -> dict[str, dict[str, str]]:
-        """Offline features of each entity as event attributes (text; a
-        multi-valued one joined by VALUE_SEP; defaults filled in), from the
-        in-process cache or Redis: what the write path stores in members."""
-        wanted = sorted(set(entity_ids))
-        _, off_defs = self._plan.defs[entity]
-        if not off_defs:
-            return {}
-        rows: dict[str, dict[str, Any]] = {}
-        missing = []
-        for eid in wanted:
-            if entity == "item":
-                static = self._item_static.get_fresh(eid)
-                held = static.features if static is not None else None
-            else:
-                held = self._user_profile.get_fresh(eid)
-            if held is None:
-                missing.append(eid)
-            else:
-                rows[eid] = held
-        if missing:
-            pipe = self._redis.pipeline(transaction=False)
-            for eid in missing:
-                pipe.hgetall(keys.profile(entity, eid))
-            for eid, raw in zip(missing, await pipe.execute(), strict=True):
-                if entity == "item":
-                    static = self._parse_item_static(raw, self._item_static.get_stale(eid))
-                    self._item_static.put(eid, static)
-                    rows[eid] = static.features
-                else:
-                    profile = _decode_hash(raw)
-                    self._user_profile.put(eid, profile)
-                    rows[eid] = profile
-        return {
-            eid: {name: attribute_text(row.get(name, default)) for name, default in off_defs}
-            for eid, row in rows.items()
-        }
 
     # --- reads --------------------------------------------------------------
 
@@ -452,13 +285,8 @@ class FeatureStore:
         items only (the caller has the user's features): `user` is empty.
         """
         now = time.monotonic()
-        vouched = self._statics_vouched if now - self._statics_confirmed_at <= self._static_ttl_s else None
-        profile = self._user_profile.get_fresh(user_id, now, vouched) if with_user else None
-        statics_held, static_missing, static_due = self._item_static.get_many(
-            item_ids, now, self._static_refresh_after_s, vouched
-        )
-        if static_due:
-            self._refresh_statics_later(static_due)
+        offline = self.offline
+        profile, statics_held, static_missing = offline.held(user_id, item_ids, with_user, now)
         try:
             async with asyncio.timeout(timeout_s):
                 results = await self._read(
@@ -469,25 +297,15 @@ class FeatureStore:
                 "realtime_store_timeout" if isinstance(err, TimeoutError) else "realtime_store_unavailable"
             )
             _log.warning("feature_fallback", reason=reason, error=repr(err))
-            user = (
-                self._with_defaults("user", None, self._user_profile.get_stale(user_id)) if with_user else {}
-            )
-            stale = [self._item_static.get_stale(i) for i in item_ids]
+            user = self._with_defaults("user", None, offline.stale_profile(user_id)) if with_user else {}
+            stale = offline.stale_items(item_ids)
             return Lookup(user, self._item_columns(None, stale, as_of_ms), [reason])
         version, user_raw, profile_raw, item_windows, statics = results
-        self._observe_statics_version(version, now)
+        offline.observe_version(version, now)
         if profile_raw is not None:
-            profile = _decode_hash(profile_raw)
-            self._user_profile.put(user_id, profile, now)
+            profile = offline.put_profile(user_id, profile_raw, now)
         if static_missing:
-            STATIC_READS.labels("inline").inc(len(static_missing))
-            fetched = {
-                iid: self._parse_item_static(raw, self._item_static.get_stale(iid))
-                for iid, raw in zip(static_missing, statics, strict=True)
-            }
-            for iid, static in fetched.items():
-                self._item_static.put(iid, static, now)
-            statics_held = [fetched.get(iid, held) for iid, held in zip(item_ids, statics_held, strict=True)]
+            statics_held = offline.put_items(item_ids, statics_held, static_missing, statics, now)
         items = self._item_columns(item_windows, statics_held, as_of_ms)
         if not with_user:
             return Lookup({}, items)
@@ -506,22 +324,6 @@ class FeatureStore:
     @property
     def _read_user_streams(self) -> tuple[Stream, ...]:
         return tuple(s for s in self._plan.user_streams if s.features)
-
-    def _observe_statics_version(self, version: bytes | None, read_at: float) -> None:
-        """`version` as read by a look-up that started at `read_at`. No version
-        (none written yet, or lost) vouches for nothing: the TTLs apply."""
-        vouched = self._statics_vouched
-        if read_at < vouched.since:
-            return  # began before the last change was seen: its version may be older
-        if version != self._statics_version:
-            # Entries read before now may predate the load (on a cluster the
-            # version and the hashes come from different nodes in no set
-            # order); they were current when the old version was last read.
-            self._statics_version = version
-            self._statics_vouched = Vouched(
-                time.monotonic(), self._statics_confirmed_at, vouched.since, VOUCHED_MAX_AGE_S
-            )
-        self._statics_confirmed_at = read_at if version is not None else float("-inf")
 
     async def read_raw(self, user_id: str, item_ids: Sequence[str], as_of_ms: int) -> None:
         """The look-up's Redis round trip alone, without decoding (a benchmark baseline)."""

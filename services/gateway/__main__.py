@@ -10,7 +10,9 @@ import gc
 import uvicorn
 
 from recmesh import eventloop
-from recmesh.clients import FeatureClient, InferenceClient, RankerClient
+from recmesh.clients.feature import FeatureClient
+from recmesh.clients.inference import InferenceClient
+from recmesh.clients.ranker import RankerClient
 from recmesh.controller import build_overload
 from recmesh.features.repository import serving_repository
 from recmesh.grpcserver import wait_for_shutdown_signal

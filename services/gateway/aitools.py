@@ -34,7 +34,7 @@ from recmesh.admission import AdmissionConfig, AdmissionGate
 from recmesh.aitools import actions, summarize
 from recmesh.aitools.schema_fill import Filled, Unfillable
 from recmesh.aitools.tokens import BUDGET_REFUSED, TOKENS_USED, TokenCounter, charge
-from recmesh.clients import InferenceClient
+from recmesh.clients.inference import InferenceClient
 from recmesh.errors import InvalidArgument, RecmeshError, Unprocessable
 from recmesh.resilience import remaining_s, request_scope
 from recmesh.settings import AiToolSettings

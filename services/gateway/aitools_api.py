@@ -10,10 +10,9 @@ from pydantic.config import JsonDict, JsonValue
 
 from recmesh.aitools.actions import CONSTRAINTS
 from recmesh.jsontypes import JsonInt
+from recmesh.metadata import TIMEOUT_HEADER, TOKEN_BUDGET_HEADER
 from recmesh.resilience import request_scope
 from recmesh.slo import (
-    TIMEOUT_HEADER,
-    TOKEN_BUDGET_HEADER,
     ClassDecision,
     parse_timeout_s,
     parse_token_budget,

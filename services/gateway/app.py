@@ -30,8 +30,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from recmesh.errors import InvalidArgument, RecmeshError
 from recmesh.events import Event, EventSchema, conform
+from recmesh.metadata import SLO_HEADER
 from recmesh.settings import GatewaySettings
-from recmesh.slo import SLO_HEADER
 from recmesh.telemetry import REQUEST_LATENCY
 from services.gateway import openapi
 from services.gateway.aitools import AiTools

@@ -7,10 +7,9 @@ from typing import Any
 
 import grpc
 
-from recmesh.grpcserver import MeshServer, Registration
+from recmesh.grpcserver import Classify, MeshServer, Registration
+from recmesh.metadata import SLO_HEADER
 from recmesh.settings import GatewaySettings
-from recmesh.slo import SLO_HEADER
-from recmesh.telemetry import Classify
 from recmesh.v1 import features_pb2, recommender_pb2, recommender_pb2_grpc
 from services.gateway.recommend import ClassPolicy, Recommender
 

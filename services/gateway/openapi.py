@@ -25,15 +25,8 @@ from typing import Any
 from fastapi import FastAPI
 from pydantic import BaseModel, Field
 
-from recmesh.slo import (
-    API_KEY_HEADER,
-    PROMOTING_TOKEN_BUDGET,
-    SLO_HEADER,
-    TIER_HEADER,
-    TIMEOUT_DOC,
-    TIMEOUT_HEADER,
-    TOKEN_BUDGET_HEADER,
-)
+from recmesh.metadata import API_KEY_HEADER, SLO_HEADER, TIER_HEADER, TIMEOUT_HEADER, TOKEN_BUDGET_HEADER
+from recmesh.slo import PROMOTING_TOKEN_BUDGET, TIMEOUT_DOC
 
 Json = dict[str, Any]
 

@@ -20,16 +20,15 @@ import structlog
 from opentelemetry import trace
 
 from recmesh.admission import AdmissionGate
-from recmesh.clients import UNSCORED_MODEL, FeatureClient, RankerClient
+from recmesh.clients.feature import FeatureClient
+from recmesh.clients.inference import UNSCORED_MODEL
+from recmesh.clients.ranker import RankerClient
 from recmesh.errors import DeadlineExceeded, InvalidArgument, RecmeshError, Unauthenticated, Unavailable
+from recmesh.metadata import API_KEY_HEADER, SLO_HEADER, TIER_HEADER, TOKEN_BUDGET_HEADER
 from recmesh.resilience import remaining_s, request_scope
 from recmesh.settings import GatewaySettings
 from recmesh.slo import (
-    API_KEY_HEADER,
     DEFAULT_CLASSES,
-    SLO_HEADER,
-    TIER_HEADER,
-    TOKEN_BUDGET_HEADER,
     ClassDecision,
     Entitlement,
     SloClass,

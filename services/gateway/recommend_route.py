@@ -40,8 +40,9 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from recmesh.admission import AdmissionGate
 from recmesh.errors import InvalidArgument, RecmeshError
 from recmesh.jsontypes import JsonInt
+from recmesh.metadata import TIMEOUT_HEADER
 from recmesh.resilience import request_scope
-from recmesh.slo import TIMEOUT_HEADER, ClassDecision, parse_timeout_s
+from recmesh.slo import ClassDecision, parse_timeout_s
 from recmesh.telemetry import REQUEST_LATENCY
 from services.gateway.recommend import ClassPolicy, Recommendation, Recommender
 

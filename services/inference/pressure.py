@@ -12,12 +12,10 @@ from __future__ import annotations
 import structlog
 from prometheus_client import Gauge
 
-from recmesh.clients import SUGGESTED_LEVEL_KEY
 from recmesh.resilience import load_band
 
 _log = structlog.get_logger("recmesh.inference.pressure")
 
-__all__ = ["SUGGESTED_LEVEL_KEY", "GpuProbe", "suggest_level"]
 GPU_MEMORY_THRESHOLD = 0.92
 
 GPU_MEMORY = Gauge("recmesh_inference_gpu_memory_used_ratio", "GPU memory in use / total (NVML).", ("gpu",))

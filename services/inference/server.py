@@ -29,6 +29,7 @@ from prometheus_client import Counter, Gauge
 from recmesh.errors import FailedPrecondition, InvalidArgument, ResourceExhausted
 from recmesh.features.wire import row_values, table_columns
 from recmesh.grpcserver import MeshServer, Registration
+from recmesh.metadata import SUGGESTED_LEVEL_KEY
 from recmesh.modeldir import LEVELS
 from recmesh.resilience import remaining_s
 from recmesh.settings import InferenceSettings
@@ -37,7 +38,7 @@ from recmesh.v1 import inference_pb2_grpc
 from services.inference.batcher import MicroBatcher
 from services.inference.lanes import LANE_SHED, Lane, LaneLimits, lower_priority
 from services.inference.model import LoadedModel, ModelRegistry
-from services.inference.pressure import SUGGESTED, SUGGESTED_LEVEL_KEY, GpuProbe, suggest_level
+from services.inference.pressure import SUGGESTED, GpuProbe, suggest_level
 from services.inference.textloader import load_text_models
 from services.inference.textmodels import TextModels, TextSlot
 

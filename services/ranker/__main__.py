@@ -5,7 +5,8 @@ from __future__ import annotations
 import gc
 
 from recmesh import eventloop
-from recmesh.clients import FeatureClient, InferenceClient
+from recmesh.clients.feature import FeatureClient
+from recmesh.clients.inference import InferenceClient
 from recmesh.features.repository import serving_repository
 from recmesh.grpcserver import wait_for_shutdown_signal
 from recmesh.metrics_http import start_metrics_server

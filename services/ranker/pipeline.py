@@ -34,7 +34,8 @@ import structlog
 from opentelemetry import trace
 from prometheus_client import Counter, Gauge, Histogram
 
-from recmesh.clients import FeatureClient, InferenceClient
+from recmesh.clients.feature import FeatureClient
+from recmesh.clients.inference import InferenceClient
 from recmesh.errors import DeadlineExceeded, RecmeshError
 from recmesh.features.repository import FeatureSet
 from recmesh.resilience import current_slo_class, remaining_s

@@ -18,7 +18,8 @@ import numpy as np
 import numpy.typing as npt
 
 from recmesh.cache import TtlCache
-from recmesh.clients import FeatureClient, InferenceClient
+from recmesh.clients.feature import FeatureClient
+from recmesh.clients.inference import InferenceClient
 from recmesh.errors import RecmeshError
 from recmesh.features.covisit import seeds_of
 from recmesh.features.repository import FeatureValue, RecallRoles

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import grpc
 
-from recmesh.clients import SKIP_HEADER
 from recmesh.errors import InvalidArgument
 from recmesh.grpcserver import MeshServer, Registration
+from recmesh.metadata import SKIP_HEADER
 from recmesh.settings import RankerSettings
 from recmesh.v1 import features_pb2, ranker_pb2, ranker_pb2_grpc
 from services.ranker.pipeline import RankPipeline

@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 
 from opentelemetry import trace
 
-from recmesh.clients import UNSCORED_MODEL, FeatureClient, InferenceClient
+from recmesh.clients.feature import FeatureClient
+from recmesh.clients.inference import UNSCORED_MODEL, InferenceClient
 from recmesh.errors import RecmeshError, Unavailable
 from recmesh.features.repository import FeatureSet, FeatureValue
 from recmesh.features.wire import row_values

@@ -8,7 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from recmesh.clients import FeatureClient, InferenceClient, RankerClient
+from recmesh.clients.feature import FeatureClient
+from recmesh.clients.inference import InferenceClient
+from recmesh.clients.ranker import RankerClient
 from recmesh.features.repository import FeatureSet
 from recmesh.grpcserver import MeshServer
 from recmesh.redis_client import connect

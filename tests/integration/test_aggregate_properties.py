@@ -25,6 +25,7 @@ from recmesh.events import Event
 from recmesh.features.backfill import ReplayState
 from recmesh.features.repository import FeatureDef, FeatureSet, FeatureValue, parse_repository
 from services.feature.catalog import load_catalog
+from services.feature.offline_cache import OfflineCache
 from services.feature.store import FeatureStore
 from services.feature.writer import EventWriter
 
@@ -231,8 +232,9 @@ async def _online(
     try:
         await client.flushdb()
         await load_catalog(client, FS, [], [(i, {"tags": CATEGORIES[i]}) for i in ITEMS])
-        store = FeatureStore(client, FS, static_ttl_s=600.0)  # no background re-reads past the loop
-        writer = EventWriter(client, FS, store.attributes)
+        # no background re-reads past the loop
+        store = FeatureStore(client, FS, offline=OfflineCache(client, FS, static_ttl_s=600.0))
+        writer = EventWriter(client, FS, store.offline.attributes)
         for batch in batches(arrivals, cuts):
             if batch:
                 await writer.apply([e.event() for e in batch])

@@ -11,7 +11,9 @@ import httpx
 import pytest
 
 from recmesh.aitools import actions
-from recmesh.clients import FeatureClient, InferenceClient, RankerClient
+from recmesh.clients.feature import FeatureClient
+from recmesh.clients.inference import InferenceClient
+from recmesh.clients.ranker import RankerClient
 from recmesh.embedding.encoder import TextEncoder
 from recmesh.grpcserver import MeshServer
 from recmesh.settings import AiToolSettings, GatewaySettings, InferenceSettings

@@ -18,7 +18,9 @@ from pathlib import Path
 import httpx
 from prometheus_client import REGISTRY
 
-from recmesh.clients import FeatureClient, InferenceClient, RankerClient
+from recmesh.clients.feature import FeatureClient
+from recmesh.clients.inference import InferenceClient
+from recmesh.clients.ranker import RankerClient
 from recmesh.settings import GatewaySettings, RankerSettings
 from recmesh.slo import ClassDecision, SloClass
 from services.gateway.app import GatewayDeps, create_app

@@ -13,7 +13,9 @@ from pathlib import Path
 
 import httpx
 
-from recmesh.clients import FeatureClient, InferenceClient, RankerClient
+from recmesh.clients.feature import FeatureClient
+from recmesh.clients.inference import InferenceClient
+from recmesh.clients.ranker import RankerClient
 from recmesh.features.repository import DEMO_REPOSITORY, load_repository
 from recmesh.resilience import BreakerState
 from recmesh.settings import FeatureSettings, GatewaySettings, RankerSettings

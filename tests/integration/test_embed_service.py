@@ -10,7 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from recmesh.clients import HealthProbe, InferenceClient
+from recmesh.clients.base import HealthProbe
+from recmesh.clients.inference import InferenceClient
 from recmesh.embedding.encoder import TextEncoder
 from recmesh.errors import CircuitOpen, InvalidArgument, ResourceExhausted
 from recmesh.grpcserver import MeshServer

@@ -18,7 +18,9 @@ import pytest
 import redis.asyncio as redis
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
-from recmesh.clients import FeatureClient, InferenceClient, RankerClient
+from recmesh.clients.feature import FeatureClient
+from recmesh.clients.inference import InferenceClient
+from recmesh.clients.ranker import RankerClient
 from recmesh.features import keys
 from recmesh.features.repository import DEMO_REPOSITORY, load_repository
 from recmesh.redis_client import connect

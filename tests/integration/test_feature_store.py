@@ -17,6 +17,7 @@ from recmesh.features.repository import DEMO_REPOSITORY, FeatureSet, load_reposi
 from recmesh.redis_client import AnyRedis, connect
 from recmesh.tools.demo.generate import generate_events, make_catalog, offline_rows
 from services.feature.catalog import load_catalog
+from services.feature.offline_cache import OfflineCache
 from services.feature.store import FeatureStore
 from services.feature.writer import EventWriter
 from tests.helpers import poll_until, write_events
@@ -40,7 +41,8 @@ ITEMS = [("i1", {"category": "news", "length": 60, "author_level": 2, "popularit
 async def loaded_store(
     client: redis.Redis, static_ttl_s: float = 5.0, profile_ttl_s: float = 60.0
 ) -> FeatureStore:
-    store = FeatureStore(client, FS, static_ttl_s=static_ttl_s, profile_ttl_s=profile_ttl_s)
+    offline = OfflineCache(client, FS, static_ttl_s=static_ttl_s, profile_ttl_s=profile_ttl_s)
+    store = FeatureStore(client, FS, offline=offline)
     await store.prepare()
     await load_catalog(client, FS, USERS, ITEMS)  # type: ignore[arg-type]
     return store
@@ -143,7 +145,7 @@ async def check_parity_with_replay(client: AnyRedis) -> None:
     store = FeatureStore(client, FS)
     await load_catalog(client, FS, users, items)
     events = [Event.model_validate(x) for x in generate_events(catalog, T0, 40 * MIN, 300, seed=3)]
-    writer = EventWriter(client, FS, store.attributes)
+    writer = EventWriter(client, FS, store.offline.attributes)
     replay = ReplayState(FS, dict(users), dict(items))
     rng = random.Random(2)
     probe_users = sorted({ev.user_id for ev in events})[:25]
@@ -195,9 +197,7 @@ async def test_redis_down_falls_back_to_cached_offline_features(redis_client: re
     store = await loaded_store(redis_client)
     await store.lookup("u1", ["i1"], T0, timeout_s=1.0)  # warms the offline caches
     dead = connect("redis://127.0.0.1:1/0", 4)
-    broken = FeatureStore(dead, FS)
-    broken._user_profile = store._user_profile
-    broken._item_static = store._item_static
+    broken = FeatureStore(dead, FS, offline=store.offline)
     got = await broken.lookup("u1", ["i1", "i2"], T0, timeout_s=0.5)
     assert got.degraded == ["realtime_store_unavailable"]
     assert got.user["clicks_5m"] == (0, "default", -1)
@@ -234,8 +234,8 @@ async def test_cached_statics_are_reread_only_after_an_offline_load(redis_client
         # The first read came before the version was known: it is re-read once
         # in the background; after that, look-ups read no statics at all.
         await store.lookup("u1", ["i1"], T0, timeout_s=1.0)
-        confirmed = store.item_cache.get_fresh("i1", vouched=store._statics_vouched)
-        return store._refresher is None and confirmed is not None
+        confirmed = store.offline.item_cache.get_fresh("i1", vouched=store.offline._statics_vouched)
+        return store.offline._refresher is None and confirmed is not None
 
     await poll_until(settled, "cached statics confirmed by the version", 2.0, interval=0.02)
     inline, background = static_reads("inline"), static_reads("background")
@@ -293,7 +293,7 @@ async def test_the_newest_index_answers_as_the_sorted_sets_do(redis_client: redi
            T0 - rng.randrange(20 * MIN)) for n in range(200)),
         key=lambda ev: ev.event_time,
     )  # fmt: skip
-    writer = EventWriter(redis_client, FS, store.attributes)
+    writer = EventWriter(redis_client, FS, store.offline.attributes)
     for start in range(0, len(events), 50):
         await writer.apply(events[start : start + 50])
     # A missing index (evicted, written before it existed) re-made by a batch

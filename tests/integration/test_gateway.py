@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import httpx
 
-from recmesh.clients import FeatureClient, RankerClient
+from recmesh.clients.feature import FeatureClient
+from recmesh.clients.ranker import RankerClient
 from recmesh.settings import GatewaySettings
 from services.gateway.app import GatewayDeps, create_app
 from services.gateway.cold import DependencyState, build_cold_guard

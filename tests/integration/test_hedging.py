@@ -12,7 +12,7 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from recmesh.clients import GrpcClient, ResiliencePolicy
+from recmesh.clients.base import GrpcClient, ResiliencePolicy
 from recmesh.telemetry import EXTRA_ATTEMPTS
 from tests.helpers import free_port
 

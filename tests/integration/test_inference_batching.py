@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from recmesh.clients import InferenceClient
+from recmesh.clients.inference import InferenceClient
 from recmesh.grpcserver import MeshServer
 from recmesh.settings import InferenceSettings
 from services.inference.model import ModelRegistry

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from recmesh.clients import InferenceClient
+from recmesh.clients.inference import InferenceClient
 from recmesh.errors import InvalidArgument
 from recmesh.features.repository import FeatureSet
 from recmesh.modeldir import LEVELS, current_model, variant_file

@@ -16,7 +16,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from recmesh.clients import HealthProbe, InferenceClient
+from recmesh.clients.base import HealthProbe
+from recmesh.clients.inference import InferenceClient
 from recmesh.modeldir import EMBEDDER_DIR
 from services.inference.server import TEXT_HEALTH_NAME
 from tests.helpers import card_schema, free_port, poll_until

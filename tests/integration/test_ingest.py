@@ -150,7 +150,7 @@ class _UnevenWriter(EventWriter):
     """The real writer, with every other write held back as a slow Redis would."""
 
     def __init__(self, store: FeatureStore) -> None:
-        super().__init__(store.client, store.feature_set, store.attributes)
+        super().__init__(store.client, store.feature_set, store.offline.attributes)
         self.writes = 0
 
     async def write(self, plan: WritePlan) -> WriteResult:

@@ -21,7 +21,9 @@ import orjson
 import pytest
 from aiokafka import AIOKafkaProducer
 
-from recmesh.clients import FeatureClient, InferenceClient, RankerClient
+from recmesh.clients.feature import FeatureClient
+from recmesh.clients.inference import InferenceClient
+from recmesh.clients.ranker import RankerClient
 from recmesh.features.repository import FeatureSet, load_repository
 from recmesh.features.served import dump_topic, read_served
 from recmesh.features.wire import row_to_json

@@ -15,7 +15,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from recmesh.clients import InferenceClient
+from recmesh.clients.inference import InferenceClient
 from recmesh.features.repository import FeatureSet
 from recmesh.features.vectorize import Vectorizer, transforms_from_card
 from recmesh.features.wire import row_values, table_columns

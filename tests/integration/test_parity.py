@@ -12,7 +12,7 @@ from pathlib import Path
 import orjson
 from aiokafka import AIOKafkaProducer
 
-from recmesh.clients import FeatureClient
+from recmesh.clients.feature import FeatureClient
 from recmesh.features.backfill import backfill
 from recmesh.features.eventlog import write_events
 from recmesh.features.repository import FeatureSet

@@ -19,7 +19,9 @@ from pathlib import Path
 import numpy as np
 from prometheus_client import REGISTRY
 
-from recmesh.clients import FeatureClient, InferenceClient, RankerClient
+from recmesh.clients.feature import FeatureClient
+from recmesh.clients.inference import InferenceClient
+from recmesh.clients.ranker import RankerClient
 from recmesh.embedding.encoder import TextEncoder
 from recmesh.events import Event
 from recmesh.resilience import request_scope

@@ -33,7 +33,9 @@ async def check_covisitation(client: AnyRedis, path: str) -> None:
         return f"cv{tag}-{n}"
 
     store, recall = FeatureStore(client, FS), RecallStore(client)
-    writer = EventWriter(client, FS, store.attributes, pipelined=True if path == "pipelined" else None)
+    writer = EventWriter(
+        client, FS, store.offline.attributes, pipelined=True if path == "pipelined" else None
+    )
 
     async def apply(events: list[Event]) -> int:
         return (await writer.apply(sorted(events, key=lambda e: e.event_time))).covisit_pairs

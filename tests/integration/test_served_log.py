@@ -13,7 +13,7 @@ import pytest
 import redis.asyncio as redis
 from aiokafka import AIOKafkaProducer
 
-from recmesh.clients import FeatureClient
+from recmesh.clients.feature import FeatureClient
 from recmesh.events import Event
 from recmesh.features import keys
 from recmesh.features.eventlog import sorted_events, write_events

@@ -14,7 +14,9 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from prometheus_client import REGISTRY
 
-from recmesh.clients import InferenceClient, RankerClient, open_channel
+from recmesh.clients.base import open_channel
+from recmesh.clients.inference import InferenceClient
+from recmesh.clients.ranker import RankerClient
 from recmesh.errors import DeadlineExceeded, FailedPrecondition, InvalidArgument
 from recmesh.events import Event
 from recmesh.features.repository import FeatureSet

@@ -13,7 +13,7 @@ from aiokafka import AIOKafkaProducer
 
 from recmesh.errors import NotFound
 from recmesh.features.served import dump_topic
-from recmesh.producer import produce
+from recmesh.producer import produce_events
 from recmesh.tools.cli.main import main
 from recmesh.tools.demo.live import demo_events
 
@@ -22,7 +22,7 @@ async def test_a_dump_holds_every_record_of_a_batched_topic(
     kafka_bootstrap: str, topics: dict[str, str], tmp_path: Path
 ) -> None:
     events = demo_events(3000, seed=7)
-    await produce(kafka_bootstrap, topics["events"], events)  # lingered: many records per batch
+    await produce_events(kafka_bootstrap, topics["events"], events)  # lingered: many records per batch
     out = tmp_path / "log.jsonl"
     dump = await dump_topic(kafka_bootstrap, topics["events"], out, timeout_s=30)
     assert (dump.written, dump.skipped) == (len(events), 0)
@@ -39,7 +39,7 @@ async def test_an_events_dump_leaves_out_what_the_ingest_dead_letters(
 ) -> None:
     monkeypatch.setenv("KAFKA_BOOTSTRAP", kafka_bootstrap)
     good = demo_events(20, seed=3)
-    await produce(kafka_bootstrap, topics["events"], good)
+    await produce_events(kafka_bootstrap, topics["events"], good)
     producer = AIOKafkaProducer(bootstrap_servers=kafka_bootstrap)
     await producer.start()
     try:

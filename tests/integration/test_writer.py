@@ -77,8 +77,8 @@ async def test_the_one_script_write_equals_the_pipelined_write(
     statics = [(f"i{n}", {"category": f"c{n % 4}", "popularity": 1.0}) for n in range(30)]
     await load_catalog(a, FS, [], statics)  # type: ignore[arg-type]
     await load_catalog(b, FS, [], statics)  # type: ignore[arg-type]
-    pipelined = EventWriter(a, FS, FeatureStore(a, FS).attributes, pipelined=True)
-    script = EventWriter(b, FS, FeatureStore(b, FS).attributes)
+    pipelined = EventWriter(a, FS, FeatureStore(a, FS).offline.attributes, pipelined=True)
+    script = EventWriter(b, FS, FeatureStore(b, FS).offline.attributes)
     counted_a = counted_b = dups_a = dups_b = 0
     batches = _batches(7)
     for batch in batches:

@@ -11,7 +11,7 @@ from typing import Any, cast
 import numpy as np
 import pytest
 
-from recmesh.clients import Embedded, InferenceClient
+from recmesh.clients.inference import Embedded, InferenceClient
 from recmesh.errors import DeadlineExceeded, ResourceExhausted, Unprocessable
 from recmesh.settings import AiToolSettings
 from recmesh.slo import DEFAULT_CLASSES

@@ -8,8 +8,8 @@ import grpc
 import pytest
 
 from recmesh.errors import InvalidArgument, ResourceExhausted
+from recmesh.grpcserver import RequestInterceptor
 from recmesh.resilience import current_slo_class, remaining_s
-from recmesh.telemetry import RequestInterceptor
 
 
 class Aborted(Exception):

@@ -17,7 +17,9 @@ import schemathesis
 from schemathesis.schemas import BaseSchema
 
 from recmesh.admission import AdmissionConfig, AdmissionGate
-from recmesh.clients import FeatureClient, InferenceClient, RankerClient
+from recmesh.clients.feature import FeatureClient
+from recmesh.clients.inference import InferenceClient
+from recmesh.clients.ranker import RankerClient
 from recmesh.settings import GatewaySettings
 from services.gateway.aitools import AiTools
 from services.gateway.app import GatewayDeps, create_app

@@ -11,7 +11,8 @@ import httpx
 import pytest
 from prometheus_client import REGISTRY
 
-from recmesh.clients import FeatureClient, RankerClient
+from recmesh.clients.feature import FeatureClient
+from recmesh.clients.ranker import RankerClient
 from recmesh.settings import GatewaySettings
 from services.gateway.app import GatewayDeps, create_app
 from services.gateway.events import EventPublisher

@@ -17,6 +17,7 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 from prometheus_client import REGISTRY, CollectorRegistry, Histogram
 
+from recmesh.grpcserver import hop_class
 from recmesh.telemetry import (
     ABANDON_GRACE_S,
     TelemetryConfigError,
@@ -24,7 +25,6 @@ from recmesh.telemetry import (
     _CountedProcessor,
     _GuardedExporter,
     check_sampler,
-    hop_class,
     observe_many,
     otlp_protocol,
     process_age_s,

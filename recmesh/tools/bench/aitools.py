@@ -11,7 +11,8 @@ from typing import Any
 
 import httpx
 
-from recmesh.tools.bench.common import emit, percentile
+from recmesh.stats import percentile
+from recmesh.tools.bench.common import emit
 from recmesh.tools.up import DEMO_API_KEY
 
 KEY = {"x-api-key": DEMO_API_KEY}

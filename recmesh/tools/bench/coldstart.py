@@ -21,7 +21,10 @@ from typing import Any
 
 import httpx
 
-from recmesh.clients import FeatureClient, HealthProbe, InferenceClient, RankerClient
+from recmesh.clients.base import HealthProbe
+from recmesh.clients.feature import FeatureClient
+from recmesh.clients.inference import InferenceClient
+from recmesh.clients.ranker import RankerClient
 from recmesh.features.repository import DEMO_REPOSITORY, load_repository
 from recmesh.redis_client import connect
 from recmesh.tools.bench.common import emit, free_port, infrastructure, plaintext_unless_set

@@ -1,4 +1,4 @@
-"""Shared pieces of the benchmarks: percentiles, infrastructure, printing."""
+"""Shared pieces of the benchmarks: infrastructure, printing (percentiles: recmesh.stats)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import json
 import os
 import sys
 import tempfile
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,15 +21,6 @@ from recmesh.tools.localinfra import (
     wait_tcp,
 )
 from recmesh.topics import ensure_topics
-
-
-def percentile(samples: Sequence[float], q: float) -> float:
-    """Nearest-rank percentile (q in 0..100) of unsorted samples."""
-    if not samples:
-        return float("nan")
-    ordered = sorted(samples)
-    rank = max(0, min(len(ordered) - 1, round(q / 100 * len(ordered) + 0.5) - 1))
-    return ordered[rank]
 
 
 def process_cpu_s(pid: int) -> float | None:
@@ -48,7 +39,7 @@ class Infra:
     workdir: Path
 
 
-__all__ = ["Infra", "emit", "free_port", "infrastructure", "percentile", "plaintext_unless_set"]
+__all__ = ["Infra", "emit", "free_port", "infrastructure", "plaintext_unless_set"]
 
 
 def plaintext_unless_set() -> None:

@@ -26,13 +26,14 @@ from typing import Any
 
 import numpy as np
 
-from recmesh.clients import InferenceClient
+from recmesh.clients.inference import InferenceClient
 from recmesh.errors import FailedPrecondition
 from recmesh.features.repository import FeatureSet, resolve_repository
 from recmesh.features.vectorize import transforms_from_card
 from recmesh.modeldir import current_model
 from recmesh.settings import CommonSettings, InferenceSettings
-from recmesh.tools.bench.common import emit, percentile, plaintext_unless_set
+from recmesh.stats import percentile
+from recmesh.tools.bench.common import emit, plaintext_unless_set
 from recmesh.tools.bench.inference import _start
 from recmesh.tools.training.family import auc
 from recmesh.tools.training.train import TrainConfig, build_dataset, demo_dataset, train

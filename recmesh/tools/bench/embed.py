@@ -14,7 +14,8 @@ from typing import Any
 
 from recmesh.embedding.encoder import TextEncoder
 from recmesh.modeldir import EMBEDDER_DIR
-from recmesh.tools.bench.common import emit, percentile
+from recmesh.stats import percentile
+from recmesh.tools.bench.common import emit
 from recmesh.tools.embedding.export import export
 
 

@@ -23,22 +23,17 @@ import time
 from typing import Any
 
 import orjson
-from aiokafka import AIOKafkaProducer
 
-from recmesh.clients import FeatureClient, ResiliencePolicy
+from recmesh.clients.base import ResiliencePolicy
+from recmesh.clients.feature import FeatureClient
 from recmesh.events import Event
 from recmesh.features import keys
 from recmesh.features.repository import DEMO_REPOSITORY, FeatureSet, load_repository
+from recmesh.producer import make_producer
 from recmesh.redis_client import connect
 from recmesh.settings import IngestSettings
-from recmesh.tools.bench.common import (
-    Infra,
-    emit,
-    free_port,
-    infrastructure,
-    percentile,
-    plaintext_unless_set,
-)
+from recmesh.stats import percentile
+from recmesh.tools.bench.common import Infra, emit, free_port, infrastructure, plaintext_unless_set
 from recmesh.tools.demo.generate import make_catalog, offline_rows
 from services.feature.catalog import load_catalog
 from services.feature.ingest import running
@@ -62,7 +57,7 @@ def _synthetic(n: int, rng: random.Random, now_ms: int, spread_ms: int) -> list[
 
 
 async def _produce(bootstrap: str, events: list[dict[str, Any]]) -> float:
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=5, max_batch_size=262_144)
+    producer = make_producer(bootstrap, max_batch_size=262_144)
     await producer.start()
     started = time.perf_counter()
     try:
@@ -250,7 +245,7 @@ async def run(
 
 
 async def _stream(bootstrap: str, rng: random.Random, rate: int, seconds: float) -> int:
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=2)
+    producer = make_producer(bootstrap, linger_ms=2)
     await producer.start()
     sent = 0
     started = time.perf_counter()

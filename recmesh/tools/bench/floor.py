@@ -33,7 +33,7 @@ import grpc
 import uvicorn
 
 from recmesh import eventloop
-from recmesh.clients import open_channel
+from recmesh.clients.base import open_channel
 from recmesh.grpcserver import GRPC_OPTIONS, wait_for_shutdown_signal
 from recmesh.tools.bench.common import emit
 from recmesh.tools.bench.loadgen import StepResult

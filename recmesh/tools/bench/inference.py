@@ -39,11 +39,13 @@ from typing import Any
 
 import numpy as np
 
-from recmesh.clients import HealthProbe, InferenceClient
+from recmesh.clients.base import HealthProbe
+from recmesh.clients.inference import InferenceClient
 from recmesh.features.repository import DEMO_REPOSITORY, load_repository
 from recmesh.modeldir import current_model
 from recmesh.settings import InferenceSettings
-from recmesh.tools.bench.common import emit, free_port, percentile, plaintext_unless_set, process_cpu_s
+from recmesh.stats import percentile
+from recmesh.tools.bench.common import emit, free_port, plaintext_unless_set, process_cpu_s
 from recmesh.tools.training.train import TrainConfig, train
 
 

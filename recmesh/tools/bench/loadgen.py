@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import orjson
 
 from recmesh.settings import configured_classes
-from recmesh.tools.bench.common import percentile
+from recmesh.stats import percentile
 
 REQUEST_TIMEOUT_S = 5.0
 

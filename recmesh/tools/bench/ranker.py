@@ -13,11 +13,12 @@ import time
 from collections import Counter
 from typing import Any
 
-from recmesh.clients import RankerClient
+from recmesh.clients.ranker import RankerClient
 from recmesh.errors import RecmeshError
 from recmesh.resilience import request_scope
 from recmesh.settings import configured_classes
-from recmesh.tools.bench.common import emit, percentile
+from recmesh.stats import percentile
+from recmesh.tools.bench.common import emit
 
 
 async def bench_ranker(

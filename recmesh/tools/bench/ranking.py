@@ -30,7 +30,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from recmesh.clients import RankerClient
+from recmesh.clients.ranker import RankerClient
 from recmesh.errors import RecmeshError
 from recmesh.events import Event
 from recmesh.features.backfill import LabelRule
@@ -94,7 +94,7 @@ async def _replay_and_rank(
     degraded: dict[str, Counter[str]] = {"served": Counter(), "recall_alone": Counter()}
     budget_s = configured_classes()[SLO_CLASS].budget_ms / 1000
     client = connect(redis_url, 8)
-    writer = EventWriter(client, fs, FeatureStore(client, fs).attributes)
+    writer = EventWriter(client, fs, FeatureStore(client, fs).offline.attributes)
     ranker = RankerClient(ranker_addr, "ranking-eval", plaintext=True)
     events, written, replay_s, rank_s = split.training, 0, 0.0, 0.0
     try:

@@ -16,7 +16,6 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from recmesh.credentials import kafka_options
 from recmesh.errors import FailedPrecondition, InvalidArgument, RecmeshError
 from recmesh.features.repository import Entity, FeatureSet
 from recmesh.tools.cli.common import print_figures
@@ -193,11 +192,10 @@ async def _send(
 ) -> int:  # fmt: skip
     """Produce events in order: at `rate` events/s, or paced at `speed` x real time
     (each stamped with its send time), acks=all; waits for every acknowledgement."""
-    from aiokafka import AIOKafkaProducer
-
+    from recmesh.producer import make_producer
     from recmesh.telemetry import kafka_trace_headers
 
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=5, **kafka_options())
+    producer = make_producer(bootstrap)
     await producer.start()
     sent = 0
     started_wall = time.time()
@@ -292,7 +290,7 @@ def _cmd_events_import(args: argparse.Namespace) -> int:
 
 def _cmd_events_send(args: argparse.Namespace) -> int:
     from recmesh.events import parse_event
-    from recmesh.producer import produce
+    from recmesh.producer import produce_events
     from recmesh.settings import KafkaSettings
 
     fs = repository(args)
@@ -312,7 +310,7 @@ def _cmd_events_send(args: argparse.Namespace) -> int:
             raise InvalidArgument("--demo events are the demo repository's; give --file (or events import)")
         events = demo_events(args.demo, seed=args.seed)
     kafka = KafkaSettings()
-    asyncio.run(produce(kafka.kafka_bootstrap, kafka.events_topic, events))
+    asyncio.run(produce_events(kafka.kafka_bootstrap, kafka.events_topic, events))
     print(f"sent {len(events)} events to {kafka.events_topic}")
     return 0
 
@@ -366,7 +364,7 @@ def catalog_tables(
 
 
 async def _features_get(args: argparse.Namespace) -> dict[str, Any]:
-    from recmesh.clients import FeatureClient
+    from recmesh.clients.feature import FeatureClient
     from recmesh.features.wire import row_to_json, table_to_json
     from recmesh.settings import RankerSettings
 

@@ -54,7 +54,7 @@ def _cmd_health(args: argparse.Namespace) -> int:
         if status != 200:
             print(f"recmesh health: {args.http} answered {status}", file=sys.stderr)
         return 0 if status == 200 else 1
-    from recmesh.clients import GrpcClient
+    from recmesh.clients.base import GrpcClient
 
     async def check() -> bool:
         client = GrpcClient(args.grpc, "health")

@@ -10,7 +10,7 @@ import yaml
 from prometheus_client import REGISTRY
 
 import recmesh.admission
-import recmesh.clients
+import recmesh.clients.base
 import recmesh.controller
 import services.ranker.pipeline  # noqa: F401 (registers the degradation counter)
 
@@ -28,7 +28,7 @@ def _exported() -> set[str]:
 
 
 def test_resilience_rules_and_panels_use_exported_metrics() -> None:
-    assert recmesh.admission.SHED and recmesh.controller.REWARD and recmesh.clients.BREAKER_FAILURES
+    assert recmesh.admission.SHED and recmesh.controller.REWARD and recmesh.clients.base.BREAKER_FAILURES
     rules = yaml.safe_load((ROOT / "deploy" / "prometheus" / "alerts.yml").read_text())
     (group,) = [g for g in rules["groups"] if g["name"] == "recmesh-resilience"]
     exprs = [r["expr"] for r in group["rules"]]

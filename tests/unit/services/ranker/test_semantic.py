@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from recmesh.clients import InferenceClient
+from recmesh.clients.inference import InferenceClient
 from recmesh.features.repository import FeatureSet
 from recmesh.vectors import save_item_vectors
 from services.ranker.recall import RecallContext, SemanticSource, last_viewed

@@ -1,27 +1,28 @@
-"""Typed clients for the mesh's gRPC services, one small method per RPC.
+"""The engine every client of a mesh service shares: one downstream's channel,
+its retry, circuit breaker and hedging, and health probes.
 
-Handlers never touch stubs: each method derives its timeout from the request
-budget (resilience.call_timeout), sends the SLO class as metadata, records the
-call's latency, and translates gRPC errors into the recmesh hierarchy here and
-only here. Each call's CLIENT span is opened here and its `traceparent` sent in
-the call's metadata (no channel interceptors), so the trace travels on every hop.
+Handlers never touch stubs: each client method (recmesh.clients.feature,
+.inference, .ranker) derives its timeout from the request budget
+(resilience.call_timeout), sends the SLO class as metadata, records the call's
+latency, and translates gRPC errors into the recmesh hierarchy here and only
+here. Each call's CLIENT span is opened here and its `traceparent` sent in the
+call's metadata (no channel interceptors), so the trace travels on every hop.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable, Collection
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import grpc
-import numpy as np
-import numpy.typing as npt
 import structlog
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from recmesh.errors import CircuitOpen, DeadlineExceeded, RecmeshError, Unavailable, from_grpc
+from recmesh.metadata import SLO_HEADER
 from recmesh.resilience import (
     BreakerState,
     CircuitBreaker,
@@ -32,7 +33,6 @@ from recmesh.resilience import (
     remaining_s,
 )
 from recmesh.security import open_secure_channel
-from recmesh.slo import SLO_HEADER
 from recmesh.telemetry import (
     CIRCUIT_OPENED,
     CIRCUIT_STATE,
@@ -41,14 +41,6 @@ from recmesh.telemetry import (
     EXTRA_ATTEMPTS,
     end_rpc_span,
     grpc_client_span,
-)
-from recmesh.v1 import (
-    features_pb2,
-    features_pb2_grpc,
-    inference_pb2,
-    inference_pb2_grpc,
-    ranker_pb2,
-    ranker_pb2_grpc,
 )
 
 R = TypeVar("R")
@@ -330,184 +322,3 @@ class GrpcClient:
 
     async def close(self) -> None:
         await self.channel.close()
-
-
-class FeatureClient(GrpcClient):
-    target = "feature"
-    service_name = "recmesh.v1.FeatureService"
-
-    def __init__(
-        self, address: str, caller: str, margin_ms: float = 5.0, policy: ResiliencePolicy | None = None
-    ) -> None:
-        super().__init__(address, caller, margin_ms, policy)
-        self._stub = features_pb2_grpc.FeatureServiceStub(self.channel)
-
-    async def get_features(
-        self,
-        user_id: str,
-        item_ids: list[str],
-        as_of_ms: int,
-        cap_s: float | None = None,
-        *,
-        related_limit: int = 0,
-        related_per_item: int = 0,
-        items_only: bool = False,
-    ) -> features_pb2.GetFeaturesResponse:
-        """`related_limit` > 0 also asks for the user's co-visitation recall
-        (the response's `related`, when `related_included`); `items_only`
-        skips the user's features (the response's user row is empty)."""
-        req = features_pb2.GetFeaturesRequest(
-            user_id=user_id, item_ids=item_ids, as_of_ms=as_of_ms,
-            related_limit=related_limit, related_per_item=related_per_item, items_only=items_only,
-        )  # fmt: skip
-        # User-only look-ups and candidate look-ups hedge on their own p95.
-        kind = "GetFeatures:items" if item_ids else "GetFeatures:user"
-        return await self._call(
-            "GetFeatures", self._stub.GetFeatures, req, cap_s, retry=True, hedge=True, latency_key=kind
-        )
-
-    async def popular(self, limit: int, cap_s: float | None = None) -> list[tuple[str, float]]:
-        req = features_pb2.GetPopularRequest(limit=limit)
-        resp: features_pb2.GetPopularResponse = await self._call(
-            "GetPopular", self._stub.GetPopular, req, cap_s, retry=True
-        )
-        return [(i.item_id, i.score) for i in resp.items]
-
-    async def related(
-        self, item_ids: list[str], limit: int, per_item: int = 0, cap_s: float | None = None
-    ) -> list[tuple[str, float]]:
-        req = features_pb2.GetRelatedRequest(item_ids=item_ids, limit=limit, per_item=per_item)
-        resp: features_pb2.GetRelatedResponse = await self._call(
-            "GetRelated", self._stub.GetRelated, req, cap_s
-        )
-        return [(i.item_id, i.score) for i in resp.items]
-
-    async def category_popular(
-        self, categories: list[str], limit: int, cap_s: float | None = None
-    ) -> dict[str, list[tuple[str, float]]]:
-        req = features_pb2.GetCategoryPopularRequest(categories=categories, limit=limit)
-        resp: features_pb2.GetCategoryPopularResponse = await self._call(
-            "GetCategoryPopular", self._stub.GetCategoryPopular, req, cap_s
-        )
-        return {c.category: [(i.item_id, i.score) for i in c.items] for c in resp.categories}
-
-
-SUGGESTED_LEVEL_KEY = "x-recmesh-suggested-level"
-# Request metadata: comma-separated dependencies the callee must not call, e.g.
-# "inference" when the gateway presumes it scaled to zero (services/gateway/cold.py).
-SKIP_HEADER = "x-recmesh-skip"
-# The model_version of a ranking left in recall order (nothing scored it).
-UNSCORED_MODEL = "recall"
-
-
-@dataclass(frozen=True)
-class Scored:
-    scores: list[float]
-    model_version: str
-    suggested_level: int  # the inference service's degradation hint (trailing metadata)
-    level: int = 0  # the degradation level the inference service actually served
-
-
-@dataclass(frozen=True)
-class Embedded:
-    matrix: npt.NDArray[np.float32]  # [len(texts), dim], unit rows
-    model: str
-    backend: str
-    tokens: list[int]  # per text, as the model saw it
-
-
-class InferenceClient(GrpcClient):
-    target = "inference"
-    service_name = "recmesh.v1.InferenceService"
-
-    def __init__(
-        self, address: str, caller: str, margin_ms: float = 5.0, policy: ResiliencePolicy | None = None
-    ) -> None:
-        super().__init__(address, caller, margin_ms, policy)
-        self._stub = inference_pb2_grpc.InferenceServiceStub(self.channel)
-
-    async def score(
-        self, feature_version: str, columns: list[str], values: list[float] | npt.NDArray[np.float32],
-        level: int = 0, cap_s: float | None = None,
-    ) -> Scored:  # fmt: skip
-        """`values`: the row-major matrix; a NumPy array travels as raw float32
-        bytes (`values_f32`), which spares a per-number conversion on both sides
-        (about 0.25 ms for 200 candidates here), a list as `values`."""
-        req = inference_pb2.ScoreRequest(feature_version=feature_version, feature_names=columns, level=level)
-        if isinstance(values, np.ndarray):
-            req.values_f32 = np.ascontiguousarray(values, dtype="<f4").tobytes()
-        else:
-            req.values.extend(values)
-        resp, trailers = await self._call_with_trailers("Score", self._stub.Score, req, cap_s, retry=True)
-        suggested = int(trailers.get(SUGGESTED_LEVEL_KEY, "0"))
-        return Scored(list(resp.scores), resp.model_version, suggested, resp.level)
-
-    async def score_features(
-        self, feature_version: str, user: features_pb2.FeatureRow, items: features_pb2.FeatureTable,
-        level: int = 0, cap_s: float | None = None,
-    ) -> Scored:  # fmt: skip
-        """Scores of `items` (one per entity, in the table's order) for `user`,
-        from their served features: the inference service builds the model's
-        inputs with the transforms its model card declares."""
-        req = inference_pb2.ScoreRequest(feature_version=feature_version, level=level)
-        req.user.CopyFrom(user)
-        req.items.CopyFrom(items)
-        resp, trailers = await self._call_with_trailers("Score", self._stub.Score, req, cap_s, retry=True)
-        suggested = int(trailers.get(SUGGESTED_LEVEL_KEY, "0"))
-        return Scored(list(resp.scores), resp.model_version, suggested, resp.level)
-
-    async def embed(self, texts: list[str], cap_s: float | None = None) -> Embedded:
-        resp: inference_pb2.EmbedResponse = await self._call(
-            "Embed", self._stub.Embed, inference_pb2.EmbedRequest(texts=texts), cap_s
-        )
-        matrix = np.asarray(resp.values, dtype=np.float32).reshape(len(texts), resp.dim)
-        return Embedded(matrix, resp.model, resp.backend, list(resp.tokens))
-
-    async def generate(
-        self, prompt: str, max_tokens: int, json_schema: str = "", cap_s: float | None = None
-    ) -> inference_pb2.GenerateResponse:
-        req = inference_pb2.GenerateRequest(prompt=prompt, max_tokens=max_tokens, json_schema=json_schema)
-        return await self._call("Generate", self._stub.Generate, req, cap_s)
-
-    async def capabilities(self, cap_s: float = 2.0) -> inference_pb2.CapabilitiesResponse:
-        return await self._call(
-            "Capabilities", self._stub.Capabilities, inference_pb2.CapabilitiesRequest(), cap_s
-        )
-
-    async def model_info(self) -> inference_pb2.ModelInfoResponse:
-        return await self._call("ModelInfo", self._stub.ModelInfo, inference_pb2.ModelInfoRequest(), 2.0)
-
-
-class RankerClient(GrpcClient):
-    target = "ranker"
-    service_name = "recmesh.v1.RankerService"
-
-    def __init__(
-        self, address: str, caller: str, margin_ms: float = 5.0, policy: ResiliencePolicy | None = None,
-        *, plaintext: bool = False,
-    ) -> None:  # fmt: skip
-        super().__init__(address, caller, margin_ms, policy, plaintext=plaintext)
-        self._stub = ranker_pb2_grpc.RankerServiceStub(self.channel)
-
-    async def rank(
-        self, user_id: str, count: int, context: dict[str, str], as_of_ms: int,
-        skip: Collection[str] = (),
-    ) -> ranker_pb2.RankResponse:  # fmt: skip
-        """`skip`: dependencies the ranker must not call (sent as SKIP_HEADER)."""
-        req = ranker_pb2.RankRequest(user_id=user_id, count=count, context=context, as_of_ms=as_of_ms)
-        metadata = ((SKIP_HEADER, ",".join(sorted(skip))),) if skip else ()
-        return await self._call("Rank", self._stub.Rank, req, metadata=metadata)
-
-
-__all__ = [
-    "BREAKER_FAILURES",
-    "SKIP_HEADER",
-    "Embedded",
-    "FeatureClient",
-    "GrpcClient",
-    "InferenceClient",
-    "RankerClient",
-    "ResiliencePolicy",
-    "Unavailable",
-    "open_channel",
-]
