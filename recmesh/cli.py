@@ -172,6 +172,17 @@ def _lazy(module: str) -> Callable[[argparse.Namespace], int]:
     return run
 
 
+def positive_int(text: str) -> int:
+    """An argparse type: a whole number >= 1 (else a usage error naming the value)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="recmesh", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -257,7 +268,11 @@ def build_parser() -> argparse.ArgumentParser:
     bi.add_argument("--model-dir", help="default: RECMESH_MODEL_DIR, or a small model trained for the run")
     bi.add_argument("--rows", type=int, default=1, help="rows per request")
     bi.add_argument("--concurrency", type=int, default=64)
-    bi.add_argument("--seconds", type=float, default=5.0)
+    bi.add_argument("--seconds", type=float, default=5.0, help="seconds per configuration per round")
+    bi.add_argument("--repeat", type=positive_int, default=1,
+                    help="rounds, alternating the order of the configurations; prints medians and ranges")
+    bi.add_argument("--max-delay-us", help="batching on at each of these waits (e.g. 0,500; default: the "
+                    "service's RECMESH_BATCH_MAX_DELAY_US)")  # fmt: skip
     bi.add_argument("--json", action="store_true")
     bi.set_defaults(func=_lazy("recmesh.bench.inference"))
 
