@@ -252,6 +252,10 @@ def build_parser() -> argparse.ArgumentParser:
     bf_bench.add_argument(
         "--served-rate", type=float, default=1.0, help="served-feature log rate of the compared service"
     )
+    bf_bench.add_argument(
+        "--repeat", type=positive_int, default=1,
+        help="rounds (each a fresh Redis and broker); prints each target's median and range",
+    )  # fmt: skip
     bf_bench.add_argument("--json", action="store_true")
     bf_bench.set_defaults(func=_lazy("recmesh.bench.features"))
 

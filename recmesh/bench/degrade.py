@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from recmesh.bench.common import emit, percentile, plaintext_unless_set
-from recmesh.bench.inference import _start
+from recmesh.bench.inference import Config, start_service
 from recmesh.clients import InferenceClient
 from recmesh.errors import FailedPrecondition
 from recmesh.features.repository import FeatureSet, resolve_repository
@@ -121,7 +121,9 @@ def in_process(path: Path, x: np.ndarray, rows: int, repeats: int) -> dict[int, 
 async def over_grpc(
     model_dir: Path, card: dict[str, Any], x: np.ndarray, rows: int, repeats: int, work: Path
 ) -> dict[int, dict[str, float]]:
-    proc, addr, _, _ = await _start(model_dir, InferenceSettings().batching, work / "inference.log", rows)
+    proc, addr, _, _ = await start_service(
+        model_dir, Config(InferenceSettings().batching), work / "inference.log", rows
+    )
     client = InferenceClient(addr, "bench")
     cols = list(card["input"]["columns"])
     values = np.ascontiguousarray(x[:rows]).ravel().tolist()

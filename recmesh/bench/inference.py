@@ -49,7 +49,7 @@ from recmesh.settings import InferenceSettings
 from recmesh.training.train import TrainConfig, train
 
 
-async def _start(
+async def start_service(
     model_dir: Path, config: Config, log: Path, rows: int
 ) -> tuple[subprocess.Popen[bytes], str, float, float]:
     """Start the service; seconds from spawn to grpc.health SERVING, and to the
@@ -204,7 +204,7 @@ async def run(
         try:
             for config in compared:
                 log = work / f"{config.name}.log"
-                proc, addr, cold_s, first_s = await _start(model_dir, config, log, rows)
+                proc, addr, cold_s, first_s = await start_service(model_dir, config, log, rows)
                 started[config.name] = (proc, addr)
                 cold.append(cold_s)
                 first_score.append(first_s)
