@@ -341,6 +341,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--no-baseline", dest="baseline", action="store_false",
         help="skip the floor (`recmesh bench floor`) run after the sweep for mesh/floor ratios",
     )  # fmt: skip
+    be.add_argument(
+        "--repeat", type=positive_int, default=1,
+        help="rounds of the mesh's and the floor's sweeps, in alternating order; prints each ratio's median "
+        "and range",
+    )  # fmt: skip
+    be.add_argument("--profile", metavar="DIR", help="py-spy the mesh's services during the sweeps: "
+                    "DIR/SERVICE.folded and their top frames (py-spy: a dev dependency)")  # fmt: skip
     be.add_argument("--json", action="store_true")
     be.set_defaults(func=_lazy("recmesh.bench.e2e"))
 
