@@ -91,6 +91,10 @@ class FeatureSettings(CommonSettings, RedisSettings, KafkaSettings):
         default_factory=dict, validation_alias="RECMESH_FEATURE_TIMEOUT_MS_BY_CLASS"
     )
     max_items: int = Field(500, validation_alias="RECMESH_FEATURE_MAX_ITEMS")
+    # Items' real-time reads held in process (services/feature/item_cache.py): served
+    # again while the ingest reports no event for the item and for at most this long
+    # (an event sliding out of a window in that time is what it may miss); 0 = off.
+    item_cache_ms: int = Field(500, ge=0, le=60_000, validation_alias="RECMESH_ITEM_CACHE_MS")
     # Served-feature log (services/feature/served_log.py): the share of look-ups whose
     # served vectors go to the topic (0 = off, 1 = all), and the queue bound past
     # which records are dropped rather than slowing look-ups.
