@@ -32,6 +32,7 @@ from typing import Any
 
 import structlog
 from prometheus_client import Counter, Gauge
+from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import RedisError
 
 from recmesh.features import keys
@@ -130,6 +131,9 @@ class ItemReadCache:
     async def follow(self, redis: Any, retry_s: float = 1.0) -> None:
         """Subscribe to the ingest's item changes until cancelled; serve only while subscribed."""
         if self.bound_ms <= 0:
+            return
+        if isinstance(redis, RedisCluster):
+            _log.info("item_cache_off", reason="Redis Cluster: look-ups read every item")
             return
         while True:
             pubsub = redis.pubsub()

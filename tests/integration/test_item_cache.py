@@ -132,3 +132,13 @@ async def test_the_acl_users_may_publish_and_follow(tmp_path: Path, demo_fs: Fea
         await ingest.aclose()
     finally:
         proc.stop()
+
+
+async def test_on_a_cluster_the_cache_stays_off(redis_cluster_url: str) -> None:
+    from recmesh.redis_client import connect
+
+    client = connect(redis_cluster_url, 4)
+    cache = ItemReadCache(bound_ms=10_000)
+    await asyncio.wait_for(cache.follow(client), 5)  # returns at once: nothing to follow
+    assert not cache.serving
+    await client.aclose()
