@@ -273,8 +273,12 @@ def build_parser() -> argparse.ArgumentParser:
     bi.add_argument("--rows", type=int, default=1, help="rows per request")
     bi.add_argument("--concurrency", type=int, default=64)
     bi.add_argument("--seconds", type=float, default=5.0, help="seconds per configuration per round")
-    bi.add_argument("--repeat", type=positive_int, default=1,
-                    help="rounds, alternating the order of the configurations; prints medians and ranges")
+    bi.add_argument(
+        "--repeat",
+        type=positive_int,
+        default=1,
+        help="rounds, alternating the order of the configurations; prints medians and ranges",
+    )
     bi.add_argument("--max-delay-us", help="batching on at each of these waits (e.g. 0,500; default: the "
                     "service's RECMESH_BATCH_MAX_DELAY_US)")  # fmt: skip
     bi.add_argument("--json", action="store_true")

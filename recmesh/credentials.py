@@ -38,14 +38,14 @@ ACL_RULES: dict[str, str] = {
     # counts, through its Lua scripts (EVALSHA; SCRIPT LOAD when the server lost them).
     # It publishes the items each batch wrote (keys.ITEMS_CHANGED).
     "ingest": (
-        "~* resetchannels &recmesh:* +@read +@write +@connection +evalsha +eval +script|load +publish -@dangerous "
-        + _CLUSTER_CLIENT
+        "~* resetchannels &recmesh:* +@read +@write +@connection +evalsha +eval +script|load +publish "
+        f"-@dangerous {_CLUSTER_CLIENT}"
     ),
     # the feature service: reads only (its look-up scripts read too), and follows the
     # ingest's item changes (SUBSCRIBE on keys.ITEMS_CHANGED).
     "feature": (
-        f"~* resetchannels &recmesh:* +@read +@connection +evalsha +eval +script|load +subscribe +unsubscribe "
-        f"-@dangerous {_CLUSTER_CLIENT}"
+        "~* resetchannels &recmesh:* +@read +@connection +evalsha +eval +script|load +subscribe "
+        f"+unsubscribe -@dangerous {_CLUSTER_CLIENT}"
     ),
     # the CLI (catalog load, init): offline profiles and statics, and {catalog} keys.
     "cli": (
