@@ -36,9 +36,17 @@ _CLUSTER_CLIENT = "+cluster|slots +cluster|shards +cluster|nodes +asking +readon
 ACL_RULES: dict[str, str] = {
     # feature-ingest: reads and writes real-time state and the catalog's live
     # counts, through its Lua scripts (EVALSHA; SCRIPT LOAD when the server lost them).
-    "ingest": f"~* +@read +@write +@connection +evalsha +eval +script|load -@dangerous {_CLUSTER_CLIENT}",
-    # the feature service: reads only (its look-up scripts read too).
-    "feature": f"~* +@read +@connection +evalsha +eval +script|load -@dangerous {_CLUSTER_CLIENT}",
+    # It publishes the items each batch wrote (keys.ITEMS_CHANGED).
+    "ingest": (
+        "~* resetchannels &recmesh:* +@read +@write +@connection +evalsha +eval +script|load +publish "
+        f"-@dangerous {_CLUSTER_CLIENT}"
+    ),
+    # the feature service: reads only (its look-up scripts read too), and follows the
+    # ingest's item changes (SUBSCRIBE on keys.ITEMS_CHANGED).
+    "feature": (
+        "~* resetchannels &recmesh:* +@read +@connection +evalsha +eval +script|load +subscribe "
+        f"+unsubscribe -@dangerous {_CLUSTER_CLIENT}"
+    ),
     # the CLI (catalog load, init): offline profiles and statics, and {catalog} keys.
     "cli": (
         "~{u:*}:profile ~{i:*}:static ~{catalog}:* +@read +@write +@connection +memory|usage -@dangerous "

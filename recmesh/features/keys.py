@@ -63,6 +63,11 @@ POPULARITY = "{catalog}:popularity"
 """ZSET item_id -> popularity (the declared feature, or counted live from events), the candidate
 source for recall."""
 
+ITEMS_CHANGED = "recmesh:items_changed"
+"""Pub/sub channel (not a key): after each batch the ingest publishes the ids of the
+items it wrote, newline-separated; feature services drop those items' held
+real-time reads (services/feature/item_cache.py)."""
+
 REPOSITORY = "{catalog}:repository"
 """HASH: the name and feature-set version of the repository whose catalog was last loaded."""
 

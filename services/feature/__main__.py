@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 
 import structlog
@@ -15,6 +16,7 @@ from recmesh.resilience import retry_until
 from recmesh.security import process_tls
 from recmesh.settings import FeatureSettings
 from recmesh.telemetry import setup_logging, setup_tracing
+from services.feature.item_cache import ItemReadCache
 from services.feature.served_log import served_log_from
 from services.feature.server import build_server
 from services.feature.store import FeatureStore
@@ -25,7 +27,9 @@ async def main(settings: FeatureSettings) -> None:
 
     fs = serving_repository(settings.repository, "feature")
     client = connect(settings.redis_url, settings.redis_max_connections)
-    store = FeatureStore(client, fs)
+    item_reads = ItemReadCache(settings.item_cache_ms)
+    store = FeatureStore(client, fs, item_reads=item_reads)
+    follow_task = asyncio.create_task(item_reads.follow(client))
     served_log = served_log_from(settings, fs.version)
     stop_log = asyncio.Event()
     log_task = asyncio.create_task(served_log.run(stop_log)) if served_log is not None else None
@@ -41,6 +45,9 @@ async def main(settings: FeatureSettings) -> None:
     await server.set_serving()
     await wait_for_shutdown_signal()
     await server.stop(settings.shutdown_grace_s)
+    follow_task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await follow_task
     if log_task is not None:
         stop_log.set()
         await asyncio.wait_for(log_task, 10)

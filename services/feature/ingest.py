@@ -334,6 +334,7 @@ def make_consumer(settings: IngestSettings, **overrides: Any) -> AIOKafkaConsume
         enable_auto_commit=False,
         auto_offset_reset="earliest",
         max_poll_records=settings.max_batch,
+        fetch_max_wait_ms=settings.fetch_max_wait_ms,
         **kafka_options(),
         **overrides,
     )

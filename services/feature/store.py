@@ -27,6 +27,7 @@ from recmesh.features.compute import Layout, StreamEvent, aggregate, count_colum
 from recmesh.features.repository import Entity, FeatureSet, FeatureValue, Stream
 from recmesh.features.wire import Column
 from recmesh.redis_client import AnyRedis
+from services.feature.item_cache import ItemReadCache
 from services.feature.offline_cache import DEFAULT, OFFLINE, ItemStatic, OfflineCache
 
 _log = structlog.get_logger("recmesh.feature.store")
@@ -181,14 +182,28 @@ class FeatureStore:
     version the look-up reads in the same round trip), which also answers the
     write path's enrichment."""
 
-    def __init__(self, client: AnyRedis, fs: FeatureSet, *, offline: OfflineCache | None = None) -> None:
-        """`offline`: the offline-feature cache (default: one on `client` with its default TTLs)."""
+    def __init__(
+        self,
+        client: AnyRedis,
+        fs: FeatureSet,
+        *,
+        offline: OfflineCache | None = None,
+        item_reads: ItemReadCache | None = None,
+    ) -> None:
+        """`offline`: the offline-feature cache (default: one on `client` with its default TTLs);
+        `item_reads`: items' held real-time reads (default: none held)."""
         self._redis = client
         self._fs = fs
         self._plan = _Plan(fs)
         self._cluster = isinstance(client, RedisCluster)
         self.offline = offline or OfflineCache(client, fs)
         self._item_sha: str | None = None
+        # Items' real-time reads, held while the ingest says nothing changed (off: bound 0).
+        self._item_reads = item_reads or ItemReadCache(0)
+
+    @property
+    def item_reads(self) -> ItemReadCache:
+        return self._item_reads
 
     @property
     def client(self) -> AnyRedis:
@@ -326,8 +341,9 @@ class FeatureStore:
         return tuple(s for s in self._plan.user_streams if s.features)
 
     async def read_raw(self, user_id: str, item_ids: Sequence[str], as_of_ms: int) -> None:
-        """The look-up's Redis round trip alone, without decoding (a benchmark baseline)."""
-        await self._read(user_id, item_ids, [], True, False, as_of_ms)
+        """The look-up's Redis round trip alone, without decoding or held item reads (a
+        benchmark baseline)."""
+        await self._read(user_id, item_ids, [], True, False, as_of_ms, held=False)
 
     async def _read(
         self,
@@ -337,6 +353,7 @@ class FeatureStore:
         want_user: bool,
         want_profile: bool,
         as_of_ms: int,
+        held: bool = True,
     ) -> tuple[bytes | None, list[Any], Any, ItemWindows, list[Any]]:
         if self._item_sha is None and not self._cluster:
             await self.prepare()
@@ -369,8 +386,12 @@ class FeatureStore:
                         )
                     else:
                         pipe.zrangebyscore(key, f"({as_of_ms - s.widest_ms}", as_of_ms, withscores=True)
-        elif unique and streams:
-            pipe.evalsha(self._item_sha, 0, as_of_ms, plan.item_spec(as_of_ms), "\n".join(unique))  # type: ignore[arg-type]
+        to_read = unique
+        if not self._cluster and unique and streams:
+            read_at = time.monotonic()
+            hits, to_read = self._item_reads.get(unique, as_of_ms, read_at) if held else ({}, unique)
+            if to_read:
+                pipe.evalsha(self._item_sha, 0, as_of_ms, plan.item_spec(as_of_ms), "\n".join(to_read))  # type: ignore[arg-type]
         for iid in static_missing:
             pipe.hgetall(keys.item_static(iid))
         try:
@@ -378,12 +399,39 @@ class FeatureStore:
         except NoScriptError:
             # The server lost its script cache (restart, failover): load and retry once.
             await self.prepare()
-            return await self._read(user_id, item_ids, static_missing, want_user, want_profile, as_of_ms)
+            return await self._read(
+                user_id, item_ids, static_missing, want_user, want_profile, as_of_ms, held
+            )
         version, rest = out[0], out[1:]
         user_raw = [rest.pop(0) for _ in user_streams]
         profile_raw = rest.pop(0) if want_profile else None
+        if not self._cluster and unique and streams:
+            rest.insert(
+                0, self._with_held(unique, to_read, hits, rest.pop(0) if to_read else [], as_of_ms, read_at)
+            )
         windows = self._item_windows(unique, item_ids, rest)
         return version, user_raw, profile_raw, windows, rest
+
+    def _with_held(
+        self,
+        unique: list[str],
+        read: list[str],
+        hits: dict[str, Sequence[Any]],
+        flat: list[Any],
+        as_of_ms: int,
+        read_at: float,
+    ) -> list[Any]:
+        """The script's reply for all of `unique`: what it read for `read` (held for
+        later look-ups) and the held values of the others, item by item."""
+        if not hits:
+            self._item_reads.put(read, _per_item(flat, len(read)), as_of_ms, read_at)
+            return flat
+        fetched = dict(zip(read, _per_item(flat, len(read)), strict=True))
+        self._item_reads.put(read, list(fetched.values()), as_of_ms, read_at)
+        out: list[Any] = []
+        for iid in unique:
+            out.extend(hits[iid] if iid in hits else fetched[iid])
+        return out
 
     def _item_windows(self, unique: list[str], item_ids: Sequence[str], rest: list[Any]) -> ItemWindows:
         """The items' stream reads, per stream in plan order, in `item_ids` order
@@ -425,6 +473,14 @@ class FeatureStore:
             order = [at[i] for i in item_ids]
             out = [read.reorder(order) for read in out]
         return out
+
+
+def _per_item(flat: list[Any], items: int) -> list[Sequence[Any]]:
+    """The look-up script's flat reply (item after item, the same number of values each) cut per item."""
+    if items == 0:
+        return []
+    stride = len(flat) // items
+    return [flat[i : i + stride] for i in range(0, len(flat), stride)]
 
 
 def _pairs_to_events(flat: list[Any]) -> list[StreamEvent]:

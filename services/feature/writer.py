@@ -36,7 +36,10 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import structlog
+from prometheus_client import Counter
 from redis.asyncio.cluster import RedisCluster
+from redis.exceptions import RedisError
 
 from recmesh.cache import TtlCache
 from recmesh.events import Event
@@ -45,6 +48,13 @@ from recmesh.features.compute import encode_member
 from recmesh.features.covisit import COVISIT_MAX_PER_ITEM, COVISIT_TTL_S, pair_increments, previous_items
 from recmesh.features.repository import VALUE_SEP, Entity, FeatureSet, Stream
 from recmesh.redis_client import AnyRedis
+from services.feature.item_cache import change_message
+
+_log = structlog.get_logger("writer")
+ANNOUNCE_FAILED = Counter(
+    "recmesh_ingest_items_changed_unpublished_total",
+    "Batches whose changed item ids could not be published to the feature services.",
+)
 
 # How often one process trims and re-expires a key it keeps writing to.
 MAINTAIN_EVERY_S = 60.0
@@ -331,11 +341,24 @@ class EventWriter:
         if not plan.events:
             return WriteResult(0, 0, 0)
         if plan.args is None:
-            return await self._write_cluster(plan)
-        out = await self._apply(args=plan.args)
-        await self._trim([bytes(i).decode() for i in out[2:]])
-        dups = int(out[1])
-        return WriteResult(len(plan.events) - dups, dups, int(out[0]))
+            result = await self._write_cluster(plan)
+        else:
+            out = await self._apply(args=plan.args)
+            await self._trim([bytes(i).decode() for i in out[2:]])
+            dups = int(out[1])
+            result = WriteResult(len(plan.events) - dups, dups, int(out[0]))
+        await self._announce(plan.events)
+        return result
+
+    async def _announce(self, events: Sequence[Event]) -> None:
+        """Tell feature services which items changed, after the write (their held
+        reads of those items are dropped). Not delivered: they serve what they
+        hold for at most their bound (services/feature/item_cache.py)."""
+        try:
+            await self._redis.publish(keys.ITEMS_CHANGED, change_message([e.item_id for e in events]))
+        except (RedisError, OSError) as err:
+            ANNOUNCE_FAILED.inc()
+            _log.warning("items_changed_not_published", error=repr(err), events=len(events))
 
     async def _write_cluster(self, plan: WritePlan) -> WriteResult:
         fs = self._fs

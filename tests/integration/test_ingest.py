@@ -189,3 +189,15 @@ async def test_co_visits_over_many_small_batches_are_those_of_the_rule(
         got = dict(await recall.related([item], 100, 100))
         assert got == {k: float(v) for k, v in counts.items()}, item
     await client.aclose()
+
+
+async def test_the_consumer_waits_at_most_the_configured_fetch_wait(kafka_bootstrap: str) -> None:
+    """The broker holds a fetch up to this wait (Tansu: always), so it bounds freshness."""
+    from services.feature.ingest import make_consumer
+
+    consumer = make_consumer(IngestSettings(kafka_bootstrap=kafka_bootstrap))
+    assert consumer._fetch_max_wait_ms == 50 == IngestSettings().fetch_max_wait_ms
+    slow = make_consumer(IngestSettings(fetch_max_wait_ms=300))
+    assert slow._fetch_max_wait_ms == 300
+    await consumer.stop()
+    await slow.stop()

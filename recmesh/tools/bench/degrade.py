@@ -34,7 +34,7 @@ from recmesh.modeldir import current_model
 from recmesh.settings import CommonSettings, InferenceSettings
 from recmesh.stats import percentile
 from recmesh.tools.bench.common import emit, plaintext_unless_set
-from recmesh.tools.bench.inference import _start
+from recmesh.tools.bench.inference import Config, start_service
 from recmesh.tools.training.family import auc
 from recmesh.tools.training.train import TrainConfig, build_dataset, demo_dataset, train
 from services.inference.model import load, load_variant, session_options
@@ -125,7 +125,9 @@ def in_process(path: Path, x: np.ndarray, rows: int, repeats: int) -> dict[int, 
 async def over_grpc(
     model_dir: Path, card: dict[str, Any], x: np.ndarray, rows: int, repeats: int, work: Path
 ) -> dict[int, dict[str, float]]:
-    proc, addr, _, _ = await _start(model_dir, InferenceSettings().batching, work / "inference.log", rows)
+    proc, addr, _, _ = await start_service(
+        model_dir, Config(InferenceSettings().batching), work / "inference.log", rows
+    )
     client = InferenceClient(addr, "bench")
     cols = list(card["input"]["columns"])
     values = np.ascontiguousarray(x[:rows]).ravel().tolist()

@@ -31,10 +31,14 @@ from typing import Any
 
 import httpx
 
+from recmesh.errors import InvalidArgument
 from recmesh.settings import STATE_DIR_DEFAULT
+from recmesh.tools.bench import floor as floor_bench
 from recmesh.tools.bench.common import emit, free_port
 from recmesh.tools.bench.loadgen import StepResult
-from recmesh.tools.bench.proccpu import CpuMeter
+from recmesh.tools.bench.proccpu import CpuMeter, child_pids, named
+from recmesh.tools.bench.profile import recording, report
+from recmesh.tools.bench.repeat import round_order, spreads
 from recmesh.tools.bench.sweep import parse_mix, parse_rates, sweep, table
 from recmesh.vectors import RELOAD_CHECK_S, load_item_vectors
 
@@ -178,25 +182,118 @@ def baseline_table(mesh: list[StepResult], floor: list[StepResult]) -> str:
     return "\n".join(lines)
 
 
-async def run(args: Any) -> list[StepResult]:
+# A class-A answer is full when it came within the class budget with no degraded entry;
+# a rate is within full-answer capacity when at least this share of them was.
+FULL_SHARE = 0.95
+SERVICES = ("gateway", "ranker", "feature", "inference", "feature_ingest")
+
+
+def full_answer_capacity(steps: list[StepResult], slo_class: str = "A") -> float:
+    """The highest offered rate of the loaded steps (in the order offered) up to
+    which `slo_class` got full answers (0: not even at the first rate)."""
+    capacity = 0.0
+    for step in steps[1:]:  # the first step is the unloaded one
+        c = step.classes.get(slo_class)
+        if c is None or c.offered == 0:
+            continue
+        if (c.within_budget - c.degraded) / c.offered < FULL_SHARE:
+            break
+        capacity = step.rate
+    return capacity
+
+
+def ratios(mesh: list[StepResult], floor: list[StepResult]) -> dict[str, float]:
+    """One round's mesh/floor ratios: unloaded class-A p50, CPU per answer at each
+    rate, and full-answer capacity (NaN where a side has no figure)."""
+    nan = float("nan")
+    out: dict[str, float] = {}
+    m_a, f_a = mesh[0].classes.get("A"), floor[0].classes.get("A")
+    out["unloaded_p50"] = m_a.p50_ms / f_a.p50_ms if m_a and f_a and f_a.p50_ms > 0 else nan
+    for m, f in zip(mesh[1:], floor[1:], strict=False):
+        m_cpu, f_cpu = sum(m.cpu_ms_per_request.values()), sum(f.cpu_ms_per_request.values())
+        out[f"cpu@{m.rate:g}"] = m_cpu / f_cpu if m_cpu > 0 and f_cpu > 0 else nan
+    cap_m, cap_f = full_answer_capacity(mesh), full_answer_capacity(floor)
+    out["capacity_mesh"], out["capacity_floor"] = cap_m, cap_f
+    out["capacity"] = cap_m / cap_f if cap_f > 0 else nan
+    return out
+
+
+def ratio_table(rounds: list[dict[str, float]], rates: list[float]) -> str:
+    """Each ratio's median and range over the rounds, with the issue-18 target."""
+    s = spreads(rounds)
+    lines = [f"mesh / floor over {len(rounds)} alternating round(s) (median, range)"]
+    lines.append(f"  unloaded class-A p50        {s['unloaded_p50'].text()}   target <= 1.5x")
+    for rate in rates:
+        if f"cpu@{rate:g}" in s:
+            lines.append(f"  CPU per answer at {rate:>5g}/s   {s[f'cpu@{rate:g}'].text()}   target <= 1.5x")
+    cap_m, cap_f = s["capacity_mesh"], s["capacity_floor"]
+    lines.append(
+        f"  class-A full-answer capacity {s['capacity'].text()} (mesh {cap_m.median:g}/s, floor "
+        f"{cap_f.median:g}/s: the highest swept rate with >= {FULL_SHARE:.0%} full answers; a floor at the "
+        f"top rate is a lower bound)   target >= 0.50x"
+    )
+    return "\n".join(lines)
+
+
+@dataclass
+class Compared:
+    mesh: list[list[StepResult]]  # one sweep per round
+    floor: list[list[StepResult]]  # empty without the baseline
+    profile: str = ""
+
+
+async def run(args: Any) -> Compared:
+    """The mesh's sweep, and with the baseline the floor's, `args.repeat` times in
+    alternating order; both are started once. With `args.profile`, py-spy records
+    the mesh's services throughout."""
     rates, mix = parse_rates(args.rates), parse_mix(args.mix)
-    if args.gateway:
-        meter = CpuMeter(args.up_pid) if args.up_pid else None
-        return await sweep(args.gateway, rates, args.seconds, mix, args.api_key, meter)
-    with tempfile.TemporaryDirectory(prefix="recmesh-bench-e2e-") as tmp:
-        async with started_mesh(Path(tmp)) as mesh:
-            return await sweep(mesh.url, rates, args.seconds, mix, args.api_key, CpuMeter(mesh.pid))
+    out = Compared([], [])
+    async with contextlib.AsyncExitStack() as stack:
+        tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="recmesh-bench-e2e-")))
+        (tmp / "mesh").mkdir()
+        (tmp / "floor").mkdir()
+        up_pid: int | None = args.up_pid
+        url = args.gateway
+        if not url:
+            mesh = await stack.enter_async_context(started_mesh(tmp / "mesh"))
+            url, up_pid = mesh.url, mesh.pid
+        floor_url, roles = "", dict[int, str]()
+        if args.baseline:
+            floor_url, roles = await stack.enter_async_context(floor_bench.started_skeleton(tmp / "floor"))
+        if args.profile:
+            if up_pid is None:
+                raise InvalidArgument("--profile with --gateway needs --up-pid (the processes to record)")
+            pids = {n: p for n, p in named(child_pids(up_pid)).items() if n in SERVICES}
+            await stack.enter_async_context(recording(pids, Path(args.profile)))
+        for r in range(args.repeat):
+            for which in round_order(["mesh", "floor"] if args.baseline else ["mesh"], r):
+                if which == "mesh":
+                    meter = CpuMeter(up_pid) if up_pid else None
+                    out.mesh.append(await sweep(url, rates, args.seconds, mix, args.api_key, meter))
+                else:
+                    meter = CpuMeter(names=roles)
+                    seconds = min(args.seconds, 5.0)
+                    out.floor.append(await sweep(floor_url, rates, seconds, {"A": 1.0}, None, meter))
+    if args.profile:
+        out.profile = report(Path(args.profile))
+    return out
 
 
 def main(args: Any) -> int:
-    steps = asyncio.run(run(args))
+    compared = asyncio.run(run(args))
+    steps = compared.mesh[0]
     figures: dict[str, Any] = {"steps": [asdict(s) for s in steps]}
     text = table(steps, TITLE) + "\n" + plot(steps, Path(args.plot))
-    if args.baseline:
-        from recmesh.tools.bench import floor
-
-        base = asyncio.run(floor.sweep_floor(args.rates, min(args.seconds, 5.0)))
-        figures["baseline"] = [asdict(s) for s in base]
-        text += "\n" + baseline_table(steps, base)
+    if compared.floor:
+        figures["baseline"] = [asdict(s) for s in compared.floor[0]]
+        rounds = [ratios(m, f) for m, f in zip(compared.mesh, compared.floor, strict=True)]
+        figures["rounds"] = rounds
+        figures["ratios"] = {k: v.as_dict() for k, v in spreads(rounds).items()}
+        text += "\n" + baseline_table(steps, compared.floor[0])
+        text += "\n" + ratio_table(rounds, parse_rates(args.rates))
+        if args.profile:
+            text += "\n  (py-spy sampled the mesh: the CPU figures include the sampling; measure without it)"
+    if compared.profile:
+        text += "\n" + compared.profile
     emit(figures, args.json, text)
     return 0

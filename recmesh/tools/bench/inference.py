@@ -34,6 +34,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -46,18 +47,18 @@ from recmesh.modeldir import current_model
 from recmesh.settings import InferenceSettings
 from recmesh.stats import percentile
 from recmesh.tools.bench.common import emit, free_port, plaintext_unless_set, process_cpu_s
+from recmesh.tools.bench.repeat import Spread, round_order, spread
 from recmesh.tools.training.train import TrainConfig, train
 
 
-async def _start(
-    model_dir: Path, batching: bool, log: Path, rows: int
+async def start_service(
+    model_dir: Path, config: Config, log: Path, rows: int
 ) -> tuple[subprocess.Popen[bytes], str, float, float]:
     """Start the service; seconds from spawn to grpc.health SERVING, and to the
     first Score (`rows` rows, level 0) answered on a new client's connection."""
     port = free_port()
     env = dict(os.environ, INFERENCE_PORT=str(port), INFERENCE_METRICS_PORT=str(free_port()),
-               RECMESH_MODEL_DIR=str(model_dir), RECMESH_INFERENCE_BATCHING=str(batching).lower(),
-               RECMESH_LOG_LEVEL="WARNING")  # fmt: skip
+               RECMESH_MODEL_DIR=str(model_dir), RECMESH_LOG_LEVEL="WARNING", **config.env())  # fmt: skip
     started = time.perf_counter()
     with log.open("ab") as out:  # the child keeps its own copy of the descriptor
         proc = subprocess.Popen(  # noqa: ASYNC220 (returns at once)
@@ -155,34 +156,98 @@ def model_costs(model_dir: Path, rows: int, concurrency: int) -> dict[str, float
             "requests_per_batch": per_batch}  # fmt: skip
 
 
-async def run(model_dir: Path | None, rows: int, concurrency: int, seconds: float) -> dict[str, Any]:
+@dataclass(frozen=True)
+class Config:
+    """One way the service runs: batching off, or on with a batch wait (None: the service's default)."""
+
+    batching: bool
+    max_delay_us: int | None = None
+
+    @property
+    def name(self) -> str:
+        if not self.batching:
+            return "off"
+        return "on" if self.max_delay_us is None else f"on_wait{self.max_delay_us}us"
+
+    def env(self) -> dict[str, str]:
+        env = {"RECMESH_INFERENCE_BATCHING": str(self.batching).lower()}
+        if self.max_delay_us is not None:
+            env["RECMESH_BATCH_MAX_DELAY_US"] = str(self.max_delay_us)
+        return env
+
+
+def configs(max_delays_us: list[int] | None) -> list[Config]:
+    """Batching off, then on at the default wait, or at each wait given."""
+    ons = [Config(True, d) for d in max_delays_us] if max_delays_us else [Config(True)]
+    return [Config(False), *ons]
+
+
+async def run(
+    model_dir: Path | None,
+    rows: int,
+    concurrency: int,
+    seconds: float,
+    repeat: int = 1,
+    max_delays_us: list[int] | None = None,
+) -> dict[str, Any]:
+    """Each configuration's service started once; then `repeat` rounds, each
+    loading every configuration in turn, in alternating order."""
+    compared = configs(max_delays_us)
     with tempfile.TemporaryDirectory(prefix="recmesh-bench-") as tmp:
         work = Path(tmp)
         if model_dir is None or current_model(model_dir) is None:
             model_dir = work / "models"
             fs = load_repository(DEMO_REPOSITORY)
             train(TrainConfig(sessions=1500, hours=2.0, epochs=3), model_dir, fs, progress=lambda _: None)
-        results: dict[str, dict[str, float]] = {}
+        started: dict[str, tuple[subprocess.Popen[bytes], str]] = {}
         cold: list[float] = []
         first_score: list[float] = []
-        for mode in ("off", "on"):
-            log = work / f"inference-{mode}.log"
-            proc, addr, cold_s, first_s = await _start(model_dir, mode == "on", log, rows)
-            cold.append(cold_s)
-            first_score.append(first_s)
-            try:
-                results[mode] = await _load(addr, rows, concurrency, seconds, proc.pid)
-            finally:
+        rounds: list[dict[str, dict[str, float]]] = []
+        try:
+            for config in compared:
+                log = work / f"{config.name}.log"
+                proc, addr, cold_s, first_s = await start_service(model_dir, config, log, rows)
+                started[config.name] = (proc, addr)
+                cold.append(cold_s)
+                first_score.append(first_s)
+            for r in range(repeat):
+                results: dict[str, dict[str, float]] = {}
+                for config in round_order(compared, r):
+                    proc, addr = started[config.name]
+                    results[config.name] = await _load(addr, rows, concurrency, seconds, proc.pid)
+                rounds.append(results)
+        finally:
+            for proc, _ in started.values():
                 proc.terminate()
+            for proc, _ in started.values():
                 proc.wait(10)
         costs = model_costs(model_dir, rows, concurrency)
-    off, on = results["off"], results["on"]
-    figures: dict[str, Any] = {"rows_per_request": rows, "concurrency": concurrency}
-    for mode, res in results.items():
+    return figures_of(compared, rounds, costs, cold, first_score, rows, concurrency)
+
+
+def figures_of(
+    compared: list[Config],
+    rounds: list[dict[str, dict[str, float]]],
+    costs: dict[str, float],
+    cold: list[float],
+    first_score: list[float],
+    rows: int,
+    concurrency: int,
+) -> dict[str, Any]:
+    figures: dict[str, Any] = {"rows_per_request": rows, "concurrency": concurrency, "rounds": len(rounds)}
+    names = [c.name for c in compared]
+    for name in names:
         for key in ("rps", "p50_ms", "p99_ms", "server_cpu_us"):
-            figures[f"batching_{mode}_{key}"] = round(res[key], 3)
-    figures["throughput_ratio"] = round(on["rps"] / off["rps"], 3)
-    figures["server_cpu_ratio"] = round(off["server_cpu_us"] / on["server_cpu_us"], 3)
+            figures[f"batching_{name}_{key}"] = round(spread([r[name][key] for r in rounds]).median, 3)
+    ratios: dict[str, Spread] = {}
+    for name in names[1:]:
+        ratios[f"throughput_ratio_{name}"] = spread([r[name]["rps"] / r["off"]["rps"] for r in rounds])
+        ratios[f"server_cpu_ratio_{name}"] = spread(
+            [r["off"]["server_cpu_us"] / r[name]["server_cpu_us"] for r in rounds]
+        )
+    figures["ratios"] = {k: v.as_dict() for k, v in ratios.items()}
+    figures["throughput_ratio"] = round(ratios[f"throughput_ratio_{names[1]}"].median, 3)
+    figures["server_cpu_ratio"] = round(ratios[f"server_cpu_ratio_{names[1]}"].median, 3)
     figures["cold_start_s"] = round(min(cold), 3)
     figures["cold_start_max_s"] = round(max(cold), 3)
     figures["first_score_s"] = round(min(first_score), 3)
@@ -190,9 +255,9 @@ async def run(model_dir: Path | None, rows: int, concurrency: int, seconds: floa
     # A request's cost with batching off: the service's CPU per request where
     # /proc gives it (wall time per request, 1/throughput, counts the machine's
     # other load and the load generator too), else 1/throughput.
-    cpu_off = off["server_cpu_us"] / 1e6
+    cpu_off = figures["batching_off_server_cpu_us"] / 1e6
     by_cpu = math.isfinite(cpu_off) and cpu_off > 0
-    per_request_off = cpu_off if by_cpu else 1 / off["rps"]
+    per_request_off = cpu_off if by_cpu else 1 / figures["batching_off_rps"]
     figures["request_cost_basis"] = "service CPU per request" if by_cpu else "1/throughput"
     saved = max(0.0, costs["single_s"] - costs["batched_per_request_s"])
     figures["model_us_per_request"] = round(costs["single_s"] * 1e6, 1)
@@ -203,39 +268,54 @@ async def run(model_dir: Path | None, rows: int, concurrency: int, seconds: floa
     # What x5 would take: batching must save 80% of a request's cost, so the
     # model run it amortizes must be at least that large a share.
     figures["model_share_needed_for_x5"] = 0.8
+    figures["configs"] = names
     return figures
 
 
 def table(f: dict[str, Any]) -> str:
-    return (
-        f"recmesh bench inference ({f['concurrency']} concurrent callers, "
-        f"{f['rows_per_request']} rows/request)\n"
-        f"  batching off  {f['batching_off_rps']:>9.1f} req/s  p50 {f['batching_off_p50_ms']} ms  "
-        f"p99 {f['batching_off_p99_ms']} ms\n"
-        f"  batching on   {f['batching_on_rps']:>9.1f} req/s  p50 {f['batching_on_p50_ms']} ms  "
-        f"p99 {f['batching_on_p99_ms']} ms\n"
-        f"  ratio         x{f['throughput_ratio']} throughput (wall clock: noisy on a shared machine)\n"
-        f"  server CPU    {f['batching_off_server_cpu_us']:.0f} us/request off, "
-        f"{f['batching_on_server_cpu_us']:.0f} us/request on: x{f['server_cpu_ratio']} less CPU per request\n"
+    names: list[str] = f["configs"]
+    lines = [
+        f"recmesh bench inference ({f['concurrency']} concurrent callers, {f['rows_per_request']} "
+        f"rows/request, {f['rounds']} alternating round(s); medians)"
+    ]
+    for name in names:
+        fig = {key: f[f"batching_{name}_{key}"] for key in ("rps", "p50_ms", "p99_ms", "server_cpu_us")}
+        lines.append(
+            f"  batching {name:<13} {fig['rps']:>9.1f} req/s  p50 {fig['p50_ms']} ms  "
+            f"p99 {fig['p99_ms']} ms  server CPU {fig['server_cpu_us']:.0f} us/request"
+        )
+    for name in names[1:]:
+        tput = _spread(f["ratios"][f"throughput_ratio_{name}"])
+        cpu = _spread(f["ratios"][f"server_cpu_ratio_{name}"])
+        lines.append(
+            f"  {name} / off  throughput {tput.text(3)} (wall clock); less CPU per request {cpu.text(3)}"
+        )
+    lines += [
         f"  model alone   {f['model_us_per_request']} us per request; "
         f"{f['model_us_per_request_batched']} us per request in batches of {f['requests_per_batch']} "
-        f"(in process)\n"
+        f"(in process)",
         f"  bound         the model is {f['model_share_of_request_cost']:.1%} of a request's cost with "
         f"batching off ({f['request_cost_basis']}): saved model time explains at most "
-        f"x{f['model_time_ratio_bound']}.\n"
+        f"x{f['model_time_ratio_bound']}.",
         f"                x5 needs batching to save 80% of a request's cost, i.e. a model run of at least "
         f"{f['model_share_needed_for_x5']:.0%} of it; the rest (gRPC, protobuf, tracing, the handler) is per "
-        f"request, batched or not.\n"
+        f"request, batched or not.",
         f"  cold start    {f['cold_start_s']} s (process start -> SERVING, model loaded and warmed; "
-        f"worst of 2: {f['cold_start_max_s']} s)\n"
+        f"worst of {len(names)}: {f['cold_start_max_s']} s)",
         f"  first score   {f['first_score_s']} s (process start -> first Score answered on a new "
-        f"connection; worst of 2: {f['first_score_max_s']} s)"
-    )
+        f"connection; worst of {len(names)}: {f['first_score_max_s']} s)",
+    ]
+    return "\n".join(lines)
+
+
+def _spread(d: dict[str, float]) -> Spread:
+    return Spread(d["median"], d["low"], d["high"], int(d["rounds"]))
 
 
 def main(args: Any) -> int:
     plaintext_unless_set()
     model_dir = Path(args.model_dir) if args.model_dir else None
-    figures = asyncio.run(run(model_dir, args.rows, args.concurrency, args.seconds))
+    delays = [int(d) for d in args.max_delay_us.split(",")] if args.max_delay_us else None
+    figures = asyncio.run(run(model_dir, args.rows, args.concurrency, args.seconds, args.repeat, delays))
     emit(figures, args.json, table(figures))
     return 0

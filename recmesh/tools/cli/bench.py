@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from recmesh.tools.cli.common import lazy
+from recmesh.tools.cli.common import lazy, positive_int
 
 
 def add_commands(sub: Any) -> None:
@@ -22,6 +22,10 @@ def add_commands(sub: Any) -> None:
     bf_bench.add_argument(
         "--served-rate", type=float, default=1.0, help="served-feature log rate of the compared service"
     )
+    bf_bench.add_argument(
+        "--repeat", type=positive_int, default=1,
+        help="rounds (each a fresh Redis and broker); prints each target's median and range",
+    )  # fmt: skip
     bf_bench.add_argument("--json", action="store_true")
     bf_bench.set_defaults(func=lazy("recmesh.tools.bench.features"))
 
@@ -38,7 +42,15 @@ def add_commands(sub: Any) -> None:
     bi.add_argument("--model-dir", help="default: RECMESH_MODEL_DIR, or a small model trained for the run")
     bi.add_argument("--rows", type=int, default=1, help="rows per request")
     bi.add_argument("--concurrency", type=int, default=64)
-    bi.add_argument("--seconds", type=float, default=5.0)
+    bi.add_argument("--seconds", type=float, default=5.0, help="seconds per configuration per round")
+    bi.add_argument(
+        "--repeat",
+        type=positive_int,
+        default=1,
+        help="rounds, alternating the order of the configurations; prints medians and ranges",
+    )
+    bi.add_argument("--max-delay-us", help="batching on at each of these waits (e.g. 0,500; default: the "
+                    "service's RECMESH_BATCH_MAX_DELAY_US)")  # fmt: skip
     bi.add_argument("--json", action="store_true")
     bi.set_defaults(func=lazy("recmesh.tools.bench.inference"))
 
@@ -103,6 +115,13 @@ def add_commands(sub: Any) -> None:
         "--no-baseline", dest="baseline", action="store_false",
         help="skip the floor (`recmesh bench floor`) run after the sweep for mesh/floor ratios",
     )  # fmt: skip
+    be.add_argument(
+        "--repeat", type=positive_int, default=1,
+        help="rounds of the mesh's and the floor's sweeps, in alternating order; prints each ratio's median "
+        "and range",
+    )  # fmt: skip
+    be.add_argument("--profile", metavar="DIR", help="py-spy the mesh's services during the sweeps: "
+                    "DIR/SERVICE.folded and their top frames (py-spy: a dev dependency)")  # fmt: skip
     be.add_argument("--json", action="store_true")
     be.set_defaults(func=lazy("recmesh.tools.bench.e2e"))
 

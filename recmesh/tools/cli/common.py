@@ -24,3 +24,14 @@ def lazy(module: str) -> Callable[[argparse.Namespace], int]:
         return main(args)
 
     return run
+
+
+def positive_int(text: str) -> int:
+    """An argparse type: a whole number >= 1 (else a usage error naming the value)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
+    return value

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from recmesh.tools.bench.e2e import baseline_table
+from recmesh.tools.bench.e2e import baseline_table, full_answer_capacity, ratio_table, ratios
 from recmesh.tools.bench.loadgen import ClassSummary, StepResult
 
 
@@ -18,3 +18,31 @@ def test_baseline_ratios_are_mesh_over_floor_step_by_step() -> None:
     rows = baseline_table(mesh, floor).splitlines()[2:]
     assert rows[0].split() == ["20", "4.0", "ms", "3.00x", "2.00", "ms", "3.00x"]
     assert rows[1].split() == ["400", "5.0", "ms", "16.00x", "1.00", "ms", "-"], "no mesh CPU: no ratio"
+
+
+def _loaded(rate: float, full: int, cpu: float, offered: int = 100) -> StepResult:
+    """`full` of `offered` class-A answers within budget and not degraded."""
+    step = StepResult(rate, 1.0, cpu_ms_per_request={"all": cpu})
+    step.classes["A"] = ClassSummary("A", offered, offered, 0, 0, offered - full, offered, 5, 6, 7, 1, 0, 1)
+    return step
+
+
+def test_full_answer_capacity_is_the_last_rate_before_answers_degrade() -> None:
+    steps = [_step(20, 4.0, {}), _loaded(100, 100, 1), _loaded(200, 96, 1), _loaded(400, 50, 1),
+             _loaded(800, 99, 1)]  # fmt: skip
+    assert full_answer_capacity(steps) == 200, "400/s had half degraded; 800/s after it does not count"
+    assert full_answer_capacity([_step(20, 4.0, {}), _loaded(100, 10, 1)]) == 0
+
+
+def test_round_ratios_and_their_spread() -> None:
+    floor = [_step(20, 2.0, {}), _loaded(100, 100, 2.0), _loaded(200, 100, 2.0)]
+    rounds = []
+    for p50, cpu in ((4.0, 5.0), (5.0, 6.0), (3.0, 4.0)):
+        mesh = [_step(20, p50, {}), _loaded(100, 100, cpu), _loaded(200, 10, cpu)]
+        rounds.append(ratios(mesh, floor))
+    assert rounds[0] == {"unloaded_p50": 2.0, "cpu@100": 2.5, "cpu@200": 2.5, "capacity_mesh": 100.0,
+                         "capacity_floor": 200.0, "capacity": 0.5}  # fmt: skip
+    text = ratio_table(rounds, [100.0, 200.0])
+    assert "unloaded class-A p50        2.00x (range 1.50-2.50, 3 rounds)" in text
+    assert "CPU per answer at   100/s   2.50x (range 2.00-3.00, 3 rounds)" in text
+    assert "0.50x" in text and "mesh 100/s, floor 200/s" in text

@@ -1,0 +1,29 @@
+"""Reading py-spy's collapsed stacks into top frames (recmesh.tools.bench.profile)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from recmesh.tools.bench.profile import top_frames
+
+
+def test_top_frames_by_own_and_total_time(tmp_path: Path) -> None:
+    folded = tmp_path / "ranker.folded"
+    folded.write_text(
+        "process 1:python -m services.ranker;thread (0x1);run (/work/main/recmesh/eventloop.py:40);"
+        "fuse (/work/main/services/ranker/fusion.py:10) 6\n"
+        "process 1:python -m services.ranker;thread (0x1);run (/work/main/recmesh/eventloop.py:41);"
+        "select (/usr/lib/python3.11/selectors.py:468) 3\n"
+        "process 1:python -m services.ranker;thread (0x1);run (/work/main/recmesh/eventloop.py:40);"
+        "fuse (/work/main/services/ranker/fusion.py:12);sorted (x/site-packages/foo/bar.py:3) 1\n"
+        "not a stack line\n"
+    )
+    frames = top_frames(folded, n=3)
+    assert frames.samples == 10
+    assert frames.own[0] == ("fuse (services/ranker/fusion.py)", 0.6), "lines of one function are one row"
+    assert ("select (/usr/lib/python3.11/selectors.py)", 0.3) in frames.own
+    assert ("sorted (foo/bar.py)", 0.1) in frames.own, "paths after site-packages/"
+    total = dict(frames.total)
+    assert total == {"run (recmesh/eventloop.py)": 1.0, "fuse (services/ranker/fusion.py)": 0.7}, (
+        "total time counts our frames once per stack"
+    )
