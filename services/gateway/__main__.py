@@ -17,10 +17,10 @@ from recmesh.grpcserver import wait_for_shutdown_signal
 from recmesh.security import process_tls
 from recmesh.settings import GatewaySettings
 from recmesh.telemetry import setup_logging, setup_tracing
-from services.gateway.aitools import AiTools
+from services.gateway.ai_tool_calls import AiTools
 from services.gateway.app import GatewayDeps, create_app
 from services.gateway.cold import build_cold_guard
-from services.gateway.events import EventPublisher
+from services.gateway.event_publisher import EventPublisher
 from services.gateway.grpc_api import build_grpc_server
 from services.gateway.recommend import ClassPolicy, Recommender
 

@@ -34,9 +34,9 @@ from recmesh.settings import GatewaySettings
 from recmesh.slo import SLO_HEADER
 from recmesh.telemetry import REQUEST_LATENCY
 from services.gateway import openapi
-from services.gateway.aitools import AiTools
-from services.gateway.aitools_api import build_router as build_ai_tool_router
-from services.gateway.events import EventPublisher
+from services.gateway.ai_tool_calls import AiTools
+from services.gateway.ai_tool_routes import build_router as build_ai_tool_router
+from services.gateway.event_publisher import EventPublisher
 from services.gateway.recommend import ClassPolicy, Recommender
 from services.gateway.recommend_route import RecommendBody, RecommendRoute, validation_message
 
@@ -85,7 +85,7 @@ class GatewayDeps:
     class_policy: ClassPolicy
     publisher: EventPublisher
     downstream_health: dict[str, HealthCheck]
-    ai_tools: AiTools | None = None  # /v2/ai-tool/* (services/gateway/aitools.py)
+    ai_tools: AiTools | None = None  # /v2/ai-tool/* (services/gateway/ai_tool_calls.py)
     # The repository's behaviours and event values (None: accept any behaviour).
     event_schema: EventSchema | None = None
 

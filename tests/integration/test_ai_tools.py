@@ -15,9 +15,9 @@ from recmesh.clients import FeatureClient, InferenceClient, RankerClient
 from recmesh.embedding.encoder import TextEncoder
 from recmesh.grpcserver import MeshServer
 from recmesh.settings import AiToolSettings, GatewaySettings, InferenceSettings
-from services.gateway.aitools import AiTools
+from services.gateway.ai_tool_calls import AiTools
 from services.gateway.app import GatewayDeps, create_app
-from services.gateway.events import EventPublisher
+from services.gateway.event_publisher import EventPublisher
 from services.gateway.recommend import ClassPolicy, Recommender
 from services.inference.model import ModelRegistry
 from services.inference.server import build_server

@@ -23,7 +23,7 @@ from recmesh.settings import GatewaySettings, RankerSettings
 from recmesh.slo import ClassDecision, SloClass
 from services.gateway.app import GatewayDeps, create_app
 from services.gateway.cold import build_cold_guard
-from services.gateway.events import EventPublisher
+from services.gateway.event_publisher import EventPublisher
 from services.gateway.recommend import ClassPolicy, Recommender
 from services.ranker.pipeline import build_pipeline
 from services.ranker.server import build_server as build_ranker

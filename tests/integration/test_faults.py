@@ -30,7 +30,7 @@ from services.feature.ingest import running
 from services.feature.server import build_server as build_feature
 from services.feature.store import FeatureStore
 from services.gateway.app import GatewayDeps, create_app
-from services.gateway.events import EventPublisher
+from services.gateway.event_publisher import EventPublisher
 from services.gateway.recommend import ClassPolicy, Recommender
 from services.ranker.pipeline import build_pipeline
 from services.ranker.server import build_server as build_ranker

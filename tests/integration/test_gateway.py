@@ -8,7 +8,7 @@ from recmesh.clients import FeatureClient, RankerClient
 from recmesh.settings import GatewaySettings
 from services.gateway.app import GatewayDeps, create_app
 from services.gateway.cold import DependencyState, build_cold_guard
-from services.gateway.events import EventPublisher
+from services.gateway.event_publisher import EventPublisher
 from services.gateway.recommend import ClassPolicy, Recommender
 from tests.helpers import free_port
 from tests.integration.conftest import Mesh

@@ -1,4 +1,4 @@
-"""The AI-tool call flow (services/gateway/aitools.py) with a scripted stand-in
+"""The AI-tool call flow (services/gateway/ai_tool_calls.py) with a scripted stand-in
 for the inference client: the LLM path cannot run here (no GPU), so what it
 does with good, bad and missing outputs is checked against scripted replies."""
 
@@ -16,7 +16,7 @@ from recmesh.errors import DeadlineExceeded, ResourceExhausted, Unprocessable
 from recmesh.settings import AiToolSettings
 from recmesh.slo import DEFAULT_CLASSES
 from recmesh.v1 import inference_pb2 as pb
-from services.gateway.aitools import AiTools
+from services.gateway.ai_tool_calls import AiTools
 
 SCHEMA: dict[str, Any] = {
     "type": "object",

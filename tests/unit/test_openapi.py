@@ -19,9 +19,9 @@ from schemathesis.schemas import BaseSchema
 from recmesh.admission import AdmissionConfig, AdmissionGate
 from recmesh.clients import FeatureClient, InferenceClient, RankerClient
 from recmesh.settings import GatewaySettings
-from services.gateway.aitools import AiTools
+from services.gateway.ai_tool_calls import AiTools
 from services.gateway.app import GatewayDeps, create_app
-from services.gateway.events import EventPublisher
+from services.gateway.event_publisher import EventPublisher
 from services.gateway.recommend import ClassPolicy, Recommender
 from services.gateway.recommend_route import MAX_BODY_BYTES
 from tests.helpers import free_port

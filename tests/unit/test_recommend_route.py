@@ -14,7 +14,7 @@ from prometheus_client import REGISTRY
 from recmesh.clients import FeatureClient, RankerClient
 from recmesh.settings import GatewaySettings
 from services.gateway.app import GatewayDeps, create_app
-from services.gateway.events import EventPublisher
+from services.gateway.event_publisher import EventPublisher
 from services.gateway.recommend import ClassPolicy, Recommender
 from services.gateway.recommend_route import MAX_BODY_BYTES, field_path, is_json
 from tests.helpers import free_port

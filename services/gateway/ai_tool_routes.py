@@ -19,7 +19,7 @@ from recmesh.slo import (
     parse_token_budget,
 )
 from services.gateway import openapi
-from services.gateway.aitools import AiTools
+from services.gateway.ai_tool_calls import AiTools
 from services.gateway.recommend import ClassPolicy
 
 
