@@ -1,4 +1,6 @@
-"""REST routes of the AI-tool endpoints (/v2/ai-tool/*), class B by default."""
+"""REST routes of the AI-tool endpoints (/v2/ai-tool/*), class B by default:
+each call is checked, admitted by the edge (edge.py) through the AI-tool
+gate, and run by `AiTools` (ai_tool_calls.py)."""
 
 from __future__ import annotations
 
@@ -10,17 +12,10 @@ from pydantic.config import JsonDict, JsonValue
 
 from recmesh.aitools.actions import CONSTRAINTS
 from recmesh.jsontypes import JsonInt
-from recmesh.resilience import request_scope
-from recmesh.slo import (
-    TIMEOUT_HEADER,
-    TOKEN_BUDGET_HEADER,
-    ClassDecision,
-    parse_timeout_s,
-    parse_token_budget,
-)
+from recmesh.slo import SLO_HEADER
 from services.gateway import openapi
 from services.gateway.ai_tool_calls import AiTools
-from services.gateway.recommend import ClassPolicy
+from services.gateway.edge import REFUSED, Caller, Edge
 
 
 class SummarizeBody(BaseModel):
@@ -79,19 +74,16 @@ class ActionOut(BaseModel):
     degraded: list[str]
 
 
-def _caller(request: Request, policy: ClassPolicy) -> tuple[ClassDecision, str, int | None, float | None]:
-    """The granted class, the tenant, the token budget and the caller's deadline
-    (s) of a tool call. The class is stamped on the request first as "invalid",
-    so a refused header is still labelled in the latency metric."""
-    request.state.slo_class = "invalid"
-    decision = policy.decide(request.headers)
-    timeout_s = parse_timeout_s(request.headers.get(TIMEOUT_HEADER))
-    request.state.slo_class = decision.slo.name
-    tenant = policy.entitlement(request.headers).tenant
-    return decision, tenant, parse_token_budget(request.headers.get(TOKEN_BUDGET_HEADER)), timeout_s
+def _caller(request: Request, edge: Edge) -> Caller:
+    """The caller of a tool call. The class is stamped on the request first as
+    "invalid", so a refused header is still labelled in the latency metric."""
+    request.state.slo_class = REFUSED
+    caller = edge.http_caller(request.headers)
+    request.state.slo_class = caller.slo.name
+    return caller
 
 
-def build_router(tools: AiTools, policy: ClassPolicy) -> APIRouter:
+def build_router(tools: AiTools, edge: Edge) -> APIRouter:
     router = APIRouter(prefix="/v2/ai-tool", tags=["ai-tool"])
 
     @router.post(
@@ -102,14 +94,15 @@ def build_router(tools: AiTools, policy: ClassPolicy) -> APIRouter:
     )
     async def summarize(body: SummarizeBody, request: Request, response: Response) -> SummarizeOut:
         """A summary of `text`: generated (vLLM) or the most central sentences."""
-        decision, tenant, budget, timeout_s = _caller(request, policy)
-        with request_scope(decision.slo.name, timeout_s):
-            out = await tools.summarize(body.text, body.max_sentences, decision.slo, tenant, budget)
-        response.headers["x-slo-class"] = decision.slo.name
+        caller = _caller(request, edge)
+        call = tools.summary_request(body.text, body.max_sentences)
+        async with edge.admit(caller) as admitted:
+            out = await tools.summarize(call, admitted)
+        response.headers[SLO_HEADER] = caller.slo.name
         return SummarizeOut(
             summary=out.summary, backend=out.backend, model=out.model, sentences=out.sentences,
             tokens_used=out.tokens_used, slo_class=out.slo_class, trace_id=out.trace_id,
-            degraded=[*decision.notes, *out.degraded],
+            degraded=[*caller.notes, *out.degraded],
         )  # fmt: skip
 
     @router.post(
@@ -120,16 +113,15 @@ def build_router(tools: AiTools, policy: ClassPolicy) -> APIRouter:
     )
     async def action(body: ActionBody, request: Request, response: Response) -> ActionOut:
         """A structured action: `output` validates against `output_schema` and meets the constraints."""
-        decision, tenant, budget, timeout_s = _caller(request, policy)
-        with request_scope(decision.slo.name, timeout_s):
-            out = await tools.action(
-                body.intent, body.constraints, body.output_schema, body.context, decision.slo, tenant, budget
-            )
-        response.headers["x-slo-class"] = decision.slo.name
+        caller = _caller(request, edge)
+        call = tools.action_request(body.intent, body.constraints, body.output_schema, body.context)
+        async with edge.admit(caller) as admitted:
+            out = await tools.action(call, admitted)
+        response.headers[SLO_HEADER] = caller.slo.name
         return ActionOut(
             output=out.output, backend=out.backend, model=out.model, checks=out.checks, attempts=out.attempts,
             tokens_used=out.tokens_used, slo_class=out.slo_class, trace_id=out.trace_id,
-            degraded=[*decision.notes, *out.degraded],
+            degraded=[*caller.notes, *out.degraded],
         )  # fmt: skip
 
     return router

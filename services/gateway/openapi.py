@@ -7,9 +7,9 @@
   (as the plain route in front of FastAPI does), not as FastAPI parameters.
 - Responses are documented as they are sent: every error is `ErrorOut` with
   its status (request validation included: a 400, never FastAPI's 422 shape),
-  429 carries `Retry-After` and the class, the hot `/v1/recommend` route's own
-  answers (recommend_route.py) are declared on the FastAPI route that stands
-  for it.
+  429 carries `Retry-After` and the class. The hot `/v1/recommend` route is
+  served outside FastAPI's handlers (recommend_route.py): `recommend` below
+  declares its operation (body, summary, description) for FastAPI to document.
 - Limits the deployment sets (`RECMESH_MAX_COUNT`, the AI tools' text size,
   events per request) are written into the running gateway's document.
 
@@ -34,6 +34,7 @@ from recmesh.slo import (
     TIMEOUT_HEADER,
     TOKEN_BUDGET_HEADER,
 )
+from services.gateway.recommend_route import RecommendBody
 
 Json = dict[str, Any]
 
@@ -155,6 +156,13 @@ AI_TOOL_RESPONSES: dict[int | str, Json] = {
     ),
     429: SHED,
 }
+
+
+def recommend(body: RecommendBody) -> None:
+    """Recommendations for one user, ranked within the request's SLO class budget.
+
+    `degraded` lists every fallback taken and class notes such as
+    `slo_class_downgraded:A->B`; an empty list is a full answer."""
 
 
 def operation(headers: list[Json]) -> Json:
