@@ -6,7 +6,7 @@ against real services: tests/integration/test_gateway.py, test_ai_tools.py.)"""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 import httpx
@@ -18,21 +18,12 @@ from recmesh.clients import FeatureClient, InferenceClient, RankerClient
 from recmesh.settings import GatewaySettings
 from services.gateway.ai_tool_calls import AiTools
 from services.gateway.app import GatewayApp, GatewayDeps, create_app
-from services.gateway.edge import Caller, ClassPolicy
 from services.gateway.event_publisher import EventPublisher
 from services.gateway.recommend import Recommender
-from tests.helpers import free_port
+from tests.helpers import CountingPolicy, free_port
 
 SETTINGS = GatewaySettings.model_validate({"RECMESH_API_KEYS": {"k-a": {"tenant": "app", "max_class": "A"}}})
 TEXT = "One fact here. Another fact there. A third fact."
-
-
-class CountingPolicy(ClassPolicy):
-    decisions = 0
-
-    def decide(self, headers: Mapping[str, str], timeout_s: float | None = None) -> Caller:
-        self.decisions += 1
-        return super().decide(headers, timeout_s)
 
 
 @dataclass

@@ -5,7 +5,6 @@ and the one mapping of errors to HTTP and gRPC answers."""
 from __future__ import annotations
 
 import contextvars
-from collections.abc import Mapping
 from typing import Any
 
 import grpc
@@ -29,6 +28,7 @@ from recmesh.resilience import current_slo_class, remaining_s
 from recmesh.settings import GatewaySettings
 from recmesh.slo import with_budgets
 from services.gateway.edge import REFUSED, Caller, ClassPolicy, Edge, error_answer
+from tests.helpers import CountingPolicy
 
 SETTINGS = GatewaySettings.model_validate(
     {
@@ -38,16 +38,6 @@ SETTINGS = GatewaySettings.model_validate(
         }
     }
 )
-
-
-class CountingPolicy(ClassPolicy):
-    """The class policy, counting its decisions."""
-
-    decisions = 0
-
-    def decide(self, headers: Mapping[str, str], timeout_s: float | None = None) -> Caller:
-        self.decisions += 1
-        return super().decide(headers, timeout_s)
 
 
 def _edge(gate: AdmissionGate | None = None) -> Edge:

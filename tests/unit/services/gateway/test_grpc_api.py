@@ -4,30 +4,21 @@ labelled with the class granted, and refusals are the edge's answers."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 import grpc
 import pytest
-from prometheus_client import REGISTRY
 
 from recmesh.admission import AdmissionConfig, AdmissionGate
 from recmesh.clients import FeatureClient, RankerClient
 from recmesh.grpcserver import MeshServer
 from recmesh.settings import GatewaySettings
 from recmesh.v1 import recommender_pb2, recommender_pb2_grpc
-from services.gateway.edge import Caller, ClassPolicy, Edge
+from services.gateway.edge import Edge
 from services.gateway.grpc_api import build_grpc_server
 from services.gateway.recommend import Recommender
-from tests.helpers import free_port
-
-
-class CountingPolicy(ClassPolicy):
-    decisions = 0
-
-    def decide(self, headers: Mapping[str, str], timeout_s: float | None = None) -> Caller:
-        self.decisions += 1
-        return super().decide(headers, timeout_s)
+from tests.helpers import CountingPolicy, free_port, request_count
 
 
 @dataclass
@@ -57,11 +48,7 @@ async def served() -> AsyncIterator[Served]:
 
 
 def _count(slo_class: str, code: str) -> float:
-    value = REGISTRY.get_sample_value(
-        "recmesh_request_duration_seconds_count",
-        {"service": "gateway", "method": "Recommend", "slo_class": slo_class, "code": code},
-    )
-    return value or 0.0
+    return request_count("gateway", "Recommend", slo_class, code)
 
 
 async def _call(
