@@ -641,7 +641,7 @@ def observe_many(histogram: Histogram, amounts: Sequence[float]) -> None:
     """`histogram.observe(a)` for every amount, in one pass: the same buckets
     and sum, without a per-value call (the ingest consumer observes two values
     per event; one by one that was ~10 % of its CPU). Relies on
-    prometheus_client's bucket layout; tests/unit/test_telemetry.py compares it
+    prometheus_client's bucket layout; tests/unit/recmesh/test_telemetry.py compares it
     with `observe`. Amounts must not be NaN."""
     if not amounts:
         return

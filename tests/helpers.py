@@ -12,14 +12,19 @@ from typing import Any, TypeVar
 import grpc
 import orjson
 from aiokafka import AIOKafkaProducer
+from prometheus_client import REGISTRY
 
 from recmesh.clients.base import GrpcClient
 from recmesh.events import Event
 from recmesh.tools.localinfra import free_port
 from services.feature.store import FeatureStore
 from services.feature.writer import EventWriter, WriteResult
+from services.gateway.edge import Caller, ClassPolicy
 
-__all__ = ["card_schema", "free_port", "grpc_server", "poll_until", "served_client", "write_events"]
+__all__ = [
+    "CountingPolicy", "card_schema", "free_port", "grpc_server", "poll_until", "request_count",
+    "served_client", "write_events",
+]  # fmt: skip
 
 
 async def write_events(store: FeatureStore, events: Sequence[Event]) -> WriteResult:
@@ -58,6 +63,25 @@ async def served_client(
             yield made
         finally:
             await made.close()
+
+
+class CountingPolicy(ClassPolicy):
+    """The gateway's class policy, counting its decisions (one per request is the edge's promise)."""
+
+    decisions = 0
+
+    def decide(self, headers: Mapping[str, str], timeout_s: float | None = None) -> Caller:
+        self.decisions += 1
+        return super().decide(headers, timeout_s)
+
+
+def request_count(service: str, method: str, slo_class: str, code: str) -> float:
+    """How many requests `recmesh_request_duration_seconds` counted with these labels."""
+    value = REGISTRY.get_sample_value(
+        "recmesh_request_duration_seconds_count",
+        {"service": service, "method": method, "slo_class": slo_class, "code": code},
+    )
+    return value or 0.0
 
 
 async def poll_until(

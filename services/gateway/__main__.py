@@ -19,12 +19,13 @@ from recmesh.grpcserver import wait_for_shutdown_signal
 from recmesh.security import process_tls
 from recmesh.settings import GatewaySettings
 from recmesh.telemetry import setup_logging, setup_tracing
-from services.gateway.aitools import AiTools
+from services.gateway.ai_tool_calls import AiTools, build_tool_gate
 from services.gateway.app import GatewayDeps, create_app
 from services.gateway.cold import build_cold_guard
-from services.gateway.events import EventPublisher
+from services.gateway.edge import ClassPolicy, Edge
+from services.gateway.event_publisher import EventPublisher
 from services.gateway.grpc_api import build_grpc_server
-from services.gateway.recommend import ClassPolicy, Recommender
+from services.gateway.recommend import Recommender
 
 
 async def main(settings: GatewaySettings) -> None:
@@ -34,11 +35,12 @@ async def main(settings: GatewaySettings) -> None:
     # AI tools get their own client (own breaker and retry budget) and their own admission gate.
     tool_inference = InferenceClient(settings.inference_addr, "gateway_ai_tool", settings.hop_margin_ms)
     ai_tools = AiTools(tool_inference, settings.ai_tool)
+    tool_gate = build_tool_gate(settings.ai_tool)
     publisher = EventPublisher(settings.kafka_bootstrap, settings.events_topic, settings.produce_timeout_s)
     gate, controller = build_overload(settings.admission)
     cold = build_cold_guard(settings, {"ranker": ranker.health, "inference": inference.health})
     fs = serving_repository(settings.repository, "gateway")
-    recommender = Recommender(ranker, features, settings.max_count, gate, cold, fs.version)
+    recommender = Recommender(ranker, features, settings.max_count, cold, fs.version)
     policy = ClassPolicy.from_settings(settings)
     checks = {"ranker": ranker.health, "feature": features.health, "inference": inference.health}
     deps = GatewayDeps(
@@ -48,13 +50,15 @@ async def main(settings: GatewaySettings) -> None:
         {name: check for name, check in checks.items() if name not in settings.may_be_cold},
         ai_tools,
         fs.event_schema,
+        gate,
+        tool_gate,
     )
     app = create_app(settings, deps)
     await publisher.start()
     popular_task = asyncio.create_task(recommender.keep_popular_fresh())
     controller_task = asyncio.create_task(controller.run()) if controller else None
     lag_task = asyncio.create_task(gate.watch_loop_lag()) if gate else None
-    grpc_server = build_grpc_server(settings, recommender, policy)
+    grpc_server = build_grpc_server(settings, recommender, Edge(policy, gate))
     await grpc_server.start()
     # Start-up objects live as long as the process: keep them out of full
     # collections (GC pauses dominate Python tail latency).

@@ -1,12 +1,16 @@
-"""The FastAPI application: REST endpoints, health, metrics.
+"""The gateway's HTTP app: FastAPI, with POST /v1/recommend served in front of it.
 
-Errors are translated once, here: RecmeshError -> its HTTP status with a JSON
-body {"error", "message"}; request validation -> 400 naming the bad field;
-FastAPI's and Starlette's own refusals (an unparseable body, 404, 405) -> the
-same body. POST /v1/recommend is served in front of FastAPI by
-`RecommendRoute` (recommend_route.py) with the same contract; the FastAPI
-route below only documents it (OpenAPI, with the headers and answers declared
-in openapi.py): `create_app` always puts the front before it.
+`create_app` returns a `GatewayApp`, the ASGI app uvicorn serves: a FastAPI
+app whose `__call__` hands POST /v1/recommend straight to its lean route
+(`RecommendRoute`, recommend_route.py), before FastAPI's middleware stack;
+FastAPI's router knows the route too (its document, 405 for other methods)
+and would hand it the same requests.
+
+Every route takes its caller and admission from the edge (edge.py), and
+errors are answered as `edge.error_answer` says: RecmeshError -> its HTTP
+status with a JSON body {"error", "message"}; request validation -> 400
+naming the bad field; FastAPI's and Starlette's own refusals (an
+unparseable body, 404, 405) -> the same body.
 """
 
 from __future__ import annotations
@@ -21,43 +25,37 @@ from typing import Any
 from fastapi import FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse
-from opentelemetry import propagate
+from fastapi.routing import APIRoute
 from opentelemetry.instrumentation.fastapi import FastAPIInstrumentor
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 
+from recmesh.admission import AdmissionGate
 from recmesh.errors import InvalidArgument, RecmeshError
 from recmesh.events import Event, EventSchema, conform
-from recmesh.metadata import SLO_HEADER
 from recmesh.settings import GatewaySettings
-from recmesh.telemetry import REQUEST_LATENCY
 from services.gateway import openapi
-from services.gateway.aitools import AiTools
-from services.gateway.aitools_api import build_router as build_ai_tool_router
-from services.gateway.events import EventPublisher
-from services.gateway.recommend import ClassPolicy, Recommender
-from services.gateway.recommend_route import RecommendBody, RecommendRoute, validation_message
+from services.gateway.ai_tool_calls import AiTools, build_tool_gate
+from services.gateway.ai_tool_routes import build_router as build_ai_tool_router
+from services.gateway.edge import (
+    ClassPolicy,
+    Edge,
+    RecordLatency,
+    error_answer,
+    error_json,
+    traceparent,
+    validation_message,
+)
+from services.gateway.event_publisher import EventPublisher
+from services.gateway.recommend import Recommender
+from services.gateway.recommend_route import PATH, RecommendOut, RecommendRoute
 
 HealthCheck = Callable[[], Awaitable[bool]]
 
 # Error names of the statuses that recmesh's own errors also answer (recmesh/errors.py).
 _HTTP_ERROR_NAMES = {400: "InvalidArgument", 401: "Unauthenticated", 404: "NotFound"}
-
-
-class ScoredItemOut(BaseModel):
-    item_id: str
-    score: float
-
-
-class RecommendOut(BaseModel):
-    items: list[ScoredItemOut]
-    slo_class: str
-    trace_id: str
-    model_version: str
-    feature_version: str
-    degraded: list[str]
 
 
 class EventsBody(BaseModel):
@@ -85,52 +83,36 @@ class GatewayDeps:
     class_policy: ClassPolicy
     publisher: EventPublisher
     downstream_health: dict[str, HealthCheck]
-    ai_tools: AiTools | None = None  # /v2/ai-tool/* (services/gateway/aitools.py)
+    ai_tools: AiTools | None = None  # /v2/ai-tool/* (services/gateway/ai_tool_calls.py)
     # The repository's behaviours and event values (None: accept any behaviour).
     event_schema: EventSchema | None = None
+    gate: AdmissionGate | None = None  # /v1/recommend's admission; None admits everything
+    # The AI tools' admission (None: `build_tool_gate` from the settings).
+    tool_gate: AdmissionGate | None = None
 
 
-def _trace_headers() -> dict[str, str]:
-    carrier: dict[str, str] = {}
-    propagate.inject(carrier)
-    return {k: v for k, v in carrier.items() if k == "traceparent"}
+class GatewayApp(FastAPI):
+    """The gateway's ASGI app. POST /v1/recommend skips FastAPI's per-request
+    machinery, which cost about as much gateway CPU as the rest of the request
+    (recommend_route.py): it goes straight to `recommend`."""
 
-
-class RecordLatency:
-    """Pure ASGI middleware: `recmesh_request_duration_seconds` per route, class
-    and status. (Starlette's `@app.middleware("http")` would run every request
-    through a task group and memory streams, a large share of a gateway hop.)"""
-
-    def __init__(self, app: ASGIApp) -> None:
-        self._app = app
+    def __init__(self, recommend: ASGIApp, **fastapi: Any) -> None:
+        super().__init__(**fastapi)
+        self.recommend = recommend
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self._app(scope, receive, send)
+        if scope["type"] == "http" and scope["path"] == PATH and scope["method"] == "POST":
+            await self.recommend(scope, receive, send)
             return
-        started = time.perf_counter()
-        status = 500
-
-        async def send_status(message: Message) -> None:
-            nonlocal status
-            if message["type"] == "http.response.start":
-                status = message["status"]
-            await send(message)
-
-        try:
-            await self._app(scope, receive, send_status)
-        finally:
-            path = getattr(scope.get("route"), "path", "unmatched")
-            slo = scope.get("state", {}).get("slo_class", "none")
-            REQUEST_LATENCY.labels("gateway", f"{scope['method']} {path}", slo, str(status)).observe(
-                time.perf_counter() - started
-            )
+        await super().__call__(scope, receive, send)
 
 
-def create_app(settings: GatewaySettings, deps: GatewayDeps) -> RecommendRoute:
-    """The gateway's ASGI app: POST /v1/recommend served by `RecommendRoute`
-    (recommend_route.py), every other route by FastAPI."""
-    app = FastAPI(
+def create_app(settings: GatewaySettings, deps: GatewayDeps) -> GatewayApp:
+    """The gateway's HTTP app: POST /v1/recommend by `RecommendRoute`, every other route by FastAPI."""
+    edge = Edge(deps.class_policy, deps.gate)
+    recommend = RecommendRoute(edge, deps.recommender)
+    app = GatewayApp(
+        recommend,
         title="recmesh gateway",
         version="1",
         description="Real-time recommendations and event ingestion. Send `x-slo-class` "
@@ -139,48 +121,37 @@ def create_app(settings: GatewaySettings, deps: GatewayDeps) -> RecommendRoute:
     ready_cache: dict[str, Any] = {"at": 0.0, "body": None}
 
     @app.exception_handler(RecmeshError)
-    async def recmesh_error(request: Request, err: RecmeshError) -> JSONResponse:
-        headers = _trace_headers()
-        retry_after = getattr(err, "retry_after_s", None)
-        if retry_after is not None:
-            headers["retry-after"] = str(retry_after)
-            # A shed call says which class was shed, as /v1/recommend's 429 does.
-            granted = getattr(request.state, "slo_class", None)
-            if granted in ("A", "B", "C"):
-                headers[SLO_HEADER] = granted
-        return JSONResponse(
-            {"error": type(err).__name__, "message": str(err)},
-            status_code=err.http_status,
-            headers=headers,
-        )
+    async def recmesh_error(request: Request, err: RecmeshError) -> Response:
+        # A shed call says which class was shed, as /v1/recommend's 429 does.
+        answer = error_answer(err, getattr(request.state, "slo_class", None))
+        headers = {**dict(answer.headers), **traceparent()}
+        return Response(answer.body, answer.http_status, headers, media_type="application/json")
 
     @app.exception_handler(RequestValidationError)
-    async def invalid_request(request: Request, err: RequestValidationError) -> JSONResponse:
-        return JSONResponse(
-            {"error": "InvalidArgument", "message": validation_message(err.errors())}, status_code=400
-        )
+    async def invalid_request(request: Request, err: RequestValidationError) -> Response:
+        answer = error_answer(InvalidArgument(validation_message(err.errors())))
+        return Response(answer.body, answer.http_status, media_type="application/json")
 
     @app.exception_handler(StarletteHTTPException)
-    async def http_error(request: Request, err: StarletteHTTPException) -> JSONResponse:
+    async def http_error(request: Request, err: StarletteHTTPException) -> Response:
         # FastAPI's and Starlette's own refusals (a body that cannot be parsed,
         # 404, 405 with its Allow header) in the same shape as every other error.
         name = _HTTP_ERROR_NAMES.get(err.status_code) or HTTPStatus(err.status_code).phrase.replace(" ", "")
-        return JSONResponse({"error": name, "message": err.detail}, err.status_code, headers=err.headers)
+        body = error_json(name, err.detail)
+        return Response(body, err.status_code, err.headers, media_type="application/json")
 
-    @app.post(
-        "/v1/recommend",
+    # POST /v1/recommend in FastAPI's router: documented as `openapi.recommend`
+    # declares it, served by the same `RecommendRoute`.
+    route = APIRoute(
+        PATH,
+        openapi.recommend,
+        methods=["POST"],
         response_model=RecommendOut,
         responses=openapi.RECOMMEND_RESPONSES,
         openapi_extra=openapi.operation(openapi.CLASS_HEADERS),
     )
-    async def recommend(body: RecommendBody) -> RecommendOut:
-        """Recommendations for one user, ranked within the request's SLO class budget.
-
-        `degraded` lists every fallback taken and class notes such as
-        `slo_class_downgraded:A->B`; an empty list is a full answer."""
-        # Declared for the OpenAPI document only: `create_app` puts
-        # `RecommendRoute` in front, which serves every POST /v1/recommend.
-        raise AssertionError("POST /v1/recommend is served by RecommendRoute")
+    route.app = recommend
+    app.router.routes.append(route)
 
     @app.post(
         "/v1/events",
@@ -198,11 +169,12 @@ def create_app(settings: GatewaySettings, deps: GatewayDeps) -> RecommendRoute:
             conform(e, schema, f"events[{n}]") for n, e in enumerate(body.events)
         ]  # fmt: skip
         await deps.publisher.publish(events)
-        response.headers.update(_trace_headers())
+        response.headers.update(traceparent())
         return EventsOut(accepted=len(body.events))
 
     if deps.ai_tools is not None:
-        app.include_router(build_ai_tool_router(deps.ai_tools, deps.class_policy))
+        tool_gate = deps.tool_gate or build_tool_gate(settings.ai_tool)
+        app.include_router(build_ai_tool_router(deps.ai_tools, Edge(deps.class_policy, tool_gate)))
 
     @app.get("/healthz")
     async def healthz() -> HealthOut:
@@ -262,4 +234,4 @@ def create_app(settings: GatewaySettings, deps: GatewayDeps) -> RecommendRoute:
             for name in schema.values
         }
     openapi.install(app, limits, properties)
-    return RecommendRoute(app, deps.recommender, deps.class_policy)
+    return app

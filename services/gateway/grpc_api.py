@@ -1,35 +1,44 @@
-"""The public gRPC API: recmesh.v1.Recommender, the twin of POST /v1/recommend."""
+"""The public gRPC API: recmesh.v1.Recommender, the twin of POST /v1/recommend.
+
+The server's request interceptor labels and scopes each call with the class
+the edge grants (`Edge.classify_grpc`, decided once per call); the servicer
+takes that caller, is admitted by the edge and answers errors as the edge
+maps them (edge.py), as the REST route does.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
 import grpc
 
-from recmesh.grpcserver import Classify, MeshServer, Registration
+from recmesh.errors import RecmeshError
+from recmesh.grpcserver import MeshServer, Registration
 from recmesh.metadata import SLO_HEADER
 from recmesh.settings import GatewaySettings
 from recmesh.v1 import features_pb2, recommender_pb2, recommender_pb2_grpc
-from services.gateway.recommend import ClassPolicy, Recommender
+from services.gateway.edge import Caller, Edge, abort_grpc
+from services.gateway.recommend import Recommender
 
 # A request's count when it sets none (proto3 sends 0), as REST's default.
 DEFAULT_COUNT = 10
 
 
 class RecommenderServicer(recommender_pb2_grpc.RecommenderServicer):
-    def __init__(self, recommender: Recommender, policy: ClassPolicy) -> None:
+    def __init__(self, recommender: Recommender, edge: Edge) -> None:
         self._recommender = recommender
-        self._policy = policy
+        self._edge = edge
 
     async def Recommend(
         self, request: recommender_pb2.RecommendRequest, context: grpc.aio.ServicerContext
     ) -> recommender_pb2.RecommendResponse:
-        metadata = {k: v for k, v in (context.invocation_metadata() or ())}
-        decision = self._policy.decide(metadata)
-        rec = await self._recommender.recommend(
-            request.user_id, request.count or DEFAULT_COUNT, dict(request.context), decision
-        )
+        caller: Caller | None = None
+        user_id, count, ctx = request.user_id, request.count or DEFAULT_COUNT, dict(request.context)
+        try:
+            caller = self._edge.grpc_caller(context)
+            self._recommender.check(user_id, count)
+            async with self._edge.admit(caller) as admitted:
+                rec = await self._recommender.recommend(user_id, count, ctx, admitted)
+        except RecmeshError as err:
+            await abort_grpc(context, err, None if caller is None else caller.slo.name)
         # The granted class, as REST's x-slo-class response header.
         await context.send_initial_metadata(((SLO_HEADER, rec.slo_class),))
         return recommender_pb2.RecommendResponse(
@@ -42,21 +51,7 @@ class RecommenderServicer(recommender_pb2_grpc.RecommenderServicer):
         )
 
 
-def granted_class(policy: ClassPolicy) -> Classify:
-    """What the public server labels and scopes a call with: the class the
-    caller is granted (its header capped by its entitlement), as REST does;
-    "invalid" when the class or the key is refused."""
-
-    def classify(metadata: Mapping[str, Any]) -> str:
-        try:
-            return policy.decide(metadata).slo.name
-        except Exception:
-            return "invalid"
-
-    return classify
-
-
-def build_grpc_server(settings: GatewaySettings, recommender: Recommender, policy: ClassPolicy) -> MeshServer:
+def build_grpc_server(settings: GatewaySettings, recommender: Recommender, edge: Edge) -> MeshServer:
     return MeshServer(
         "gateway",
         f"{settings.bind_host}:{settings.gateway_grpc_port}",
@@ -64,9 +59,9 @@ def build_grpc_server(settings: GatewaySettings, recommender: Recommender, polic
             Registration(
                 "recmesh.v1.Recommender",
                 recommender_pb2_grpc.add_RecommenderServicer_to_server,
-                RecommenderServicer(recommender, policy),
+                RecommenderServicer(recommender, edge),
             )
         ],
-        classify=granted_class(policy),
+        classify=edge.classify_grpc(),
         public=True,  # callers authenticate with API keys; TLS as RECMESH_GATEWAY_GRPC_TLS says
     )

@@ -7,14 +7,14 @@
   (as the plain route in front of FastAPI does), not as FastAPI parameters.
 - Responses are documented as they are sent: every error is `ErrorOut` with
   its status (request validation included: a 400, never FastAPI's 422 shape),
-  429 carries `Retry-After` and the class, the hot `/v1/recommend` route's own
-  answers (recommend_route.py) are declared on the FastAPI route that stands
-  for it.
+  429 carries `Retry-After` and the class. The hot `/v1/recommend` route is
+  served outside FastAPI's handlers (recommend_route.py): `recommend` below
+  declares its operation (body, summary, description) for FastAPI to document.
 - Limits the deployment sets (`RECMESH_MAX_COUNT`, the AI tools' text size,
   events per request) are written into the running gateway's document.
 
 tests/e2e/test_up.py checks the whole document against a live mesh with
-schemathesis; tests/unit/test_openapi.py checks its shape.
+schemathesis; tests/unit/services/gateway/test_openapi.py checks its shape.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from pydantic import BaseModel, Field
 
 from recmesh.metadata import API_KEY_HEADER, SLO_HEADER, TIER_HEADER, TIMEOUT_HEADER, TOKEN_BUDGET_HEADER
 from recmesh.slo import PROMOTING_TOKEN_BUDGET, TIMEOUT_DOC
+from services.gateway.recommend_route import RecommendBody
 
 Json = dict[str, Any]
 
@@ -148,6 +149,13 @@ AI_TOOL_RESPONSES: dict[int | str, Json] = {
     ),
     429: SHED,
 }
+
+
+def recommend(body: RecommendBody) -> None:
+    """Recommendations for one user, ranked within the request's SLO class budget.
+
+    `degraded` lists every fallback taken and class notes such as
+    `slo_class_downgraded:A->B`; an empty list is a full answer."""
 
 
 def operation(headers: list[Json]) -> Json:

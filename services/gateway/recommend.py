@@ -1,44 +1,31 @@
 """The recommendation path shared by REST and gRPC.
 
-The gateway stamps the request's logical timestamp (as-of time) and turns the
-SLO class budget, or a tighter caller deadline, into the deadline every hop
-inherits. When the ranker cannot answer in time, the popular items the gateway
-holds in memory (refreshed from the feature service every few seconds) are
-served instead, flagged `ranker_unavailable` (or `ranker_timeout` when the
-budget ran out first): the fallback needs no network call, so it still fits
-in a budget the ranker used up.
+A request arrives admitted by the edge (services/gateway/edge.py): in its
+class, with its logical timestamp (as-of time) and the deadline every hop
+inherits (the SLO class budget, or a tighter caller deadline). When the
+ranker cannot answer in time, the popular items the gateway holds in memory
+(refreshed from the feature service every few seconds) are served instead,
+flagged `ranker_unavailable` (or `ranker_timeout` when the budget ran out
+first): the fallback needs no network call, so it still fits in a budget the
+ranker used up.
 """
 
 from __future__ import annotations
 
 import asyncio
-import time
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import structlog
 from opentelemetry import trace
 
-from recmesh.admission import AdmissionGate
 from recmesh.clients.feature import FeatureClient
 from recmesh.clients.inference import UNSCORED_MODEL
 from recmesh.clients.ranker import RankerClient
-from recmesh.errors import DeadlineExceeded, InvalidArgument, RecmeshError, Unauthenticated, Unavailable
-from recmesh.metadata import API_KEY_HEADER, SLO_HEADER, TIER_HEADER, TOKEN_BUDGET_HEADER
-from recmesh.resilience import remaining_s, request_scope
-from recmesh.settings import GatewaySettings
-from recmesh.slo import (
-    DEFAULT_CLASSES,
-    ClassDecision,
-    Entitlement,
-    SloClass,
-    decide_class,
-    parse_token_budget,
-    with_budgets,
-)
+from recmesh.errors import DeadlineExceeded, InvalidArgument, RecmeshError, Unavailable
 from recmesh.telemetry import FALLBACKS, current_trace_id
 from recmesh.v1 import ranker_pb2
 from services.gateway.cold import ColdGuard
+from services.gateway.edge import Admitted
 
 _log = structlog.get_logger("recmesh.gateway")
 
@@ -55,57 +42,12 @@ class Recommendation:
     degraded: list[str] = field(default_factory=list)
 
 
-class ClassPolicy:
-    """Turns a request's headers (or gRPC metadata) into its SLO class decision."""
-
-    def __init__(
-        self,
-        default_class: str,
-        api_keys: Mapping[str, Entitlement],
-        anonymous: Entitlement,
-        classes: dict[str, SloClass] = DEFAULT_CLASSES,
-    ) -> None:
-        self._default = default_class
-        self._keys = dict(api_keys)
-        self._anonymous = anonymous
-        self._classes = classes
-
-    @classmethod
-    def from_settings(cls, settings: GatewaySettings) -> ClassPolicy:
-        keys = {
-            k: Entitlement(v.tenant, v.max_class, v.trusted_context) for k, v in settings.api_keys.items()
-        }
-        anonymous = Entitlement("anonymous", settings.anonymous_max_class)
-        return cls(settings.default_slo_class, keys, anonymous, with_budgets(settings.slo_budgets_ms))
-
-    def entitlement(self, headers: Mapping[str, str]) -> Entitlement:
-        key = headers.get(API_KEY_HEADER)
-        if not key:
-            return self._anonymous
-        entitlement = self._keys.get(key)
-        if entitlement is None:
-            raise Unauthenticated(f"unknown {API_KEY_HEADER}")
-        return entitlement
-
-    def decide(self, headers: Mapping[str, str]) -> ClassDecision:
-        entitlement = self.entitlement(headers)
-        return decide_class(
-            headers.get(SLO_HEADER),
-            entitlement,
-            self._default,
-            user_tier=headers.get(TIER_HEADER),
-            token_budget=parse_token_budget(headers.get(TOKEN_BUDGET_HEADER)),
-            classes=self._classes,
-        )
-
-
 class Recommender:
     def __init__(
         self,
         ranker: RankerClient,
         features: FeatureClient,
         max_count: int,
-        gate: AdmissionGate | None = None,
         cold: ColdGuard | None = None,
         feature_version: str = "",
     ) -> None:
@@ -114,7 +56,6 @@ class Recommender:
         self._max_count = max_count
         # Named in a popularity fallback's answer (the repository's version).
         self._feature_version = feature_version
-        self.gate = gate  # per-class admission; None admits everything
         self._cold = cold
         self._popular: list[tuple[str, float]] = []
 
@@ -131,43 +72,21 @@ class Recommender:
             await self.refresh_popular()
             await asyncio.sleep(interval_s)
 
-    async def recommend(
-        self, user_id: str, count: int, context: dict[str, str], decision: ClassDecision
-    ) -> Recommendation:
+    def check(self, user_id: str, count: int) -> None:
+        """Refuse a request this path cannot serve, before it is admitted."""
         if not user_id:
             raise InvalidArgument("user_id is required")
         if not 0 < count <= self._max_count:
             raise InvalidArgument(f"count must be in 1..{self._max_count}")
-        slo = decision.slo
-        notes = decision.notes
-        as_of_ms = int(time.time() * 1000)
-        budget_s = slo.budget_ms / 1000
-        caller_left = remaining_s()
-        if caller_left is not None:
-            budget_s = min(budget_s, caller_left)
-        span = trace.get_current_span()
-        span.set_attribute("recmesh.slo_class", slo.name)
-        if decision.downgraded_from:
-            span.set_attribute("recmesh.slo_class_requested", decision.downgraded_from)
-        span.set_attribute("recmesh.as_of_ms", as_of_ms)
-        # The budget starts before admission: time spent queued is time spent.
-        with request_scope(slo.name, budget_s):
-            if self.gate is None:
-                return await self._rank(user_id, count, context, as_of_ms, decision, notes)
-            async with self.gate.slot(slo.name, budget_s):
-                return await self._rank(user_id, count, context, as_of_ms, decision, notes)
 
-    async def _rank(
-        self,
-        user_id: str,
-        count: int,
-        context: dict[str, str],
-        as_of_ms: int,
-        decision: ClassDecision,
-        notes: list[str],
+    async def recommend(
+        self, user_id: str, count: int, context: dict[str, str], admitted: Admitted
     ) -> Recommendation:
-        slo = decision.slo
+        """The recommendation of a request `check` passed, admitted by the edge:
+        in its budget scope and admission slot (services/gateway/edge.py)."""
+        slo, notes, as_of_ms = admitted.slo, admitted.notes, admitted.as_of_ms
         span = trace.get_current_span()
+        span.set_attribute("recmesh.as_of_ms", as_of_ms)
         skip: frozenset[str] = frozenset()
         if self._cold is not None:
             cold = await self._cold.prepare(slo.name)

@@ -11,8 +11,9 @@ from recmesh.clients.feature import FeatureClient
 from recmesh.clients.ranker import RankerClient
 from recmesh.settings import GatewaySettings
 from services.gateway.app import GatewayDeps, create_app
-from services.gateway.events import EventPublisher
-from services.gateway.recommend import ClassPolicy, Recommender
+from services.gateway.edge import ClassPolicy
+from services.gateway.event_publisher import EventPublisher
+from services.gateway.recommend import Recommender
 from tests.helpers import free_port
 from tests.integration.conftest import Mesh
 
@@ -24,9 +25,9 @@ async def test_lagging_gateway_sheds_c_and_b_serves_a_and_escalation_gets_no_pro
     gate = AdmissionGate(AdmissionConfig(loop_lag_limit_ms=20.0, retry_after_s=2), service="gateway")
     ranker = RankerClient(mesh.ranker.address, "gateway")
     features = FeatureClient(mesh.feature.address, "gateway")
-    recommender = Recommender(ranker, features, 100, gate)
+    recommender = Recommender(ranker, features, 100)
     publisher = EventPublisher(f"127.0.0.1:{free_port()}", "unused", 0.1)
-    deps = GatewayDeps(recommender, ClassPolicy.from_settings(settings), publisher, {})
+    deps = GatewayDeps(recommender, ClassPolicy.from_settings(settings), publisher, {}, gate=gate)
     app = create_app(settings, deps)
     body = {"user_id": "u5", "count": 3}
     try:

@@ -17,10 +17,11 @@ from recmesh.clients.ranker import RankerClient
 from recmesh.embedding.encoder import TextEncoder
 from recmesh.grpcserver import MeshServer
 from recmesh.settings import AiToolSettings, GatewaySettings, InferenceSettings
-from services.gateway.aitools import AiTools
+from services.gateway.ai_tool_calls import AiTools
 from services.gateway.app import GatewayDeps, create_app
-from services.gateway.events import EventPublisher
-from services.gateway.recommend import ClassPolicy, Recommender
+from services.gateway.edge import ClassPolicy
+from services.gateway.event_publisher import EventPublisher
+from services.gateway.recommend import Recommender
 from services.inference.model import ModelRegistry
 from services.inference.server import build_server
 from services.inference.textmodels import OnnxEmbedder, TextModels

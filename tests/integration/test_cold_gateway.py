@@ -25,8 +25,9 @@ from recmesh.settings import GatewaySettings, RankerSettings
 from recmesh.slo import ClassDecision, SloClass
 from services.gateway.app import GatewayDeps, create_app
 from services.gateway.cold import build_cold_guard
-from services.gateway.events import EventPublisher
-from services.gateway.recommend import ClassPolicy, Recommender
+from services.gateway.edge import Caller, ClassPolicy, Edge
+from services.gateway.event_publisher import EventPublisher
+from services.gateway.recommend import Recommender
 from services.ranker.pipeline import build_pipeline
 from services.ranker.server import build_server as build_ranker
 from tests.helpers import free_port
@@ -35,7 +36,7 @@ from tests.integration.conftest import Mesh
 # Class C's real budget is 3 s and inference starts in about 1.2 s here; the
 # test widens C (budget and tolerated wait) so a loaded CI machine cannot turn
 # a slow process start into a flaky failure. Class A keeps its real 300 ms.
-PATIENT_C = ClassDecision(SloClass("C", 20_000, "best effort, patient for this test"), "C")
+PATIENT_C = Caller(ClassDecision(SloClass("C", 20_000, "best effort, patient for this test"), "C"), "test")
 
 
 CLASS_A = {"x-slo-class": "A", "x-api-key": "k-a"}
@@ -110,7 +111,8 @@ async def test_class_a_falls_back_at_once_and_class_c_waits_for_a_late_inference
                     [sys.executable, "-m", "services.inference"], env=env, stdout=log, stderr=log
                 )
             assert not await ic.health(0.2), "inference must not be serving before class C asks"
-            c = await recommender.recommend("u1", 5, {}, PATIENT_C)
+            async with Edge(ClassPolicy.from_settings(settings)).admit(PATIENT_C) as admitted:
+                c = await recommender.recommend("u1", 5, {}, admitted)
             assert proc.poll() is None, (tmp_path / "inference.log").read_text()
             assert "inference_cold" not in c.degraded and "scoring_unavailable" not in c.degraded, c.degraded
             assert c.model_version.startswith("ctr-")

@@ -33,8 +33,9 @@ from services.feature.ingest import running
 from services.feature.server import build_server as build_feature
 from services.feature.store import FeatureStore
 from services.gateway.app import GatewayDeps, create_app
-from services.gateway.events import EventPublisher
-from services.gateway.recommend import ClassPolicy, Recommender
+from services.gateway.edge import ClassPolicy
+from services.gateway.event_publisher import EventPublisher
+from services.gateway.recommend import Recommender
 from services.ranker.pipeline import build_pipeline
 from services.ranker.server import build_server as build_ranker
 from tests.helpers import free_port, poll_until

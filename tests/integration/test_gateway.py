@@ -9,8 +9,9 @@ from recmesh.clients.ranker import RankerClient
 from recmesh.settings import GatewaySettings
 from services.gateway.app import GatewayDeps, create_app
 from services.gateway.cold import DependencyState, build_cold_guard
-from services.gateway.events import EventPublisher
-from services.gateway.recommend import ClassPolicy, Recommender
+from services.gateway.edge import ClassPolicy
+from services.gateway.event_publisher import EventPublisher
+from services.gateway.recommend import Recommender
 from tests.helpers import free_port
 from tests.integration.conftest import Mesh
 

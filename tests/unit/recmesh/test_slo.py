@@ -14,7 +14,7 @@ from recmesh.slo import (
     resolve_class,
     with_budgets,
 )
-from services.gateway.recommend import ClassPolicy
+from services.gateway.edge import ClassPolicy
 
 
 def test_header_names_the_class_case_insensitively() -> None:

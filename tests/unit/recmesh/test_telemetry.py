@@ -17,7 +17,6 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 from prometheus_client import REGISTRY, CollectorRegistry, Histogram
 
-from recmesh.grpcserver import hop_class
 from recmesh.telemetry import (
     ABANDON_GRACE_S,
     TelemetryConfigError,
@@ -109,12 +108,6 @@ def test_spans_are_recorded_only_where_something_exports_them(
     out = subprocess.run([sys.executable, "-c", SAMPLING_PROBE], env=clean, capture_output=True,
                          text=True, check=True, timeout=60)  # fmt: skip
     assert out.stdout.strip() == expected, out.stderr
-
-
-def test_an_internal_hop_takes_only_a_known_class_from_metadata() -> None:
-    assert hop_class({"x-slo-class": "A"}) == "A"
-    assert hop_class({"x-slo-class": "drop table"}) == "unknown", "a label must not take any string"
-    assert hop_class({}) == "unknown"
 
 
 # --- which exporter, protocol and sampler the OTEL_* variables ask for -------

@@ -1,9 +1,11 @@
 """AI-tool calls at the gateway: summarize and structured actions.
 
-Every call runs in the request's class budget (class B by default), inside the
-AI-tool admission gate (its own fixed concurrency limit and per-class queues,
-apart from /v1/recommend's gate), and talks to the inference service through
-its own client. The policies are pure (recmesh/aitools/); this module does the
+Every call is checked first (`summary_request`, `action_request`: a 400
+before anything is spent), then runs admitted by the edge (edge.py) in the
+request's class budget (class B by default) and a slot of the AI-tool
+admission gate (`build_tool_gate`: its own fixed concurrency limit and
+per-class queues, apart from /v1/recommend's gate), and talks to the
+inference service through its own client. The policies are pure (recmesh/aitools/); this module does the
 I/O and says in every response which backend answered and which fallback was
 taken, with the reason also on the span and in `recmesh_fallbacks_total`.
 
@@ -36,10 +38,10 @@ from recmesh.aitools.schema_fill import Filled, Unfillable
 from recmesh.aitools.tokens import BUDGET_REFUSED, TOKENS_USED, TokenCounter, charge
 from recmesh.clients.inference import InferenceClient
 from recmesh.errors import InvalidArgument, RecmeshError, Unprocessable
-from recmesh.resilience import remaining_s, request_scope
+from recmesh.resilience import remaining_s
 from recmesh.settings import AiToolSettings
-from recmesh.slo import SloClass
 from recmesh.telemetry import FALLBACKS, current_trace_id
+from services.gateway.edge import Admitted
 
 _log = structlog.get_logger("recmesh.gateway.aitools")
 
@@ -67,6 +69,27 @@ class Action(ToolResult):
     output: dict[str, Any] = field(default_factory=dict)
     checks: list[str] = field(default_factory=list)  # what was verified server-side
     attempts: int = 0
+
+
+@dataclass(frozen=True)
+class SummaryRequest:
+    """A summarize call that passed its checks."""
+
+    sentences: list[str]
+    max_sentences: int
+    truncated: bool  # the text had more sentences than are read
+
+
+@dataclass(frozen=True)
+class ActionRequest:
+    """An action call that passed its checks, with the LLM prompt it makes."""
+
+    intent: str
+    constraints: list[str]
+    schema: dict[str, Any]
+    context: dict[str, Any]
+    prompt: str
+    prompt_tokens: int
 
 
 def build_tool_gate(settings: AiToolSettings) -> AdmissionGate:
@@ -115,12 +138,10 @@ class AiTools:
         self,
         inference: InferenceClient,
         settings: AiToolSettings,
-        gate: AdmissionGate | None = None,
         counter: TokenCounter | None = None,
     ) -> None:
         self._inference = inference
         self._settings = settings
-        self.gate = gate if gate is not None else build_tool_gate(settings)
         self._counter = counter or TokenCounter()
         self._generation: tuple[float, str] | None = None  # (checked at, model name or "")
 
@@ -135,11 +156,6 @@ class AiTools:
                 self._generation = (now, "")
         return self._generation[1]
 
-    def _budget_s(self, slo: SloClass) -> float:
-        budget = slo.budget_ms / 1000
-        caller_left = remaining_s()
-        return budget if caller_left is None else min(budget, caller_left)
-
     def _fuse_s(self) -> float:
         return self._settings.generation_timeout_ms / 1000
 
@@ -151,14 +167,17 @@ class AiTools:
 
     # --- summarize ----------------------------------------------------------
 
-    async def summarize(
-        self, text: str, max_sentences: int, slo: SloClass, tenant: str, token_budget: int | None
-    ) -> Summary:
+    def summary_request(self, text: str, max_sentences: int) -> SummaryRequest:
         if len(text) > self._settings.max_text_chars:
             raise InvalidArgument(f"text has {len(text)} characters; at most {self._settings.max_text_chars}")
         sentences, truncated = summarize.split_sentences(text, self._settings.max_sentences)
         if not sentences:
             raise InvalidArgument("text has no sentence to summarize")
+        return SummaryRequest(sentences, max_sentences, truncated)
+
+    async def summarize(self, request: SummaryRequest, admitted: Admitted) -> Summary:
+        sentences, max_sentences = request.sentences, request.max_sentences
+        slo, tenant = admitted.slo, admitted.caller.tenant
         # What the call may spend, counted before it runs: embedding each
         # sentence costs its tokens and the model's two special ones (as the
         # embed answer counts them); a generative model first, the prompt and
@@ -170,15 +189,11 @@ class AiTools:
         if generator:
             prompt_tokens = self._counter.count(_summary_prompt(sentences, max_sentences))
             estimate += prompt_tokens + self._settings.max_output_tokens
-        self._charge(tenant, "summarize", estimate, token_budget)
-        span = trace.get_current_span()
-        budget_s = self._budget_s(slo)
-        with request_scope(slo.name, budget_s):
-            async with self.gate.slot(slo.name, budget_s):
-                result = await self._summarize(sentences, max_sentences, slo.name, generator)
-        if truncated:
+        self._charge(tenant, "summarize", estimate, admitted.caller.token_budget)
+        result = await self._summarize(sentences, max_sentences, slo.name, generator)
+        if request.truncated:
             result.degraded.append(f"text_truncated_to_{self._settings.max_sentences}_sentences")
-        span.set_attribute("recmesh.ai_tool.backend", result.backend)
+        trace.get_current_span().set_attribute("recmesh.ai_tool.backend", result.backend)
         TOKENS_USED.labels(tenant, "summarize", slo.name).inc(result.tokens_used)
         return result
 
@@ -217,38 +232,32 @@ class AiTools:
 
     # --- action -------------------------------------------------------------
 
-    async def action(
-        self,
-        intent: str,
-        constraints: list[str],
-        schema: dict[str, Any],
-        context: dict[str, Any],
-        slo: SloClass,
-        tenant: str,
-        token_budget: int | None,
-    ) -> Action:
+    def action_request(
+        self, intent: str, constraints: list[str], schema: dict[str, Any], context: dict[str, Any]
+    ) -> ActionRequest:
         actions.check_request(constraints, schema)
         if len(json.dumps(context)) > self._settings.max_context_chars:
             raise InvalidArgument(f"context is over {self._settings.max_context_chars} characters as JSON")
         prompt = actions.llm_prompt(intent, constraints, schema, context)
-        prompt_tokens = self._counter.count(prompt)
-        budget_s = self._budget_s(slo)
-        with request_scope(slo.name, budget_s):
-            async with self.gate.slot(slo.name, budget_s):
-                # The template's answer is what a call without (or after) a generative
-                # model spends; each generation attempt the prompt and the output allowance.
-                # Off the event loop: a large schema can take the filler ~0.3 s of CPU.
-                template = await asyncio.to_thread(self._template, schema, intent, context)
-                template_tokens = (
-                    self._counter.count(json.dumps(template.value)) if isinstance(template, Filled) else 0
-                )
-                generator = await self._generation_model()
-                attempt_tokens = prompt_tokens + self._settings.max_output_tokens if generator else 0
-                self._charge(tenant, "action", attempt_tokens + template_tokens, token_budget)
-                result = await self._action(
-                    constraints, schema, template, prompt, generator, slo.name,
-                    _Spend(token_budget, attempt_tokens, template_tokens),
-                )  # fmt: skip
+        return ActionRequest(intent, constraints, schema, context, prompt, self._counter.count(prompt))
+
+    async def action(self, request: ActionRequest, admitted: Admitted) -> Action:
+        schema, context, constraints = request.schema, request.context, request.constraints
+        slo, tenant, token_budget = admitted.slo, admitted.caller.tenant, admitted.caller.token_budget
+        # The template's answer is what a call without (or after) a generative
+        # model spends; each generation attempt the prompt and the output allowance.
+        # Off the event loop: a large schema can take the filler ~0.3 s of CPU.
+        template = await asyncio.to_thread(self._template, schema, request.intent, context)
+        template_tokens = (
+            self._counter.count(json.dumps(template.value)) if isinstance(template, Filled) else 0
+        )
+        generator = await self._generation_model()
+        attempt_tokens = request.prompt_tokens + self._settings.max_output_tokens if generator else 0
+        self._charge(tenant, "action", attempt_tokens + template_tokens, token_budget)
+        result = await self._action(
+            constraints, schema, template, request.prompt, generator, slo.name,
+            _Spend(token_budget, attempt_tokens, template_tokens),
+        )  # fmt: skip
         trace.get_current_span().set_attribute("recmesh.ai_tool.backend", result.backend)
         TOKENS_USED.labels(tenant, "action", slo.name).inc(result.tokens_used)
         return result

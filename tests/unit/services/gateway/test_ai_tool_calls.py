@@ -1,4 +1,4 @@
-"""The AI-tool call flow (services/gateway/aitools.py) with a scripted stand-in
+"""The AI-tool call flow (services/gateway/ai_tool_calls.py) with a scripted stand-in
 for the inference client: the LLM path cannot run here (no GPU), so what it
 does with good, bad and missing outputs is checked against scripted replies."""
 
@@ -14,9 +14,10 @@ import pytest
 from recmesh.clients.inference import Embedded, InferenceClient
 from recmesh.errors import DeadlineExceeded, ResourceExhausted, Unprocessable
 from recmesh.settings import AiToolSettings
-from recmesh.slo import DEFAULT_CLASSES
+from recmesh.slo import DEFAULT_CLASSES, ClassDecision, Entitlement, SloClass
 from recmesh.v1 import inference_pb2 as pb
-from services.gateway.aitools import AiTools
+from services.gateway.ai_tool_calls import Action, AiTools, Summary, build_tool_gate
+from services.gateway.edge import Caller, ClassPolicy, Edge
 
 SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -59,8 +60,40 @@ class Scripted:
         )
 
 
-def _tools(client: Scripted) -> AiTools:
-    return AiTools(cast(InferenceClient, client), AiToolSettings())
+@dataclass
+class Routed:
+    """The tools as the /v2/ai-tool/* routes call them: the call checked, then
+    admitted by the edge through the AI-tool gate, then run."""
+
+    tools: AiTools
+    edge: Edge
+
+    async def action(
+        self,
+        intent: str,
+        constraints: list[str],
+        schema: dict[str, Any],
+        context: dict[str, Any],
+        slo: SloClass,
+        tenant: str,
+        token_budget: int | None,
+    ) -> Action:
+        call = self.tools.action_request(intent, constraints, schema, context)
+        async with self.edge.admit(Caller(ClassDecision(slo, slo.name), tenant, token_budget)) as admitted:
+            return await self.tools.action(call, admitted)
+
+    async def summarize(
+        self, text: str, max_sentences: int, slo: SloClass, tenant: str, token_budget: int | None
+    ) -> Summary:
+        call = self.tools.summary_request(text, max_sentences)
+        async with self.edge.admit(Caller(ClassDecision(slo, slo.name), tenant, token_budget)) as admitted:
+            return await self.tools.summarize(call, admitted)
+
+
+def _tools(client: Scripted) -> Routed:
+    settings = AiToolSettings()
+    policy = ClassPolicy("B", {}, Entitlement("anonymous"))
+    return Routed(AiTools(cast(InferenceClient, client), settings), Edge(policy, build_tool_gate(settings)))
 
 
 B = DEFAULT_CLASSES["B"]

@@ -21,10 +21,11 @@ from recmesh.clients.feature import FeatureClient
 from recmesh.clients.inference import InferenceClient
 from recmesh.clients.ranker import RankerClient
 from recmesh.settings import GatewaySettings
-from services.gateway.aitools import AiTools
+from services.gateway.ai_tool_calls import AiTools, build_tool_gate
 from services.gateway.app import GatewayDeps, create_app
-from services.gateway.events import EventPublisher
-from services.gateway.recommend import ClassPolicy, Recommender
+from services.gateway.edge import ClassPolicy
+from services.gateway.event_publisher import EventPublisher
+from services.gateway.recommend import Recommender
 from services.gateway.recommend_route import MAX_BODY_BYTES
 from tests.helpers import free_port
 
@@ -46,17 +47,20 @@ async def gateway() -> AsyncIterator[Gateway]:
     ranker, features = RankerClient(nowhere, "gateway"), FeatureClient(nowhere, "gateway")
     inference = InferenceClient(nowhere, "gateway_ai_tool")
     gate = AdmissionGate(AdmissionConfig())
+    tool_gate = build_tool_gate(SETTINGS.ai_tool)
     tools = AiTools(inference, SETTINGS.ai_tool)
     deps = GatewayDeps(
-        Recommender(ranker, features, SETTINGS.max_count, gate),
+        Recommender(ranker, features, SETTINGS.max_count),
         ClassPolicy.from_settings(SETTINGS),
         EventPublisher(nowhere, "unused", 0.1),
         {},
         tools,
+        gate=gate,
+        tool_gate=tool_gate,
     )
     transport = httpx.ASGITransport(app=create_app(SETTINGS, deps))
     async with httpx.AsyncClient(transport=transport, base_url="http://gw") as http:
-        yield Gateway(http, gate, tools.gate)
+        yield Gateway(http, gate, tool_gate)
     for client in (ranker, features, inference):
         await client.close()
 

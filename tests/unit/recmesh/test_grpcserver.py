@@ -8,7 +8,7 @@ import grpc
 import pytest
 
 from recmesh.errors import InvalidArgument, ResourceExhausted
-from recmesh.grpcserver import RequestInterceptor
+from recmesh.grpcserver import RequestInterceptor, hop_class
 from recmesh.resilience import current_slo_class, remaining_s
 
 
@@ -104,3 +104,9 @@ async def test_a_methods_wrapper_is_built_once_and_health_passes_through() -> No
     assert await first.unary_unary("req", Context(1.0)) == "done"
     passed = await interceptor.intercept_service(continuation, Details("/grpc.health.v1.Health/Check"))
     assert passed is health
+
+
+def test_an_internal_hop_takes_only_a_known_class_from_metadata() -> None:
+    assert hop_class({"x-slo-class": "A"}) == "A"
+    assert hop_class({"x-slo-class": "drop table"}) == "unknown", "a label must not take any string"
+    assert hop_class({}) == "unknown"

@@ -1,8 +1,12 @@
-"""REST routes of the AI-tool endpoints (/v2/ai-tool/*), class B by default."""
+"""REST routes of the AI-tool endpoints (/v2/ai-tool/*), class B by default:
+each call is checked, admitted by the edge (edge.py) through the AI-tool
+gate, and run by `AiTools` (ai_tool_calls.py)."""
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Awaitable, Callable
+from functools import partial
+from typing import Any, TypeVar
 
 from fastapi import APIRouter, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
@@ -10,16 +14,13 @@ from pydantic.config import JsonDict, JsonValue
 
 from recmesh.aitools.actions import CONSTRAINTS
 from recmesh.jsontypes import JsonInt
-from recmesh.metadata import TIMEOUT_HEADER, TOKEN_BUDGET_HEADER
-from recmesh.resilience import request_scope
-from recmesh.slo import (
-    ClassDecision,
-    parse_timeout_s,
-    parse_token_budget,
-)
+from recmesh.metadata import SLO_HEADER
 from services.gateway import openapi
-from services.gateway.aitools import AiTools
-from services.gateway.recommend import ClassPolicy
+from services.gateway.ai_tool_calls import AiTools
+from services.gateway.edge import REFUSED, Admitted, Edge
+
+Call = TypeVar("Call")
+Out = TypeVar("Out")
 
 
 class SummarizeBody(BaseModel):
@@ -78,57 +79,53 @@ class ActionOut(BaseModel):
     degraded: list[str]
 
 
-def _caller(request: Request, policy: ClassPolicy) -> tuple[ClassDecision, str, int | None, float | None]:
-    """The granted class, the tenant, the token budget and the caller's deadline
-    (s) of a tool call. The class is stamped on the request first as "invalid",
-    so a refused header is still labelled in the latency metric."""
-    request.state.slo_class = "invalid"
-    decision = policy.decide(request.headers)
-    timeout_s = parse_timeout_s(request.headers.get(TIMEOUT_HEADER))
-    request.state.slo_class = decision.slo.name
-    tenant = policy.entitlement(request.headers).tenant
-    return decision, tenant, parse_token_budget(request.headers.get(TOKEN_BUDGET_HEADER)), timeout_s
+async def _serve(
+    request: Request,
+    response: Response,
+    edge: Edge,
+    check: Callable[[], Call],
+    run: Callable[[Call, Admitted], Awaitable[Out]],
+) -> tuple[Out, list[str]]:
+    """One tool call at the edge: the caller's class, the call's checks (a 400
+    before admission), the call run admitted, the granted class in the
+    `x-slo-class` header. The class is stamped on the request first as
+    "invalid", so a refused header is still labelled in the latency metric.
+    Returns the tool's answer and the class notes for its `degraded`."""
+    request.state.slo_class = REFUSED
+    caller = edge.http_caller(request.headers)
+    request.state.slo_class = caller.slo.name
+    call = check()
+    async with edge.admit(caller) as admitted:
+        out = await run(call, admitted)
+    response.headers[SLO_HEADER] = caller.slo.name
+    return out, caller.notes
 
 
-def build_router(tools: AiTools, policy: ClassPolicy) -> APIRouter:
-    router = APIRouter(prefix="/v2/ai-tool", tags=["ai-tool"])
-
-    @router.post(
-        "/summarize",
-        response_model=SummarizeOut,
-        responses=openapi.AI_TOOL_RESPONSES,
-        openapi_extra=openapi.operation(openapi.CLASS_HEADERS),
-    )
+def build_router(tools: AiTools, edge: Edge) -> APIRouter:
     async def summarize(body: SummarizeBody, request: Request, response: Response) -> SummarizeOut:
         """A summary of `text`: generated (vLLM) or the most central sentences."""
-        decision, tenant, budget, timeout_s = _caller(request, policy)
-        with request_scope(decision.slo.name, timeout_s):
-            out = await tools.summarize(body.text, body.max_sentences, decision.slo, tenant, budget)
-        response.headers["x-slo-class"] = decision.slo.name
+        call = partial(tools.summary_request, body.text, body.max_sentences)
+        out, notes = await _serve(request, response, edge, call, tools.summarize)
         return SummarizeOut(
             summary=out.summary, backend=out.backend, model=out.model, sentences=out.sentences,
             tokens_used=out.tokens_used, slo_class=out.slo_class, trace_id=out.trace_id,
-            degraded=[*decision.notes, *out.degraded],
+            degraded=[*notes, *out.degraded],
         )  # fmt: skip
 
-    @router.post(
-        "/action",
-        response_model=ActionOut,
-        responses=openapi.AI_TOOL_RESPONSES,
-        openapi_extra=openapi.operation(openapi.CLASS_HEADERS),
-    )
     async def action(body: ActionBody, request: Request, response: Response) -> ActionOut:
         """A structured action: `output` validates against `output_schema` and meets the constraints."""
-        decision, tenant, budget, timeout_s = _caller(request, policy)
-        with request_scope(decision.slo.name, timeout_s):
-            out = await tools.action(
-                body.intent, body.constraints, body.output_schema, body.context, decision.slo, tenant, budget
-            )
-        response.headers["x-slo-class"] = decision.slo.name
+        call = partial(tools.action_request, body.intent, body.constraints, body.output_schema, body.context)
+        out, notes = await _serve(request, response, edge, call, tools.action)
         return ActionOut(
             output=out.output, backend=out.backend, model=out.model, checks=out.checks, attempts=out.attempts,
             tokens_used=out.tokens_used, slo_class=out.slo_class, trace_id=out.trace_id,
-            degraded=[*decision.notes, *out.degraded],
+            degraded=[*notes, *out.degraded],
         )  # fmt: skip
 
+    router = APIRouter(prefix="/v2/ai-tool", tags=["ai-tool"])
+    for path, handler, answer in (("/summarize", summarize, SummarizeOut), ("/action", action, ActionOut)):
+        router.add_api_route(
+            path, handler, methods=["POST"], response_model=answer,
+            responses=openapi.AI_TOOL_RESPONSES, openapi_extra=openapi.operation(openapi.CLASS_HEADERS),
+        )  # fmt: skip
     return router

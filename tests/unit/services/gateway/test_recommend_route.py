@@ -15,9 +15,10 @@ from recmesh.clients.feature import FeatureClient
 from recmesh.clients.ranker import RankerClient
 from recmesh.settings import GatewaySettings
 from services.gateway.app import GatewayDeps, create_app
-from services.gateway.events import EventPublisher
-from services.gateway.recommend import ClassPolicy, Recommender
-from services.gateway.recommend_route import MAX_BODY_BYTES, field_path, is_json
+from services.gateway.edge import ClassPolicy, field_path
+from services.gateway.event_publisher import EventPublisher
+from services.gateway.recommend import Recommender
+from services.gateway.recommend_route import MAX_BODY_BYTES, is_json
 from tests.helpers import free_port
 
 SETTINGS = GatewaySettings.model_validate({"RECMESH_API_KEYS": {"k-a": {"tenant": "app", "max_class": "A"}}})
