@@ -37,7 +37,7 @@ from recmesh.tools.bench import floor as floor_bench
 from recmesh.tools.bench.common import emit, free_port
 from recmesh.tools.bench.loadgen import StepResult
 from recmesh.tools.bench.proccpu import CpuMeter, child_pids, named
-from recmesh.tools.bench.profile import recording, report
+from recmesh.tools.bench.profile import py_spy, recording, report
 from recmesh.tools.bench.repeat import round_order, spreads
 from recmesh.tools.bench.sweep import parse_mix, parse_rates, sweep, table
 from recmesh.vectors import RELOAD_CHECK_S, load_item_vectors
@@ -247,6 +247,8 @@ async def run(args: Any) -> Compared:
     alternating order; both are started once. With `args.profile`, py-spy records
     the mesh's services throughout."""
     rates, mix = parse_rates(args.rates), parse_mix(args.mix)
+    if args.profile:
+        py_spy()  # missing: said before a mesh starts
     out = Compared([], [])
     async with contextlib.AsyncExitStack() as stack:
         tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="recmesh-bench-e2e-")))

@@ -21,21 +21,22 @@ import contextlib
 import shutil
 import signal
 import subprocess
+import sys
 from collections import Counter
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-
-class ProfilerMissing(RuntimeError):
-    pass
+from recmesh.errors import FailedPrecondition
 
 
 def py_spy() -> str:
-    """The py-spy executable (the dev extra installs it), or a clear error."""
-    found = shutil.which("py-spy")
+    """The py-spy executable: beside this Python (a virtual environment run without
+    activating it), else on PATH; or a clear error (the dev extra installs it)."""
+    beside = Path(sys.executable).parent / "py-spy"
+    found = str(beside) if beside.exists() else shutil.which("py-spy")
     if found is None:
-        raise ProfilerMissing("py-spy is not installed: pip install -e '.[dev]' (or pip install py-spy)")
+        raise FailedPrecondition("--profile needs py-spy: pip install -e '.[dev]' (or pip install py-spy)")
     return found
 
 

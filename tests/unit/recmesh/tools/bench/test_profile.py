@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from recmesh.tools.bench.profile import top_frames
 
 
@@ -27,3 +29,21 @@ def test_top_frames_by_own_and_total_time(tmp_path: Path) -> None:
     assert total == {"run (recmesh/eventloop.py)": 1.0, "fuse (services/ranker/fusion.py)": 0.7}, (
         "total time counts our frames once per stack"
     )
+
+
+def test_py_spy_is_found_beside_the_interpreter_without_an_activated_venv(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    import sys
+
+    from recmesh.errors import FailedPrecondition
+    from recmesh.tools.bench.profile import py_spy
+
+    monkeypatch.setenv("PATH", str(tmp_path))  # nothing on PATH
+    fake_python = tmp_path / "venv" / "bin" / "python"
+    fake_python.parent.mkdir(parents=True)
+    monkeypatch.setattr(sys, "executable", str(fake_python))
+    with pytest.raises(FailedPrecondition, match="needs py-spy"):
+        py_spy()
+    (fake_python.parent / "py-spy").touch()
+    assert py_spy() == str(fake_python.parent / "py-spy")
