@@ -6,17 +6,7 @@ one worker takes the oldest, then keeps collecting until the batch holds
 but only while requests arrive, on average, within that wait
 (`expect_company`): at a few hundred requests per second the next one is
 milliseconds away, and waiting for it only added the delay (rounded up to
-the event loop's 1 ms timer) to every answer. Nor does it wait when the wait
-would cost more than it can save: a timed wait on asyncio's loop lasts at
-least ~1.1 ms whatever it asks for (the selector's millisecond timeout,
-measured when the worker starts), while a CPU model run is ~10-50 us. With
-callers that each wait for their answer (a closed loop), everyone who can
-come is already queued, so such a wait only idled the process: `bench
-inference` measured batching at 0.78-1.03x the throughput of no batching.
-The worker waits only while its model runs (smoothed) take at least as long
-as the shortest wait the loop can do (`worth_waiting`) -- a GPU model, or a
-large CPU one -- and otherwise scores what is queued at once, so batching on
-CPU is what piles up while the previous batch runs.
+the event loop's 1 ms timer) to every answer.
 Requests whose deadline has passed are dropped before scoring
 (DEADLINE_EXCEEDED), so an overloaded queue never spends the model on answers
 nobody waits for. The decision of what goes into a batch is the pure function
@@ -26,7 +16,6 @@ nobody waits for. The decision of what goes into a batch is the pure function
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections import deque
 from collections.abc import Callable
@@ -105,26 +94,6 @@ def expect_company(mean_gap_s: float, max_delay_s: float) -> bool:
     return mean_gap_s < max_delay_s
 
 
-def worth_waiting(mean_gap_s: float, max_delay_s: float, run_cost_s: float, min_wait_s: float) -> bool:
-    """Whether to wait for company: someone is due within the wait, and the
-    model run a joiner saves is at least the shortest wait the loop can do
-    (a wait that overshoots a cheap run idles the process for nothing)."""
-    return expect_company(mean_gap_s, max_delay_s) and run_cost_s >= min_wait_s
-
-
-async def shortest_wait_s(samples: int = 5) -> float:
-    """The shortest timed wait this event loop actually does (asyncio's: its
-    selector's timeout in whole milliseconds, ~1.1 ms; uvloop's: ~10 us)."""
-    never = asyncio.Event()
-    waits = []
-    for _ in range(samples):
-        start = time.perf_counter()
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(never.wait(), 1e-4)
-        waits.append(time.perf_counter() - start)
-    return min(waits)
-
-
 def smoothed_gap(mean_gap_s: float, gap_s: float, max_delay_s: float) -> float:
     """The mean arrival gap after one more arrival `gap_s` after the last."""
     gap = min(gap_s, GAP_CAP * max_delay_s)
@@ -148,8 +117,6 @@ class MicroBatcher:
         self._wakeup = asyncio.Event()
         self._last_arrival = float("-inf")
         self._mean_gap_s = GAP_CAP * self._max_delay_s  # no company expected yet
-        self._run_cost_s = 0.0  # smoothed seconds per model run; learnt from the runs
-        self._min_wait_s = float("inf")  # measured when the worker starts
 
     @property
     def depth(self) -> int:
@@ -169,7 +136,6 @@ class MicroBatcher:
         return await job.future
 
     async def run(self) -> None:
-        self._min_wait_s = await shortest_wait_s()
         while True:
             if not self._queue:
                 self._wakeup.clear()
@@ -178,7 +144,7 @@ class MicroBatcher:
             # Give concurrent requests up to max_delay to join, unless the batch
             # is already full or none is due within it.
             while (
-                worth_waiting(self._mean_gap_s, self._max_delay_s, self._run_cost_s, self._min_wait_s)
+                expect_company(self._mean_gap_s, self._max_delay_s)
                 and len(self._queue) < self._max_queue  # a full queue admits nobody to wait for
                 and sum(j.n for j in self._queue) < self._max_rows
             ):
@@ -205,7 +171,6 @@ class MicroBatcher:
         rows = batch[0].rows if len(batch) == 1 else np.concatenate([j.rows for j in batch])
         BATCH_ROWS.observe(rows.shape[0])
         BATCH_REQUESTS.observe(len(batch))
-        started = time.perf_counter()
         try:
             scores = self._score(batch[0].model, rows)
         except Exception as err:
@@ -213,8 +178,6 @@ class MicroBatcher:
                 if not job.future.done():
                     job.future.set_exception(err)
             return
-        run_s = time.perf_counter() - started
-        self._run_cost_s = GAP_SMOOTHING * run_s + (1 - GAP_SMOOTHING) * self._run_cost_s
         start = 0
         for job in batch:
             if not job.future.done():

@@ -19,7 +19,6 @@ from services.inference.batcher import (
     expect_company,
     smoothed_gap,
     take_batch,
-    worth_waiting,
 )
 
 
@@ -53,16 +52,11 @@ async def test_take_batch_groups_interleaved_models_and_keeps_the_others_in_orde
 
 
 class Scorer:
-    """A NumPy model; `run_s` makes each run take that long (a GPU-sized run)."""
-
-    def __init__(self, run_s: float = 0.0) -> None:
+    def __init__(self) -> None:
         self.calls: list[int] = []
-        self.run_s = run_s
 
     def __call__(self, model: Any, rows: F32) -> F32:
         self.calls.append(rows.shape[0])
-        if self.run_s:
-            time.sleep(self.run_s)
         out: F32 = rows.sum(axis=1).astype(np.float32)
         return out
 
@@ -133,7 +127,7 @@ async def test_a_lone_request_does_not_wait_for_company() -> None:
 
 
 async def test_requests_arriving_within_the_wait_share_a_batch() -> None:
-    scorer = Scorer(run_s=0.003)  # a run dearer than the loop's shortest wait: waiting pays
+    scorer = Scorer()
     batcher = MicroBatcher(scorer, max_rows=64, max_delay_us=100_000, max_queue=100)
     worker = asyncio.create_task(batcher.run())
     try:
@@ -146,33 +140,3 @@ async def test_requests_arriving_within_the_wait_share_a_batch() -> None:
         worker.cancel()
     assert sum(scorer.calls) == 12
     assert len(scorer.calls) < 12 and max(scorer.calls) >= 2, scorer.calls  # a few alone, then together
-
-
-def test_waiting_pays_only_when_a_run_costs_at_least_the_shortest_wait() -> None:
-    busy, delay = 0.0001, 0.0005  # a request every 100 us, a 500 us wait
-    assert worth_waiting(busy, delay, run_cost_s=0.002, min_wait_s=0.0011), "GPU-sized run, asyncio's wait"
-    assert not worth_waiting(busy, delay, run_cost_s=0.00003, min_wait_s=0.0011), "a 30 us CPU run"
-    assert worth_waiting(busy, delay, run_cost_s=0.00003, min_wait_s=0.00001), "uvloop waits ~10 us"
-    assert not worth_waiting(0.01, delay, run_cost_s=0.002, min_wait_s=0.0011), "nobody due within the wait"
-
-
-async def test_callers_that_wait_for_their_answers_are_not_kept_waiting_for_company() -> None:
-    """A closed loop: 8 callers, each sending its next request when answered.
-    Once all 8 are queued nobody else can come; with a cheap model the worker
-    scores at once instead of sleeping out the 100 ms wait every batch."""
-    scorer = Scorer()
-    batcher = MicroBatcher(scorer, max_rows=64, max_delay_us=100_000, max_queue=100)
-    worker = asyncio.create_task(batcher.run())
-
-    async def caller() -> None:
-        for _ in range(10):
-            await batcher.submit("m", np.ones((1, 3), np.float32), 5.0)
-
-    try:
-        start = time.monotonic()
-        await asyncio.gather(*(caller() for _ in range(8)))
-        elapsed = time.monotonic() - start
-    finally:
-        worker.cancel()
-    assert sum(scorer.calls) == 80
-    assert elapsed < 0.5, f"{elapsed:.2f} s: batches waited for company that could not come (10 x 100 ms)"
