@@ -253,6 +253,7 @@ def build_batcher(settings: InferenceSettings) -> MicroBatcher | None:
         max_rows=settings.batch_max_rows,
         max_delay_us=settings.batch_max_delay_us,
         max_queue=settings.batch_max_queue,
+        solo_rows=settings.batch_solo_rows,
     )
 
 

@@ -140,3 +140,12 @@ async def test_requests_arriving_within_the_wait_share_a_batch() -> None:
         worker.cancel()
     assert sum(scorer.calls) == 12
     assert len(scorer.calls) < 12 and max(scorer.calls) >= 2, scorer.calls  # a few alone, then together
+
+
+async def test_a_large_request_is_scored_at_once_in_its_own_call() -> None:
+    scorer = Scorer()
+    batcher = MicroBatcher(scorer, max_rows=1024, max_delay_us=100_000, max_queue=100, solo_rows=100)
+    # No worker runs: a request that went through the queue would never be answered.
+    scores = await asyncio.wait_for(batcher.submit("m", np.ones((200, 3), np.float32), 5.0), 1.0)
+    assert scores.shape == (200,) and scorer.calls == [200]
+    assert batcher.depth == 0
