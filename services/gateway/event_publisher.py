@@ -13,12 +13,12 @@ from collections.abc import Sequence
 import structlog
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError
+from opentelemetry import trace
 from prometheus_client import Counter
 
-from recmesh.credentials import kafka_options
 from recmesh.errors import Unavailable
 from recmesh.events import Event
-from recmesh.telemetry import kafka_produce_span, kafka_trace_headers
+from recmesh.producer import make_producer, produce
 
 _log = structlog.get_logger("recmesh.gateway.events")
 
@@ -42,10 +42,9 @@ class EventPublisher:
     async def _ensure(self) -> AIOKafkaProducer:
         async with self._lock:
             if self._producer is None:
-                producer = AIOKafkaProducer(
-                    bootstrap_servers=self._bootstrap, acks="all", linger_ms=2,
-                    request_timeout_ms=int(self._timeout_s * 1000), **kafka_options(),
-                )  # fmt: skip
+                producer = make_producer(
+                    self._bootstrap, linger_ms=2, request_timeout_ms=int(self._timeout_s * 1000)
+                )
                 try:
                     await producer.start()
                 except (KafkaError, OSError) as err:
@@ -62,21 +61,15 @@ class EventPublisher:
 
     async def publish(self, events: Sequence[Event]) -> None:
         producer = await self._ensure()
-        with kafka_produce_span(self._topic, len(events)) as span:
-            headers = kafka_trace_headers()  # the consumer's span links back to this trace
-            try:
-                async with asyncio.timeout(self._timeout_s):
-                    futures = [
-                        await producer.send(
-                            self._topic, value=e.to_json(), key=e.user_id.encode(), headers=headers
-                        )
-                        for e in events
-                    ]
-                    await asyncio.gather(*futures)
-            except (KafkaError, TimeoutError, OSError) as err:
-                PUBLISHED.labels("failed").inc(len(events))
-                span.set_attribute("recmesh.fallback_reason", "broker_unavailable")
-                raise Unavailable(f"broker did not acknowledge the events: {err!r}") from err
+        try:
+            async with asyncio.timeout(self._timeout_s):
+                # One PRODUCER span; the consumer's span links back to this trace.
+                await produce(producer, self._topic, [(e.user_id.encode(), e.to_json()) for e in events])
+        except (KafkaError, TimeoutError, OSError) as err:
+            PUBLISHED.labels("failed").inc(len(events))
+            # On the request's span (the PRODUCER span has ended, with the error recorded).
+            trace.get_current_span().set_attribute("recmesh.fallback_reason", "broker_unavailable")
+            raise Unavailable(f"broker did not acknowledge the events: {err!r}") from err
         PUBLISHED.labels("accepted").inc(len(events))
 
     async def stop(self) -> None:
