@@ -37,6 +37,8 @@ from typing import Any
 
 import orjson
 
+from recmesh.stats import percentile
+
 SERVICE_PREFIX = "recmesh-"
 SLO_ATTRIBUTE = "recmesh.slo_class"
 NETWORK_PREFIX = "network:"
@@ -220,15 +222,10 @@ def trace_slo_class(trace: Sequence[Span], root: Span) -> str | None:
     return None if value is None else str(value)
 
 
-def percentile(values: Sequence[float], q: float) -> float:
-    """Linear interpolation between closest ranks; q in [0, 1]."""
-    if not values:
-        return 0.0
-    ordered = sorted(values)
-    pos = q * (len(ordered) - 1)
-    low = int(pos)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (pos - low)
+def _ms(values: Sequence[float], p: float) -> float:
+    """The nearest-rank percentile (recmesh.stats, as everywhere: a latency that
+    happened; over a handful of traces p95 is the slowest); 0 for none."""
+    return percentile(values, p) if values else 0.0
 
 
 def attribute(spans: Iterable[Span], slo_class: str | None = None) -> Report:
@@ -265,8 +262,8 @@ def attribute(spans: Iterable[Span], slo_class: str | None = None) -> Report:
             ComponentStats(
                 component=component,
                 traces=len(values),
-                p50_ms=percentile(values, 0.50),
-                p95_ms=percentile(values, 0.95),
+                p50_ms=_ms(values, 50),
+                p95_ms=_ms(values, 95),
                 mean_ms=mean,
                 share=mean / e2e_mean if e2e_mean > 0 else 0.0,
             )
@@ -276,9 +273,9 @@ def attribute(spans: Iterable[Span], slo_class: str | None = None) -> Report:
         traces=n,
         skipped_traces=skipped,
         slo_class=slo_class,
-        e2e_p50_ms=percentile(e2e, 0.50),
-        e2e_p95_ms=percentile(e2e, 0.95),
-        e2e_p99_ms=percentile(e2e, 0.99),
+        e2e_p50_ms=_ms(e2e, 50),
+        e2e_p95_ms=_ms(e2e, 95),
+        e2e_p99_ms=_ms(e2e, 99),
         e2e_mean_ms=e2e_mean,
         components=tuple(stats),
     )
