@@ -35,7 +35,15 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from recmesh.admission import AdmissionGate
 from recmesh.errors import RecmeshError, ResourceExhausted, Unauthenticated
 from recmesh.grpcserver import Classify
-from recmesh.metadata import API_KEY_HEADER, SLO_HEADER, TIER_HEADER, TIMEOUT_HEADER, TOKEN_BUDGET_HEADER
+from recmesh.metadata import (
+    API_KEY_HEADER,
+    RETRY_AFTER_HEADER,
+    SLO_HEADER,
+    TIER_HEADER,
+    TIMEOUT_HEADER,
+    TOKEN_BUDGET_HEADER,
+    TRACEPARENT_HEADER,
+)
 from recmesh.resilience import request_scope
 from recmesh.settings import GatewaySettings
 from recmesh.slo import (
@@ -256,7 +264,7 @@ def error_answer(err: BaseException, granted: str | None = None) -> ErrorAnswer:
     headers: list[tuple[str, str]] = []
     retry_after = getattr(err, "retry_after_s", None)
     if retry_after is not None:
-        headers.append(("retry-after", str(retry_after)))
+        headers.append((RETRY_AFTER_HEADER, str(retry_after)))
         if granted in DEFAULT_CLASSES:
             headers.append((SLO_HEADER, granted))
     body = error_json(type(err).__name__, str(err))
@@ -277,8 +285,8 @@ def traceparent() -> dict[str, str]:
     """The current trace's `traceparent` (none when there is no trace), for a REST answer's headers."""
     carrier: dict[str, str] = {}
     propagate.inject(carrier)
-    value = carrier.get("traceparent")
-    return {"traceparent": value} if value else {}
+    value = carrier.get(TRACEPARENT_HEADER)
+    return {TRACEPARENT_HEADER: value} if value else {}
 
 
 def field_path(loc: tuple[Any, ...]) -> str:

@@ -25,7 +25,15 @@ from typing import Any
 from fastapi import FastAPI
 from pydantic import BaseModel, Field
 
-from recmesh.metadata import API_KEY_HEADER, SLO_HEADER, TIER_HEADER, TIMEOUT_HEADER, TOKEN_BUDGET_HEADER
+from recmesh.metadata import (
+    API_KEY_HEADER,
+    RETRY_AFTER_HEADER,
+    SLO_HEADER,
+    TIER_HEADER,
+    TIMEOUT_HEADER,
+    TOKEN_BUDGET_HEADER,
+    TRACEPARENT_HEADER,
+)
 from recmesh.slo import PROMOTING_TOKEN_BUDGET, TIMEOUT_DOC
 from services.gateway.recommend_route import RecommendBody
 
@@ -75,7 +83,7 @@ TIMEOUT = _header(
     {"type": "string", "pattern": "^0*[1-9][0-9]*$"},
 )
 TRACEPARENT = _header(
-    "traceparent",
+    TRACEPARENT_HEADER,
     "W3C trace context: the request's spans join this trace. A malformed value is ignored "
     "(the request starts a new trace), as the W3C recommendation asks.",
     {"type": "string", "examples": ["00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"]},
@@ -104,7 +112,7 @@ _RETRY_AFTER = {
 
 
 def _error(description: str, **headers: Json) -> Json:
-    headers = {"traceparent": _TRACEPARENT_OUT, **headers}
+    headers = {TRACEPARENT_HEADER: _TRACEPARENT_OUT, **headers}
     return {"model": ErrorOut, "description": description, "headers": headers}
 
 
@@ -112,16 +120,16 @@ BAD_REQUEST = _error("a malformed body or header; the message names the field")
 UNAUTHENTICATED = _error("x-api-key names no known key")
 SHED = _error(
     "shed for overload (the admission gate is full for this class): retry after Retry-After",
-    **{"retry-after": _RETRY_AFTER, "x-slo-class": _CLASS_OUT},
+    **{RETRY_AFTER_HEADER: _RETRY_AFTER, SLO_HEADER: _CLASS_OUT},
 )
 
 
 def served(**extra: Json) -> Json:
     """The success response's headers (merged into the response FastAPI documents)."""
-    return {"headers": {"traceparent": _TRACEPARENT_OUT, **extra}}
+    return {"headers": {TRACEPARENT_HEADER: _TRACEPARENT_OUT, **extra}}
 
 
-SERVED_WITH_CLASS = served(**{"x-slo-class": _CLASS_OUT})
+SERVED_WITH_CLASS = served(**{SLO_HEADER: _CLASS_OUT})
 
 RECOMMEND_RESPONSES: dict[int | str, Json] = {
     200: SERVED_WITH_CLASS,

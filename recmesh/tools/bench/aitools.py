@@ -11,11 +11,12 @@ from typing import Any
 
 import httpx
 
+from recmesh.metadata import API_KEY_HEADER, SLO_HEADER
 from recmesh.stats import percentile
 from recmesh.tools.bench.common import emit
 from recmesh.tools.up import DEMO_API_KEY
 
-KEY = {"x-api-key": DEMO_API_KEY}
+KEY = {API_KEY_HEADER: DEMO_API_KEY}
 SHORT = (
     "The summit trail opened last spring. Hikers reach it in four hours. A hut serves soup. Parking is easy."
 )
@@ -66,7 +67,7 @@ def main(args: argparse.Namespace) -> int:
         "recommend_A (baseline)": (
             "/v1/recommend",
             {"user_id": "u42", "count": 10},
-            {**KEY, "x-slo-class": "A"},
+            {**KEY, SLO_HEADER: "A"},
         ),
         "summarize_4_sentences": ("/v2/ai-tool/summarize", {"text": SHORT, "max_sentences": 2}, KEY),
         "summarize_16_sentences": ("/v2/ai-tool/summarize", {"text": LONG, "max_sentences": 3}, KEY),

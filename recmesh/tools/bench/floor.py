@@ -35,6 +35,7 @@ import uvicorn
 from recmesh import eventloop
 from recmesh.clients.base import open_channel
 from recmesh.grpcserver import GRPC_OPTIONS, wait_for_shutdown_signal
+from recmesh.metadata import SLO_HEADER, TRACEPARENT_HEADER
 from recmesh.tools.bench.common import emit
 from recmesh.tools.bench.loadgen import StepResult
 from recmesh.tools.bench.proccpu import CpuMeter
@@ -52,8 +53,8 @@ SIZES = {
 }
 HTTP_BODY = b'{"items":[],"degraded":[],"pad":"' + b"x" * 660 + b'"}'
 METADATA = (
-    ("x-slo-class", "A"),
-    ("traceparent", "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00"),
+    (SLO_HEADER, "A"),
+    (TRACEPARENT_HEADER, "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00"),
 )
 CALL_TIMEOUT_S = 2.0
 ROLES = ("feature", "inference", "ranker", "gateway")

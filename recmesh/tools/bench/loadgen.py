@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 import orjson
 
+from recmesh.metadata import SLO_HEADER
 from recmesh.settings import configured_classes
 from recmesh.stats import percentile
 
@@ -225,7 +226,7 @@ async def offer(host: str, port: int, spec: LoadSpec) -> tuple[list[Outcome], fl
         try:
             async with asyncio.timeout(REQUEST_TIMEOUT_S):
                 status, headers, body = await pool.send(payload)
-            granted = headers.get(b"x-slo-class", b"").decode()
+            granted = headers.get(SLO_HEADER.encode(), b"").decode()
             degraded = status == 200 and b'"degraded":[]' not in body
         except (OSError, TimeoutError, ConnectionError, asyncio.IncompleteReadError, ValueError) as e:
             status, error = 0, f"{type(e).__name__}: {e}"
