@@ -11,7 +11,9 @@ again while both hold:
   and every feature service subscribes and drops them (`follow`);
 - it is younger than `bound_ms`, and the look-up's `as_of_ms` is within
   `bound_ms` of the read's: what the bound allows is an event sliding out of a
-  window in that time, nothing else.
+  window in that time, nothing else. (A look-up in the moment between a write
+  and its announcement, about a millisecond, sees the item as just before the
+  write, as a look-up a moment earlier would have.)
 
 Ages stay true: what is held is event times, and ages are computed from the
 look-up's own `as_of_ms` (services/feature/store.py). Pub/sub delivers at
