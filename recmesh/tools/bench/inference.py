@@ -315,7 +315,8 @@ def _spread(d: dict[str, float]) -> Spread:
 def main(args: Any) -> int:
     plaintext_unless_set()
     model_dir = Path(args.model_dir) if args.model_dir else None
-    delays = [int(d) for d in args.max_delay_us.split(",")] if args.max_delay_us else None
-    figures = asyncio.run(run(model_dir, args.rows, args.concurrency, args.seconds, args.repeat, delays))
+    figures = asyncio.run(
+        run(model_dir, args.rows, args.concurrency, args.seconds, args.repeat, args.max_delay_us)
+    )
     emit(figures, args.json, table(figures))
     return 0

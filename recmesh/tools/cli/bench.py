@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from recmesh.tools.cli.common import lazy, positive_int
+from recmesh.tools.cli.common import lazy, positive_int, whole_numbers
 
 
 def add_commands(sub: Any) -> None:
@@ -49,8 +49,11 @@ def add_commands(sub: Any) -> None:
         default=1,
         help="rounds, alternating the order of the configurations; prints medians and ranges",
     )
-    bi.add_argument("--max-delay-us", help="batching on at each of these waits (e.g. 0,500; default: the "
-                    "service's RECMESH_BATCH_MAX_DELAY_US)")  # fmt: skip
+    bi.add_argument(
+        "--max-delay-us", type=whole_numbers,
+        help="batching on at each of these waits (e.g. 0,500; default: the service's "
+        "RECMESH_BATCH_MAX_DELAY_US)",
+    )  # fmt: skip
     bi.add_argument("--json", action="store_true")
     bi.set_defaults(func=lazy("recmesh.tools.bench.inference"))
 

@@ -26,6 +26,17 @@ def lazy(module: str) -> Callable[[argparse.Namespace], int]:
     return run
 
 
+def whole_numbers(text: str) -> list[int]:
+    """An argparse type: comma-separated whole numbers >= 0, e.g. `0,500`."""
+    try:
+        values = [int(part) for part in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a comma-separated list of whole numbers") from None
+    if any(v < 0 for v in values):
+        raise argparse.ArgumentTypeError(f"'{text}': every value must be >= 0")
+    return values
+
+
 def positive_int(text: str) -> int:
     """An argparse type: a whole number >= 1 (else a usage error naming the value)."""
     try:
