@@ -20,8 +20,10 @@ import asyncio
 import contextlib
 import shutil
 import signal
+import site
 import subprocess
 import sys
+import sysconfig
 from collections import Counter
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
@@ -48,8 +50,9 @@ async def recording(pids: Mapping[str, int], out_dir: Path, rate: int = 100) -> 
     procs: list[subprocess.Popen[bytes]] = []
     try:
         for name, pid in pids.items():
+            out = str(out_dir / f"{name}.folded")
             cmd = [exe, "record", "--pid", str(pid), "--rate", str(rate), "--nonblocking",
-                   "--format", "raw", "--output", str(out_dir / f"{name}.folded")]  # fmt: skip
+                   "--full-filenames", "--format", "raw", "--output", out]  # fmt: skip
             log = (out_dir / f"{name}.py-spy.log").open("wb")
             procs.append(subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT))  # noqa: ASYNC220
             log.close()
@@ -73,17 +76,29 @@ class Frames:
 
 
 PROJECT = ("services/", "recmesh/")  # total time is shown for our own frames only
+# Recorded with --full-filenames (py-spy's own shortening writes services/ranker/pipeline.py
+# as ranker/pipeline.py, indistinguishable from a library's): paths are shown relative to the
+# longest of these that holds them (this Python's libraries, then this checkout).
+_CHECKOUT = str(Path(__file__).resolve().parents[3])
+ROOTS = tuple(
+    sorted({_CHECKOUT, sysconfig.get_paths()["stdlib"], *site.getsitepackages()}, key=len, reverse=True)
+)
 
 
-def _frame(raw: str) -> str:
-    """`handle (services/ranker/server.py:88)` -> `handle (services/ranker/server.py)`: lines
-    apart, one function is one row; paths shortened to what follows site-packages/."""
+def _frame(raw: str, roots: tuple[str, ...] = ROOTS) -> str:
+    """`handle (/checkout/services/ranker/server.py:88)` -> `handle (services/ranker/server.py)`:
+    lines apart, one function is one row; a path relative to its root (another checkout's or
+    environment's: from its site-packages/, or from its services/ or recmesh/ package)."""
     name, _, where = raw.partition(" (")
     path = where.rstrip(")").rsplit(":", 1)[0]
-    path = path.split("site-packages/")[-1].split("/work/")[-1]
-    for root in ("/services/", "/recmesh/"):
-        if root in path and not path.startswith(root.strip("/")):
-            path = root.strip("/") + "/" + path.split(root, 1)[1]
+    root = next((r for r in roots if path.startswith(r + "/")), None)
+    if root is not None:
+        path = path[len(root) + 1 :]
+    elif "site-packages/" in path:
+        path = path.rsplit("site-packages/", 1)[1]
+    else:
+        at = max(path.rfind("/services/"), path.rfind("/recmesh/"))
+        path = path[at + 1 :] if at >= 0 else path
     return f"{name} ({path})" if path else name
 
 

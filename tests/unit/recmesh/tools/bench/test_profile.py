@@ -47,3 +47,22 @@ def test_py_spy_is_found_beside_the_interpreter_without_an_activated_venv(
         py_spy()
     (fake_python.parent / "py-spy").touch()
     assert py_spy() == str(fake_python.parent / "py-spy")
+
+
+def test_full_filenames_are_shown_from_their_root_so_our_frames_are_told_apart() -> None:
+    """py-spy's own shortening writes services/ranker/pipeline.py as ranker/pipeline.py;
+    recorded with full filenames, each path is cut at the longest root that holds it."""
+    import sysconfig
+
+    from recmesh.tools.bench.profile import ROOTS, _frame
+
+    checkout = str(Path(__file__).resolve().parents[5])
+    stdlib = sysconfig.get_paths()["stdlib"]
+    assert checkout in ROOTS and stdlib in ROOTS
+    assert _frame(f"rank ({checkout}/services/ranker/pipeline.py:9)") == "rank (services/ranker/pipeline.py)"
+    assert _frame(f"select ({stdlib}/selectors.py:468)") == "select (selectors.py)"
+    assert (
+        _frame("x (/elsewhere/.venv/lib/python3.11/site-packages/grpc/aio/_call.py:3)")
+        == "x (grpc/aio/_call.py)"
+    )
+    assert _frame("y (/other/checkout/services/feature/store.py:1)") == "y (services/feature/store.py)"
