@@ -154,6 +154,10 @@ class _Plan:
         self.fs = fs
         self.user_streams = fs.streams_of("user")
         self.item_streams = fs.streams_of("item")
+        # Values per item in the item script's reply, per stream (a count stream: one count
+        # per window, then its newest event time; an events stream: its events), and in all.
+        self.item_widths = [len(s.windows) + 1 if s.read == "count" else 1 for s in self.item_streams]
+        self.item_stride = sum(self.item_widths)
         self.layouts = {(s.entity, s.id): Layout.of(s) for s in fs.streams}
         self.defs: dict[
             Entity, tuple[tuple[tuple[str, FeatureValue], ...], tuple[tuple[str, FeatureValue], ...]]
@@ -423,14 +427,15 @@ class FeatureStore:
     ) -> list[Any]:
         """The script's reply for all of `unique`: what it read for `read` (held for
         later look-ups) and the held values of the others, item by item."""
+        stride = self._plan.item_stride
+        fetched = [flat[i : i + stride] for i in range(0, len(flat), stride)]
+        self._item_reads.put(read, fetched, as_of_ms, read_at)
         if not hits:
-            self._item_reads.put(read, _per_item(flat, len(read)), as_of_ms, read_at)
             return flat
-        fetched = dict(zip(read, _per_item(flat, len(read)), strict=True))
-        self._item_reads.put(read, list(fetched.values()), as_of_ms, read_at)
+        by_id = dict(zip(read, fetched, strict=True))
         out: list[Any] = []
         for iid in unique:
-            out.extend(hits[iid] if iid in hits else fetched[iid])
+            out.extend(hits[iid] if iid in hits else by_id[iid])
         return out
 
     def _item_windows(self, unique: list[str], item_ids: Sequence[str], rest: list[Any]) -> ItemWindows:
@@ -443,8 +448,7 @@ class FeatureStore:
             return [
                 StreamRead([[] for _ in s.windows]) if s.read == "count" else StreamRead() for s in streams
             ]
-        per_item = [len(s.windows) + 1 if s.read == "count" else 1 for s in streams]
-        stride = sum(per_item)
+        per_item, stride = self._plan.item_widths, self._plan.item_stride
         if self._cluster:
             flat: list[Any] = []
             for _ in unique:
@@ -473,14 +477,6 @@ class FeatureStore:
             order = [at[i] for i in item_ids]
             out = [read.reorder(order) for read in out]
         return out
-
-
-def _per_item(flat: list[Any], items: int) -> list[Sequence[Any]]:
-    """The look-up script's flat reply (item after item, the same number of values each) cut per item."""
-    if items == 0:
-        return []
-    stride = len(flat) // items
-    return [flat[i : i + stride] for i in range(0, len(flat), stride)]
 
 
 def _pairs_to_events(flat: list[Any]) -> list[StreamEvent]:
