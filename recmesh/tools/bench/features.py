@@ -361,7 +361,7 @@ def spread_table(f: dict[str, Any]) -> str:
     for key, (label, unit, target) in TARGETS.items():
         s = f["spread"][key]
         digits = 2 if unit == "x" else 0
-        text = Spread(s["median"], s["low"], s["high"], int(s["rounds"])).text(digits, unit)
+        text = Spread.of(s).text(digits, unit)
         lines.append(f"  {label:<28} {text}" + (f"   target {target}" if target else ""))
     return "\n".join(lines)
 

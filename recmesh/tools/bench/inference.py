@@ -285,8 +285,8 @@ def table(f: dict[str, Any]) -> str:
             f"p99 {fig['p99_ms']} ms  server CPU {fig['server_cpu_us']:.0f} us/request"
         )
     for name in names[1:]:
-        tput = _spread(f["ratios"][f"throughput_ratio_{name}"])
-        cpu = _spread(f["ratios"][f"server_cpu_ratio_{name}"])
+        tput = Spread.of(f["ratios"][f"throughput_ratio_{name}"])
+        cpu = Spread.of(f["ratios"][f"server_cpu_ratio_{name}"])
         lines.append(
             f"  {name} / off  throughput {tput.text(3)} (wall clock); less CPU per request {cpu.text(3)}"
         )
@@ -306,10 +306,6 @@ def table(f: dict[str, Any]) -> str:
         f"connection; worst of {len(names)}: {f['first_score_max_s']} s)",
     ]
     return "\n".join(lines)
-
-
-def _spread(d: dict[str, float]) -> Spread:
-    return Spread(d["median"], d["low"], d["high"], int(d["rounds"]))
 
 
 def main(args: Any) -> int:

@@ -44,6 +44,11 @@ class Spread:
     def as_dict(self) -> dict[str, float]:
         return {"median": self.median, "low": self.low, "high": self.high, "rounds": self.rounds}
 
+    @classmethod
+    def of(cls, d: Mapping[str, float]) -> Spread:
+        """Back from `as_dict` (figures travel as JSON)."""
+        return cls(d["median"], d["low"], d["high"], int(d["rounds"]))
+
 
 def spread(values: Sequence[float]) -> Spread:
     """Median, lowest and highest of the finite values (NaN where none is)."""

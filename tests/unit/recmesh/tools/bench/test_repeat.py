@@ -36,3 +36,10 @@ def test_features_rounds_keep_the_last_round_and_spread_the_targets() -> None:
     text = spread_table(f)
     assert "1.70x (range 1.50-1.90, 3 rounds)   target <= 1.3x" in text
     assert len(text.splitlines()) == 1 + len(TARGETS)
+
+
+def test_a_spread_survives_its_json_form() -> None:
+    from recmesh.tools.bench.repeat import Spread
+
+    s = spread([1.0, 2.0, 4.0])
+    assert Spread.of(s.as_dict()) == s
