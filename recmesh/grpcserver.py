@@ -17,9 +17,10 @@ The serving state is mirrored to the metrics port's /readyz (metrics_http.py).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import signal
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -249,14 +250,22 @@ class MeshServer:
         _log.info("stopped")
 
 
-async def wait_for_shutdown_signal() -> None:
-    """Return on the first SIGINT or SIGTERM."""
+@contextlib.contextmanager
+def shutdown_signals() -> Iterator[asyncio.Event]:
+    """An event set by the first SIGINT or SIGTERM while the block runs (from
+    its start: a signal during start-up is not asyncio's KeyboardInterrupt)."""
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     try:
-        await stop.wait()
+        yield stop
     finally:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(sig)
+
+
+async def wait_for_shutdown_signal() -> None:
+    """Return on the first SIGINT or SIGTERM."""
+    with shutdown_signals() as stop:
+        await stop.wait()

@@ -326,6 +326,10 @@ class Ingestor:
             LAG.labels(str(tp.partition)).set(max(0, high - pos))
 
 
+# How long a start-up given up waits for its half-started Kafka clients to close.
+START_ABANDON_S = 0.5
+
+
 def make_consumer(settings: IngestSettings, **overrides: Any) -> AIOKafkaConsumer:
     return AIOKafkaConsumer(
         settings.events_topic,
@@ -354,8 +358,16 @@ async def running(
     closes its Kafka clients."""
     consumer = make_consumer(settings, **consumer_overrides)
     producer = make_producer(settings.kafka_bootstrap)
-    await retry_until(producer.start, "kafka producer", retry_on=(KafkaError, OSError))
-    await retry_until(consumer.start, "kafka consumer", retry_on=(KafkaError, OSError))
+    try:
+        await retry_until(producer.start, "kafka producer", retry_on=(KafkaError, OSError))
+        await retry_until(consumer.start, "kafka consumer", retry_on=(KafkaError, OSError))
+    except BaseException:  # start-up given up (a shutdown signal) or failed: close what started,
+        # for at most a moment (a consumer in the middle of joining its group would wait for the join)
+        closing = asyncio.ensure_future(
+            asyncio.gather(consumer.stop(), producer.stop(), return_exceptions=True)
+        )
+        await asyncio.wait({closing}, timeout=START_ABANDON_S)
+        raise
     _log.info("consuming", topic=settings.events_topic, group=settings.consumer_group)
     stop = asyncio.Event()
     ingestor = Ingestor(settings, store, consumer, producer, on_applied=on_applied, writer=writer)
@@ -375,17 +387,39 @@ async def running(
 
 async def main(settings: IngestSettings) -> None:
     from recmesh.features.repository import serving_repository
-    from recmesh.grpcserver import wait_for_shutdown_signal
+    from recmesh.grpcserver import shutdown_signals
     from recmesh.redis_client import connect
 
     fs = serving_repository(settings.repository, "feature-ingest")
     client = connect(settings.redis_url, settings.redis_max_connections)
     store = FeatureStore(client, fs)
-    await retry_until(store.ping, "redis", retry_on=(RedisError, OSError))
-    async with running(settings, store) as ingestor:
-        await wait_for_shutdown_signal()
+
+    started = asyncio.Event()
+
+    async def consume(stop: asyncio.Event) -> int:
+        await retry_until(store.ping, "redis", retry_on=(RedisError, OSError))
+        async with running(settings, store) as ingestor:
+            started.set()
+            await stop.wait()
+        return ingestor.applied
+
+    # Signals count from the start: joining the consumer group can take seconds, and
+    # a stop then must give up the start-up, not wait for it (or die in asyncio's
+    # KeyboardInterrupt with its clients open).
+    with shutdown_signals() as stop:
+        work = asyncio.create_task(consume(stop))
+        signalled = asyncio.create_task(stop.wait())
+        await asyncio.wait({work, signalled}, return_when=asyncio.FIRST_COMPLETED)
+        signalled.cancel()
+        if not started.is_set():
+            work.cancel()
+        try:
+            applied = await work
+        except asyncio.CancelledError:
+            _log.info("stopped_while_starting")
+        else:
+            _log.info("stopped", applied=applied)
     await client.aclose()
-    _log.info("stopped", applied=ingestor.applied)
 
 
 if __name__ == "__main__":

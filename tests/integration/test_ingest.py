@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
+import subprocess
+import sys
 import time
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 
 import orjson
 import redis.asyncio as redis
@@ -201,3 +206,28 @@ async def test_the_consumer_waits_at_most_the_configured_fetch_wait(kafka_bootst
     assert slow._fetch_max_wait_ms == 300
     await consumer.stop()
     await slow.stop()
+
+
+def test_a_stop_during_start_up_gives_it_up_cleanly(redis_url: str, tmp_path: Path) -> None:
+    """The ingest process stopped while it cannot start (no broker at its address: it
+    retries) exits at once and cleanly: the signal is not asyncio's KeyboardInterrupt."""
+    from recmesh.tools.localinfra import free_port
+
+    log = tmp_path / "ingest.log"
+    env = dict(os.environ, REDIS_URL=redis_url, KAFKA_BOOTSTRAP=f"127.0.0.1:{free_port()}",
+               INGEST_METRICS_PORT=str(free_port()), RECMESH_STATE_SAMPLE_S="0")  # fmt: skip
+    with log.open("wb") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "services.feature.ingest"], env=env, stdout=out,
+                                stderr=subprocess.STDOUT)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 30
+        while b"kafka producer" not in log.read_bytes():  # retrying the broker
+            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGINT)
+        code = proc.wait(5)
+    finally:
+        proc.kill()
+    text = log.read_text()
+    assert code == 0, text
+    assert "stopped_while_starting" in text and "Traceback" not in text, text
