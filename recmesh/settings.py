@@ -166,12 +166,29 @@ class RankerSettings(CommonSettings):
     # --- recall fusion (services/ranker/fusion.py) ---
     # Base weight per recall source, before the hybrid rule shifts them by sigma, e.g.
     # RECMESH_RANKER_FUSION_WEIGHTS='{"popular": 0.1, "covisit": 0.35, "category": 0.45, "semantic": 0.2}'.
+    # The learnt sources' weights (knn, ease, similar; and popular) come from the
+    # current recall version's card (learnt with its tables) unless named here.
     fusion_weights: dict[str, float] = Field(
-        default_factory=lambda: {"popular": 0.10, "covisit": 0.35, "category": 0.45, "semantic": 0.20},
+        default_factory=lambda: {
+            "popular": 0.10,
+            "covisit": 0.35,
+            "category": 0.45,
+            "semantic": 0.20,
+            "knn": 1.0,
+            "ease": 1.0,
+            "similar": 1.0,
+        },
         validation_alias="RECMESH_RANKER_FUSION_WEIGHTS",
     )
     # Candidates each recall source returns (the fused list is cut to `candidates`).
     recall_per_source: int = Field(100, gt=0, le=1000, validation_alias="RECMESH_RANKER_RECALL_PER_SOURCE")
+    # The final order: the model's order plus this weight times the recall order,
+    # both as reciprocal ranks (services/ranker/policy.py blend_orders); 0 = the
+    # model's. Unset: the current learnt recall version's (its card), 0 without one.
+    recall_blend: float | None = Field(None, ge=0.0, validation_alias="RECMESH_RANKER_RECALL_BLEND")
+    # How long the popularity and category recall lists are reused (0: never; the
+    # ranking evaluation runs with 0 so two runs give the same figures).
+    recall_cache_s: float = Field(5.0, ge=0.0, validation_alias="RECMESH_RANKER_RECALL_CACHE_S")
     # How many of the user's categories the affinity source draws from.
     affinity_categories: int = Field(3, gt=0, validation_alias="RECMESH_RANKER_AFFINITY_CATEGORIES")
     # Diversity: at most this many items of one category in an answer (0 = no cap).

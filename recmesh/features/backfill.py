@@ -160,6 +160,7 @@ class LabelRule:
     at_least: float = 0.0
     examples: frozenset[str] = frozenset()
     negatives: int = 0  # sampled catalog items per example, labelled 0
+    hard_share: float = 0.0  # of them, drawn from items co-occurring with the user's recent ones
 
     @classmethod
     def of(cls, fs: FeatureSet) -> LabelRule:
@@ -177,6 +178,7 @@ class LabelRule:
             float(lab.at_least or 0.0),
             frozenset(t.examples),
             t.negatives,
+            t.hard_negatives,
         )
 
     def examples_text(self) -> str:
@@ -191,6 +193,7 @@ class LabelRule:
         if self.negatives:
             rule += (
                 f"; {self.negatives} sampled catalog items the user had no event on per example, labelled 0"
+                f" ({self.hard_share:.0%} of them among items co-occurring with the user's recent ones)"
             )
         return rule
 
@@ -200,6 +203,45 @@ def _within_ms(value: str | int | None) -> int:
     if value is None or (isinstance(value, str) and value.strip() in ("0", "0s", "0ms")) or value == 0:
         return 0
     return parse_duration_ms(value)
+
+
+class CoOccurring:
+    """Items that followed or preceded an item in users' sequences, from the
+    events added so far (never later ones): for each item the last FOLLOW_KEEP
+    such neighbours, so a draw is O(1) and weighted by how often they co-occur
+    lately. `draw` picks one of the user's recent items, then one of its
+    neighbours: what item-to-item retrieval would propose for the user."""
+
+    FOLLOW_KEEP = 64
+    PAIRED = 5  # earlier distinct items of the user each event pairs with
+    SEEDS = 10
+
+    def __init__(self, behaviors: Mapping[str, float]) -> None:
+        self._behaviors = frozenset(behaviors)
+        self._near: dict[str, deque[str]] = {}
+        self._recent: dict[str, list[str]] = {}
+
+    def add(self, ev: Event) -> None:
+        if ev.behavior not in self._behaviors:
+            return
+        recent = self._recent.setdefault(ev.user_id, [])
+        if recent and recent[0] == ev.item_id:
+            return
+        for other in recent[: self.PAIRED]:
+            if other != ev.item_id:
+                self._near.setdefault(other, deque(maxlen=self.FOLLOW_KEEP)).append(ev.item_id)
+                self._near.setdefault(ev.item_id, deque(maxlen=self.FOLLOW_KEEP)).append(other)
+        if ev.item_id in recent:
+            recent.remove(ev.item_id)
+        recent.insert(0, ev.item_id)
+        del recent[self.SEEDS :]
+
+    def draw(self, user_id: str, rng: random.Random) -> str | None:
+        recent = self._recent.get(user_id)
+        if not recent:
+            return None
+        near = self._near.get(recent[rng.randrange(len(recent))])
+        return near[rng.randrange(len(near))] if near else None
 
 
 def training_examples(
@@ -246,6 +288,8 @@ def training_examples(
             "(the repository's [items] source, or --items)"
         )
     touched: dict[str, set[str]] = {}  # per user, the items of their events (negatives avoid them)
+    hard = CoOccurring(fs.roles.learnt_behaviors or dict.fromkeys(rule.examples, 1.0))
+    n_hard = round(rule.negatives * rule.hard_share)
 
     def negatives(ev: Event, uf: dict[str, FeatureValue], as_of: int) -> Iterator[Example]:
         """`rule.negatives` catalog items the user has had no event on, drawn
@@ -253,6 +297,12 @@ def training_examples(
         rng = random.Random(zlib.crc32(f"{ev.user_id}/{ev.event_id}".encode()))
         avoid = touched.get(ev.user_id, set())  # holds the example's own item
         drawn: list[str] = []
+        for _ in range(n_hard * 4):
+            if len(drawn) == n_hard:
+                break
+            item = hard.draw(ev.user_id, rng)
+            if item is not None and item not in avoid and item not in drawn and item != ev.item_id:
+                drawn.append(item)
         for _ in range(rule.negatives * 4):  # rejection sampling; a crowded catalog falls through
             if len(drawn) == rule.negatives:
                 break
@@ -294,6 +344,8 @@ def training_examples(
                 waiting.setdefault((p.user_id, p.item_id), []).append(p)
             if rule.negatives:
                 yield from negatives(ev, uf, as_of)
+        if n_hard:
+            hard.add(ev)
         state.apply(ev)
     yield from flush(None)
 

@@ -40,6 +40,12 @@ def user_ids(user_id: str) -> str:
     return f"{{u:{user_id}}}:ids"
 
 
+def user_history(user_id: str) -> str:
+    """ZSET of the user's newest distinct items (learnt retrieval's seeds) -> the
+    time of the user's latest event on it; capped at recall.learnt.history."""
+    return f"{{u:{user_id}}}:history"
+
+
 def user_profile(user_id: str) -> str:
     """HASH of offline user features (JSON-encoded values)."""
     return f"{{u:{user_id}}}:profile"
@@ -89,6 +95,7 @@ def state_families(fs: FeatureSet) -> dict[str, tuple[str, str]]:
     """family -> (key prefix, key suffix) of every real-time state family."""
     out = {f"{s.entity}:s:{s.id}": (PREFIX[s.entity], f"}}:s:{s.id}") for s in fs.streams}
     out["user:ids"] = (PREFIX["user"], "}:ids")
+    out["user:history"] = (PREFIX["user"], "}:history")
     out["item:covisits"] = (PREFIX["item"], "}:covisits")
     return out
 

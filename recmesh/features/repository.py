@@ -300,6 +300,27 @@ class CovisitDecl(_Strict):
     scan: int = Field(10, ge=1, le=1000)
 
 
+LEARNT_METHODS: tuple[Literal["knn", "ease"], ...] = ("knn", "ease")
+
+
+class LearntDecl(_Strict):
+    """Retrieval learnt from the event log (recmesh.retrieval): item-kNN and EASE
+    tables built by `recmesh recall build` / `recmesh train --events`, seeded by
+    each user's history (their newest distinct items, kept by the ingest)."""
+
+    enabled: bool = True
+    # behaviour -> strength in the tables and the history (a list: strength 1 each).
+    # Default: what the training label calls a positive (its behaviours, or the
+    # examples' when the label reads a value), else every behaviour.
+    behaviors: dict[str, float] | list[str] | None = None
+    methods: list[Literal["knn", "ease"]] = Field(default_factory=lambda: list(LEARNT_METHODS))
+    history: int = Field(50, ge=1, le=500)  # newest distinct items kept per user (the seeds)
+    history_ttl: Duration = "180d"  # a user's history expires this long after their last event
+    previous: int = Field(20, ge=1, le=100)  # item-kNN: earlier items each event is paired with
+    neighbours: int = Field(200, ge=10, le=2000)  # kept per item and table
+    ease_items: int = Field(10_000, ge=0, le=30_000)  # EASE's dense matrix: the most frequent items
+
+
 class RecallDecl(_Strict):
     category: str | None = None  # item categorical/multi feature: category recall, diversity cap
     affinity: str | None = None  # user count_by feature over `category`
@@ -307,6 +328,7 @@ class RecallDecl(_Strict):
     recent_items: str | None = None  # user last_n feature: co-visit seeds, semantic intent, seen filter
     popularity: str | PopularityFromEvents | None = None  # item numeric feature, or counted live
     covisit: CovisitDecl | None = Field(default_factory=CovisitDecl)
+    learnt: LearntDecl = Field(default_factory=LearntDecl)
 
 
 class LabelDecl(_Strict):
@@ -343,6 +365,11 @@ class TrainingDecl(_Strict):
     # impressions (ratings, purchases), so the model learns what a user picks
     # from the catalog, not only how they judge what they already picked.
     negatives: int = Field(0, ge=0, le=100)
+    # The share of those negatives drawn from what retrieval would propose (items
+    # co-occurring with the user's recent items, counted from earlier events
+    # only) instead of the whole catalog: the ranker must tell apart what recall
+    # brings, not a random item from a liked one.
+    hard_negatives: float = Field(0.0, ge=0.0, le=1.0)
     # L2 on the embedding rows a training step looks up. How much the data
     # needs differs: the demo's sessions 1e-2 (1e-4 overfits: holdout AUC
     # 0.707 -> 0.674), MovieLens 1e-4 (1e-2 erases the tables: 0.883 -> 0.852).
@@ -449,6 +476,10 @@ class RecallRoles:
     covisit_window_ms: int
     covisit_previous: int
     covisit_scan: int
+    # Learnt retrieval: behaviour strengths (empty: off) and the user history's length.
+    learnt_behaviors: dict[str, float] = field(default_factory=dict)
+    history_cap: int = 0
+    history_ttl_s: int = 0
 
 
 class RepositoryError(InvalidArgument):
@@ -749,7 +780,34 @@ def _roles(
         popularity_feature=pop_feature, popularity_behaviors=pop_behaviors,
         covisit_behaviors=cv_behaviors, covisit_stream=_stream_id(cv_behaviors) if cv_behaviors else None,
         covisit_window_ms=cv_window, covisit_previous=cv_prev, covisit_scan=cv_scan,
+        learnt_behaviors=_learnt_behaviors(decl), history_cap=r.learnt.history if r.learnt.enabled else 0,
+        history_ttl_s=parse_duration_ms(r.learnt.history_ttl) // 1000,
     )  # fmt: skip
+
+
+def _learnt_behaviors(decl: RepositoryDecl) -> dict[str, float]:
+    """Behaviour -> strength for learnt retrieval (LearntDecl.behaviors); {} when off."""
+    learnt = decl.recall.learnt
+    vocab = decl.events.behaviors
+    if not learnt.enabled or not learnt.methods:
+        return {}
+    given = learnt.behaviors
+    if isinstance(given, list):
+        given = dict.fromkeys(given, 1.0)
+    if given is None:
+        t = decl.training
+        if t is None:
+            given = dict.fromkeys(vocab, 1.0)
+        elif t.label.behaviors is not None:
+            given = dict.fromkeys(t.label.behaviors, 1.0)
+        else:
+            given = dict.fromkeys(t.examples, 1.0)
+    unknown = sorted(set(given) - set(vocab))
+    if unknown:
+        raise ValueError(f"recall.learnt.behaviors: {unknown} not in events.behaviors")
+    if any(w <= 0 for w in given.values()):
+        raise ValueError("recall.learnt.behaviors: strengths must be positive")
+    return dict(sorted(given.items()))
 
 
 def _streams(realtime: list[FeatureDef], roles: RecallRoles, decl: RepositoryDecl) -> tuple[Stream, ...]:

@@ -99,23 +99,25 @@ class FeatureTable(_message.Message):
     def __init__(self, entity_ids: _Optional[_Iterable[str]] = ..., columns: _Optional[_Iterable[_Union[FeatureColumn, _Mapping]]] = ...) -> None: ...
 
 class GetFeaturesRequest(_message.Message):
-    __slots__ = ("user_id", "item_ids", "as_of_ms", "related_limit", "related_per_item", "items_only")
+    __slots__ = ("user_id", "item_ids", "as_of_ms", "related_limit", "related_per_item", "items_only", "history_limit")
     USER_ID_FIELD_NUMBER: _ClassVar[int]
     ITEM_IDS_FIELD_NUMBER: _ClassVar[int]
     AS_OF_MS_FIELD_NUMBER: _ClassVar[int]
     RELATED_LIMIT_FIELD_NUMBER: _ClassVar[int]
     RELATED_PER_ITEM_FIELD_NUMBER: _ClassVar[int]
     ITEMS_ONLY_FIELD_NUMBER: _ClassVar[int]
+    HISTORY_LIMIT_FIELD_NUMBER: _ClassVar[int]
     user_id: str
     item_ids: _containers.RepeatedScalarFieldContainer[str]
     as_of_ms: int
     related_limit: int
     related_per_item: int
     items_only: bool
-    def __init__(self, user_id: _Optional[str] = ..., item_ids: _Optional[_Iterable[str]] = ..., as_of_ms: _Optional[int] = ..., related_limit: _Optional[int] = ..., related_per_item: _Optional[int] = ..., items_only: _Optional[bool] = ...) -> None: ...
+    history_limit: int
+    def __init__(self, user_id: _Optional[str] = ..., item_ids: _Optional[_Iterable[str]] = ..., as_of_ms: _Optional[int] = ..., related_limit: _Optional[int] = ..., related_per_item: _Optional[int] = ..., items_only: _Optional[bool] = ..., history_limit: _Optional[int] = ...) -> None: ...
 
 class GetFeaturesResponse(_message.Message):
-    __slots__ = ("user", "items", "feature_version", "as_of_ms", "degraded", "related", "related_included")
+    __slots__ = ("user", "items", "feature_version", "as_of_ms", "degraded", "related", "related_included", "history", "history_included")
     USER_FIELD_NUMBER: _ClassVar[int]
     ITEMS_FIELD_NUMBER: _ClassVar[int]
     FEATURE_VERSION_FIELD_NUMBER: _ClassVar[int]
@@ -123,6 +125,8 @@ class GetFeaturesResponse(_message.Message):
     DEGRADED_FIELD_NUMBER: _ClassVar[int]
     RELATED_FIELD_NUMBER: _ClassVar[int]
     RELATED_INCLUDED_FIELD_NUMBER: _ClassVar[int]
+    HISTORY_FIELD_NUMBER: _ClassVar[int]
+    HISTORY_INCLUDED_FIELD_NUMBER: _ClassVar[int]
     user: FeatureRow
     items: FeatureTable
     feature_version: str
@@ -130,7 +134,9 @@ class GetFeaturesResponse(_message.Message):
     degraded: _containers.RepeatedScalarFieldContainer[str]
     related: _containers.RepeatedCompositeFieldContainer[ScoredItem]
     related_included: bool
-    def __init__(self, user: _Optional[_Union[FeatureRow, _Mapping]] = ..., items: _Optional[_Union[FeatureTable, _Mapping]] = ..., feature_version: _Optional[str] = ..., as_of_ms: _Optional[int] = ..., degraded: _Optional[_Iterable[str]] = ..., related: _Optional[_Iterable[_Union[ScoredItem, _Mapping]]] = ..., related_included: _Optional[bool] = ...) -> None: ...
+    history: _containers.RepeatedScalarFieldContainer[str]
+    history_included: bool
+    def __init__(self, user: _Optional[_Union[FeatureRow, _Mapping]] = ..., items: _Optional[_Union[FeatureTable, _Mapping]] = ..., feature_version: _Optional[str] = ..., as_of_ms: _Optional[int] = ..., degraded: _Optional[_Iterable[str]] = ..., related: _Optional[_Iterable[_Union[ScoredItem, _Mapping]]] = ..., related_included: _Optional[bool] = ..., history: _Optional[_Iterable[str]] = ..., history_included: _Optional[bool] = ...) -> None: ...
 
 class GetPopularRequest(_message.Message):
     __slots__ = ("limit",)

@@ -38,6 +38,13 @@ class RecallStore:
         rows = [_pairs(raw) for raw in await pipe.execute()]
         return merge_neighbours(rows, seeds, limit)
 
+    async def history(self, user_id: str, as_of_ms: int, limit: int) -> list[str]:
+        """The user's newest distinct items as of `as_of_ms`, newest first."""
+        raw = await self._redis.zrevrangebyscore(
+            keys.user_history(user_id), as_of_ms, "-inf", start=0, num=limit
+        )
+        return [bytes(m).decode() for m in cast(list[bytes], raw)]
+
     async def category_popular(
         self, categories: Sequence[str], limit: int
     ) -> list[tuple[str, list[tuple[str, float]]]]:

@@ -56,6 +56,8 @@ class FeatureServicer(features_pb2_grpc.FeatureServiceServicer):
             raise InvalidArgument(
                 f"item_ids has {len(request.item_ids)} entries; at most {self._settings.max_items}"
             )
+        if request.history_limit and not 0 < request.history_limit <= MAX_RECALL:
+            raise InvalidArgument(f"history_limit must be in 0..{MAX_RECALL}")
         if request.related_limit:
             if request.items_only:
                 raise InvalidArgument("related_limit needs the user's features; items_only skips them")
@@ -69,6 +71,12 @@ class FeatureServicer(features_pb2_grpc.FeatureServiceServicer):
             # Keep a little of the caller's budget to build the answer.
             timeout = max(0.001, min(timeout, left * 0.8))
         item_ids = list(request.item_ids)
+        # The history is one read of its own: it runs beside the look-up.
+        history = (
+            asyncio.ensure_future(self._history(request.user_id, as_of, request.history_limit, timeout))
+            if request.history_limit
+            else None
+        )
         lookup = await self._store.lookup(request.user_id, item_ids, as_of, timeout, not request.items_only)
         LOOKUP_ITEMS.labels(slo).inc(len(item_ids))
         for reason in lookup.degraded:
@@ -96,9 +104,26 @@ class FeatureServicer(features_pb2_grpc.FeatureServiceServicer):
         columns_to_pb(self._fs, item_ids, lookup.item_columns, response.items)
         if request.related_limit:
             await self._add_related(request, lookup, timeout_ms / 1000, response)
+        if history is not None:
+            got = await history
+            if isinstance(got, str):
+                response.degraded.append(got)
+            else:
+                response.history.extend(got)
+                response.history_included = True
         if response.degraded:
             trace.get_current_span().set_attribute("recmesh.fallback_reason", ",".join(response.degraded))
         return response
+
+    async def _history(self, user_id: str, as_of: int, limit: int, cap_s: float) -> list[str] | str:
+        """The user's history, or the reason it could not be read."""
+        try:
+            async with asyncio.timeout(cap_s):
+                return await self._recall.history(user_id, as_of, limit)
+        except (TimeoutError, RedisError, OSError) as err:
+            reason = "history_timeout" if isinstance(err, TimeoutError) else "history_unavailable"
+            FALLBACKS.labels("feature", reason, current_slo_class()).inc()
+            return reason
 
     async def _add_related(
         self,

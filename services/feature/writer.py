@@ -62,11 +62,13 @@ MAINTAIN_EVERY_S = 60.0
 # ARGV: cap, covisit window_ms, scan, previous, ttl_s, covisit stream suffix
 # ('' = none), events, upkeep.
 # events: per event an 'E\t<user>\t<event id>\t<time>\t<item>\t<covisit 0|1>' line,
-# then its writes: 'Z\t<key>\t<member>' (ZADD at the event's time),
+# then its writes: 'Z\t<key>\t<member>' (ZADD at the event's time), 'H\t<key>\t<item>'
+# (ZADD GT: the user's history, the item's newest time),
 # 'N\t<hash>\t<field>' (the newest index of the Z before it), 'P\t<key>\t<member>'
 # (ZINCRBY 1), applied only when the event's id was new.
 # upkeep: 'U\t<key>\t<newest>\t<retention_ms>\t<ttl_s>' (trim, cap, expire) or
-# 'X\t<key>\t<ttl_s>' (expire). Returns {pairs counted, duplicates, touched co-visit items...}.
+# 'X\t<key>\t<ttl_s>' (expire) or 'C\t<key>\t<keep>\t<ttl_s>' (keep the newest, expire).
+# Returns {pairs counted, duplicates, touched co-visit items...}.
 _APPLY_LUA = r"""
 local call = redis.call
 local cap = tonumber(ARGV[1])
@@ -89,6 +91,9 @@ for line in string.gmatch(ARGV[7], '[^\n]+') do
     local key, member = string.match(line, '^Z\t([^\t]+)\t(.*)$')
     call('ZADD', key, t, member)
     last_key = key
+  elseif live and tag == 'H' then
+    local key, member = string.match(line, '^H\t([^\t]+)\t(.*)$')
+    call('ZADD', key, 'GT', t, member)
   elseif live and tag == 'N' then
     local hash, fld = string.match(line, '^N\t([^\t]+)\t([^\t]+)$')
     local id = hash .. '\t' .. fld
@@ -106,6 +111,10 @@ for line in string.gmatch(ARGV[8], '[^\n]+') do
     local key, t_max, retention, ttl = string.match(line, '^U\t([^\t]+)\t(%d+)\t(%d+)\t(%d+)$')
     call('ZREMRANGEBYSCORE', key, '-inf', string.format('(%d', tonumber(t_max) - tonumber(retention)))
     call('ZREMRANGEBYRANK', key, 0, -(cap + 1))
+    call('EXPIRE', key, ttl)
+  elseif tag == 'C' then
+    local key, keep, ttl = string.match(line, '^C\t([^\t]+)\t(%d+)\t(%d+)$')
+    call('ZREMRANGEBYRANK', key, 0, -(tonumber(keep) + 1))
     call('EXPIRE', key, ttl)
   else
     local key, ttl = string.match(line, '^X\t([^\t]+)\t(%d+)$')
@@ -187,6 +196,8 @@ class WritePlan:
     # cluster path: per event, its writes
     writes: list[tuple[Event, list[tuple[str, str]], list[tuple[str, str]]]] = field(default_factory=list)
     upkeep: list[tuple[str, int, int, int]] = field(default_factory=list)
+    # history keys (learnt retrieval's seeds) due a trim
+    history_upkeep: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -229,6 +240,7 @@ class EventWriter:
         self._ids = Stream(
             "ids", "user", frozenset(), (), False, (), (), fs.retention_ms, fs.ttl_s, "range", ()
         )
+        self._history = frozenset(roles.learnt_behaviors) if roles.history_cap else frozenset()
         self._streams: dict[Entity, tuple[Stream, ...]] = {e: fs.streams_of(e) for e in ("user", "item")}
         self._need: dict[Entity, tuple[str, ...]] = {
             "user": fs.attributes_needed("user"),
@@ -294,6 +306,13 @@ class EventWriter:
                     if s.read == "count":
                         lines.append(f"N\t{keys.newest('item', ev.item_id)}\t{s.id}")
                 lines.extend(f"P\t{key}\t{member}" for key, member in pops)
+            if ev.behavior in self._history:
+                hkey = keys.user_history(ev.user_id)
+                if not self._cluster:
+                    lines.append(f"H\t{hkey}\t{ev.item_id}")
+                if self._maintained.get_fresh(hkey) is None:
+                    self._maintained.put(hkey, True)
+                    plan.history_upkeep.append(hkey)
             for key, _, s in zadds:
                 if newest_of.get(key, -1) < t:
                     newest_of[key] = t
@@ -313,6 +332,8 @@ class EventWriter:
                 h = keys.newest(s.entity, entity_id)
                 count_hashes[h] = max(count_hashes.get(h, 0), ttl)
         up_lines.extend(f"X\t{h}\t{ttl}" for h, ttl in count_hashes.items())
+        roles = self._fs.roles
+        up_lines.extend(f"C\t{k}\t{roles.history_cap}\t{roles.history_ttl_s}" for k in plan.history_upkeep)
         r = self._fs.roles
         plan.args = (
             self._fs.max_events_per_key,
@@ -382,6 +403,11 @@ class EventWriter:
         for ev, zadds, _ in fresh:
             for key, member in zadds:
                 pipe.zadd(key, {member: ev.event_time})
+            if ev.behavior in self._history:
+                pipe.zadd(keys.user_history(ev.user_id), {ev.item_id: ev.event_time}, gt=True)
+        for hkey in plan.history_upkeep:
+            pipe.zremrangebyrank(hkey, 0, -(fs.roles.history_cap + 1))
+            pipe.expire(hkey, fs.roles.history_ttl_s)
         ids_upkeep = [u for u in plan.upkeep if u[0].endswith("}:ids")]
         self._queue_upkeep(pipe, [u for u in plan.upkeep if not u[0].endswith("}:ids")])
         await pipe.execute()

@@ -8,7 +8,9 @@ collaborative source (`cf`, co-visitation) gets weight w*(1-sigma), the graph so
 (`graph`, the user -> category -> item affinity) w*(1-0.5sigma), the semantic
 source w*sigma, and a `prior` source (popularity) keeps w. sigma is the semantic
 source's confidence from its similarity margins (0 when it has nothing to say),
-so the better the embedding neighbourhood stands out, the more it counts. The
+so the better the embedding neighbourhood stands out, the more it counts. A
+`learnt` source (item-kNN, EASE, a team's table: services/ranker/learnt.py)
+keeps w too, and its w is learnt with its table (recmesh.retrieval.build.tune). The
 default base weights are the design notes' (0.35, 0.45, 0.20) plus 0.10 for the
 popularity prior. Inside a source, items are scored by reciprocal rank
 (RRF_K / (RRF_K + rank)), so sources with incomparable raw scores (counts,
@@ -21,7 +23,7 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-Role = Literal["cf", "graph", "semantic", "prior"]
+Role = Literal["cf", "graph", "semantic", "prior", "learnt"]
 
 RRF_K = 60.0
 # A category the user declared (offline interest_tags) counts like this many
@@ -39,7 +41,13 @@ class Fused:
 def role_weights(base: Mapping[str, float], roles: Mapping[str, Role], sigma: float) -> dict[str, float]:
     """Each source's weight after the hybrid rule shifted it by the semantic confidence sigma."""
     s = min(1.0, max(0.0, sigma))
-    factor: dict[Role, float] = {"cf": 1.0 - s, "graph": 1.0 - 0.5 * s, "semantic": s, "prior": 1.0}
+    factor: dict[Role, float] = {
+        "cf": 1.0 - s,
+        "graph": 1.0 - 0.5 * s,
+        "semantic": s,
+        "prior": 1.0,
+        "learnt": 1.0,
+    }
     return {name: w * factor[roles.get(name, "prior")] for name, w in base.items()}
 
 

@@ -44,6 +44,7 @@ from recmesh.slo import with_budgets
 from recmesh.telemetry import FALLBACKS, LATENCY_BUCKETS
 from services.ranker import graph as graphs
 from services.ranker.graph import Graph, NodeSpec, PipelineGraphError
+from services.ranker.learnt import LearntSource, RecallHolder
 from services.ranker.policy import LEVEL_NAMES, choose_level
 from services.ranker.recall import (
     CategorySource,
@@ -57,6 +58,7 @@ from services.ranker.stages import (
     FINAL_TYPES,
     KIND_SPECS,
     KINDS,
+    LEARNT_SOURCES,
     Candidates,
     Env,
     Ordered,
@@ -143,27 +145,35 @@ def build_pipeline(
     graph = load_graph(settings)
     holder = IndexHolder(settings.model_dir)
     holder.refresh()
+    learnt = RecallHolder(settings.model_dir, fs.version)
+    learnt.refresh()
     roles = fs.roles
     sources: dict[str, RecallSource] = {
-        "popular": PopularSource(features),
+        "popular": PopularSource(features, settings.recall_cache_s),
         "covisit": CovisitSource(features, roles),
-        "category": CategorySource(features, settings.affinity_categories, roles),
+        "category": CategorySource(features, settings.affinity_categories, roles, settings.recall_cache_s),
         "semantic": SemanticSource(holder, roles, inference),
+        **{name: LearntSource(name, learnt, roles) for name in LEARNT_SOURCES},
     }
+    kinds = {n.kind for n in graph.nodes.values()}
     # The user look-up brings the co-visitation recall along when a covisit
-    # source will read it (its seeds are the user's recent items).
-    prefetch = roles.recent_items is not None and any(
-        n.kind == "recall.covisit" for n in graph.nodes.values()
-    )
-    return RankPipeline(Env(features, inference, settings, fs, sources, prefetch), graph, holder)
+    # source will read it (its seeds are the user's recent items), and the
+    # user's history when a learnt source will.
+    prefetch = roles.recent_items is not None and "recall.covisit" in kinds
+    history = roles.history_cap if any(f"recall.{n}" in kinds for n in LEARNT_SOURCES) else 0
+    env = Env(features, inference, settings, fs, sources, prefetch, history, learnt.fusion, learnt.blend)
+    return RankPipeline(env, graph, holder, learnt)
 
 
 class RankPipeline:
-    def __init__(self, env: Env, graph: Graph, index: IndexHolder | None = None) -> None:
+    def __init__(
+        self, env: Env, graph: Graph, index: IndexHolder | None = None, learnt: RecallHolder | None = None
+    ) -> None:
         self._env = env
         self.graph = graph
         self._nodes = graph.nodes
         self._index = index
+        self._learnt = learnt
         self._classes = with_budgets(env.settings.slo_budgets_ms)
         # The inference service's latest degradation hint and the Rank calls
         # now in flight (the ladder's load signals).
@@ -298,6 +308,8 @@ class RankPipeline:
         budget_ms = (self._classes[slo] if slo in self._classes else self._classes["C"]).budget_ms
         if self._index is not None:
             self._index.refresh_in_background()
+        if self._learnt is not None:
+            self._learnt.refresh_in_background()
         started = time.perf_counter()
         tasks: dict[str, asyncio.Future[object]] = {}
         for name in self.graph.order:

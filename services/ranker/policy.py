@@ -14,6 +14,29 @@ def top_n(item_ids: Sequence[str], scores: Sequence[float], n: int) -> list[tupl
     return [(item_ids[i], values[i]) for i in ranked[:n]]
 
 
+def blend_orders(
+    item_ids: Sequence[str], scores: Sequence[float], recall_weight: float
+) -> list[tuple[str, float]]:
+    """The final order of scored candidates (given in recall order): each item's
+    reciprocal-rank score in the model's order plus `recall_weight` times its
+    reciprocal-rank score in the recall order (fusion.py's RRF scale). 0 keeps
+    the model's order; the recall order carries what the model's inputs do not
+    (item-to-item structure of the whole log). Ties keep recall order."""
+    if recall_weight <= 0.0:
+        return top_n(item_ids, scores, len(item_ids))
+    # The returned score is the blended one: an answer's scores follow its order.
+    by_model = sorted(range(len(scores)), key=lambda i: float(scores[i]), reverse=True)
+    blended = [0.0] * len(item_ids)
+    for rank, i in enumerate(by_model):
+        blended[i] += RRF_K / (RRF_K + rank)
+    for i in range(len(item_ids)):
+        blended[i] += recall_weight * RRF_K / (RRF_K + i)
+    order = sorted(range(len(item_ids)), key=blended.__getitem__, reverse=True)
+    return [(item_ids[i], blended[i]) for i in order]
+
+
+RRF_K = 60.0
+
 # --- degradation ladder -------------------------------------------------------
 
 # Below this much budget left there is no time to fetch features and score.

@@ -52,6 +52,8 @@ class RecallContext:
     skip: frozenset[str] = frozenset()  # downstreams not to call (presumed cold)
     # Co-visitation recall the user look-up brought along (None: not there).
     related: Sequence[tuple[str, float]] | None = None
+    # The user's newest distinct items (learnt retrieval's seeds; None: not read).
+    history: Sequence[str] | None = None
 
 
 @dataclass
@@ -80,9 +82,9 @@ class PopularSource:
     name = "popular"
     role: Role = "prior"
 
-    def __init__(self, features: FeatureClient) -> None:
+    def __init__(self, features: FeatureClient, cache_s: float = CACHE_TTL_S) -> None:
         self._features = features
-        self._cache: TtlCache[list[tuple[str, float]]] = TtlCache(CACHE_TTL_S, 4)
+        self._cache: TtlCache[list[tuple[str, float]]] = TtlCache(cache_s, 4)
 
     async def fetch(self, ctx: RecallContext) -> Recalled:
         key = str(ctx.limit)
@@ -131,11 +133,13 @@ class CategorySource:
     name = "category"
     role: Role = "graph"
 
-    def __init__(self, features: FeatureClient, n_categories: int, roles: RecallRoles) -> None:
+    def __init__(
+        self, features: FeatureClient, n_categories: int, roles: RecallRoles, cache_s: float = CACHE_TTL_S
+    ) -> None:
         self._features = features
         self._n = n_categories
         self._roles = roles
-        self._cache: TtlCache[list[tuple[str, float]]] = TtlCache(CACHE_TTL_S, 1024)
+        self._cache: TtlCache[list[tuple[str, float]]] = TtlCache(cache_s, 1024)
 
     async def fetch(self, ctx: RecallContext) -> Recalled:
         roles = self._roles

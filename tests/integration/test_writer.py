@@ -108,3 +108,40 @@ async def test_the_one_script_write_equals_the_pipelined_write(
         again = await script.apply(batch)
         assert (again.written, again.covisit_pairs) == (0, 0)
     assert await _state(b) == state_b
+
+
+async def test_the_history_keeps_each_users_newest_distinct_items_capped(
+    two_dbs: tuple[redis.Redis, redis.Redis],
+) -> None:
+    """Learnt retrieval's seeds: events of the learnt behaviours only (the demo's:
+    click), one member per item at its newest time, a late event never moves an
+    item back, at most recall.learnt.history items after the batch's upkeep;
+    both write paths alike, and read as of a time."""
+    from services.feature.recall_store import RecallStore
+
+    cap = FS.roles.history_cap
+    now = int(time.time() * 1000)
+    events = [
+        Event(event_id=f"h{n}", user_id="u1", item_id=f"i{n}", behavior="click", event_time=now - 10_000 + n)
+        for n in range(cap + 5)
+    ]
+    events += [
+        Event(
+            event_id="again", user_id="u1", item_id="i0", behavior="click", event_time=now
+        ),  # i0 newest now
+        Event(event_id="late", user_id="u1", item_id="i1", behavior="click", event_time=now - 20_000),  # late
+        Event(
+            event_id="view", user_id="u1", item_id="seen-only", behavior="view", event_time=now
+        ),  # not learnt
+    ]
+    events.sort(key=lambda e: e.event_time)
+    for client, pipelined in zip(two_dbs, (False, True), strict=True):
+        writer = EventWriter(client, FS, FeatureStore(client, FS).offline.attributes, pipelined=pipelined)
+        await writer.apply(events)
+        history = await RecallStore(client).history("u1", now, 1000)
+        assert history[0] == "i0" and "seen-only" not in history
+        assert len(history) == cap, pipelined
+        assert history[1:4] == [f"i{cap + 4}", f"i{cap + 3}", f"i{cap + 2}"]
+        assert await client.ttl(keys.user_history("u1")) > 0
+        # as of a moment before the re-click, i0 is not the newest
+        assert (await RecallStore(client).history("u1", now - 1, 2)) == [f"i{cap + 4}", f"i{cap + 3}"]

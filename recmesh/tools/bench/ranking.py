@@ -36,14 +36,27 @@ from recmesh.events import Event
 from recmesh.features.backfill import LabelRule
 from recmesh.features.repository import FeatureSet
 from recmesh.resilience import request_scope
+from recmesh.retrieval import files
+from recmesh.retrieval.build import rrf
+from recmesh.retrieval.table import recency_weights
 from recmesh.settings import configured_classes
 from recmesh.tools.bench.common import infrastructure
 from recmesh.tools.bench.e2e import started_mesh
-from recmesh.tools.training.ranking import Popularity, Quality, Split, first_k
+from recmesh.tools.training.ranking import (
+    Histories,
+    Popularity,
+    Quality,
+    RecallAt,
+    SequentialKnn,
+    Split,
+    first_k,
+    rank_of,
+)
 
 RANK_MAX = 500  # the ranker's largest count
 WRITE_BATCH = 500
 SLO_CLASS = "A"
+GROUPS = ("all", "short", "long")
 
 
 async def _ranking(
@@ -73,16 +86,52 @@ async def evaluate(
     # Redis and broker (no ACL users) and plaintext gRPC, so this process can
     # write the replay and ask the ranker as the gateway would.
     async with infrastructure({}) as infra:
+        # Recall lists are not reused across requests (RECALL_CACHE_S=0): each
+        # ranking sees exactly what was replayed before it, so runs repeat.
         env = {"RECMESH_REPOSITORY": str(fs.path), "RECMESH_MODEL_DIR": str(model_dir), "RECMESH_TLS": "off",
-               "REDIS_URL": infra.redis_url, "KAFKA_BOOTSTRAP": infra.kafka_bootstrap}  # fmt: skip
+               "REDIS_URL": infra.redis_url, "KAFKA_BOOTSTRAP": infra.kafka_bootstrap,
+               "RECMESH_RANKER_RECALL_CACHE_S": "0"}  # fmt: skip
+        recall = files.load_current(model_dir, fs.version)
         async with started_mesh(state_dir, env=env, demo_events=0) as mesh:
             ranker = mesh.addr("RANKER_PORT")
-            figures = await _replay_and_rank(fs, split, infra.redis_url, ranker, k, progress)
+            figures = await _replay_and_rank(fs, split, infra.redis_url, ranker, k, progress, recall)
     return {**figures, "total_s": round(time.perf_counter() - started, 1)}
 
 
+SHORT_HISTORY = 20  # events: a user with fewer is a "short history" user
+RECALL_DEPTH = 500
+
+
+def _offline_lists(
+    recall: files.RecallVersion | None, seeds: list[str], seen: frozenset[str], popular: list[str]
+) -> dict[str, list[str]]:
+    """Each learnt table's list for these seeds (seen items dropped, popularity
+    to fill), and their fusion with the version's learnt weights."""
+    if recall is None:
+        return {}
+    lists: dict[str, list[str]] = {}
+    for name, table in recall.tables.items():
+        decay = float(recall.sources.get(name, {}).get("decay", 1.0))
+        got = [i for i, _ in table.top(seeds, recency_weights(len(seeds), decay), RECALL_DEPTH, seen)]
+        lists[name] = got
+    fusion = {n: w for n, w in recall.card.get("fusion", {}).items() if n in lists or n == "popular"}
+    if fusion:
+        lists["learnt_fused"] = rrf({**lists, "popular": popular[:RECALL_DEPTH]}, fusion)[:RECALL_DEPTH]
+    return lists
+
+
+def _fill(ranked: list[str], popular: list[str], k: int) -> list[str]:
+    return ranked[:k] + [p for p in popular if p not in ranked[:k]][: max(0, k - len(ranked))]
+
+
 async def _replay_and_rank(
-    fs: FeatureSet, split: Split, redis_url: str, ranker_addr: str, k: int, progress: Callable[[str], None]
+    fs: FeatureSet,
+    split: Split,
+    redis_url: str,
+    ranker_addr: str,
+    k: int,
+    progress: Callable[[str], None],
+    recall: files.RecallVersion | None = None,
 ) -> dict[str, Any]:
     from recmesh.redis_client import connect
     from services.feature.store import FeatureStore
@@ -90,35 +139,68 @@ async def _replay_and_rank(
 
     rule = LabelRule.of(fs)
     pop = Popularity(fs.roles.popularity_behaviors or rule.examples)
-    quality = {"served": Quality(k), "recall_alone": Quality(k), "popularity": Quality(k)}
+    learnt = fs.roles.learnt_behaviors or dict.fromkeys(rule.examples, 1.0)
+    knn_past = SequentialKnn(learnt)
+    hist = Histories(learnt, fs.roles.history_cap or 50)
+    tables = sorted(recall.tables) if recall is not None else []
+    names = ["served", "recall_alone", "popularity", "item_knn", *[f"offline_{t}" for t in tables]]
+    if recall is not None and recall.card.get("fusion"):
+        names.append("offline_learnt_fused")
+    quality = {n: {g: Quality(k) for g in GROUPS} for n in names}
+    recall_at: dict[str, RecallAt] = {"fused (online, recall alone)": RecallAt()}
     degraded: dict[str, Counter[str]] = {"served": Counter(), "recall_alone": Counter()}
     budget_s = configured_classes()[SLO_CLASS].budget_ms / 1000
     client = connect(redis_url, 8)
     writer = EventWriter(client, fs, FeatureStore(client, fs).offline.attributes)
     ranker = RankerClient(ranker_addr, "ranking-eval", plaintext=True)
     events, written, replay_s, rank_s = split.training, 0, 0.0, 0.0
+    cold_items = 0
     try:
         for n, target in enumerate(split.targets):
             t0 = time.perf_counter()
             upto = written
             while upto < len(events) and events[upto].event_time < target.event_time:
                 upto += 1
-            await _write(writer, events[written:upto])
-            pop.add(events[written:upto])
+            batch = events[written:upto]
+            await _write(writer, batch)
+            for feed in (pop, knn_past, hist):
+                feed.add(batch)
             written = upto
             t1 = time.perf_counter()
             history = split.history[target.user_id]
-            count = min(RANK_MAX, k + len(history))
+            group = "short" if hist.events[target.user_id] < SHORT_HISTORY else "long"
+            got: dict[str, tuple[list[str], list[str]]] = {}
             for name, skip in (("served", ()), ("recall_alone", ("inference",))):
+                # recall alone: every candidate (its list is the fused recall order)
+                count = min(RANK_MAX, k + len(history)) if name == "served" else RANK_MAX
                 ranked, notes = await _ranking(ranker, target.user_id, count, target.as_of_ms, skip, budget_s)
                 degraded[name].update(notes)
-                quality[name].add(target.item_id, first_k(ranked, history, k), ranked)
-            quality["popularity"].add(target.item_id, pop.top(k, history))
+                got[name] = (first_k(ranked, history, k), ranked)
+            popular = pop.top(RECALL_DEPTH, history)
+            got["popularity"] = (popular[:k], popular)
+            knn_list = knn_past.top(target.user_id, RECALL_DEPTH, history, pop)
+            got["item_knn"] = (knn_list[:k], knn_list)
+            offline = _offline_lists(recall, hist.items.get(target.user_id, []), frozenset(history), popular)
+            for t in (*tables, "learnt_fused"):
+                if t in offline:
+                    got[f"offline_{t}"] = (_fill(offline[t], popular, k), offline[t])
+            for name, (top, full) in got.items():
+                for g in ("all", group):
+                    quality[name][g].add(target.item_id, top, full)
+            online = [i for i in got["recall_alone"][1] if i not in history]
+            recall_at["fused (online, recall alone)"].add(rank_of(target.item_id, online))
+            lists = {"item_knn (past only)": knn_list, "popularity": popular, **offline}
+            for name, ranked in lists.items():
+                recall_at.setdefault(name, RecallAt()).add(rank_of(target.item_id, ranked))
+            if recall is not None and not any(target.item_id in t.row_of for t in recall.tables.values()):
+                cold_items += 1
             replay_s += t1 - t0
             rank_s += time.perf_counter() - t1
             if (n + 1) % max(1, len(split.targets) // 10) == 0 or n + 1 == len(split.targets):
-                so_far = ", ".join(f"{name} HR@{k} {q.hr:.3f}" for name, q in quality.items())
-                progress(f"  ranked {n + 1}/{len(split.targets)} ({written:,} events replayed): {so_far}")
+                so_far = ", ".join(f"{name} {q['all'].hr:.3f}" for name, q in quality.items())
+                progress(
+                    f"  ranked {n + 1}/{len(split.targets)} ({written:,} events replayed): HR@{k} {so_far}"
+                )
     finally:
         await ranker.close()
         await client.aclose()
@@ -131,7 +213,11 @@ async def _replay_and_rank(
         "events_replayed": written,
         "replay_s": round(replay_s, 1),
         "rank_s": round(rank_s, 1),
-        **{name: q.to_json() for name, q in quality.items()},
+        "recall_version": None if recall is None else recall.version,
+        "targets_on_items_outside_the_tables": cold_items,
+        **{name: q["all"].to_json() for name, q in quality.items()},
+        "by_history": {g: {name: q[g].to_json() for name, q in quality.items()} for g in ("short", "long")},
+        "recall_at": {name: r.to_json() for name, r in recall_at.items()},
         "degraded": {name: dict(c.most_common()) for name, c in degraded.items()},
     }
 
@@ -141,16 +227,60 @@ async def _write(writer: Any, events: Sequence[Event]) -> None:
         await writer.apply(events[start : start + WRITE_BATCH])
 
 
+LABELS = {
+    "served": "served (recall + model + ordering)",
+    "recall_alone": "recall alone (fused, unscored)",
+    "popularity": "popularity (past counts)",
+    "item_knn": "item-kNN (past only, last 10 items)",
+    "offline_knn": "item-kNN table on its own",
+    "offline_ease": "EASE on its own",
+    "offline_similar": "your similar-items table on its own",
+    "offline_learnt_fused": "learnt tables fused (offline)",
+}
+BASELINES = ("popularity", "item_knn", "offline_knn", "offline_ease")
+
+
+def best_baseline(f: dict[str, Any]) -> tuple[str, float, float]:
+    """(name, HR@k, NDCG@k) of the strongest baseline printed (by HR@k)."""
+    k = f["k"]
+    present = [b for b in BASELINES if b in f]
+    name = max(present, key=lambda b: (f[b][f"hr@{k}"], f[b][f"ndcg@{k}"]))
+    return name, f[name][f"hr@{k}"], f[name][f"ndcg@{k}"]
+
+
 def table(f: dict[str, Any]) -> str:
     k = f["k"]
+    rankers = [n for n in LABELS if n in f]
     lines = [
         f"ranking quality, leave-last-out ({f['targets']} users' last positive example; "
-        f"history removed; class {f['slo_class']})",
-        f"  {'ranker':<14} {'HR@' + str(k):>8} {'NDCG@' + str(k):>9} {'target in list':>15}",
+        f"history removed; class {f['slo_class']}; recall version {f.get('recall_version')})",
+        f"  {'ranker':<38} {'HR@' + str(k):>7} {'NDCG@' + str(k):>8} {'short HR':>9} {'long HR':>8} "
+        f"{'in list':>8}",
     ]
-    for name in ("served", "recall_alone", "popularity"):
+    for name in rankers:
         q = f[name]
-        lines.append(f"  {name:<14} {q[f'hr@{k}']:>8.4f} {q[f'ndcg@{k}']:>9.4f} {q['target_in_list']:>15.3f}")
+        short, long_ = f["by_history"]["short"][name], f["by_history"]["long"][name]
+        lines.append(
+            f"  {LABELS[name]:<38} {q[f'hr@{k}']:>7.4f} {q[f'ndcg@{k}']:>8.4f} {short[f'hr@{k}']:>9.4f} "
+            f"{long_[f'hr@{k}']:>8.4f} {q['target_in_list']:>8.3f}"
+        )
+    short_n = f["by_history"]["short"]["served"]["targets"]
+    lines.append(
+        f"  (short: users with < {SHORT_HISTORY} events before the target, {short_n} of them; long: the rest)"
+    )
+    name, hr, nd = best_baseline(f)
+    served = f["served"]
+    hr_x = served[f"hr@{k}"] / hr if hr else float("nan")
+    nd_x = served[f"ndcg@{k}"] / nd if nd else float("nan")
+    lines.append(f"  served / best baseline ({LABELS[name]}): HR@{k} {hr_x:.2f}x, NDCG@{k} {nd_x:.2f}x")
+    lines.append(
+        f"  {'candidates: target among the first N':<38} "
+        + " ".join(f"{c:>10}" for c in ("@100", "@200", "@500"))
+    )
+    for src, r in f["recall_at"].items():
+        lines.append(
+            f"  {src:<38} " + " ".join(f"{r[c]:>10.3f}" for c in ("recall@100", "recall@200", "recall@500"))
+        )
     for name, notes in f["degraded"].items():
         if notes:
             lines.append(f"  {name} degraded: " + ", ".join(f"{n} x{c}" for n, c in notes.items()))

@@ -7,10 +7,10 @@ import argparse
 import sys
 
 from recmesh.errors import RecmeshError
-from recmesh.tools.cli import bench, data, embed, mesh, models, pipeline, trace, train
+from recmesh.tools.cli import bench, data, embed, mesh, models, pipeline, recall, trace, train
 
 # In `recmesh --help` order.
-GROUPS = (mesh, train, data, models, bench, trace, pipeline, embed)
+GROUPS = (mesh, train, recall, data, models, bench, trace, pipeline, embed)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -29,6 +29,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
     cfg = TrainConfig(seed=args.seed, sessions=args.sessions, epochs=args.epochs)
     dataset = None
     split = None
+    recall_card: dict[str, Any] | None = None
     if args.ranking and not args.events:
         raise InvalidArgument(
             "--ranking needs the event log (--events LOG) to hold users' last examples out of"
@@ -50,6 +51,15 @@ def _cmd_train(args: argparse.Namespace) -> int:
             )
             events = iter(split.training)
             model_dir = _ranking_dir() / "models"
+        if fs.roles.learnt_behaviors:
+            # Learnt retrieval from the same log (the training part with --ranking),
+            # beside the model it serves with.
+            from recmesh.tools.training import recall
+
+            logged = split.training if split is not None else list(events)
+            events = iter(logged)
+            recall_card = recall.build(fs, logged, model_dir, say, args.seed,
+                                       {"events_file": str(Path(args.events).resolve())})  # fmt: skip
         dataset = build_dataset(fs, events, users, items)
         dataset.source = {
             "events": str(Path(args.events).resolve()),
@@ -66,6 +76,11 @@ def _cmd_train(args: argparse.Namespace) -> int:
         **card["metrics"],
         "rows": card["training_data"]["rows"],
         "train_seconds": card["train_seconds"],
+        **(
+            {"recall_version": recall_card["version"], "recall_fusion": recall_card["fusion"]}
+            if recall_card
+            else {}
+        ),
     }
     if split is not None:
         from recmesh.tools.bench import ranking

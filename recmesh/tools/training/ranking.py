@@ -194,3 +194,106 @@ class Quality:
             "targets": self.asked,
             "target_in_list": round(self.found / self.asked, 4) if self.asked else float("nan"),
         }
+
+
+# --- classical baselines, fed in time order like Popularity ----------------------------
+
+
+class Histories:
+    """Each user's newest distinct items (newest first, at most `cap`) among events
+    of `behaviors`: what the ingest keeps online as the user's history."""
+
+    def __init__(self, behaviors: Collection[str], cap: int) -> None:
+        self._behaviors = frozenset(behaviors)
+        self._cap = cap
+        self.items: dict[str, list[str]] = {}
+        self.events: Counter[str] = Counter()  # events of every behaviour, per user
+
+    def add(self, events: Iterable[Event]) -> None:
+        for ev in events:
+            self.events[ev.user_id] += 1
+            if ev.behavior not in self._behaviors:
+                continue
+            h = self.items.setdefault(ev.user_id, [])
+            if ev.item_id in h:
+                h.remove(ev.item_id)
+            h.insert(0, ev.item_id)
+            del h[self._cap :]
+
+
+class SequentialKnn:
+    """Sequential item-to-item co-occurrence kNN, counted only from the events fed
+    so far (never the future): each event of `behaviors` is paired with the
+    user's previous `previous` distinct items, both directions; a candidate's
+    score from the user's last `seeds` items is the sum of count(a, b) /
+    sqrt(count(a) count(b)). The classical baseline a team already runs."""
+
+    def __init__(self, behaviors: Collection[str], previous: int = 19, seeds: int = 10) -> None:
+        self._behaviors = frozenset(behaviors)
+        self._previous = previous
+        self._seeds = seeds
+        self._recent: dict[str, list[str]] = {}
+        self.pairs: dict[str, Counter[str]] = {}
+        self.count: Counter[str] = Counter()
+
+    def add(self, events: Iterable[Event]) -> None:
+        keep = max(self._previous, self._seeds)
+        for ev in events:
+            if ev.behavior not in self._behaviors:
+                continue
+            item = ev.item_id
+            recent = self._recent.setdefault(ev.user_id, [])
+            if recent and recent[0] == item:
+                continue  # the same step again (a view and its click)
+            mine = self.pairs.setdefault(item, Counter())
+            for other in recent[: self._previous]:
+                if other != item:
+                    mine[other] += 1
+                    self.pairs.setdefault(other, Counter())[item] += 1
+            self.count[item] += 1
+            if item in recent:
+                recent.remove(item)
+            recent.insert(0, item)
+            del recent[keep:]
+
+    def scores(self, user_id: str) -> dict[str, float]:
+        total: dict[str, float] = {}
+        for seed in self._recent.get(user_id, [])[: self._seeds]:
+            cs = self.count[seed]
+            for other, c in self.pairs.get(seed, {}).items():
+                total[other] = total.get(other, 0.0) + c / math.sqrt(cs * self.count[other])
+        return total
+
+    def top(self, user_id: str, k: int, exclude: Collection[str], fill: Popularity) -> list[str]:
+        s = self.scores(user_id)
+        best = heapq.nsmallest(k + len(exclude), s.items(), key=lambda kv: (-kv[1], kv[0]))
+        out = [i for i, _ in best if i not in exclude][:k]
+        return out + [p for p in fill.top(k, exclude) if p not in out][: k - len(out)]
+
+
+def rank_of(target: str, ranked: Sequence[str]) -> int | None:
+    try:
+        return list(ranked).index(target)
+    except ValueError:
+        return None
+
+
+@dataclass
+class RecallAt:
+    """The share of targets among the first N candidates of a list."""
+
+    cuts: tuple[int, ...] = (100, 200, 500)
+    asked: int = 0
+    hits: Counter[int] = field(default_factory=Counter)
+
+    def add(self, position: int | None) -> None:
+        self.asked += 1
+        for n in self.cuts:
+            if position is not None and position < n:
+                self.hits[n] += 1
+
+    def to_json(self) -> dict[str, float]:
+        return {
+            f"recall@{n}": round(self.hits[n] / self.asked, 4) if self.asked else float("nan")
+            for n in self.cuts
+        }

@@ -41,9 +41,11 @@ def test_no_growth_without_two_samples_or_elapsed_time() -> None:
 
 def test_state_families_come_from_the_key_layout(demo_fs: FeatureSet) -> None:
     families = state_families(demo_fs)
-    # One family per stream of the repository, plus event ids and co-visitation counts.
+    # One family per stream of the repository, plus event ids, co-visitation counts
+    # and the users' histories (learnt retrieval's seeds).
     assert set(families) == {
         "user:s:click", "user:s:click+view", "item:s:click", "item:s:view", "user:ids", "item:covisits",
+        "user:history",
     }  # fmt: skip
     assert state_family(keys.stream("user", "42", "click"), families) == "user:s:click"
     assert state_family(keys.stream("user", "42", "click+view"), families) == "user:s:click+view"
@@ -51,6 +53,7 @@ def test_state_families_come_from_the_key_layout(demo_fs: FeatureSet) -> None:
     assert state_family(keys.stream("item", "7", "view"), families) == "item:s:view"
     assert state_family(keys.user_ids("42"), families) == "user:ids"
     assert state_family(keys.item_covisits("7"), families) == "item:covisits"
+    assert state_family(keys.user_history("42"), families) == "user:history"
     assert state_family(keys.item_static("7"), families) is None
     assert state_family(keys.user_profile("42"), families) is None
     assert state_family(keys.newest("user", "42"), families) is None  # an index, not state

@@ -62,8 +62,11 @@ class Inference:
         return Scored([float(i) for i in range(n)], "model-v7", 0)
 
 
-def pipeline(tmp_path: Path, fs: FeatureSet, features: Features, inference: Inference) -> RankPipeline:
-    settings = RankerSettings(model_dir=tmp_path)  # no item vectors there: no semantic index
+def pipeline(
+    tmp_path: Path, fs: FeatureSet, features: Features, inference: Inference, blend: float = 0.0
+) -> RankPipeline:
+    # no item vectors there: no semantic index; blend 0: the model's order alone
+    settings = RankerSettings(model_dir=tmp_path, recall_blend=blend)
     return build_pipeline(settings, features, inference, fs)  # type: ignore[arg-type]
 
 
@@ -72,6 +75,16 @@ async def test_every_node_answering_ranks_by_score(tmp_path: Path, demo_fs: Feat
     assert [i for i, _ in ranked.items] == ["i3", "i2", "i1"]
     assert ranked.model_version == "model-v7" and ranked.feature_version == "fs-v1"
     assert ranked.degraded == []
+
+
+async def test_the_recall_blend_weighs_the_recall_order_against_the_models(
+    tmp_path: Path, demo_fs: FeatureSet
+) -> None:
+    # The stand-in model orders i3, i2, i1; recall i1, i2, i3. Equal weights tie
+    # the ends (ties keep recall order) ahead of the middle; a heavier recall weight keeps its order.
+    for blend, want in ((0.0, ["i3", "i2", "i1"]), (1.0, ["i1", "i3", "i2"]), (2.0, ["i1", "i2", "i3"])):
+        ranked = await pipeline(tmp_path, demo_fs, Features(), Inference(), blend).rank("u1", 3, 1_000)
+        assert [i for i, _ in ranked.items] == want, blend
 
 
 async def test_a_failing_skippable_node_gives_its_neutral_answer(tmp_path: Path, demo_fs: FeatureSet) -> None:

@@ -48,3 +48,15 @@ def test_load_steps_down_the_ladder_in_the_design_notes_bands() -> None:
     assert choose_level(280.0, 300.0, 5.0, 0, load=0.75) == 1, "plenty of budget, but the ranker is loaded"
     assert choose_level(280.0, 300.0, 5.0, 2, load=0.75) == 2, "the worse of the two signals"
     assert choose_level(10.0, 300.0, 1.0, 0, load=0.99) == SKIP_FINE_RANKING, "the budget still rules"
+
+
+def test_blend_orders_adds_the_recall_order_as_reciprocal_ranks() -> None:
+    from services.ranker.policy import blend_orders
+
+    ids = ["a", "b", "c", "d"]  # recall order
+    scores = [0.1, 0.9, 0.5, 0.4]  # the model: b, c, d, a
+    assert [i for i, _ in blend_orders(ids, scores, 0.0)] == ["b", "c", "d", "a"]
+    assert [i for i, _ in blend_orders(ids, scores, 100.0)] == ["a", "b", "c", "d"]
+    blended = blend_orders(ids, scores, 1.0)
+    assert blended[0][0] == "b"  # second in recall, first for the model
+    assert [s for _, s in blended] == sorted((s for _, s in blended), reverse=True)  # scores follow the order

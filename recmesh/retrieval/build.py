@@ -1,0 +1,358 @@
+"""Learning item-to-item tables from an event log, with no per-dataset code.
+
+- **item-kNN** (`knn_table`): each event of the retrieval behaviours is paired
+  with the same user's previous `previous` items (consecutive repeats
+  collapsed), each pair adds w(a) * w(b) (the behaviours' strengths) in both
+  directions, and the sums are cosine-normalised by the items' weighted counts.
+- **EASE** (`ease_table`; Steck, WWW 2019): B = -P / diag(P) with
+  P = (X^T X + lambda I)^-1 over the user x item matrix X (a cell holds the
+  strongest behaviour weight of the user on the item), the diagonal 0; on the
+  `ease_items` most frequent items (the matrix is dense: 10,000 items is
+  400 MB of float32 and about a minute on two cores).
+
+Both are kept as a NeighbourTable with the `neighbours` strongest entries per
+item. What neither method fixes by itself (EASE's lambda, how fast a user's
+older items fade as seeds, the fusion weights) is chosen by `tune`, on a
+leave-last-out split of the same log (each user's last event of the target
+behaviours held out; the tables rebuilt without them), never on data the
+caller holds out.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import numpy.typing as npt
+
+from recmesh.events import Event
+from recmesh.retrieval.table import NeighbourTable, recency_weights
+
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class BuildConfig:
+    behaviors: Mapping[str, float]  # behaviour -> strength (only these count)
+    previous: int = 20  # kNN: earlier items each event is paired with
+    neighbours: int = 200  # kept per item and table
+    history: int = 50  # a user's newest distinct items the online history keeps (the seeds)
+    ease_items: int = 10_000
+    methods: tuple[str, ...] = ("knn", "ease")
+
+
+@dataclass
+class Interactions:
+    """The log as arrays: per event (time order within each user) its user and item
+    rows and strength; consecutive repeats of one item by one user collapsed."""
+
+    item_ids: list[str]
+    user_ids: list[str]
+    users: npt.NDArray[np.int64]  # sorted by user, then time
+    items: npt.NDArray[np.int64]
+    weights: npt.NDArray[np.float32]
+    times: npt.NDArray[np.int64]
+
+    @property
+    def n_items(self) -> int:
+        return len(self.item_ids)
+
+    def histories(self, limit: int) -> dict[str, list[str]]:
+        """user -> newest distinct items first, at most `limit` (what the online history holds)."""
+        out: dict[str, list[str]] = {}
+        bounds = np.flatnonzero(np.diff(self.users)) + 1
+        for seg in np.split(np.arange(len(self.users)), bounds):
+            if not len(seg):
+                continue
+            seen: list[str] = []
+            for r in self.items[seg][::-1]:
+                iid = self.item_ids[int(r)]
+                if iid not in seen:
+                    seen.append(iid)
+                    if len(seen) == limit:
+                        break
+            out[self.user_ids[int(self.users[seg[0]])]] = seen
+        return out
+
+
+def interactions(events: Iterable[Event], behaviors: Mapping[str, float]) -> Interactions:
+    item_row: dict[str, int] = {}
+    user_row: dict[str, int] = {}
+    us: list[int] = []
+    its: list[int] = []
+    ws: list[float] = []
+    ts: list[int] = []
+    for ev in events:
+        w = behaviors.get(ev.behavior)
+        if not w:
+            continue
+        us.append(user_row.setdefault(ev.user_id, len(user_row)))
+        its.append(item_row.setdefault(ev.item_id, len(item_row)))
+        ws.append(w)
+        ts.append(ev.event_time)
+    users = np.asarray(us, np.int64)
+    order = (
+        np.lexsort((np.asarray(ts, np.int64), users)) if us else np.zeros(0, np.int64)
+    )  # stable: log order
+    users = users[order]
+    items = np.asarray(its, np.int64)[order]
+    weights = np.asarray(ws, np.float32)[order]
+    times = np.asarray(ts, np.int64)[order]
+    if len(users) > 1:
+        # An item repeated at once by the same user (a view and its click) is one
+        # step of the sequence, with the stronger weight.
+        same = (users[1:] == users[:-1]) & (items[1:] == items[:-1])
+        keep = np.ones(len(users), bool)
+        keep[1:] = ~same
+        group = np.cumsum(keep) - 1
+        strongest = np.zeros(int(keep.sum()), np.float32)
+        np.maximum.at(strongest, group, weights)
+        users, items, times, weights = users[keep], items[keep], times[keep], strongest
+    return Interactions(list(item_row), list(user_row), users, items, weights, times)
+
+
+Ints = npt.NDArray[np.int64]
+Floats = npt.NDArray[np.float64]
+
+
+def _summed(keys: Ints, vals: Floats) -> tuple[Ints, Floats]:
+    uniq, inverse = np.unique(keys, return_inverse=True)
+    return uniq.astype(np.int64), np.bincount(inverse, weights=vals).astype(np.float64)
+
+
+def knn_table(data: Interactions, previous: int, neighbours: int) -> NeighbourTable:
+    n = data.n_items
+    count = np.bincount(data.items, weights=data.weights, minlength=n)
+    acc_k = np.zeros(0, np.int64)
+    acc_v = np.zeros(0, np.float64)
+    for lag in range(1, previous + 1):
+        if lag >= len(data.items):
+            break
+        same = data.users[lag:] == data.users[:-lag]
+        a = data.items[lag:][same]
+        b = data.items[:-lag][same]
+        w = (data.weights[lag:][same] * data.weights[:-lag][same]).astype(np.float64)
+        diff = a != b
+        a, b, w = a[diff], b[diff], w[diff]
+        k = np.concatenate([a * n + b, b * n + a])
+        acc_k, acc_v = _summed(np.concatenate([acc_k, k]), np.concatenate([acc_v, w, w]))
+    rows, cols = acc_k // n, acc_k % n
+    norm = np.sqrt(np.maximum(count, 1e-9))
+    sim = acc_v / (norm[rows] * norm[cols])
+    return _top_per_row(data.item_ids, rows, cols, sim, neighbours)
+
+
+def _top_per_row(
+    item_ids: list[str],
+    rows: npt.NDArray[np.int64],
+    cols: npt.NDArray[np.int64],
+    sim: npt.NDArray[np.float64],
+    keep: int,
+) -> NeighbourTable:
+    order = np.lexsort((cols, -sim, rows))  # by row, strongest first, ties by column
+    rows, cols, sim = rows[order], cols[order], sim[order]
+    starts = np.searchsorted(rows, np.arange(len(item_ids) + 1))
+    rank = np.arange(len(rows)) - starts[rows]
+    ok = (rank < keep) & (sim > 0)
+    rows, cols, sim = rows[ok], cols[ok], sim[ok]
+    indptr = np.searchsorted(rows, np.arange(len(item_ids) + 1)).astype(np.int64)
+    return NeighbourTable(list(item_ids), indptr, cols.astype(np.int32), sim.astype(np.float32))
+
+
+def gram(data: Interactions, keep_items: npt.NDArray[np.int64]) -> npt.NDArray[np.float64]:
+    """X^T X over the kept items (X: a user's strongest weight per item), built per user chunk."""
+    m = len(keep_items)
+    col = np.full(data.n_items, -1, np.int64)
+    col[keep_items] = np.arange(m)
+    c = col[data.items]
+    ok = c >= 0
+    users, cols, w = data.users[ok], c[ok], data.weights[ok]
+    g = np.zeros((m, m), np.float64)
+    uniq_users = np.unique(users)
+    chunk = max(1, 20_000_000 // max(m, 1))
+    for start in range(0, len(uniq_users), chunk):
+        part = uniq_users[start : start + chunk]
+        sel = (users >= part[0]) & (users <= part[-1])
+        x = np.zeros((len(part), m), np.float32)
+        np.maximum.at(x, (np.searchsorted(part, users[sel]), cols[sel]), w[sel])
+        g += (x.T @ x).astype(np.float64)
+    return g
+
+
+def ease_weights(g: npt.NDArray[np.float64], lam: float) -> npt.NDArray[np.float32]:
+    p = np.linalg.inv(g + lam * np.eye(len(g)))
+    b = -p / np.diag(p)[None, :]
+    np.fill_diagonal(b, 0.0)
+    return b.astype(np.float32)
+
+
+def ease_items(data: Interactions, limit: int) -> npt.NDArray[np.int64]:
+    count = np.bincount(data.items, minlength=data.n_items)
+    order = np.lexsort((np.arange(data.n_items), -count))
+    return np.sort(order[: min(limit, int((count > 0).sum()))])
+
+
+def ease_table(data: Interactions, lam: float, neighbours: int, limit: int) -> NeighbourTable:
+    keep = ease_items(data, limit)
+    b = ease_weights(gram(data, keep), lam)
+    ids = [data.item_ids[int(i)] for i in keep]
+    return NeighbourTable.from_dense(ids, b, neighbours)
+
+
+# --- tuning on a split of the same log ---------------------------------------------
+
+
+@dataclass(frozen=True)
+class Holdout:
+    """Each (sampled) user's last event of the target behaviours, and their history before it."""
+
+    targets: dict[str, str]  # user -> item
+    history: dict[str, list[str]]  # user -> newest distinct items first (the seeds)
+    training: list[Event]
+    seen: dict[str, set[str]] = field(default_factory=dict)  # user -> every item they had an event on
+
+
+def holdout(
+    events: Sequence[Event],
+    is_target: Sequence[bool],
+    behaviors: Mapping[str, float],
+    history: int,
+    users: int,
+    seed: int = 0,
+) -> Holdout:
+    """`is_target`: per event, may it be a user's held-out target (a positive)."""
+    last: dict[str, int] = {}
+    first: dict[str, int] = {}
+    for n, ev in enumerate(events):
+        first.setdefault(ev.user_id, n)
+        if is_target[n]:
+            last[ev.user_id] = n
+    eligible = sorted(u for u, n in last.items() if first[u] < n)
+    if len(eligible) > users:
+        eligible = sorted(np.random.default_rng(seed).choice(eligible, users, replace=False).tolist())
+    chosen = {u: last[u] for u in eligible}
+    cut = {u: events[n].event_time for u, n in chosen.items()}
+    training = [
+        ev for n, ev in enumerate(events)
+        if ev.user_id not in chosen or (n < chosen[ev.user_id] and ev.event_time < cut[ev.user_id])
+    ]  # fmt: skip
+    hist: dict[str, list[str]] = {u: [] for u in chosen}
+    seen: dict[str, set[str]] = {u: set() for u in chosen}
+    for ev in reversed(training):
+        if ev.user_id in seen:
+            seen[ev.user_id].add(ev.item_id)
+        h = hist.get(ev.user_id)
+        if h is not None and len(h) < history and ev.behavior in behaviors and ev.item_id not in h:
+            h.append(ev.item_id)
+    targets = {u: events[n].item_id for u, n in chosen.items()}
+    for u, t in targets.items():  # an item rated before and again later stays a candidate
+        seen[u].discard(t)
+    return Holdout(targets, {u: h for u, h in hist.items() if h}, training, seen)
+
+
+def ndcg(rankings: Mapping[str, Sequence[str]], targets: Mapping[str, str], k: int = 10) -> float:
+    total = 0.0
+    for user, target in targets.items():
+        ranked = list(rankings.get(user, ()))[:k]
+        if target in ranked:
+            total += 1.0 / math.log2(ranked.index(target) + 2)
+    return total / max(1, len(targets))
+
+
+def rrf(lists: Mapping[str, Sequence[str]], weights: Mapping[str, float], k: float = 60.0) -> list[str]:
+    """Weighted reciprocal-rank fusion (services/ranker/fusion.py's rule), ties by id."""
+    score: dict[str, float] = {}
+    for name, items in lists.items():
+        w = weights.get(name, 0.0)
+        if w > 0:
+            for rank, item in enumerate(items):
+                score[item] = score.get(item, 0.0) + w * k / (k + rank)
+    return sorted(score, key=lambda i: (-score[i], i))
+
+
+DECAYS = (1.0, 0.9, 0.8, 0.65, 0.5)
+LAMBDA_FACTORS = (0.5, 1.0, 2.0, 5.0, 10.0, 20.0)  # times the mean item count (diag of X^T X)
+FUSION_GRID = (0.0, 0.25, 0.5, 1.0)
+
+
+@dataclass
+class Tuned:
+    decay: dict[str, float] = field(default_factory=dict)  # seed recency decay per method
+    ease_lambda: float = 0.0
+    fusion: dict[str, float] = field(default_factory=dict)  # RRF weights: methods + "popular"
+    ndcg: dict[str, float] = field(default_factory=dict)  # on the tuning split, per source and fused
+    users: int = 0
+
+
+def _rank_all(
+    table: NeighbourTable, hold: Holdout, decay: float, k: int, popular: Sequence[str]
+) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for user, hist in hold.history.items():
+        seen = frozenset(hold.seen.get(user, ())) | frozenset(hist)
+        got = [i for i, _ in table.top(hist, recency_weights(len(hist), decay), k, seen)]
+        if len(got) < k:  # popularity fills, as the ranker's prior does
+            got += [p for p in popular if p not in seen and p not in got][: k - len(got)]
+        out[user] = got
+    return out
+
+
+def tune(events: Sequence[Event], cfg: BuildConfig, is_target: Sequence[bool], users: int = 2000,
+         seed: int = 0, progress: Progress = lambda _: None) -> Tuned:  # fmt: skip
+    """Seed decay per method, EASE's lambda and the fusion weights that give the
+    best NDCG@10 on a leave-last-out split of `events` (module docstring)."""
+    hold = holdout(events, is_target, cfg.behaviors, cfg.history, users, seed)
+    out = Tuned(users=len(hold.targets))
+    if not hold.targets:
+        out.fusion = {m: 1.0 for m in cfg.methods} | {"popular": 0.25}
+        return out
+    data = interactions(hold.training, cfg.behaviors)
+    pop_count = np.bincount(data.items, weights=data.weights, minlength=data.n_items)
+    popular = [data.item_ids[int(i)] for i in np.lexsort((np.arange(data.n_items), -pop_count))[:500]]
+    depth = 200  # each source's list fused (the ranker's recall_per_source is 100 to 200)
+    best_lists: dict[str, dict[str, list[str]]] = {}
+    targets = {u: t for u, t in hold.targets.items() if u in hold.history}
+    if "knn" in cfg.methods:
+        table = knn_table(data, cfg.previous, cfg.neighbours)
+        scored = {d: _rank_all(table, hold, d, depth, popular) for d in DECAYS}
+        best = max(DECAYS, key=lambda d: (ndcg(scored[d], targets), d))
+        out.decay["knn"], best_lists["knn"] = best, scored[best]
+        out.ndcg["knn"] = round(ndcg(scored[best], targets), 4)
+        progress(f"  tuned item-kNN on {len(targets)} users: seed decay {best} (NDCG@10 {out.ndcg['knn']})")
+    if "ease" in cfg.methods:
+        keep = ease_items(data, cfg.ease_items)
+        g = gram(data, keep)
+        ids = [data.item_ids[int(i)] for i in keep]
+        mean_count = float(np.mean(np.diag(g))) or 1.0
+        results: dict[tuple[float, float], dict[str, list[str]]] = {}
+        for factor in LAMBDA_FACTORS:
+            table = NeighbourTable.from_dense(ids, ease_weights(g, factor * mean_count), cfg.neighbours)
+            for d in DECAYS:
+                results[(factor * mean_count, d)] = _rank_all(table, hold, d, depth, popular)
+        lam, d = max(results, key=lambda key: (ndcg(results[key], targets), key))
+        out.ease_lambda, out.decay["ease"], best_lists["ease"] = lam, d, results[(lam, d)]
+        out.ndcg["ease"] = round(ndcg(results[(lam, d)], targets), 4)
+        progress(f"  tuned EASE: lambda {lam:.1f}, seed decay {d} (NDCG@10 {out.ndcg['ease']})")
+    best_lists["popular"] = {
+        u: [p for p in popular if p not in hold.seen.get(u, set(h))][:depth] for u, h in hold.history.items()
+    }
+    names = list(best_lists)
+    grid = [dict(zip(names, ws, strict=True)) for ws in itertools.product(FUSION_GRID, repeat=len(names))
+            if any(w > 0 for w in ws)]  # fmt: skip
+
+    # Only the head of each list can reach a fused top 10.
+    heads = {n: {u: best_lists[n].get(u, [])[:50] for u in targets} for n in names}
+
+    def fused(ws: Mapping[str, float]) -> float:
+        return ndcg({u: rrf({n: heads[n][u] for n in names}, ws)[:10] for u in targets}, targets)
+
+    scores = [(fused(ws), sorted(ws.items())) for ws in grid]
+    best_score, best_ws = max(scores)
+    out.fusion = dict(best_ws)
+    out.ndcg["fused"] = round(best_score, 4)
+    out.ndcg["popular"] = round(ndcg(best_lists["popular"], targets), 4)
+    progress(f"  learnt fusion weights {out.fusion} (NDCG@10 {out.ndcg['fused']})")
+    return out

@@ -1,0 +1,190 @@
+"""Build, import and describe learnt retrieval for a repository (recmesh.retrieval).
+
+`build` turns an event log into a recall version: the repository's
+`[recall.learnt]` says which behaviours count and how strongly, which tables
+(item-kNN, EASE) and how large; the seed decay, EASE's lambda and the fusion
+weights are tuned on a leave-last-out split of the same log. `import_similar`
+makes a version from a team's own similar-items table.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from recmesh.errors import InvalidArgument
+from recmesh.events import Event
+from recmesh.features.repository import FeatureSet
+from recmesh.retrieval import build as rb
+from recmesh.retrieval import files
+from recmesh.retrieval.table import NeighbourTable
+
+Progress = Callable[[str], None]
+TUNING_USERS = 2000
+
+
+def config_of(fs: FeatureSet) -> rb.BuildConfig:
+    decl = fs.decl.recall.learnt
+    if not fs.roles.learnt_behaviors:
+        raise InvalidArgument(
+            f"repository {fs.name!r}: learnt retrieval is off "
+            "([recall.learnt] enabled = false or methods = [])"
+        )
+    return rb.BuildConfig(
+        behaviors=fs.roles.learnt_behaviors,
+        previous=decl.previous,
+        neighbours=decl.neighbours,
+        history=decl.history,
+        ease_items=decl.ease_items,
+        methods=tuple(dict.fromkeys(decl.methods)),
+    )
+
+
+def targets(fs: FeatureSet, events: Sequence[Event]) -> tuple[list[bool], str]:
+    """Which events the tuning split may hold out, and how they were chosen: the
+    training label's positives (what `train --ranking` targets) when the
+    repository declares one, else events of the strongest learnt behaviours."""
+    if fs.decl.training is not None:
+        from recmesh.features.backfill import LabelRule
+        from recmesh.tools.training.ranking import positive_examples
+
+        return positive_examples(LabelRule.of(fs), events), "the training label's positives"
+    weights = fs.roles.learnt_behaviors
+    top = max(weights.values())
+    strongest = frozenset(b for b, w in weights.items() if w == top)
+    return [ev.behavior in strongest for ev in events], f"events of {sorted(strongest)}"
+
+
+def build(
+    fs: FeatureSet,
+    events: Sequence[Event],
+    model_dir: Path,
+    progress: Progress = print,
+    seed: int = 0,
+    source: dict[str, Any] | None = None,
+    activate: bool = True,
+) -> dict[str, Any]:
+    """Tune on a split of `events`, build the tables on all of them, save a
+    version under model_dir/recall (current when `activate`); its card."""
+    cfg = config_of(fs)
+    started = time.perf_counter()
+    is_target, what = targets(fs, events)
+    progress(f"learnt retrieval: tuning {', '.join(cfg.methods)} on {len(events):,} events, "
+             f"each user's last of {what} held out ...")  # fmt: skip
+    tuned = rb.tune(events, cfg, is_target, TUNING_USERS, seed, progress)
+    data = rb.interactions(events, cfg.behaviors)
+    if not len(data.items):
+        raise InvalidArgument(
+            f"no event of the learnt behaviours {sorted(cfg.behaviors)} in the log: nothing to learn from "
+            "(recall.learnt.behaviors in the repository names them)"
+        )
+    tables: dict[str, NeighbourTable] = {}
+    sources: dict[str, dict[str, Any]] = {}
+    if "knn" in cfg.methods:
+        t0 = time.perf_counter()
+        tables["knn"] = rb.knn_table(data, cfg.previous, cfg.neighbours)
+        sources["knn"] = {"decay": tuned.decay.get("knn", 1.0), "previous": cfg.previous,
+                          "build_s": round(time.perf_counter() - t0, 2)}  # fmt: skip
+    if "ease" in cfg.methods and cfg.ease_items > 1:
+        t0 = time.perf_counter()
+        lam = tuned.ease_lambda or float(rb.gram(data, rb.ease_items(data, cfg.ease_items)).diagonal().mean())
+        tables["ease"] = rb.ease_table(data, lam, cfg.neighbours, cfg.ease_items)
+        sources["ease"] = {"decay": tuned.decay.get("ease", 1.0), "lambda": round(lam, 3),
+                           "build_s": round(time.perf_counter() - t0, 2)}  # fmt: skip
+    for name, table in tables.items():
+        sources[name] |= {"items": len(table), "entries": len(table.indices), "bytes": table.nbytes}
+    card = {
+        "feature_set_version": fs.version,
+        "repository": fs.name,
+        "built_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "built_from": {
+            **(source or {}),
+            "events": len(events),
+            "users": len(data.user_ids),
+            "items": data.n_items,
+        },
+        "behaviors": dict(cfg.behaviors),
+        "history": cfg.history,
+        "sources": sources,
+        "fusion": {k: w for k, w in tuned.fusion.items() if k in (*tables, "popular")},
+        "tuning": {"users": tuned.users, "ndcg@10": tuned.ndcg, "targets": what},
+        "build_seconds": round(time.perf_counter() - started, 1),
+    }
+    card["version"] = files.save(model_dir, card, tables, activate)
+    progress(
+        f"learnt retrieval {card['version']}: "
+        + ", ".join(
+            f"{n} {s['items']:,} items x {s['entries'] // max(1, s['items'])} neighbours"
+            for n, s in sources.items()
+        )
+        + f"; fusion {card['fusion']}; {card['build_seconds']} s"
+    )
+    return card
+
+
+def read_similar(path: Path) -> dict[str, list[tuple[str, float]]]:
+    """A team's similar-items table: JSON lines {"item_id", "similar_id", "score"}
+    or CSV/TSV with those three columns (a header line naming them)."""
+    rows: dict[str, list[tuple[str, float]]] = {}
+    text = path.read_text()
+    lines = [ln for ln in text.splitlines() if ln.strip()]
+    if not lines:
+        raise InvalidArgument(f"{path}: empty")
+    if lines[0].lstrip().startswith("{"):
+        for n, line in enumerate(lines, start=1):
+            try:
+                obj = orjson.loads(line)
+                a, b, w = str(obj["item_id"]), str(obj["similar_id"]), float(obj["score"])
+            except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as err:
+                raise InvalidArgument(
+                    f'{path}:{n}: want {{"item_id", "similar_id", "score"}} ({type(err).__name__}: {err})'
+                ) from None
+            rows.setdefault(a, []).append((b, w))
+        return rows
+    sep = "\t" if "\t" in lines[0] else ","
+    header = [h.strip() for h in lines[0].split(sep)]
+    want = ("item_id", "similar_id", "score")
+    if any(w not in header for w in want):
+        raise InvalidArgument(
+            f"{path}:1: the header must name item_id, similar_id and score (found {header})"
+        )
+    at = [header.index(w) for w in want]
+    for n, line in enumerate(lines[1:], start=2):
+        cells = line.split(sep)
+        try:
+            a, b, w = cells[at[0]].strip(), cells[at[1]].strip(), float(cells[at[2]])
+        except (IndexError, ValueError) as err:
+            raise InvalidArgument(f"{path}:{n}: {type(err).__name__}: {err}") from None
+        rows.setdefault(a, []).append((b, w))
+    return rows
+
+
+def import_similar(
+    fs: FeatureSet, path: Path, model_dir: Path, weight: float, decay: float, neighbours: int, activate: bool
+) -> dict[str, Any]:
+    """A version holding the team's table as the `similar` source, beside the
+    current version's tables (kept as they are)."""
+    table = NeighbourTable.from_pairs(read_similar(path), neighbours)
+    if not len(table.indices):
+        raise InvalidArgument(f"{path}: no pair with a positive score")
+    tables: dict[str, NeighbourTable] = {}
+    card: dict[str, Any] = {"feature_set_version": fs.version, "repository": fs.name, "sources": {},
+                            "fusion": {}, "history": fs.roles.history_cap}  # fmt: skip
+    current = files.load_current(model_dir, fs.version)
+    if current is not None:
+        tables = dict(current.tables)
+        card = {k: v for k, v in current.card.items() if k not in ("version", "files")}
+        card["sources"] = dict(card.get("sources", {}))
+        card["fusion"] = dict(card.get("fusion", {}))
+    tables["similar"] = table
+    card["sources"]["similar"] = {"decay": decay, "imported_from": str(path.resolve()), "items": len(table),
+                                  "entries": len(table.indices), "bytes": table.nbytes}  # fmt: skip
+    card["fusion"]["similar"] = weight
+    card["built_at"] = datetime.now(UTC).isoformat(timespec="seconds")
+    card["version"] = files.save(model_dir, card, tables, activate)
+    return card

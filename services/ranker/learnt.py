@@ -1,0 +1,129 @@
+"""Learnt retrieval in the ranker: the current recall version's tables
+(recmesh.retrieval), mapped in this process and reloaded when it changes.
+
+Each table (item-kNN, EASE, or a team's own similar-items table) is a recall
+source: its seeds are the user's history (the newest distinct items the
+feature service returns with the user look-up), weighted by the version's
+learnt recency decay; its items are the summed neighbour rows. The tables live
+in the ranker, not in Redis: a request reads 50 rows of a few hundred entries,
+which NumPy sums in tens of microseconds, where Redis would cost a round trip
+and 50 replies. A version built on another feature set is refused (logged,
+the sources recall nothing and say why), as a model is.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from pathlib import Path
+
+import structlog
+
+from recmesh.errors import RecmeshError
+from recmesh.features.repository import RecallRoles
+from recmesh.retrieval import files
+from recmesh.retrieval.table import recency_weights
+from services.ranker.fusion import Role
+from services.ranker.recall import RecallContext, Recalled, last_viewed
+
+_log = structlog.get_logger("recmesh.ranker.learnt")
+
+RELOAD_CHECK_S = 5.0
+# The final order's weight on the recall order (policy.blend_orders) when a
+# learnt version is in force. Measured on MovieLens-100k (docs/models.md,
+# `recmesh train --events LOG --ranking` with RECMESH_RANKER_RECALL_BLEND):
+# served HR@10 0.169 / 0.194 / 0.206 / 0.219 at 0 / 0.5 / 1 / 2. Not yet
+# learnt per data set: a version's card may carry its own ("blend").
+RECALL_BLEND = 2.0
+
+
+class RecallHolder:
+    """The current recall version (None: none built, or refused), swapped whole."""
+
+    def __init__(
+        self, model_dir: Path, feature_set_version: str, check_every_s: float = RELOAD_CHECK_S
+    ) -> None:
+        self._model_dir = model_dir
+        self._fs_version = feature_set_version
+        self._check_every_s = check_every_s
+        self._next_check = 0.0
+        self._stamp: tuple[str | None, float] | None = None
+        self._loading: asyncio.Task[bool] | None = None
+        self.current: files.RecallVersion | None = None
+        self.problem: str | None = None  # why nothing is served (mismatch, unreadable)
+
+    def _disk_stamp(self) -> tuple[str | None, float]:
+        pointer = files.recall_root(self._model_dir) / "CURRENT"
+        try:
+            return pointer.read_text().strip() or None, os.stat(pointer).st_mtime
+        except OSError:
+            return None, 0.0
+
+    def refresh(self) -> bool:
+        """Load the current version when the pointer changed; True when it did."""
+        stamp = self._disk_stamp()
+        if stamp == self._stamp:
+            return False
+        self._stamp = stamp
+        try:
+            self.current = files.load_current(self._model_dir, self._fs_version)
+            self.problem = None
+        except RecmeshError as err:
+            self.current, self.problem = None, str(err)
+            _log.error("recall_version_refused", error=str(err))
+            return True
+        except (OSError, ValueError, KeyError) as err:
+            self.problem = f"unreadable: {err!r}"
+            _log.warning("recall_version_unreadable", error=repr(err))
+            return True
+        if self.current is not None:
+            v = self.current
+            _log.info("recall_version", version=v.version, tables={n: len(t) for n, t in v.tables.items()},
+                      bytes=sum(t.nbytes for t in v.tables.values()))  # fmt: skip
+        return True
+
+    def refresh_in_background(self) -> None:
+        now = time.monotonic()
+        if now < self._next_check or (self._loading is not None and not self._loading.done()):
+            return
+        self._next_check = now + self._check_every_s
+        if self._disk_stamp() != self._stamp:
+            self._loading = asyncio.get_running_loop().create_task(asyncio.to_thread(self.refresh))
+
+    def blend(self) -> float:
+        """The weight of the recall order against the model's (policy.blend_orders):
+        the version's, else RECALL_BLEND; 0 without a version (the recall order
+        then carries no learnt table)."""
+        v = self.current
+        return 0.0 if v is None else float(v.card.get("blend", RECALL_BLEND))
+
+    def fusion(self) -> dict[str, float]:
+        """The fusion weights learnt with the current version ({} without one)."""
+        v = self.current
+        return {} if v is None else {str(k): float(w) for k, w in v.card.get("fusion", {}).items()}
+
+
+class LearntSource:
+    """One table of the current recall version, seeded by the user's history."""
+
+    role: Role = "learnt"
+
+    def __init__(self, name: str, holder: RecallHolder, roles: RecallRoles) -> None:
+        self.name = name
+        self._holder = holder
+        self._roles = roles
+
+    async def fetch(self, ctx: RecallContext) -> Recalled:
+        version = self._holder.current
+        if version is None:
+            return Recalled([], attributes={"table": self._holder.problem or "absent"})
+        table = version.tables.get(self.name)
+        if table is None:
+            return Recalled([], attributes={"table": "absent"})
+        seeds = list(ctx.history) if ctx.history else last_viewed(self._roles, ctx.user)
+        if not seeds:
+            return Recalled([], attributes={"seeds": 0, "version": version.version})
+        decay = float(version.sources.get(self.name, {}).get("decay", 1.0))
+        items = table.top(seeds, recency_weights(len(seeds), decay), ctx.limit, frozenset(seeds))
+        return Recalled(items, attributes={"seeds": len(seeds), "version": version.version})

@@ -1,0 +1,99 @@
+"""Learnt recall sources in the ranker: seeds from the user's history, the
+version's decay, hot switching, refusal of another feature set, and the
+learnt fusion weights (pure logic over files made here)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from recmesh.features.repository import FeatureSet
+from recmesh.retrieval import files
+from recmesh.retrieval.table import NeighbourTable
+from recmesh.settings import RankerSettings
+from services.ranker.learnt import LearntSource, RecallHolder
+from services.ranker.recall import RecallContext
+from services.ranker.stages import Env, effective_weights
+
+
+def _ctx(history: list[str] | None) -> RecallContext:
+    return RecallContext("u1", {}, {}, 10, 1.0, history=history)
+
+
+def _save(model_dir: Path, fs_version: str, decay: float = 0.5) -> str:
+    table = NeighbourTable.from_pairs({"a": [("x", 1.0)], "b": [("y", 1.5)]}, keep=10)
+    card = {"feature_set_version": fs_version, "sources": {"knn": {"decay": decay}},
+            "fusion": {"knn": 0.75, "popular": 0.0}}  # fmt: skip
+    return files.save(model_dir, card, {"knn": table})
+
+
+async def test_the_source_sums_the_rows_of_the_history_with_the_learnt_decay(
+    tmp_path: Path, demo_fs: FeatureSet
+) -> None:
+    _save(tmp_path, demo_fs.version, decay=0.5)
+    holder = RecallHolder(tmp_path, demo_fs.version)
+    assert holder.refresh()
+    source = LearntSource("knn", holder, demo_fs.roles)
+    got = await source.fetch(_ctx(["a", "b"]))  # a newest (weight 1), b next (0.5)
+    assert got.items == [("x", 1.0), ("y", 0.75)]
+    empty = await source.fetch(_ctx([]))
+    assert empty.items == [] and empty.attributes["seeds"] == 0
+
+
+async def test_without_a_version_or_table_the_source_recalls_nothing_and_says_why(
+    tmp_path: Path, demo_fs: FeatureSet
+) -> None:
+    holder = RecallHolder(tmp_path, demo_fs.version)
+    holder.refresh()
+    got = await LearntSource("knn", holder, demo_fs.roles).fetch(_ctx(["a"]))
+    assert got.items == [] and got.attributes["table"] == "absent"
+    _save(tmp_path, demo_fs.version)
+    holder.refresh()
+    got = await LearntSource("ease", holder, demo_fs.roles).fetch(_ctx(["a"]))
+    assert got.items == [] and got.attributes["table"] == "absent"
+
+
+async def test_a_version_of_another_feature_set_is_refused(tmp_path: Path, demo_fs: FeatureSet) -> None:
+    _save(tmp_path, "fs-somewhere-else")
+    holder = RecallHolder(tmp_path, demo_fs.version)
+    holder.refresh()
+    assert holder.current is None
+    assert holder.problem is not None and "fs-somewhere-else" in holder.problem
+    got = await LearntSource("knn", holder, demo_fs.roles).fetch(_ctx(["a"]))
+    assert got.items == [] and "fs-somewhere-else" in str(got.attributes["table"])
+
+
+def test_a_new_current_version_is_picked_up(tmp_path: Path, demo_fs: FeatureSet) -> None:
+    first = _save(tmp_path, demo_fs.version, decay=0.5)
+    holder = RecallHolder(tmp_path, demo_fs.version)
+    holder.refresh()
+    assert holder.current is not None and holder.current.version == first
+    second = _save(tmp_path, demo_fs.version, decay=0.9)
+    assert holder.refresh()
+    assert holder.current.version == second != first
+    assert not holder.refresh()  # nothing changed
+
+
+def test_learnt_fusion_weights_apply_unless_configured(tmp_path: Path, demo_fs: FeatureSet) -> None:
+    _save(tmp_path, demo_fs.version)
+    holder = RecallHolder(tmp_path, demo_fs.version)
+    holder.refresh()
+    env = Env(None, None, RankerSettings(), demo_fs, {}, learnt_fusion=holder.fusion)  # type: ignore[arg-type]
+    w = effective_weights(env)
+    # learnt: knn's weight; popularity floored (cold users still get candidates);
+    # the sources without a learnt weight scaled down to fill in
+    assert w["knn"] == 0.75 and w["popular"] == 0.01
+    assert w["covisit"] == 0.35 * 0.15 and w["ease"] == 1.0
+    configured = RankerSettings(fusion_weights={"popular": 0.2, "knn": 2.0})
+    env = Env(None, None, configured, demo_fs, {}, learnt_fusion=holder.fusion)  # type: ignore[arg-type]
+    assert effective_weights(env) == {"popular": 0.2, "knn": 2.0}
+    env = Env(None, None, RankerSettings(), demo_fs, {})  # type: ignore[arg-type]
+    assert effective_weights(env) == RankerSettings().fusion_weights  # no learnt version: as configured
+
+
+def test_the_model_recall_blend_applies_only_with_a_learnt_version(tmp_path: Path, demo_fs: FeatureSet) -> None:
+    holder = RecallHolder(tmp_path, demo_fs.version)
+    holder.refresh()
+    assert holder.blend() == 0.0  # no learnt table in the recall order: the model's order
+    _save(tmp_path, demo_fs.version)
+    holder.refresh()
+    assert holder.blend() == 2.0
