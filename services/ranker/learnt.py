@@ -13,9 +13,7 @@ the sources recall nothing and say why), as a model is.
 
 from __future__ import annotations
 
-import asyncio
 import os
-import time
 from pathlib import Path
 
 import structlog
@@ -26,6 +24,7 @@ from recmesh.retrieval import files
 from recmesh.retrieval.table import recency_weights
 from services.ranker.fusion import Role
 from services.ranker.recall import RecallContext, Recalled, last_viewed
+from services.ranker.reload import ReloadOnChange
 
 _log = structlog.get_logger("recmesh.ranker.learnt")
 
@@ -38,18 +37,15 @@ RELOAD_CHECK_S = 5.0
 RECALL_BLEND = 2.0
 
 
-class RecallHolder:
+class RecallHolder(ReloadOnChange):
     """The current recall version (None: none built, or refused), swapped whole."""
 
     def __init__(
         self, model_dir: Path, feature_set_version: str, check_every_s: float = RELOAD_CHECK_S
     ) -> None:
+        super().__init__(check_every_s)
         self._model_dir = model_dir
         self._fs_version = feature_set_version
-        self._check_every_s = check_every_s
-        self._next_check = 0.0
-        self._stamp: tuple[str | None, float] | None = None
-        self._loading: asyncio.Task[bool] | None = None
         self.current: files.RecallVersion | None = None
         self.problem: str | None = None  # why nothing is served (mismatch, unreadable)
 
@@ -60,12 +56,7 @@ class RecallHolder:
         except OSError:
             return None, 0.0
 
-    def refresh(self) -> bool:
-        """Load the current version when the pointer changed; True when it did."""
-        stamp = self._disk_stamp()
-        if stamp == self._stamp:
-            return False
-        self._stamp = stamp
+    def _load(self) -> bool:
         try:
             self.current = files.load_current(self._model_dir, self._fs_version)
             self.problem = None
@@ -82,14 +73,6 @@ class RecallHolder:
             _log.info("recall_version", version=v.version, tables={n: len(t) for n, t in v.tables.items()},
                       bytes=sum(t.nbytes for t in v.tables.values()))  # fmt: skip
         return True
-
-    def refresh_in_background(self) -> None:
-        now = time.monotonic()
-        if now < self._next_check or (self._loading is not None and not self._loading.done()):
-            return
-        self._next_check = now + self._check_every_s
-        if self._disk_stamp() != self._stamp:
-            self._loading = asyncio.get_running_loop().create_task(asyncio.to_thread(self.refresh))
 
     def blend(self) -> float:
         """The weight of the recall order against the model's (policy.blend_orders):

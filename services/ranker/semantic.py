@@ -10,9 +10,7 @@ vectors there is no index and the semantic source is simply absent (sigma = 0).
 
 from __future__ import annotations
 
-import asyncio
 import os
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +21,7 @@ import numpy.typing as npt
 import structlog
 
 from recmesh.vectors import DIR_NAME, RELOAD_CHECK_S, ItemVectors, load_item_vectors
+from services.ranker.reload import ReloadOnChange
 
 _log = structlog.get_logger("recmesh.ranker.semantic")
 
@@ -73,28 +72,14 @@ class SemanticIndex:
         return [(self._ids[int(r)], float(s)) for s, r in zip(sims[0], rows[0], strict=True) if r >= 0]
 
 
-class IndexHolder:
+class IndexHolder(ReloadOnChange):
     """The current index, rebuilt when the vectors on disk change (checked at
     most every `check_every_s`; a reader never sees a half-built index)."""
 
     def __init__(self, model_dir: Path, check_every_s: float = RELOAD_CHECK_S) -> None:
+        super().__init__(check_every_s)
         self._model_dir = model_dir
-        self._stamp: float | None = None
-        self._check_every_s = check_every_s
-        self._next_check = 0.0
-        self._rebuilding: asyncio.Task[bool] | None = None
         self.index: SemanticIndex | None = None
-
-    def refresh_in_background(self) -> None:
-        """Cheap enough for every request: at most every `check_every_s`, look
-        at the vectors' stamp and, when it changed, rebuild in a thread while
-        requests keep using the current index."""
-        now = time.monotonic()
-        if now < self._next_check or (self._rebuilding is not None and not self._rebuilding.done()):
-            return
-        self._next_check = now + self._check_every_s
-        if self._disk_stamp() != self._stamp:
-            self._rebuilding = asyncio.get_running_loop().create_task(asyncio.to_thread(self.refresh))
 
     def _disk_stamp(self) -> float | None:
         try:
@@ -102,12 +87,7 @@ class IndexHolder:
         except OSError:
             return None
 
-    def refresh(self) -> bool:
-        """Load or rebuild when the vectors changed; True when the index changed."""
-        stamp = self._disk_stamp()
-        if stamp == self._stamp:
-            return False
-        self._stamp = stamp
+    def _load(self) -> bool:
         try:
             vectors = load_item_vectors(self._model_dir)
         except (OSError, ValueError) as err:

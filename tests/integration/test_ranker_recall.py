@@ -235,3 +235,54 @@ async def test_the_request_query_steers_semantic_recall(
         await inference.stop(0.1)
     assert dict(plain.recall_counts).get("semantic", 0) == 0, "no recent views and no query: no intent"
     assert dict(steered.recall_counts)["semantic"] > 0 and steered.sigma > 0.0
+
+
+async def test_a_teams_own_similar_items_table_is_served_as_a_recall_source(
+    mesh: Mesh, tmp_path: Path, capsys: object
+) -> None:
+    """Bring your own candidates: a similar-items table made here, imported with
+    the CLI as a recall version, mapped by a real ranker and seeded by the
+    user's history (written by the one event write path, read in the user
+    look-up): its items come back with recall_counts naming the source."""
+    import json as _json
+
+    from recmesh.tools.cli.main import main as cli_main
+
+    fs = mesh.store.feature_set
+    music = [i for i in CATALOG.item_ids if CATEGORY[i] == CATALOG.items[0]["category"]][:3]
+    picks = [i for i in CATALOG.item_ids if i not in music][-5:]  # items nothing else would propose
+    table = tmp_path / "similar.jsonl"
+    table.write_text("\n".join(_json.dumps({"item_id": m, "similar_id": p, "score": 1.0 - n / 10})
+                               for m in music for n, p in enumerate(picks)) + "\n")  # fmt: skip
+    args = [
+        "recall",
+        "import",
+        "--similar",
+        str(table),
+        "--model-dir",
+        str(tmp_path),
+        "--repository",
+        str(fs.path),
+    ]
+    assert cli_main(args) == 0
+    now = int(time.time() * 1000)
+    behavior = sorted(fs.roles.learnt_behaviors)[0]
+    events = [Event(event_id=f"byo-{n}", user_id="u1996", item_id=iid, behavior=behavior,
+                    event_time=now - 10_000 + n) for n, iid in enumerate(music)]  # fmt: skip
+    await write_events(mesh.store, events)
+    settings = RankerSettings(ranker_port=free_port(), model_dir=tmp_path, max_per_category=0)
+    ranker = build_ranker(settings, build_pipeline(settings, mesh.feature_client, mesh.inference_client, fs))
+    await ranker.start()
+    await ranker.set_serving()
+    client = RankerClient(ranker.address, "test")
+    try:
+        with request_scope("B", 0.85):
+            resp = await client.rank("u1996", 50, {}, now)
+    finally:
+        await client.close()
+        await ranker.stop(0.1)
+    counts = dict(resp.recall_counts)
+    assert counts.get("similar") == len(picks), counts
+    ids = [i.item_id for i in resp.items]
+    assert set(picks) <= set(ids), "the table's items are recalled and scored"
+    assert not [d for d in resp.degraded if "similar" in d], resp.degraded

@@ -90,7 +90,9 @@ def test_learnt_fusion_weights_apply_unless_configured(tmp_path: Path, demo_fs: 
     assert effective_weights(env) == RankerSettings().fusion_weights  # no learnt version: as configured
 
 
-def test_the_model_recall_blend_applies_only_with_a_learnt_version(tmp_path: Path, demo_fs: FeatureSet) -> None:
+def test_the_model_recall_blend_applies_only_with_a_learnt_version(
+    tmp_path: Path, demo_fs: FeatureSet
+) -> None:
     holder = RecallHolder(tmp_path, demo_fs.version)
     holder.refresh()
     assert holder.blend() == 0.0  # no learnt table in the recall order: the model's order
