@@ -5,6 +5,7 @@
         card.json                       feature-set version, sources, their seed decay
                                         and fusion weight, how and from what it was built
         <source>.npz                    one NeighbourTable per source (knn, ease, similar)
+        vectors.npz                     a team's item and user vectors (the `vectors` source)
 
 The ranker maps the current version (services/ranker/learnt.py) and reloads it
 when CURRENT changes; a version built on another feature set is refused with
@@ -24,8 +25,10 @@ from typing import Any
 
 from recmesh.errors import FailedPrecondition, InvalidArgument
 from recmesh.retrieval.table import NeighbourTable
+from recmesh.retrieval.vectors import TwoTower
 
 DIR_NAME = "recall"
+VECTORS_FILE = "vectors.npz"
 
 
 class RecallMismatch(FailedPrecondition):
@@ -38,6 +41,7 @@ class RecallVersion:
     path: Path
     card: dict[str, Any]
     tables: dict[str, NeighbourTable]
+    vectors: TwoTower | None = None
 
     @property
     def sources(self) -> dict[str, dict[str, Any]]:
@@ -57,7 +61,11 @@ def current_version(model_dir: Path) -> str | None:
 
 
 def save(
-    model_dir: Path, card: dict[str, Any], tables: dict[str, NeighbourTable], activate: bool = True
+    model_dir: Path,
+    card: dict[str, Any],
+    tables: dict[str, NeighbourTable],
+    activate: bool = True,
+    vectors: TwoTower | None = None,
 ) -> str:
     """Write a version (named by a hash of its files) and make it current."""
     root = recall_root(model_dir)
@@ -67,9 +75,13 @@ def save(
     for name in sorted(tables):
         tables[name].save(tmp / f"{name}.npz")
         digest.update((tmp / f"{name}.npz").read_bytes())
+    if vectors is not None:
+        vectors.save(tmp / VECTORS_FILE)
+        digest.update((tmp / VECTORS_FILE).read_bytes())
     digest.update(json.dumps(card, sort_keys=True).encode())
     version = card.get("version") or f"recall-{digest.hexdigest()[:12]}"
     card = {**card, "version": version, "files": {n: f"{n}.npz" for n in sorted(tables)}}
+    card["vectors_file"] = VECTORS_FILE if vectors is not None else None
     (tmp / "card.json").write_text(json.dumps(card, indent=2, sort_keys=True))
     final = root / version
     if final.exists():
@@ -132,4 +144,5 @@ def load_current(model_dir: Path, feature_set_version: str) -> RecallVersion | N
     card = read_card(model_dir, version)
     check_feature_set(card, feature_set_version, f"recall version {version} ({path})")
     tables = {name: NeighbourTable.load(path / file) for name, file in card.get("files", {}).items()}
-    return RecallVersion(version, path, card, tables)
+    vectors = TwoTower.load(path / card["vectors_file"]) if card.get("vectors_file") else None
+    return RecallVersion(version, path, card, tables, vectors)

@@ -16,12 +16,15 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import numpy as np
+import numpy.typing as npt
 import structlog
 
 from recmesh.errors import RecmeshError
 from recmesh.features.repository import RecallRoles
 from recmesh.retrieval import files
 from recmesh.retrieval.table import recency_weights
+from recmesh.retrieval.vectors import TwoTower
 from services.ranker.fusion import Role
 from services.ranker.recall import RecallContext, Recalled, last_viewed
 from services.ranker.reload import ReloadOnChange
@@ -47,6 +50,7 @@ class RecallHolder(ReloadOnChange):
         self._model_dir = model_dir
         self._fs_version = feature_set_version
         self.current: files.RecallVersion | None = None
+        self.vector_index: VectorIndex | None = None  # over the current version's item vectors
         self.problem: str | None = None  # why nothing is served (mismatch, unreadable)
 
     def _disk_stamp(self) -> tuple[str | None, float]:
@@ -58,10 +62,11 @@ class RecallHolder(ReloadOnChange):
 
     def _load(self) -> bool:
         try:
-            self.current = files.load_current(self._model_dir, self._fs_version)
-            self.problem = None
+            loaded = files.load_current(self._model_dir, self._fs_version)
+            index = VectorIndex(loaded.vectors) if loaded is not None and loaded.vectors is not None else None
+            self.current, self.vector_index, self.problem = loaded, index, None
         except RecmeshError as err:
-            self.current, self.problem = None, str(err)
+            self.current, self.vector_index, self.problem = None, None, str(err)
             _log.error("recall_version_refused", error=str(err))
             return True
         except (OSError, ValueError, KeyError) as err:
@@ -73,6 +78,15 @@ class RecallHolder(ReloadOnChange):
             _log.info("recall_version", version=v.version, tables={n: len(t) for n, t in v.tables.items()},
                       bytes=sum(t.nbytes for t in v.tables.values()))  # fmt: skip
         return True
+
+    def serves(self, source: str) -> bool:
+        """Does the current version serve this source ("": any)?"""
+        v = self.current
+        if v is None:
+            return False
+        if source == "vectors":
+            return self.vector_index is not None
+        return not source or source in v.tables
 
     def blend(self) -> float:
         """The weight of the recall order against the model's (policy.blend_orders):
@@ -110,3 +124,59 @@ class LearntSource:
         decay = float(version.sources.get(self.name, {}).get("decay", 1.0))
         items = table.top(seeds, recency_weights(len(seeds), decay), ctx.limit, frozenset(seeds))
         return Recalled(items, attributes={"seeds": len(seeds), "version": version.version})
+
+
+# Exact inner-product search up to this many items; an HNSW graph beyond (as the
+# semantic index: M 32, efSearch 128).
+EXACT_SEARCH_ITEMS = 100_000
+
+
+class VectorIndex:
+    """Inner-product search over a team's item vectors (faiss)."""
+
+    def __init__(self, vectors: TwoTower) -> None:
+        import faiss
+
+        faiss.omp_set_num_threads(1)
+        self.vectors = vectors
+        matrix = np.ascontiguousarray(vectors.items, dtype=np.float32)
+        if len(matrix) <= EXACT_SEARCH_ITEMS:
+            self._index: faiss.Index = faiss.IndexFlatIP(vectors.dim)
+        else:
+            hnsw = faiss.IndexHNSWFlat(vectors.dim, 32, faiss.METRIC_INNER_PRODUCT)
+            hnsw.hnsw.efSearch = 128
+            self._index = hnsw
+        self._index.add(matrix)
+
+    def search(
+        self, query: npt.NDArray[np.float32], k: int, exclude: frozenset[str]
+    ) -> list[tuple[str, float]]:
+        ids = self.vectors.item_ids
+        want = min(len(ids), k + len(exclude))
+        scores, rows = self._index.search(query.reshape(1, -1).astype(np.float32), want)
+        out = [(ids[int(r)], float(s)) for s, r in zip(scores[0], rows[0], strict=True) if r >= 0]
+        return [(i, s) for i, s in out if i not in exclude][:k]
+
+
+class VectorSource:
+    """A team's two-tower retrieval: the user's vector (else the mean of their
+    history items' vectors) searched against the item vectors."""
+
+    name = "vectors"
+    role: Role = "learnt"
+
+    def __init__(self, holder: RecallHolder, roles: RecallRoles) -> None:
+        self._holder = holder
+        self._roles = roles
+
+    async def fetch(self, ctx: RecallContext) -> Recalled:
+        index = self._holder.vector_index
+        if index is None:
+            return Recalled([], attributes={"table": self._holder.problem or "absent"})
+        seeds = list(ctx.history) if ctx.history else last_viewed(self._roles, ctx.user)
+        query = index.vectors.query(ctx.user_id, seeds)
+        if query is None:
+            return Recalled([], attributes={"query": "none"})
+        own = ctx.user_id in index.vectors.user_row
+        items = index.search(query, ctx.limit, frozenset(seeds))
+        return Recalled(items, attributes={"query": "user" if own else "history"})

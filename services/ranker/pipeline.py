@@ -44,7 +44,7 @@ from recmesh.slo import with_budgets
 from recmesh.telemetry import FALLBACKS, LATENCY_BUCKETS
 from services.ranker import graph as graphs
 from services.ranker.graph import Graph, NodeSpec, PipelineGraphError
-from services.ranker.learnt import LearntSource, RecallHolder
+from services.ranker.learnt import LearntSource, RecallHolder, VectorSource
 from services.ranker.policy import LEVEL_NAMES, choose_level
 from services.ranker.recall import (
     CategorySource,
@@ -153,7 +153,8 @@ def build_pipeline(
         "covisit": CovisitSource(features, roles),
         "category": CategorySource(features, settings.affinity_categories, roles, settings.recall_cache_s),
         "semantic": SemanticSource(holder, roles, inference),
-        **{name: LearntSource(name, learnt, roles) for name in LEARNT_SOURCES},
+        **{name: LearntSource(name, learnt, roles) for name in LEARNT_SOURCES if name != "vectors"},
+        "vectors": VectorSource(learnt, roles),
     }
     kinds = {n.kind for n in graph.nodes.values()}
     # The user look-up brings the co-visitation recall along when a covisit
@@ -161,7 +162,8 @@ def build_pipeline(
     # user's history when a learnt source will.
     prefetch = roles.recent_items is not None and "recall.covisit" in kinds
     history = roles.history_cap if any(f"recall.{n}" in kinds for n in LEARNT_SOURCES) else 0
-    env = Env(features, inference, settings, fs, sources, prefetch, history, learnt.fusion, learnt.blend)
+    env = Env(features, inference, settings, fs, sources, prefetch, history, learnt.fusion, learnt.blend,
+              learnt.serves)  # fmt: skip
     return RankPipeline(env, graph, holder, learnt)
 
 
@@ -208,6 +210,8 @@ class RankPipeline:
         # gather would cost a future and a loop turn per node.
         inputs = {name: await fut for name, fut in zip(node.inputs, upstream, strict=True)}
         kind = KINDS[node.kind]
+        if kind.idle is not None and kind.idle(self._env):
+            return kind.neutral(self._env, req, node, inputs)
         slo = current_slo_class()
         self._climb_ladder(req, started, budget_ms)
         t0 = time.perf_counter()

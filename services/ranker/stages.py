@@ -121,6 +121,9 @@ class Env:
     # The learnt recall version's fusion weights and model/recall blend (services/ranker/learnt.py).
     learnt_fusion: Callable[[], dict[str, float]] = dict
     learnt_blend: Callable[[], float] = float
+    # Does the current learnt version serve this source ("": any)? Nothing is read
+    # or run for a learnt source it does not.
+    learnt_serves: Callable[[str], bool] = lambda _: False
 
 
 Inputs = Mapping[str, object]
@@ -135,6 +138,9 @@ class Kind:
     run: Run
     neutral: Neutral
     fallback: str  # the reason recorded when a skippable node fails ({node} is replaced)
+    # True when the node has nothing to do (a learnt source with no table): its
+    # neutral answer at once, with no span, metrics or deadline of its own.
+    idle: Callable[[Env], bool] | None = None
 
 
 def _one(inputs: Inputs, typ: type[object]) -> object | None:
@@ -173,7 +179,7 @@ async def _run_user(env: Env, req: RequestState, node: NodeSpec, inputs: Inputs,
     limit = env.settings.recall_per_source if env.prefetch_related else 0
     resp = await env.features.get_features(
         req.user_id, [], req.as_of_ms, cap_s=cap_s, related_limit=limit, related_per_item=limit,
-        history_limit=env.history_limit,
+        history_limit=env.history_limit if env.learnt_serves("") else 0,
     )  # fmt: skip
     fresh = {name: fv.freshness for name, fv in resp.user.features.items()}
     related = [(i.item_id, i.score) for i in resp.related] if resp.related_included else None
@@ -367,6 +373,10 @@ def _neutral_diversify(env: Env, req: RequestState, node: NodeSpec, inputs: Inpu
     return Ordered(o.items[: req.count], o.model_version, o.feature_version, o.categories)
 
 
+def _learnt_idle(source: str) -> Callable[[Env], bool]:
+    return lambda env: not env.learnt_serves(source)
+
+
 def _no_neutral(env: Env, req: RequestState, node: NodeSpec, inputs: Inputs) -> object:
     raise Unavailable(f"node '{node.name}' ({node.kind}) has no fallback")
 
@@ -403,11 +413,12 @@ def _kinds() -> dict[str, Kind]:
             run,
             neutral,
             "recall:{node}_unavailable",
+            _learnt_idle(source) if source in LEARNT_SOURCES else None,
         )
     return kinds
 
 
-LEARNT_SOURCES = ("knn", "ease", "similar")
+LEARNT_SOURCES = ("knn", "ease", "similar", "vectors")
 KINDS: dict[str, Kind] = _kinds()
 KIND_SPECS: dict[str, KindSpec] = {name: k.spec for name, k in KINDS.items()}
 # What the final node may produce, and how the answer is read from it.

@@ -237,13 +237,14 @@ async def test_the_request_query_steers_semantic_recall(
     assert dict(steered.recall_counts)["semantic"] > 0 and steered.sigma > 0.0
 
 
-async def test_a_teams_own_similar_items_table_is_served_as_a_recall_source(
+async def test_a_teams_own_table_and_vectors_are_served_as_recall_sources(
     mesh: Mesh, tmp_path: Path, capsys: object
 ) -> None:
-    """Bring your own candidates: a similar-items table made here, imported with
-    the CLI as a recall version, mapped by a real ranker and seeded by the
-    user's history (written by the one event write path, read in the user
-    look-up): its items come back with recall_counts naming the source."""
+    """Bring your own candidates: a similar-items table and item/user vectors made
+    here, imported with the CLI as recall versions, mapped by a real ranker; the
+    table seeded by the user's history (written by the one event write path,
+    read in the user look-up), the vectors searched with the user's vector:
+    their items come back with recall_counts naming the sources."""
     import json as _json
 
     from recmesh.tools.cli.main import main as cli_main
@@ -254,17 +255,18 @@ async def test_a_teams_own_similar_items_table_is_served_as_a_recall_source(
     table = tmp_path / "similar.jsonl"
     table.write_text("\n".join(_json.dumps({"item_id": m, "similar_id": p, "score": 1.0 - n / 10})
                                for m in music for n, p in enumerate(picks)) + "\n")  # fmt: skip
-    args = [
-        "recall",
-        "import",
-        "--similar",
-        str(table),
-        "--model-dir",
-        str(tmp_path),
-        "--repository",
-        str(fs.path),
-    ]
-    assert cli_main(args) == 0
+    where = ["--model-dir", str(tmp_path), "--repository", str(fs.path)]
+    assert cli_main(["recall", "import", "--similar", str(table), *where]) == 0
+    # ... and a two-tower model's vectors: the user's points at items nothing else proposes
+    towards = [i for i in CATALOG.item_ids if i not in music and i not in picks][:4]
+    items, users = tmp_path / "items.jsonl", tmp_path / "users.jsonl"
+    vec = {i: [1.0, 0.0] if i in towards else [0.0, 0.1] for i in CATALOG.item_ids}
+    items.write_text("\n".join(_json.dumps({"item_id": i, "vector": v}) for i, v in vec.items()) + "\n")
+    users.write_text(_json.dumps({"user_id": "u1996", "vector": [1.0, 0.0]}) + "\n")
+    assert (
+        cli_main(["recall", "import", "--item-vectors", str(items), "--user-vectors", str(users), *where])
+        == 0
+    )
     now = int(time.time() * 1000)
     behavior = sorted(fs.roles.learnt_behaviors)[0]
     events = [Event(event_id=f"byo-{n}", user_id="u1996", item_id=iid, behavior=behavior,
@@ -282,7 +284,8 @@ async def test_a_teams_own_similar_items_table_is_served_as_a_recall_source(
         await client.close()
         await ranker.stop(0.1)
     counts = dict(resp.recall_counts)
-    assert counts.get("similar") == len(picks), counts
+    assert counts.get("similar") == len(picks) and counts.get("vectors", 0) >= len(towards), counts
     ids = [i.item_id for i in resp.items]
     assert set(picks) <= set(ids), "the table's items are recalled and scored"
-    assert not [d for d in resp.degraded if "similar" in d], resp.degraded
+    assert set(towards) <= set(ids), "the user vector's nearest items are recalled and scored"
+    assert not [d for d in resp.degraded if "similar" in d or "vectors" in d], resp.degraded

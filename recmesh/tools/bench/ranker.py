@@ -1,7 +1,8 @@
 """`recmesh bench ranker`: latency of Rank calls against a running ranker.
 
 Sends `calls` Rank requests one after another (after `warmup` unmeasured ones)
-for demo users, each in a request scope of the chosen SLO class, and prints
+for users PREFIX0..PREFIX(N-1) (the demo's u0.., or another repository's ids
+with --user-prefix ''), each in a request scope of the chosen SLO class, and prints
 p50/p95/p99 and how often each degradation was reported. Run it against a mesh
 started with `recmesh up` (RANKER_ADDR or --addr).
 """
@@ -22,7 +23,7 @@ from recmesh.tools.bench.common import emit
 
 
 async def bench_ranker(
-    addr: str, calls: int, warmup: int, slo_class: str, count: int, users: int
+    addr: str, calls: int, warmup: int, slo_class: str, count: int, users: int, user_prefix: str = "u"
 ) -> dict[str, Any]:
     client = RankerClient(addr, "bench")
     budget_s = configured_classes()[slo_class].budget_ms / 1000
@@ -31,7 +32,7 @@ async def bench_ranker(
     errors = 0
     try:
         for n in range(warmup + calls):
-            user = f"u{(n * 7919) % users}"
+            user = f"{user_prefix}{(n * 7919) % users}"
             started = time.perf_counter()
             try:
                 with request_scope(slo_class, budget_s):
@@ -60,7 +61,9 @@ def main(args: Any) -> int:
 
     addr = args.addr or GatewaySettings().ranker_addr
     slo_class, count = args.slo_class, args.count
-    figures = asyncio.run(bench_ranker(addr, args.calls, args.warmup, slo_class, count, args.users))
+    figures = asyncio.run(
+        bench_ranker(addr, args.calls, args.warmup, slo_class, count, args.users, args.user_prefix)
+    )
     table = (
         f"Rank x{figures['calls']} (class {slo_class}, count {count}) against {addr}: "
         f"p50 {figures['p50_ms']} ms  p95 {figures['p95_ms']} ms  p99 {figures['p99_ms']} ms  "

@@ -281,6 +281,9 @@ def table(f: dict[str, Any]) -> str:
         lines.append(
             f"  {src:<38} " + " ".join(f"{r[c]:>10.3f}" for c in ("recall@100", "recall@200", "recall@500"))
         )
+    if f.get("recall_version"):
+        lines.append(f"  targets on items the learnt tables do not hold (cold items): "
+                     f"{f['targets_on_items_outside_the_tables']}")  # fmt: skip
     for name, notes in f["degraded"].items():
         if notes:
             lines.append(f"  {name} degraded: " + ", ".join(f"{n} x{c}" for n, c in notes.items()))

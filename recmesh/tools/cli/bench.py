@@ -96,7 +96,10 @@ def add_commands(sub: Any) -> None:
     br.add_argument("--warmup", type=int, default=30, help="calls first, not measured (default 30)")
     br.add_argument("--slo-class", default="A", choices=("A", "B", "C"))
     br.add_argument("--count", type=int, default=10)
-    br.add_argument("--users", type=int, default=2000, help="demo users u0..u(N-1)")
+    br.add_argument("--users", type=int, default=2000, help="users <prefix>0..<prefix>(N-1)")
+    br.add_argument(
+        "--user-prefix", default="u", help="the users' id prefix (default u, the demo's; '' for ids 0..N-1)"
+    )
     br.add_argument("--json", action="store_true")
     br.set_defaults(func=lazy("recmesh.tools.bench.ranker"))
 

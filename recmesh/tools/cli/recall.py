@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from recmesh.errors import InvalidArgument
 from recmesh.tools.cli.common import print_figures
 
 
@@ -36,11 +37,20 @@ def _cmd_import(args: argparse.Namespace) -> int:
     from recmesh.tools.training import recall
 
     fs = repository(args)
-    card = recall.import_similar(fs, Path(args.similar), _model_dir(args), args.weight, args.decay,
-                                 args.neighbours, not args.no_activate)  # fmt: skip
-    s = card["sources"]["similar"]
-    print_figures(card, args.json, f"recall version {card['version']}: similar {s['items']:,} items, "
-                  f"{s['entries']:,} pairs (fusion weight {args.weight})")  # fmt: skip
+    if bool(args.similar) == bool(args.item_vectors):
+        raise InvalidArgument("give one of --similar FILE or --item-vectors FILE [--user-vectors FILE]")
+    if args.similar:
+        card = recall.import_similar(fs, Path(args.similar), _model_dir(args), args.weight, args.decay,
+                                     args.neighbours, not args.no_activate)  # fmt: skip
+        s = card["sources"]["similar"]
+        text = f"similar {s['items']:,} items, {s['entries']:,} pairs"
+    else:
+        users = Path(args.user_vectors) if args.user_vectors else None
+        card = recall.import_vectors(fs, Path(args.item_vectors), users, _model_dir(args), args.weight,
+                                     not args.no_activate)  # fmt: skip
+        s = card["sources"]["vectors"]
+        text = f"vectors: {s['items']:,} items, {s['users']:,} users, {s['dim']} dimensions"
+    print_figures(card, args.json, f"recall version {card['version']}: {text} (fusion weight {args.weight})")
     return 0
 
 
@@ -94,9 +104,12 @@ def add_commands(sub: Any) -> None:
     b.add_argument("--seed", type=int, default=0)
     common(b)
     b.set_defaults(func=_cmd_build)
-    i = rsub.add_parser("import", help="your own similar-items table as the 'similar' recall source")
-    i.add_argument("--similar", required=True,
-                   help="JSON lines {item_id, similar_id, score} or CSV/TSV with those columns")  # fmt: skip
+    i = rsub.add_parser("import", help="your own candidates: a similar-items table ('similar' source) or "
+                        "item and user vectors ('vectors' source)")  # fmt: skip
+    i.add_argument("--similar", help="JSON lines {item_id, similar_id, score} or CSV/TSV with those columns")
+    i.add_argument("--item-vectors", help='JSON lines {"item_id", "vector": [...]} or .npz (ids, vectors)')
+    i.add_argument("--user-vectors", help='JSON lines {"user_id", "vector": [...]} or .npz; '
+                   "a user without one is the mean of their history's item vectors")  # fmt: skip
     i.add_argument("--weight", type=float, default=1.0, help="its fusion weight (the learnt ones are near 1)")
     i.add_argument("--decay", type=float, default=0.8, help="seed weight per step back in the user's history")
     i.add_argument("--neighbours", type=int, default=200, help="kept per item")

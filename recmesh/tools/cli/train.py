@@ -67,6 +67,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
             "items": args.items,
             **({"held_out": {"users": len(split.targets), "events": split.held_out_events,
                              "seed": args.seed}} if split else {}),
+            # the learnt retrieval built from the same log, served beside this model
+            **({"recall_version": recall_card["version"]} if recall_card else {}),
         }  # fmt: skip
     elif not fs.demo:
         raise InvalidArgument(f"repository {fs.name!r}: give your event log with --events LOG")

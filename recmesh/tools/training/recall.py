@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import orjson
 
 from recmesh.errors import InvalidArgument
@@ -164,27 +165,57 @@ def read_similar(path: Path) -> dict[str, list[tuple[str, float]]]:
     return rows
 
 
-def import_similar(
-    fs: FeatureSet, path: Path, model_dir: Path, weight: float, decay: float, neighbours: int, activate: bool
-) -> dict[str, Any]:
-    """A version holding the team's table as the `similar` source, beside the
-    current version's tables (kept as they are)."""
-    table = NeighbourTable.from_pairs(read_similar(path), neighbours)
-    if not len(table.indices):
-        raise InvalidArgument(f"{path}: no pair with a positive score")
-    tables: dict[str, NeighbourTable] = {}
+def _beside_current(fs: FeatureSet, model_dir: Path) -> tuple[dict[str, Any], files.RecallVersion | None]:
+    """A new version's card starting from the current version's (its tables kept)."""
     card: dict[str, Any] = {"feature_set_version": fs.version, "repository": fs.name, "sources": {},
                             "fusion": {}, "history": fs.roles.history_cap}  # fmt: skip
     current = files.load_current(model_dir, fs.version)
     if current is not None:
-        tables = dict(current.tables)
-        card = {k: v for k, v in current.card.items() if k not in ("version", "files")}
+        card = {k: v for k, v in current.card.items() if k not in ("version", "files", "vectors_file")}
         card["sources"] = dict(card.get("sources", {}))
         card["fusion"] = dict(card.get("fusion", {}))
-    tables["similar"] = table
+    card["built_at"] = datetime.now(UTC).isoformat(timespec="seconds")
+    return card, current
+
+
+def import_similar(
+    fs: FeatureSet, path: Path, model_dir: Path, weight: float, decay: float, neighbours: int, activate: bool
+) -> dict[str, Any]:
+    """A version holding the team's table as the `similar` source, beside the
+    current version's tables and vectors (kept as they are)."""
+    table = NeighbourTable.from_pairs(read_similar(path), neighbours)
+    if not len(table.indices):
+        raise InvalidArgument(f"{path}: no pair with a positive score")
+    card, current = _beside_current(fs, model_dir)
+    tables = {**(current.tables if current else {}), "similar": table}
     card["sources"]["similar"] = {"decay": decay, "imported_from": str(path.resolve()), "items": len(table),
                                   "entries": len(table.indices), "bytes": table.nbytes}  # fmt: skip
     card["fusion"]["similar"] = weight
-    card["built_at"] = datetime.now(UTC).isoformat(timespec="seconds")
-    card["version"] = files.save(model_dir, card, tables, activate)
+    vectors = current.vectors if current else None
+    card["version"] = files.save(model_dir, card, tables, activate, vectors)
+    return card
+
+
+def import_vectors(
+    fs: FeatureSet, items: Path, users: Path | None, model_dir: Path, weight: float, activate: bool
+) -> dict[str, Any]:
+    """A version holding the team's item (and user) vectors as the `vectors`
+    source, beside the current version's tables."""
+    from recmesh.retrieval.vectors import TwoTower, read_vectors
+
+    item_ids, item_matrix = read_vectors(items, "item_id")
+    user_ids, user_matrix = (
+        read_vectors(users, "user_id") if users else ([], np.zeros((0, item_matrix.shape[1]), np.float32))
+    )
+    if user_matrix.shape[1] != item_matrix.shape[1]:
+        raise InvalidArgument(
+            f"{users}: user vectors have {user_matrix.shape[1]} numbers, item vectors {item_matrix.shape[1]}"
+        )
+    two = TwoTower(item_ids, item_matrix, user_ids, user_matrix)
+    card, current = _beside_current(fs, model_dir)
+    sources = [str(items.resolve()), str(users.resolve()) if users else None]
+    card["sources"]["vectors"] = {"imported_from": sources, "items": len(item_ids), "users": len(user_ids),
+                                  "dim": two.dim, "bytes": two.nbytes}  # fmt: skip
+    card["fusion"]["vectors"] = weight
+    card["version"] = files.save(model_dir, card, dict(current.tables) if current else {}, activate, two)
     return card

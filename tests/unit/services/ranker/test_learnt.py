@@ -99,3 +99,25 @@ def test_the_model_recall_blend_applies_only_with_a_learnt_version(
     _save(tmp_path, demo_fs.version)
     holder.refresh()
     assert holder.blend() == 2.0
+
+
+async def test_the_vectors_source_searches_with_the_users_vector_or_their_history(
+    tmp_path: Path, demo_fs: FeatureSet
+) -> None:
+    import numpy as np
+
+    from recmesh.retrieval.vectors import TwoTower
+    from services.ranker.learnt import VectorSource
+
+    items = np.array([[1, 0], [0.9, 0.1], [0, 1]], np.float32)
+    two = TwoTower(["a", "b", "c"], items, ["u1"], np.array([[0, 1]], np.float32))
+    files.save(
+        tmp_path, {"feature_set_version": demo_fs.version, "fusion": {"vectors": 1.0}}, {}, vectors=two
+    )
+    holder = RecallHolder(tmp_path, demo_fs.version)
+    holder.refresh()
+    source = VectorSource(holder, demo_fs.roles)
+    own = await source.fetch(_ctx([]))  # u1's own vector points at c
+    assert own.items[0][0] == "c" and own.attributes["query"] == "user"
+    other = await source.fetch(RecallContext("u9", {}, {}, 10, 1.0, history=["a"]))
+    assert [i for i, _ in other.items][:1] == ["b"] and other.attributes["query"] == "history"  # a is seen

@@ -86,3 +86,18 @@ async def test_the_diversity_categories_are_the_repositorys_recall_category(
     assert isinstance(out, ItemFeatures)
     # The first value of a multi-valued category; an item without one is left out.
     assert out.categories == {"i1": "news", "i3": "music"}
+
+
+async def test_the_user_lookup_asks_for_the_history_only_when_a_learnt_source_serves(
+    demo_fs: FeatureSet,
+) -> None:
+    for serves, want in ((False, 0), (True, demo_fs.roles.history_cap)):
+        features = RecordingFeatures([])
+
+        def learnt_serves(source: str, answer: bool = serves) -> bool:
+            return answer
+
+        env = Env(features, None, RankerSettings(), demo_fs, {}, history_limit=demo_fs.roles.history_cap,  # type: ignore[arg-type]
+                  learnt_serves=learnt_serves)  # fmt: skip
+        await _run_user(env, RequestState("u1", 5, 1_000, {}, frozenset()), None, {}, 1.0)  # type: ignore[arg-type]
+        assert features.calls[0]["history_limit"] == want

@@ -1,0 +1,81 @@
+"""`recmesh recall`: building a repository's learnt retrieval, a team's table, clear errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from recmesh.errors import InvalidArgument
+from recmesh.events import Event
+from recmesh.features.repository import FeatureSet
+from recmesh.retrieval import files
+from recmesh.tools.cli.main import main as cli_main
+from recmesh.tools.training import recall
+
+
+def _events(fs: FeatureSet) -> list[Event]:
+    """Per user six steps, each a view and a click on it a moment later (the
+    demo's label: a click within 10 s makes the view a positive example)."""
+    assert set(fs.roles.learnt_behaviors) == {"click"}
+    out = []
+    for u in range(60):
+        for s in range(6):
+            t = 1_700_000_000_000 + s * 10_000 + u
+            item = f"i{(u + s) % 25}"
+            out.append(
+                Event(event_id=f"v{u}-{s}", user_id=f"u{u}", item_id=item, behavior="view", event_time=t)
+            )
+            out.append(Event(event_id=f"c{u}-{s}", user_id=f"u{u}", item_id=item, behavior="click",
+                             event_time=t + 1000))  # fmt: skip
+    return sorted(out, key=lambda e: (e.event_time, e.event_id))
+
+
+def test_build_tunes_builds_and_records_a_current_version(tmp_path: Path, demo_fs: FeatureSet) -> None:
+    card = recall.build(demo_fs, _events(demo_fs), tmp_path, progress=lambda _: None)
+    assert files.current_version(tmp_path) == card["version"]
+    assert card["feature_set_version"] == demo_fs.version
+    assert set(card["sources"]) == {"knn", "ease"} and card["tuning"]["users"] > 0
+    assert set(card["fusion"]) <= {"knn", "ease", "popular"} and max(card["fusion"].values()) > 0
+    loaded = files.load_current(tmp_path, demo_fs.version)
+    assert loaded is not None and len(loaded.tables["knn"]) == 25
+
+
+def test_a_log_without_the_learnt_behaviours_is_a_clear_error(tmp_path: Path, demo_fs: FeatureSet) -> None:
+    events = [e for e in _events(demo_fs) if e.behavior == "view"]
+    with pytest.raises(InvalidArgument, match="no event of the learnt behaviours"):
+        recall.build(demo_fs, events, tmp_path, progress=lambda _: None)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("item_id,similar_id,score\na,b,0.5\na,c,oops\n", r"similar.csv:3: ValueError"),
+        ("item,other\na,b\n", r"similar.csv:1: the header must name item_id, similar_id and score"),
+        ("", "empty"),
+    ],
+)
+def test_a_bad_similar_items_file_names_the_line(tmp_path: Path, text: str, message: str) -> None:
+    (tmp_path / "similar.csv").write_text(text)
+    with pytest.raises(InvalidArgument, match=message):
+        recall.read_similar(tmp_path / "similar.csv")
+
+
+def test_import_keeps_the_current_tables_and_the_cli_says_a_mistake_in_one_line(
+    tmp_path: Path, demo_fs: FeatureSet, capsys: pytest.CaptureFixture[str]
+) -> None:
+    recall.build(demo_fs, _events(demo_fs), tmp_path, progress=lambda _: None)
+    table = tmp_path / "similar.jsonl"
+    table.write_text(json.dumps({"item_id": "i1", "similar_id": "i2", "score": 1.0}) + "\n")
+    where = ["--model-dir", str(tmp_path), "--repository", str(demo_fs.path)]
+    assert cli_main(["recall", "import", "--similar", str(table), *where]) == 0
+    loaded = files.load_current(tmp_path, demo_fs.version)
+    assert loaded is not None and set(loaded.tables) == {"knn", "ease", "similar"}
+    assert loaded.card["fusion"]["similar"] == 1.0
+    capsys.readouterr()
+    table.write_text('{"item_id": "i1"}\n')
+    assert cli_main(["recall", "import", "--similar", str(table), *where]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "similar.jsonl:1" in err[0], err
+    assert cli_main(["recall", "activate", "nope", *where]) == 2
