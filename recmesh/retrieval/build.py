@@ -300,18 +300,27 @@ def _rank_all(
     return out
 
 
+Popularity = Callable[[Sequence[Event]], list[str]]
+
+
 def tune(events: Sequence[Event], cfg: BuildConfig, is_target: Sequence[bool], users: int = 2000,
-         seed: int = 0, progress: Progress = lambda _: None) -> Tuned:  # fmt: skip
+         seed: int = 0, progress: Progress = lambda _: None,
+         popularity: Popularity | None = None) -> Tuned:  # fmt: skip
     """Seed decay per method, EASE's lambda and the fusion weights that give the
-    best NDCG@10 on a leave-last-out split of `events` (module docstring)."""
+    best NDCG@10 on a leave-last-out split of `events` (module docstring).
+    `popularity`: the ranked list the ranker's popularity source would serve,
+    from the events it may see (default: the learnt behaviours' counts)."""
     hold = holdout(events, is_target, cfg.behaviors, cfg.history, users, seed)
     out = Tuned(users=len(hold.targets))
     if not hold.targets:
         out.fusion = {m: 1.0 for m in cfg.methods} | {"popular": 0.25}
         return out
     data = interactions(hold.training, cfg.behaviors)
-    pop_count = np.bincount(data.items, weights=data.weights, minlength=data.n_items)
-    popular = [data.item_ids[int(i)] for i in np.lexsort((np.arange(data.n_items), -pop_count))[:500]]
+    if popularity is not None:
+        popular = popularity(hold.training)[:500]
+    else:
+        pop_count = np.bincount(data.items, weights=data.weights, minlength=data.n_items)
+        popular = [data.item_ids[int(i)] for i in np.lexsort((np.arange(data.n_items), -pop_count))[:500]]
     depth = 200  # each source's list fused (the ranker's recall_per_source is 100 to 200)
     best_lists: dict[str, dict[str, list[str]]] = {}
     targets = {u: t for u, t in hold.targets.items() if u in hold.history}

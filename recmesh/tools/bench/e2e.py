@@ -59,14 +59,27 @@ def _mesh_env(state_dir: Path, extra: Mapping[str, str]) -> tuple[dict[str, int]
     return ports, env
 
 
+def _declares_item_texts(env: Mapping[str, str]) -> bool:
+    from recmesh.features.repository import resolve_repository
+
+    where = env.get("RECMESH_REPOSITORY")
+    return resolve_repository(Path(where) if where else None).decl.items.texts is not None
+
+
 async def _background_done(
-    proc: subprocess.Popen[bytes], model_dir: Path, log_dir: Path, deadline: float
+    proc: subprocess.Popen[bytes], model_dir: Path, log_dir: Path, deadline: float, texts: bool = True
 ) -> None:
     """Wait for `recmesh up`'s background item embedding (a fresh state dir has
     no item vectors) and for the ranker to load them: measuring while it runs
-    would charge a busy core to the mesh and leave semantic recall off."""
+    would charge a busy core to the mesh and leave semantic recall off. A
+    repository without item texts has nothing to embed: nothing to wait for."""
     if load_item_vectors(model_dir) is None:
-        print("waiting for the background item embedding (fresh state, ~30 s) ...", flush=True)
+        if not texts:
+            return
+        # progress on stderr: a --json caller's standard output stays its figures
+        print(
+            "waiting for the background item embedding (fresh state, ~30 s) ...", file=sys.stderr, flush=True
+        )
         while load_item_vectors(model_dir) is None:
             if proc.poll() is not None:
                 raise RuntimeError(f"recmesh up exited {proc.returncode}; see {log_dir / 'up.log'}")
@@ -116,7 +129,7 @@ async def started_mesh(
                 await asyncio.sleep(0.5)
         await asyncio.sleep(2.0)  # let the demo events land
         model_dir = Path(env.get("RECMESH_MODEL_DIR") or log_dir / "models")
-        await _background_done(proc, model_dir, log_dir, deadline)
+        await _background_done(proc, model_dir, log_dir, deadline, _declares_item_texts(env))
         yield StartedMesh(url, proc.pid, ports)
     finally:
         proc.send_signal(signal.SIGINT)

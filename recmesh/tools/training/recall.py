@@ -10,6 +10,7 @@ makes a version from a team's own similar-items table.
 from __future__ import annotations
 
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -61,6 +62,36 @@ def targets(fs: FeatureSet, events: Sequence[Event]) -> tuple[list[bool], str]:
     return [ev.behavior in strongest for ev in events], f"events of {sorted(strongest)}"
 
 
+def served_popularity(fs: FeatureSet) -> rb.Popularity | None:
+    """What the ranker's `popular` source serves, as the tuning must weigh it: the
+    declared popularity feature's ranking (from the catalog), or counts of the
+    popularity behaviours in the events; None without either (no popular source
+    worth a weight: the learnt behaviours' counts stand in)."""
+    roles = fs.roles
+    if roles.popularity_feature is not None:
+        from recmesh.features.offline import read_entities
+
+        source = fs.entity_source("item")
+        if source is None:
+            return None
+        values: dict[str, float] = {}
+        for item_id, row in read_entities(fs, "item", source):
+            value = row.get(roles.popularity_feature)
+            if isinstance(value, int | float):
+                values[item_id] = float(value)
+        ranked = sorted(values, key=lambda i: (-values[i], i))
+        return lambda _events: ranked
+    if roles.popularity_behaviors:
+        behaviors = roles.popularity_behaviors
+
+        def counted(events: Sequence[Event]) -> list[str]:
+            counts = Counter(ev.item_id for ev in events if ev.behavior in behaviors)
+            return sorted(counts, key=lambda i: (-counts[i], i))
+
+        return counted
+    return None
+
+
 def build(
     fs: FeatureSet,
     events: Sequence[Event],
@@ -77,7 +108,7 @@ def build(
     is_target, what = targets(fs, events)
     progress(f"learnt retrieval: tuning {', '.join(cfg.methods)} on {len(events):,} events, "
              f"each user's last of {what} held out ...")  # fmt: skip
-    tuned = rb.tune(events, cfg, is_target, TUNING_USERS, seed, progress)
+    tuned = rb.tune(events, cfg, is_target, TUNING_USERS, seed, progress, served_popularity(fs))
     data = rb.interactions(events, cfg.behaviors)
     if not len(data.items):
         raise InvalidArgument(

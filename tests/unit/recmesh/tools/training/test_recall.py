@@ -79,3 +79,17 @@ def test_import_keeps_the_current_tables_and_the_cli_says_a_mistake_in_one_line(
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "similar.jsonl:1" in err[0], err
     assert cli_main(["recall", "activate", "nope", *where]) == 2
+
+
+def test_the_tuning_weighs_the_popularity_the_ranker_serves(demo_fs: FeatureSet) -> None:
+    """The demo declares popularity as an item feature: the tuning ranks by it
+    (from the catalog), as the ranker's popular source does, not by the log."""
+    from recmesh.features.offline import read_entities
+
+    served = recall.served_popularity(demo_fs)
+    assert served is not None
+    ranked = served([])
+    source = demo_fs.entity_source("item")
+    assert source is not None
+    values = {i: float(row["popularity"]) for i, row in read_entities(demo_fs, "item", source)}  # type: ignore[arg-type]
+    assert len(ranked) == len(values) and values[ranked[0]] == max(values.values())
