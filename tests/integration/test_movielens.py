@@ -16,6 +16,7 @@ import shutil
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
@@ -204,6 +205,35 @@ async def test_movielens_is_served_and_matches_its_replay(
         assert compared.get(name, 0) > 0, (name, compared)
 
 
+def _train_ranking(
+    sl: Slice,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    users: int,
+    epochs: int,
+) -> dict[str, Any]:
+    """The team's steps: their ratings as a canonical log, then `train --ranking --json`; its figures."""
+    monkeypatch.setenv("RECMESH_REPOSITORY", str(sl.repo))
+    monkeypatch.setenv("RECMESH_STATE_DIR", str(tmp_path / "state"))
+    log = tmp_path / "ml-events.jsonl"
+    assert cli_main(["events", "import", str(sl.ratings), "--to", "log", "--out", str(log)]) == 0
+    capsys.readouterr()
+    args = [
+        "train",
+        "--events",
+        str(log),
+        "--ranking",
+        "--ranking-users",
+        str(users),
+        "--epochs",
+        str(epochs),
+    ]
+    assert cli_main([*args, "--json"]) == 0
+    figures: dict[str, Any] = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    return figures
+
+
 @pytest.mark.timeout(300)
 def test_train_ranking_measures_the_served_mesh_by_leave_last_out(
     movielens: Slice, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
@@ -214,14 +244,7 @@ def test_train_ranking_measures_the_served_mesh_by_leave_last_out(
     alone and popularity reported. The served answers really came from the
     model (no scoring fallback), recall alone really skipped it."""
     state = tmp_path / "state"
-    monkeypatch.setenv("RECMESH_REPOSITORY", str(movielens.repo))
-    monkeypatch.setenv("RECMESH_STATE_DIR", str(state))
-    log = tmp_path / "ml-events.jsonl"
-    assert cli_main(["events", "import", str(movielens.ratings), "--to", "log", "--out", str(log)]) == 0
-    capsys.readouterr()
-    args = ["train", "--events", str(log), "--ranking", "--ranking-users", "8", "--epochs", "1", "--json"]
-    assert cli_main(args) == 0
-    figures = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    figures = _train_ranking(movielens, tmp_path, monkeypatch, capsys, users=8, epochs=1)
     ranking = figures["ranking"]
     assert ranking["targets"] == 8 and ranking["k"] == 10
     for name in ("served", "recall_alone", "popularity"):
@@ -250,14 +273,7 @@ def test_learnt_retrieval_serves_a_ranking_better_than_recall_alone_and_populari
     popularity and the fused recall order alone; the learnt tables put the
     target among the candidates far more often than popularity does."""
     sl = _slice(movielens_data, tmp_path, LEARNT_SLICE)
-    monkeypatch.setenv("RECMESH_REPOSITORY", str(sl.repo))
-    monkeypatch.setenv("RECMESH_STATE_DIR", str(tmp_path / "state"))
-    log = tmp_path / "ml-events.jsonl"
-    assert cli_main(["events", "import", str(sl.ratings), "--to", "log", "--out", str(log)]) == 0
-    capsys.readouterr()
-    args = ["train", "--events", str(log), "--ranking", "--ranking-users", "150", "--epochs", "2", "--json"]
-    assert cli_main(args) == 0
-    figures = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    figures = _train_ranking(sl, tmp_path, monkeypatch, capsys, users=150, epochs=2)
     r = figures["ranking"]
     assert r["recall_version"] == figures["recall_version"] and r["targets"] == 150
     served, alone, popularity = r["served"], r["recall_alone"], r["popularity"]
