@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import ctypes
 import os
+import random
 import shutil
 import signal
 import socket
@@ -86,13 +87,40 @@ class ManagedProcess:
             return ""
 
 
+# Ports handed out by this process: never handed out twice.
+_HANDED_OUT: set[int] = set()
+_PICK = random.SystemRandom()
+LOWEST_PORT = 10_000  # below: well-known and registered services (and recmesh up's defaults)
+
+
+def _ephemeral_range() -> tuple[int, int]:
+    """The kernel's range for the local end of outgoing connections."""
+    try:
+        low, high = (int(v) for v in Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+    except (OSError, ValueError):
+        return 32768, 60999  # Linux's default
+    return low, high
+
+
 def free_port(below: int = 65536) -> int:
-    """A free loopback port under `below` (a Redis Cluster node also needs port + 10000)."""
-    while True:
+    """A free loopback port under `below` (a Redis Cluster node also needs port + 10000),
+    never one handed out before by this process. It is drawn outside the kernel's
+    ephemeral range: a port from that range (what binding port 0 gives) can be
+    taken as the local end of any outgoing connection between now and the moment
+    a server binds it, and the server then fails to start."""
+    low, _ = _ephemeral_range()
+    top = min(below, low)
+    for _ in range(10_000 if top - LOWEST_PORT > 1000 else 0):
+        port = _PICK.randrange(LOWEST_PORT, top)
+        if port not in _HANDED_OUT and port_is_free("127.0.0.1", port):
+            _HANDED_OUT.add(port)
+            return port
+    while True:  # no room below the ephemeral range: the kernel's choice
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
             s.bind(("127.0.0.1", 0))
             port = int(s.getsockname()[1])
-        if port < below:
+        if port < below and port not in _HANDED_OUT:
+            _HANDED_OUT.add(port)
             return port
 
 
