@@ -18,6 +18,35 @@ def _ranking_dir() -> Path:
     return UpSettings().state_dir / "ranking"
 
 
+def _check_labels(fs: Any, events: list[Any]) -> None:
+    """Refuse, before minutes of replay, a log the label rule makes one class of."""
+    from recmesh.features.backfill import LabelRule
+    from recmesh.tools.training.ranking import positive_examples
+
+    rule = LabelRule.of(fs)
+    examples = sum(1 for ev in events if ev.behavior in rule.examples)
+    positives = sum(positive_examples(rule, events))
+    where = f"{fs.path}: [training]"
+    if not examples:
+        raise InvalidArgument(
+            f"{where} examples = {sorted(rule.examples)}: the log has no event of these behaviours "
+            f"(it has {sorted({ev.behavior for ev in events})})"
+        )
+    if not positives:
+        raise InvalidArgument(
+            f"{where} label ({rule.describe()}) calls none of the {examples:,} example events positive, "
+            "and a model cannot learn from one class. An event never labels itself: label by a later "
+            'event of another behaviour (label = { behaviors = [...], within = "..." }) or by a value '
+            "the events carry (label = { field = ..., at_least = ... })"
+        )
+    if positives == examples and not rule.negatives:
+        raise InvalidArgument(
+            f"{where} label calls every one of the {examples:,} example events positive and "
+            "training.negatives is 0: a model cannot learn from one class; add negatives = 4 "
+            "(catalog items the user had no event on, drawn per example)"
+        )
+
+
 def _cmd_train(args: argparse.Namespace) -> int:
     from recmesh.settings import InferenceSettings
     from recmesh.tools.cli.data import catalog_tables, repository
@@ -39,16 +68,23 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
         users, items = catalog_tables(fs, args.users, args.items)
         say(f"replaying {args.events} through repository {fs.name!r} ({fs.version}) for training rows ...")
-        events = sorted_events(Path(args.events), fs.event_schema)
+        logged_all = list(sorted_events(Path(args.events), fs.event_schema))
+        events = iter(logged_all)
+        _check_labels(fs, logged_all)
         if args.ranking:
             from recmesh.features.backfill import LabelRule
             from recmesh.tools.training.ranking import leave_last_out
 
-            split = leave_last_out(LabelRule.of(fs), list(events), args.ranking_users, args.seed)
+            split = leave_last_out(LabelRule.of(fs), logged_all, args.ranking_users, args.seed)
             say(
                 f"leave-last-out: {len(split.targets)} users' last positive examples held out "
                 f"({split.held_out_events} events; {split.users_with_a_positive} users have one)"
             )
+            if not split.targets:
+                raise InvalidArgument(
+                    f"{args.events}: no user has a positive example after an earlier event of theirs, "
+                    "so there is nothing to hold out and rank from a history"
+                )
             events = iter(split.training)
             model_dir = _ranking_dir() / "models"
         if fs.roles.learnt_behaviors:
