@@ -26,7 +26,7 @@ from recmesh.retrieval import files
 from recmesh.retrieval.table import recency_weights
 from recmesh.retrieval.vectors import TwoTower
 from services.ranker.fusion import Role
-from services.ranker.recall import RecallContext, Recalled, last_viewed
+from services.ranker.recall import RecallContext, Recalled, history_seeds
 from services.ranker.reload import ReloadOnChange
 
 _log = structlog.get_logger("recmesh.ranker.learnt")
@@ -118,7 +118,7 @@ class LearntSource:
         table = version.tables.get(self.name)
         if table is None:
             return Recalled([], attributes={"table": "absent"})
-        seeds = list(ctx.history) if ctx.history else last_viewed(self._roles, ctx.user)
+        seeds = history_seeds(self._roles, ctx)
         if not seeds:
             return Recalled([], attributes={"seeds": 0, "version": version.version})
         decay = float(version.sources.get(self.name, {}).get("decay", 1.0))
@@ -173,7 +173,7 @@ class VectorSource:
         index = self._holder.vector_index
         if index is None:
             return Recalled([], attributes={"table": self._holder.problem or "absent"})
-        seeds = list(ctx.history) if ctx.history else last_viewed(self._roles, ctx.user)
+        seeds = history_seeds(self._roles, ctx)
         query = index.vectors.query(ctx.user_id, seeds)
         if query is None:
             return Recalled([], attributes={"query": "none"})

@@ -76,6 +76,12 @@ def last_viewed(roles: RecallRoles, user: Mapping[str, FeatureValue]) -> list[st
     return seeds_of(user.get(roles.recent_items)) if roles.recent_items else []
 
 
+def history_seeds(roles: RecallRoles, ctx: RecallContext) -> list[str]:
+    """Learnt retrieval's seeds: the user's history the look-up brought (newest
+    first), else their recent items."""
+    return list(ctx.history) if ctx.history else last_viewed(roles, ctx.user)
+
+
 class PopularSource:
     """Real-time popularity from the feature service (cached, stale on failure)."""
 
