@@ -18,8 +18,8 @@ import random
 import time
 import zlib
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +41,7 @@ class Example:
     user: dict[str, FeatureValue]
     item: dict[str, FeatureValue]
     label: int
+    weight: float = 1.0  # in the training loss: training.weights of its behaviour (negatives 1)
 
 
 def offline_values(fs: FeatureSet, entity: Entity, row: Mapping[str, Any] | None) -> dict[str, FeatureValue]:
@@ -147,12 +148,14 @@ class _Pending:
     user: dict[str, FeatureValue]
     item: dict[str, FeatureValue]
     label: int = 0
+    weight: float = 1.0
 
 
 @dataclass
 class LabelRule:
     """The repository's label: a later event of `behaviors` on the same item
-    within `within_ms`, or the example's own value `field` >= `at_least`."""
+    within `within_ms`, the example's own value `field` >= `at_least`, or
+    (`implicit`) the example event itself."""
 
     behaviors: frozenset[str] = frozenset()
     within_ms: int = 0
@@ -161,6 +164,8 @@ class LabelRule:
     examples: frozenset[str] = frozenset()
     negatives: int = 0  # sampled catalog items per example, labelled 0
     hard_share: float = 0.0  # of them, drawn from items co-occurring with the user's recent ones
+    implicit: bool = False
+    weights: Mapping[str, float] = field(default_factory=dict)  # behaviour -> example weight
 
     @classmethod
     def of(cls, fs: FeatureSet) -> LabelRule:
@@ -179,23 +184,68 @@ class LabelRule:
             frozenset(t.examples),
             t.negatives,
             t.hard_negatives,
+            lab.implicit,
+            dict(t.weights),
         )
 
     def examples_text(self) -> str:
         return "/".join(sorted(self.examples))
 
+    def immediate(self, ev: Event) -> int | None:
+        """The label of an example event known from the event alone (a value
+        rule, implicit feedback); None when a later event decides it."""
+        if self.implicit:
+            return 1
+        if self.value_field is not None:
+            value = ev.values.get(self.value_field)
+            return int(value is not None and value >= self.at_least)
+        return None
+
+    def weight(self, behavior: str) -> float:
+        return self.weights.get(behavior, 1.0)
+
     def describe(self) -> str:
-        rule = (
-            f"{self.value_field} >= {self.at_least}"
-            if self.value_field is not None
-            else f"a {'/'.join(sorted(self.behaviors))} on the item within {self.within_ms} ms"
-        )
+        if self.implicit:
+            rule = f"every {self.examples_text()} event is a positive (implicit feedback)"
+        elif self.value_field is not None:
+            rule = f"{self.value_field} >= {self.at_least}"
+        else:
+            rule = f"a {'/'.join(sorted(self.behaviors))} on the item within {self.within_ms} ms"
+        if self.weights:
+            rule += "; weighted " + ", ".join(f"{b} {w:g}" for b, w in sorted(self.weights.items()))
         if self.negatives:
             rule += (
                 f"; {self.negatives} sampled catalog items the user had no event on per example, labelled 0"
                 f" ({self.hard_share:.0%} of them among items co-occurring with the user's recent ones)"
             )
         return rule
+
+
+def positive_examples(rule: LabelRule, events: Sequence[Event]) -> list[bool]:
+    """Per event (sorted by time): is it an example the label rule calls positive?"""
+    positive = [False] * len(events)
+    if rule.implicit or rule.value_field is not None:
+        for n, ev in enumerate(events):
+            if ev.behavior in rule.examples:
+                positive[n] = rule.immediate(ev) == 1
+        return positive
+    open_examples: dict[tuple[str, str], list[int]] = {}
+    for n, ev in enumerate(events):
+        key = (ev.user_id, ev.item_id)
+        if ev.behavior in rule.behaviors:
+            for m in open_examples.get(key, ()):
+                prior = events[m]
+                if prior.event_time <= ev.event_time <= prior.event_time + rule.within_ms and (
+                    prior.event_id != ev.event_id
+                ):
+                    positive[m] = True
+        if ev.behavior in rule.examples:
+            held = open_examples.setdefault(key, [])
+            held.append(n)
+            # Examples older than the label window can no longer turn positive.
+            while held and events[held[0]].event_time + rule.within_ms < ev.event_time:
+                held.pop(0)
+    return positive
 
 
 def _within_ms(value: str | int | None) -> int:
@@ -279,7 +329,7 @@ def training_examples(
                 queue.remove(p)
                 if not queue:
                     del waiting[key]
-            yield Example(p.user_id, p.item_id, p.t - 1, p.user, p.item, p.label)
+            yield Example(p.user_id, p.item_id, p.t - 1, p.user, p.item, p.label, p.weight)
 
     catalog = sorted(items)
     if rule.negatives and not catalog:
@@ -332,13 +382,11 @@ def training_examples(
             itf = {k: v for k, (v, _) in state.features("item", ev.item_id, as_of).items()}
             uf.update(off(users_off, "user", ev.user_id))
             itf.update(off(items_off, "item", ev.item_id))
-            label = 0
-            if rule.value_field is not None:
-                value = ev.values.get(rule.value_field)
-                label = int(value is not None and value >= rule.at_least)
-            p = _Pending(ev.user_id, ev.item_id, ev.event_id, t, uf, itf, label)
-            if rule.value_field is not None:
-                yield Example(p.user_id, p.item_id, p.t - 1, p.user, p.item, p.label)
+            known = rule.immediate(ev)
+            weight = rule.weight(ev.behavior)
+            p = _Pending(ev.user_id, ev.item_id, ev.event_id, t, uf, itf, known or 0, weight)
+            if known is not None:
+                yield Example(p.user_id, p.item_id, p.t - 1, p.user, p.item, p.label, p.weight)
             else:
                 pending.append(p)
                 waiting.setdefault((p.user_id, p.item_id), []).append(p)
@@ -348,6 +396,54 @@ def training_examples(
             hard.add(ev)
         state.apply(ev)
     yield from flush(None)
+
+
+@dataclass(frozen=True)
+class Query:
+    """Features of a user and some items as of a moment (a ranking request, replayed)."""
+
+    user_id: str
+    as_of_ms: int
+    items: tuple[str, ...]
+
+
+def features_as_of(
+    fs: FeatureSet,
+    events: Iterable[Event],
+    users: Mapping[str, Mapping[str, Any]],
+    items: Mapping[str, Mapping[str, Any]],
+    queries: Iterable[Query],
+) -> Iterator[tuple[Query, dict[str, FeatureValue], list[dict[str, FeatureValue]]]]:
+    """Each query answered as a look-up at its `as_of_ms` would have been: the
+    events (sorted by time) replayed up to it, then the user's and each item's
+    features, real-time and offline. Queries are answered in time order."""
+    state = ReplayState(fs, users, items)
+    pending = deque(sorted(queries, key=lambda q: (q.as_of_ms, q.user_id)))
+    users_off: dict[str, dict[str, FeatureValue]] = {}
+    items_off: dict[str, dict[str, FeatureValue]] = {}
+
+    def answer(q: Query) -> tuple[Query, dict[str, FeatureValue], list[dict[str, FeatureValue]]]:
+        uf = {k: v for k, (v, _) in state.features("user", q.user_id, q.as_of_ms).items()}
+        if q.user_id not in users_off:
+            users_off[q.user_id] = offline_values(fs, "user", users.get(q.user_id))
+        uf.update(users_off[q.user_id])
+        rows = []
+        for item in q.items:
+            itf = {k: v for k, (v, _) in state.features("item", item, q.as_of_ms).items()}
+            if item not in items_off:
+                items_off[item] = offline_values(fs, "item", items.get(item))
+            itf.update(items_off[item])
+            rows.append(itf)
+        return q, uf, rows
+
+    for ev in events:
+        while pending and pending[0].as_of_ms < ev.event_time:
+            yield answer(pending.popleft())
+        if not pending:
+            return
+        state.apply(ev)
+    while pending:
+        yield answer(pending.popleft())
 
 
 def backfill(
@@ -360,7 +456,7 @@ def backfill(
     run_size: int = 200_000,
 ) -> dict[str, Any]:
     """Point-in-time training rows for an event log, as JSON lines:
-    {"user_id", "item_id", "as_of_ms", "label", "feature_version", "user": {...}, "item": {...}}."""
+    {"user_id", "item_id", "as_of_ms", "label", "weight", "feature_version", "user": {...}, "item": {...}}."""
     from recmesh.features.eventlog import sorted_events
 
     started = time.perf_counter()
@@ -374,6 +470,7 @@ def backfill(
                         "item_id": ex.item_id,
                         "as_of_ms": ex.as_of_ms,
                         "label": ex.label,
+                        "weight": ex.weight,
                         "feature_version": fs.version,
                         "user": ex.user,
                         "item": ex.item,

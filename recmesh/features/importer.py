@@ -17,7 +17,7 @@ import hashlib
 import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -47,10 +47,13 @@ class EventMapper:
         if raw is None or raw == "":
             raise ValueError(f"no {self.decl.event_time!r}")
         if unit == "iso8601":
+            text = str(raw).strip()
             if isinstance(raw, datetime):
                 moment = raw
+            elif len(text) == 10 and text[4] == "-" and text[7] == "-":  # a date alone: the day, in UTC
+                moment = datetime.fromisoformat(text).replace(tzinfo=UTC)
             else:
-                moment = datetime.fromisoformat(str(raw).strip().replace("Z", "+00:00"))
+                moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
             if moment.tzinfo is None:
                 raise ValueError(f"{raw!r} has no time zone (add Z or +00:00)")
             return int(moment.timestamp() * 1000)

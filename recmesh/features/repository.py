@@ -311,7 +311,8 @@ class LearntDecl(_Strict):
     enabled: bool = True
     # behaviour -> strength in the tables and the history (a list: strength 1 each).
     # Default: what the training label calls a positive (its behaviours, or the
-    # examples' when the label reads a value), else every behaviour.
+    # examples' with their training.weights when the label reads a value or is
+    # implicit), else every behaviour.
     behaviors: dict[str, float] | list[str] | None = None
     methods: list[Literal["knn", "ease"]] = Field(default_factory=lambda: list(LEARNT_METHODS))
     history: int = Field(50, ge=1, le=500)  # newest distinct items kept per user (the seeds)
@@ -326,30 +327,41 @@ class RecallDecl(_Strict):
     affinity: str | None = None  # user count_by feature over `category`
     interests: str | None = None  # user multi feature naming `category` values
     recent_items: str | None = None  # user last_n feature: co-visit seeds, semantic intent, seen filter
-    popularity: str | PopularityFromEvents | None = None  # item numeric feature, or counted live
+    # A user last_n feature whose items are never recommended to the user again
+    # (e.g. what they bought); then items they only viewed may be. Default: an
+    # item the user had any event on (their history, their recent items) is not.
+    seen: str | None = None
+    # item numeric feature, or counted live; default: counted live from the
+    # events learnt retrieval counts (the label's positives), else every behaviour
+    popularity: str | PopularityFromEvents | None = None
     covisit: CovisitDecl | None = Field(default_factory=CovisitDecl)
     learnt: LearntDecl = Field(default_factory=LearntDecl)
 
 
 class LabelDecl(_Strict):
     """Positive when a `behaviors` event on the same item follows the example
-    within `within` (inclusive; 0s: at the same time), or when the example's
-    own numeric `field` meets `at_least`."""
+    within `within` (inclusive; 0s: at the same time), when the example's own
+    numeric `field` meets `at_least`, or, with `implicit = true`, always: every
+    example event is itself a positive (implicit feedback: purchases, plays,
+    clicks without impressions), and `training.negatives` supplies the zeros."""
 
     behaviors: list[str] | None = None
     within: Duration | None = None
     field: str | None = None
     at_least: float | None = None
+    implicit: bool = False
 
     @model_validator(mode="after")
     def _one(self) -> LabelDecl:
-        by_event = self.behaviors is not None
-        by_value = self.field is not None
-        if by_event == by_value:
-            raise ValueError("give either behaviors (+ within) or field (+ at_least)")
-        if by_event and self.within is None:
+        forms = (self.behaviors is not None) + (self.field is not None) + self.implicit
+        if forms != 1:
+            raise ValueError(
+                "give one of: implicit = true (every example event is a positive), "
+                "behaviors (+ within), or field (+ at_least)"
+            )
+        if self.behaviors is not None and self.within is None:
             raise ValueError("behaviors needs within, e.g. '10s'")
-        if by_value and self.at_least is None:
+        if self.field is not None and self.at_least is None:
             raise ValueError("field needs at_least")
         return self
 
@@ -360,6 +372,9 @@ EMBEDDING_L2_DEFAULT = 1e-2
 class TrainingDecl(_Strict):
     examples: list[str] = Field(min_length=1)  # behaviours whose events are training examples
     label: LabelDecl
+    # behaviour -> weight of its examples in the training loss (default 1 each;
+    # a sampled negative weighs 1): a purchase can count more than a view.
+    weights: dict[str, float] = Field(default_factory=dict)
     # Per example, this many catalog items the user has had no event on, drawn
     # at random as of the example's time, labelled 0: for logs without
     # impressions (ratings, purchases), so the model learns what a user picks
@@ -480,6 +495,10 @@ class RecallRoles:
     learnt_behaviors: dict[str, float] = field(default_factory=dict)
     history_cap: int = 0
     history_ttl_s: int = 0
+    # recall.seen: the feature whose items are never recommended again, and its
+    # behaviours; None: every item of the user's history and recent items.
+    seen: str | None = None
+    seen_behaviors: frozenset[str] | None = None
 
 
 class RepositoryError(InvalidArgument):
@@ -561,9 +580,49 @@ class FeatureSet:
     def entity_delimiter(self, entity: Entity) -> str | None:
         return (self.decl.users if entity == "user" else self.decl.items).delimiter
 
+    def recall_sources(self) -> list[dict[str, Any]]:
+        """Each recall source of the ranker, whether this file lets it run, and why."""
+        r, roles = self.decl.recall, self.roles
+        learnt = self.decl.recall.learnt
+        out: list[tuple[str, bool, str]] = []
+        if roles.popularity_feature:
+            out.append(("popular", True, f"items by their {roles.popularity_feature!r} feature"))
+        else:
+            default = "" if r.popularity is not None else " (recall.popularity not declared: the default)"
+            out.append(("popular", True, f"items by {'/'.join(sorted(roles.popularity_behaviors))} events, "
+                        f"counted live{default}"))  # fmt: skip
+        if roles.covisit_stream:
+            out.append(("covisit", True, f"items that followed the user's recent items within "
+                        f"{roles.covisit_window_ms // 1000}s, counted live"))  # fmt: skip
+        else:
+            out.append(("covisit", False, "no recall.recent_items and no recall.covisit.behaviors"))
+        if r.category and (r.affinity or r.interests):
+            out.append(("category", True, f"items of the user's {r.affinity or r.interests!r} "
+                        f"{r.category!r} values"))  # fmt: skip
+        else:
+            out.append(("category", False, "needs recall.category (an item attribute) and recall.affinity "
+                        "or recall.interests"))  # fmt: skip
+        if self.decl.items.texts is None:
+            out.append(("semantic", False, "the repository declares no item texts (items.texts)"))
+        elif not r.recent_items:
+            out.append(("semantic", False, "needs recall.recent_items to query with"))
+        else:
+            out.append(("semantic", True, "items near the user's recent ones by text embedding"))
+        for method in LEARNT_METHODS:
+            if not learnt.enabled or method not in learnt.methods:
+                off = "enabled = false" if not learnt.enabled else f"methods leave {method!r} out"
+                out.append((method, False, f"recall.learnt: {off}"))
+            else:
+                out.append((method, True, "once a version is built from your log (recmesh recall build, or "
+                            "train --events), seeded by each user's history"))  # fmt: skip
+        for byo in ("similar", "vectors"):
+            out.append((byo, False, "your own candidates: on once imported (recmesh recall import)"))
+        return [{"source": n, "on": on, "why": why} for n, on, why in out]
+
     def describe(self) -> dict[str, Any]:
         """What the set holds, for logs and `recmesh repository show`."""
         return {
+            "recall_sources": self.recall_sources(),
             "name": self.name,
             "version": self.version,
             "path": str(self.path) if self.path else None,
@@ -721,6 +780,13 @@ def _check_training(decl: RepositoryDecl) -> None:
         _duration(lab.within, "training.label.within")
     if lab.field is not None and lab.field not in decl.events.value_fields:
         raise ValueError(f"training.label.field: {lab.field!r} is not declared in events.values")
+    if set(t.weights) - set(t.examples):
+        raise ValueError(
+            f"training.weights: {sorted(set(t.weights) - set(t.examples))} not in training.examples "
+            f"{t.examples}"
+        )
+    if any(w <= 0 for w in t.weights.values()):
+        raise ValueError("training.weights: weights must be positive")
 
 
 def _roles(
@@ -752,6 +818,12 @@ def _roles(
                 f"recall.recent_items: {r.recent_items!r} must be a user last_n real-time feature"
             )
         recent_behaviors = f.behaviors
+    seen_behaviors: frozenset[str] | None = None
+    if r.seen is not None:
+        f = realtime.get(r.seen)
+        if f is None or f.entity != "user" or f.aggregate != "last_n":
+            raise ValueError(f"recall.seen: {r.seen!r} must be a user last_n real-time feature")
+        seen_behaviors = f.behaviors
     pop_feature: str | None = None
     pop_behaviors: frozenset[str] = frozenset()
     if isinstance(r.popularity, str):
@@ -765,6 +837,8 @@ def _roles(
             raise ValueError(
                 f"recall.popularity.behaviors: {sorted(pop_behaviors - vocab)} not in events.behaviors"
             )
+    else:  # undeclared: counted live from what learnt retrieval counts (the label's positives), else all
+        pop_behaviors = frozenset(_learnt_behaviors(decl) or vocab)
     cv = r.covisit
     cv_behaviors: frozenset[str] = frozenset()
     cv_window = cv_prev = cv_scan = 0
@@ -782,6 +856,7 @@ def _roles(
         covisit_window_ms=cv_window, covisit_previous=cv_prev, covisit_scan=cv_scan,
         learnt_behaviors=_learnt_behaviors(decl), history_cap=r.learnt.history if r.learnt.enabled else 0,
         history_ttl_s=parse_duration_ms(r.learnt.history_ttl) // 1000,
+        seen=r.seen, seen_behaviors=seen_behaviors,
     )  # fmt: skip
 
 
@@ -800,8 +875,8 @@ def _learnt_behaviors(decl: RepositoryDecl) -> dict[str, float]:
             given = dict.fromkeys(vocab, 1.0)
         elif t.label.behaviors is not None:
             given = dict.fromkeys(t.label.behaviors, 1.0)
-        else:
-            given = dict.fromkeys(t.examples, 1.0)
+        else:  # the examples themselves (their values, or implicit feedback), weighted as in training
+            given = {b: t.weights.get(b, 1.0) for b in t.examples}
     unknown = sorted(set(given) - set(vocab))
     if unknown:
         raise ValueError(f"recall.learnt.behaviors: {unknown} not in events.behaviors")
@@ -881,6 +956,19 @@ def _line_of(text: str, loc: tuple[str | int, ...]) -> int | None:
             if re.match(rf"^\s*{re.escape(key)}\s*=", line):
                 return n + 1
     return best
+
+
+def key_location(fs: FeatureSet, key: str) -> str:
+    """ "path:line" of a dotted repository key (the file's name alone when the
+    line cannot be found), for messages about the team's file."""
+    if fs.path is None:
+        return "(repository)"
+    try:
+        text = fs.path.read_text()
+    except OSError:
+        return str(fs.path)
+    line = _line_of(text, tuple(key.split(".")))
+    return f"{fs.path}{f':{line}' if line else ''}"
 
 
 def _describe(err: ValidationError, path: Path, text: str) -> str:

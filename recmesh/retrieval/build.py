@@ -42,6 +42,9 @@ class BuildConfig:
     history: int = 50  # a user's newest distinct items the online history keeps (the seeds)
     ease_items: int = 10_000
     methods: tuple[str, ...] = ("knn", "ease")
+    # Events of these behaviours make an item seen (never recommended to the user
+    # again; the repository's recall.seen); None: every event, and the seeds.
+    seen_behaviors: frozenset[str] | None = None
 
 
 @dataclass
@@ -213,6 +216,35 @@ class Holdout:
     history: dict[str, list[str]]  # user -> newest distinct items first (the seeds)
     training: list[Event]
     seen: dict[str, set[str]] = field(default_factory=dict)  # user -> every item they had an event on
+    as_of: dict[str, int] = field(default_factory=dict)  # user -> 1 ms before their held-out part
+
+
+def last_targets(events: Sequence[Event], is_target: Sequence[bool]) -> dict[str, tuple[int, int]]:
+    """Per user with a target event and a history before it: (the index of
+    their last target event, the index where its held-out part begins).
+
+    The held-out part begins with the target's lead-up: the user's first
+    event on the target's item since their previous target event (in a
+    shop's clickstream, the view and the cart of what was then bought), so
+    the ranking is asked as of before the user turned to the item; with one
+    event per item (ratings, purchases) it is the target itself. Everything
+    from there on is the user's held-out part."""
+    last: dict[str, int] = {}
+    prev: dict[str, int] = {}
+    first: dict[str, int] = {}
+    for n, ev in enumerate(events):
+        first.setdefault(ev.user_id, n)
+        if is_target[n]:
+            if ev.user_id in last:
+                prev[ev.user_id] = last[ev.user_id]
+            last[ev.user_id] = n
+    lead: dict[str, int] = {}
+    for n, ev in enumerate(events):
+        u = ev.user_id
+        t = last.get(u)
+        if t is not None and u not in lead and prev.get(u, -1) < n <= t and ev.item_id == events[t].item_id:
+            lead[u] = n
+    return {u: (t, lead[u]) for u, t in last.items() if first[u] < lead[u]}
 
 
 def holdout(
@@ -222,35 +254,35 @@ def holdout(
     history: int,
     users: int,
     seed: int = 0,
+    seen_behaviors: frozenset[str] | None = None,
 ) -> Holdout:
-    """`is_target`: per event, may it be a user's held-out target (a positive)."""
-    last: dict[str, int] = {}
-    first: dict[str, int] = {}
-    for n, ev in enumerate(events):
-        first.setdefault(ev.user_id, n)
-        if is_target[n]:
-            last[ev.user_id] = n
-    eligible = sorted(u for u, n in last.items() if first[u] < n)
+    """`is_target`: per event, may it be a user's held-out target (a positive).
+    The split is `last_targets`'s, on at most `users` users drawn under `seed`.
+    A user's seen items: those of their training events (of `seen_behaviors`
+    when given), never recommended to them."""
+    found = last_targets(events, is_target)
+    eligible = sorted(found)
     if len(eligible) > users:
         eligible = sorted(np.random.default_rng(seed).choice(eligible, users, replace=False).tolist())
-    chosen = {u: last[u] for u in eligible}
-    cut = {u: events[n].event_time for u, n in chosen.items()}
+    chosen = {u: found[u] for u in eligible}
+    cut = {u: events[c].event_time for u, (_, c) in chosen.items()}
     training = [
         ev for n, ev in enumerate(events)
-        if ev.user_id not in chosen or (n < chosen[ev.user_id] and ev.event_time < cut[ev.user_id])
+        if ev.user_id not in chosen or (n < chosen[ev.user_id][1] and ev.event_time < cut[ev.user_id])
     ]  # fmt: skip
     hist: dict[str, list[str]] = {u: [] for u in chosen}
     seen: dict[str, set[str]] = {u: set() for u in chosen}
     for ev in reversed(training):
-        if ev.user_id in seen:
+        if ev.user_id in seen and (seen_behaviors is None or ev.behavior in seen_behaviors):
             seen[ev.user_id].add(ev.item_id)
         h = hist.get(ev.user_id)
         if h is not None and len(h) < history and ev.behavior in behaviors and ev.item_id not in h:
             h.append(ev.item_id)
-    targets = {u: events[n].item_id for u, n in chosen.items()}
-    for u, t in targets.items():  # an item rated before and again later stays a candidate
-        seen[u].discard(t)
-    return Holdout(targets, {u: h for u, h in hist.items() if h}, training, seen)
+    targets = {u: events[t].item_id for u, (t, _) in chosen.items()}
+    for u, item in targets.items():  # an item rated before and again later stays a candidate
+        seen[u].discard(item)
+    as_of = {u: t - 1 for u, t in cut.items()}
+    return Holdout(targets, {u: h for u, h in hist.items() if h}, training, seen, as_of)
 
 
 def ndcg(rankings: Mapping[str, Sequence[str]], targets: Mapping[str, str], k: int = 10) -> float:
@@ -273,9 +305,33 @@ def rrf(lists: Mapping[str, Sequence[str]], weights: Mapping[str, float], k: flo
     return sorted(score, key=lambda i: (-score[i], i))
 
 
+# The fused list's head (its first FUSION_HEAD items) follows the weights tuned
+# for the top 10 (NDCG@10); the rest follows the weights tuned for the depth the
+# ranker scores (the target among the first 200): what ranks first and what
+# reaches the model at all are different questions, and one set of weights
+# answered the second worse than the best table alone (docs/models.md).
+FUSION_HEAD = 50
+
+
+def rrf_head_tail(
+    lists: Mapping[str, Sequence[str]],
+    head: Mapping[str, float],
+    tail: Mapping[str, float] | None,
+    size: int = FUSION_HEAD,
+) -> list[str]:
+    """The first `size` of `rrf(lists, head)`, then `rrf(lists, tail)` without them."""
+    first = rrf(lists, head)
+    if not tail or dict(tail) == dict(head):
+        return first
+    top = first[:size]
+    chosen = set(top)
+    return top + [i for i in rrf(lists, tail) if i not in chosen]
+
+
 DECAYS = (1.0, 0.9, 0.8, 0.65, 0.5)
 LAMBDA_FACTORS = (0.5, 1.0, 2.0, 5.0, 10.0, 20.0)  # times the mean item count (diag of X^T X)
 FUSION_GRID = (0.0, 0.25, 0.5, 1.0)
+DEPTH_GRID = (0.0, 0.5, 1.0)
 
 
 @dataclass
@@ -283,16 +339,19 @@ class Tuned:
     decay: dict[str, float] = field(default_factory=dict)  # seed recency decay per method
     ease_lambda: float = 0.0
     fusion: dict[str, float] = field(default_factory=dict)  # RRF weights: methods + "popular"
+    fusion_depth: dict[str, float] = field(default_factory=dict)  # the same, past the head (rrf_head_tail)
     ndcg: dict[str, float] = field(default_factory=dict)  # on the tuning split, per source and fused
     users: int = 0
+    hold: Holdout | None = None  # the tuning split
+    candidates: dict[str, list[str]] = field(default_factory=dict)  # per tuning user: the fused lists, 200
 
 
 def _rank_all(
-    table: NeighbourTable, hold: Holdout, decay: float, k: int, popular: Sequence[str]
+    table: NeighbourTable, hold: Holdout, decay: float, k: int, popular: Sequence[str], seeds_seen: bool
 ) -> dict[str, list[str]]:
     out: dict[str, list[str]] = {}
     for user, hist in hold.history.items():
-        seen = frozenset(hold.seen.get(user, ())) | frozenset(hist)
+        seen = frozenset(hold.seen.get(user, ())) | (frozenset(hist) if seeds_seen else frozenset())
         got = [i for i, _ in table.top(hist, recency_weights(len(hist), decay), k, seen)]
         if len(got) < k:  # popularity fills, as the ranker's prior does
             got += [p for p in popular if p not in seen and p not in got][: k - len(got)]
@@ -310,7 +369,8 @@ def tune(events: Sequence[Event], cfg: BuildConfig, is_target: Sequence[bool], u
     best NDCG@10 on a leave-last-out split of `events` (module docstring).
     `popularity`: the ranked list the ranker's popularity source would serve,
     from the events it may see (default: the learnt behaviours' counts)."""
-    hold = holdout(events, is_target, cfg.behaviors, cfg.history, users, seed)
+    hold = holdout(events, is_target, cfg.behaviors, cfg.history, users, seed, cfg.seen_behaviors)
+    seeds_seen = cfg.seen_behaviors is None
     out = Tuned(users=len(hold.targets))
     if not hold.targets:
         out.fusion = {m: 1.0 for m in cfg.methods} | {"popular": 0.25}
@@ -326,7 +386,7 @@ def tune(events: Sequence[Event], cfg: BuildConfig, is_target: Sequence[bool], u
     targets = {u: t for u, t in hold.targets.items() if u in hold.history}
     if "knn" in cfg.methods:
         table = knn_table(data, cfg.previous, cfg.neighbours)
-        scored = {d: _rank_all(table, hold, d, depth, popular) for d in DECAYS}
+        scored = {d: _rank_all(table, hold, d, depth, popular, seeds_seen) for d in DECAYS}
         best = max(DECAYS, key=lambda d: (ndcg(scored[d], targets), d))
         out.decay["knn"], best_lists["knn"] = best, scored[best]
         out.ndcg["knn"] = round(ndcg(scored[best], targets), 4)
@@ -340,7 +400,7 @@ def tune(events: Sequence[Event], cfg: BuildConfig, is_target: Sequence[bool], u
         for factor in LAMBDA_FACTORS:
             table = NeighbourTable.from_dense(ids, ease_weights(g, factor * mean_count), cfg.neighbours)
             for d in DECAYS:
-                results[(factor * mean_count, d)] = _rank_all(table, hold, d, depth, popular)
+                results[(factor * mean_count, d)] = _rank_all(table, hold, d, depth, popular, seeds_seen)
         lam, d = max(results, key=lambda key: (ndcg(results[key], targets), key))
         out.ease_lambda, out.decay["ease"], best_lists["ease"] = lam, d, results[(lam, d)]
         out.ndcg["ease"] = round(ndcg(results[(lam, d)], targets), 4)
@@ -364,4 +424,32 @@ def tune(events: Sequence[Event], cfg: BuildConfig, is_target: Sequence[bool], u
     out.ndcg["fused"] = round(best_score, 4)
     out.ndcg["popular"] = round(ndcg(best_lists["popular"], targets), 4)
     progress(f"  learnt fusion weights {out.fusion} (NDCG@10 {out.ndcg['fused']})")
+
+    # Past the head: the weights that put the target among the first `depth` most
+    # often (the head's weights and each table alone among the tries).
+    full = {u: {n: best_lists[n].get(u, []) for n in names} for u in targets}
+    head = {u: rrf(full[u], out.fusion) for u in targets}
+
+    def reach(ws: Mapping[str, float]) -> float:
+        hits = 0
+        for u, target in targets.items():
+            top = head[u][:FUSION_HEAD]
+            if target in top:
+                hits += 1
+                continue
+            rest = [i for i in rrf(full[u], ws)[: depth + FUSION_HEAD] if i not in top]
+            hits += target in rest[: depth - len(top)]
+        return hits / len(targets)
+
+    tries = [dict(zip(names, ws, strict=True)) for ws in itertools.product(DEPTH_GRID, repeat=len(names))
+             if any(w > 0 for w in ws)]  # fmt: skip
+    base = reach(out.fusion)
+    best_reach, best_depth = max((reach(ws), sorted(ws.items())) for ws in tries)
+    out.fusion_depth = dict(best_depth) if best_reach > base else {}
+    best_reach = max(best_reach, base)
+    out.ndcg[f"fused_recall@{depth}"] = round(best_reach, 4)
+    progress(f"  past the first {FUSION_HEAD}: weights {out.fusion_depth or out.fusion} (target among "
+             f"the first {depth}: {best_reach:.3f}; with the head's weights {base:.3f})")  # fmt: skip
+    out.hold = hold
+    out.candidates = {u: rrf_head_tail(full[u], out.fusion, out.fusion_depth)[:depth] for u in targets}
     return out

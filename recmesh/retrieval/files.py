@@ -92,6 +92,17 @@ def save(
     return version
 
 
+def update_card(model_dir: Path, version: str, changes: dict[str, Any]) -> dict[str, Any]:
+    """Add `changes` to a version's card (what is learnt after its tables, e.g.
+    the blend with the model trained beside them); the version keeps its name."""
+    card = {**read_card(model_dir, version), **changes}
+    path = recall_root(model_dir) / version / "card.json"
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(card, indent=2, sort_keys=True))
+    tmp.replace(path)
+    return card
+
+
 def set_current(model_dir: Path, version: str) -> None:
     root = recall_root(model_dir)
     tmp = root / ".CURRENT.tmp"

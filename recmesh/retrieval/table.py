@@ -141,12 +141,13 @@ class NeighbourTable:
         k: int,
         exclude: frozenset[str] = frozenset(),
     ) -> list[tuple[str, float]]:
-        """The k best items for these seeds, best first (ties by item id); seeds and
-        `exclude` are never returned."""
+        """The k best items for these seeds, best first (ties by item id); `exclude`
+        is never returned (the seeds are, when not in it: an item viewed and not
+        bought may be recommended where the repository says so, `recall.seen`)."""
         rows, total = self.scores(seeds, seed_weights)
         if not len(rows):
             return []
-        skip = [self.row_of[s] for s in (*seeds, *exclude) if s in self.row_of]
+        skip = [self.row_of[s] for s in exclude if s in self.row_of]
         if skip:
             keep = ~np.isin(rows, np.asarray(skip, np.int32))
             rows, total = rows[keep], total[keep]

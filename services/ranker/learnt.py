@@ -26,7 +26,7 @@ from recmesh.retrieval import files
 from recmesh.retrieval.table import recency_weights
 from recmesh.retrieval.vectors import TwoTower
 from services.ranker.fusion import Role
-from services.ranker.recall import RecallContext, Recalled, history_seeds
+from services.ranker.recall import RecallContext, Recalled, history_seeds, never_again
 from services.ranker.reload import ReloadOnChange
 
 _log = structlog.get_logger("recmesh.ranker.learnt")
@@ -100,6 +100,11 @@ class RecallHolder(ReloadOnChange):
         v = self.current
         return {} if v is None else {str(k): float(w) for k, w in v.card.get("fusion", {}).items()}
 
+    def fusion_depth(self) -> dict[str, float]:
+        """The weights learnt for the fused list past its head ({}: the same as `fusion`)."""
+        v = self.current
+        return {} if v is None else {str(k): float(w) for k, w in v.card.get("fusion_depth", {}).items()}
+
 
 class LearntSource:
     """One table of the current recall version, seeded by the user's history."""
@@ -122,7 +127,8 @@ class LearntSource:
         if not seeds:
             return Recalled([], attributes={"seeds": 0, "version": version.version})
         decay = float(version.sources.get(self.name, {}).get("decay", 1.0))
-        items = table.top(seeds, recency_weights(len(seeds), decay), ctx.limit, frozenset(seeds))
+        items = table.top(seeds, recency_weights(len(seeds), decay), ctx.limit,
+                          never_again(self._roles, ctx, seeds))  # fmt: skip
         return Recalled(items, attributes={"seeds": len(seeds), "version": version.version})
 
 
@@ -178,5 +184,5 @@ class VectorSource:
         if query is None:
             return Recalled([], attributes={"query": "none"})
         own = ctx.user_id in index.vectors.user_row
-        items = index.search(query, ctx.limit, frozenset(seeds))
+        items = index.search(query, ctx.limit, never_again(self._roles, ctx, seeds))
         return Recalled(items, attributes={"query": "user" if own else "history"})

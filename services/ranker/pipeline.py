@@ -163,7 +163,7 @@ def build_pipeline(
     prefetch = roles.recent_items is not None and "recall.covisit" in kinds
     history = roles.history_cap if any(f"recall.{n}" in kinds for n in LEARNT_SOURCES) else 0
     env = Env(features, inference, settings, fs, sources, prefetch, history, learnt.fusion, learnt.blend,
-              learnt.serves)  # fmt: skip
+              learnt.fusion_depth, learnt.serves)  # fmt: skip
     return RankPipeline(env, graph, holder, learnt)
 
 

@@ -76,6 +76,19 @@ def last_viewed(roles: RecallRoles, user: Mapping[str, FeatureValue]) -> list[st
     return seeds_of(user.get(roles.recent_items)) if roles.recent_items else []
 
 
+def seen_items(roles: RecallRoles, user: Mapping[str, FeatureValue]) -> list[str]:
+    """Items never recommended to the user again: the repository's `recall.seen`
+    feature's, else their recent items."""
+    return seeds_of(user.get(roles.seen)) if roles.seen else last_viewed(roles, user)
+
+
+def never_again(roles: RecallRoles, ctx: RecallContext, seeds: list[str]) -> frozenset[str]:
+    """What a learnt source must not propose: the `recall.seen` feature's items
+    when declared (an item only viewed may come back), else every seed (an item
+    of the user's history is seen)."""
+    return frozenset(seen_items(roles, ctx.user)) if roles.seen else frozenset(seeds)
+
+
 def history_seeds(roles: RecallRoles, ctx: RecallContext) -> list[str]:
     """Learnt retrieval's seeds: the user's history the look-up brought (newest
     first), else their recent items."""

@@ -20,6 +20,7 @@ from recmesh.clients.inference import UNSCORED_MODEL, InferenceClient
 from recmesh.errors import RecmeshError, Unavailable
 from recmesh.features.repository import FeatureSet, FeatureValue
 from recmesh.features.wire import row_values
+from recmesh.retrieval.build import FUSION_HEAD
 from recmesh.settings import RankerSettings
 from recmesh.v1 import features_pb2 as fpb
 from services.ranker.fusion import (
@@ -33,7 +34,7 @@ from services.ranker.fusion import (
 )
 from services.ranker.graph import KindSpec, NodeSpec
 from services.ranker.policy import SKIP_FINE_RANKING, blend_orders, sample_candidates
-from services.ranker.recall import RecallContext, Recalled, RecallSource, last_viewed
+from services.ranker.recall import RecallContext, Recalled, RecallSource, seen_items
 
 
 class InferenceSkipped(Unavailable):
@@ -121,6 +122,7 @@ class Env:
     # The learnt recall version's fusion weights and model/recall blend (services/ranker/learnt.py).
     learnt_fusion: Callable[[], dict[str, float]] = dict
     learnt_blend: Callable[[], float] = float
+    learnt_fusion_depth: Callable[[], dict[str, float]] = dict
     # Does the current learnt version serve this source ("": any)? Nothing is read
     # or run for a learnt source it does not.
     learnt_serves: Callable[[str], bool] = lambda _: False
@@ -227,11 +229,21 @@ def _recall_kind(source: str) -> tuple[Run, Neutral]:
 async def _run_fuse(env: Env, req: RequestState, node: NodeSpec, inputs: Inputs, cap_s: float) -> object:
     outs = [v for v in inputs.values() if isinstance(v, SourceOut)]
     sigma = max((o.recalled.sigma for o in outs), default=0.0)
-    base = effective_weights(env)
-    weights = role_weights(
-        {o.name: base.get(o.name, 0.0) for o in outs}, {o.name: o.role for o in outs}, sigma
-    )
-    fused = fuse({o.name: o.recalled.items for o in outs}, weights)
+    lists = {o.name: o.recalled.items for o in outs}
+
+    def weights(learnt: dict[str, float]) -> dict[str, float]:
+        base = effective_weights(env, learnt)
+        return role_weights(
+            {o.name: base.get(o.name, 0.0) for o in outs}, {o.name: o.role for o in outs}, sigma
+        )
+
+    head = env.learnt_fusion()
+    fused = fuse(lists, weights(head))
+    depth = env.learnt_fusion_depth()
+    if depth and depth != head:  # past the head, the weights learnt for reaching the model (rrf_head_tail)
+        top = fused[:FUSION_HEAD]
+        chosen = {f.item_id for f in top}
+        fused = top + [f for f in fuse(lists, weights(depth)) if f.item_id not in chosen]
     req.sigma = sigma
     if not fused:
         raise Unavailable("no candidates from any recall source")
@@ -251,11 +263,12 @@ UNLEARNT_SCALE = 0.15
 PRIOR_FLOOR = 0.01
 
 
-def effective_weights(env: Env) -> dict[str, float]:
-    """The configured fusion weights, with the learnt recall version's for the
-    sources it learnt them for, unless RECMESH_RANKER_FUSION_WEIGHTS names them."""
+def effective_weights(env: Env, learnt: dict[str, float] | None = None) -> dict[str, float]:
+    """The configured fusion weights, with the learnt recall version's (`learnt`,
+    default its head's) for the sources it learnt them for, unless
+    RECMESH_RANKER_FUSION_WEIGHTS names them."""
     base = dict(env.settings.fusion_weights)
-    learnt = env.learnt_fusion()
+    learnt = env.learnt_fusion() if learnt is None else learnt
     if not learnt:
         return base
     explicit = base if "fusion_weights" in env.settings.model_fields_set else {}
@@ -269,7 +282,7 @@ def effective_weights(env: Env) -> dict[str, float]:
 
 
 async def _run_filter(env: Env, req: RequestState, node: NodeSpec, inputs: Inputs, cap_s: float) -> object:
-    kept = drop_items(_candidates(inputs), set(last_viewed(env.fs.roles, _user(inputs))))[
+    kept = drop_items(_candidates(inputs), set(seen_items(env.fs.roles, _user(inputs))))[
         : env.settings.candidates
     ]
     if not kept:

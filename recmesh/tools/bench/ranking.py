@@ -37,7 +37,7 @@ from recmesh.features.backfill import LabelRule
 from recmesh.features.repository import FeatureSet
 from recmesh.resilience import request_scope
 from recmesh.retrieval import files
-from recmesh.retrieval.build import rrf
+from recmesh.retrieval.build import rrf_head_tail
 from recmesh.retrieval.table import recency_weights
 from recmesh.settings import configured_classes
 from recmesh.tools.bench.common import infrastructure
@@ -114,9 +114,14 @@ def _offline_lists(
         decay = float(recall.sources.get(name, {}).get("decay", 1.0))
         got = [i for i, _ in table.top(seeds, recency_weights(len(seeds), decay), RECALL_DEPTH, seen)]
         lists[name] = got
-    fusion = {n: w for n, w in recall.card.get("fusion", {}).items() if n in lists or n == "popular"}
+
+    def known(weights: dict[str, float]) -> dict[str, float]:
+        return {n: w for n, w in weights.items() if n in lists or n == "popular"}
+
+    fusion, depth = known(recall.card.get("fusion", {})), known(recall.card.get("fusion_depth", {}))
     if fusion:
-        lists["learnt_fused"] = rrf({**lists, "popular": popular[:RECALL_DEPTH]}, fusion)[:RECALL_DEPTH]
+        both = {**lists, "popular": popular[:RECALL_DEPTH]}
+        lists["learnt_fused"] = rrf_head_tail(both, fusion, depth)[:RECALL_DEPTH]
     return lists
 
 

@@ -108,9 +108,33 @@ def _cmd_repository_show(args: argparse.Namespace) -> int:
         print(f"  {f.entity:<5} {f.name:<24} {f.dtype:<8} {what}")
     for s in fs.streams:
         print(f"  state {s.entity}:s:{s.id}  read {s.read}, kept {s.retention_ms // 1000}s, ttl {s.ttl_s}s")
+    for src in info["recall_sources"]:
+        print(f"  recall {src['source']:<9} {'on ' if src['on'] else 'off'}  {src['why']}")
     for p in problems:
         print(f"  problem: {p}")
     return 1 if problems else 0
+
+
+def _cmd_repository_check(args: argparse.Namespace) -> int:
+    from recmesh.features.check import check_log, errors
+    from recmesh.features.eventlog import sorted_events
+
+    fs = repository(args)
+    started = time.perf_counter()
+    users, items = catalog_tables(fs, args.users, args.items)
+    events = list(sorted_events(Path(args.log), fs.event_schema))
+    found = check_log(fs, events, users, items, ranking=True)
+    for f in found:
+        print(f"{f.level}: {f.text()}", file=sys.stderr)
+    bad = errors(found)
+    took = time.perf_counter() - started
+    if args.json:
+        print(json.dumps({"events": len(events), "errors": [f.text() for f in bad],
+                          "warnings": [f.text() for f in found if f.level == "warning"]}))  # fmt: skip
+    else:
+        print(f"{args.log}: {len(events):,} events against {fs.path} in {took:.1f} s: {len(bad)} errors, "
+              f"{len(found) - len(bad)} warnings")  # fmt: skip
+    return 2 if bad else 0
 
 
 # --- catalog -----------------------------------------------------------------------
@@ -434,6 +458,16 @@ def _cmd_demo_write(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_demo_write_shop(args: argparse.Namespace) -> int:
+    from recmesh.tools.demo.shop import write_shop
+
+    counts = write_shop(Path(args.out), args.shoppers, args.products, args.days, args.seed)
+    print(f"wrote {counts['purchases']:,} purchases (purchases.csv), {counts['events']:,} views, carts "
+          f"and purchases (events.csv) and {counts['products']:,} products (products.csv) to "
+          f"{args.out}")  # fmt: skip
+    return 0
+
+
 def _repo_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("--repository", help="the repository file (default: RECMESH_REPOSITORY, else the demo's)")
 
@@ -448,6 +482,17 @@ def add_commands(sub: Any) -> None:
     _repo_arg(show)
     show.add_argument("--json", action="store_true")
     show.set_defaults(func=_cmd_repository_show)
+    check = repo.add_parser(
+        "check",
+        help="hold the repository against your event log and catalog in seconds: errors that would "
+        "fail training (exit 2), warnings for what is valid but probably not meant",
+    )
+    check.add_argument("log", help="the canonical JSON-lines event log (events import --to log)")
+    _repo_arg(check)
+    check.add_argument("--users", help="users file (default: the repository's users.source)")
+    check.add_argument("--items", help="items file (default: the repository's items.source)")
+    check.add_argument("--json", action="store_true")
+    check.set_defaults(func=_cmd_repository_check)
 
     cat = sub.add_parser("catalog", help="users' and items' offline features").add_subparsers(
         dest="catalog_command", required=True
@@ -551,3 +596,14 @@ def add_commands(sub: Any) -> None:
     write = demo.add_parser("write-data", help="write the demo users.csv and items.csv")
     write.add_argument("out")
     write.set_defaults(func=_cmd_demo_write)
+    shop = demo.add_parser(
+        "write-shop",
+        help="write a generated shop's logs (purchases only; views, carts and purchases) and products, "
+        "whose preferences are known (examples/shop)",
+    )
+    shop.add_argument("out")
+    shop.add_argument("--shoppers", type=int, default=1000)
+    shop.add_argument("--products", type=int, default=2000)
+    shop.add_argument("--days", type=int, default=180)
+    shop.add_argument("--seed", type=int, default=11)
+    shop.set_defaults(func=_cmd_demo_write_shop)

@@ -18,33 +18,34 @@ def _ranking_dir() -> Path:
     return UpSettings().state_dir / "ranking"
 
 
-def _check_labels(fs: Any, events: list[Any]) -> None:
-    """Refuse, before minutes of replay, a log the label rule makes one class of."""
-    from recmesh.features.backfill import LabelRule
-    from recmesh.tools.training.ranking import positive_examples
+def check_or_refuse(fs: Any, events: list[Any], users: Any, items: Any, ranking: bool, say: Any) -> None:
+    """Refuse in one line, before minutes of replay, what training would fail on
+    (recmesh.features.check); say the warnings and carry on."""
+    from recmesh.features.check import check_log, errors
 
-    rule = LabelRule.of(fs)
-    examples = sum(1 for ev in events if ev.behavior in rule.examples)
-    positives = sum(positive_examples(rule, events))
-    where = f"{fs.path}: [training]"
-    if not examples:
+    found = check_log(fs, events, users, items, ranking=ranking)
+    for f in found:
+        if f.level == "warning":
+            say(f"warning: {f.text()}")
+    bad = errors(found)
+    if bad:
+        raise InvalidArgument(bad[0].text())
+
+
+def _target(fs: Any, given: list[str] | None) -> frozenset[str] | None:
+    """--target: the behaviours whose last positive example is held out (default: any example)."""
+    from recmesh.features.backfill import LabelRule
+
+    if not given:
+        return None
+    examples = LabelRule.of(fs).examples
+    wrong = sorted(set(given) - examples)
+    if wrong:
         raise InvalidArgument(
-            f"{where} examples = {sorted(rule.examples)}: the log has no event of these behaviours "
-            f"(it has {sorted({ev.behavior for ev in events})})"
+            f"--target {wrong}: not among training.examples {sorted(examples)} of {fs.path} "
+            "(a target is a positive example)"
         )
-    if not positives:
-        raise InvalidArgument(
-            f"{where} label ({rule.describe()}) calls none of the {examples:,} example events positive, "
-            "and a model cannot learn from one class. An event never labels itself: label by a later "
-            'event of another behaviour (label = { behaviors = [...], within = "..." }) or by a value '
-            "the events carry (label = { field = ..., at_least = ... })"
-        )
-    if positives == examples and not rule.negatives:
-        raise InvalidArgument(
-            f"{where} label calls every one of the {examples:,} example events positive and "
-            "training.negatives is 0: a model cannot learn from one class; add negatives = 4 "
-            "(catalog items the user had no event on, drawn per example)"
-        )
+    return frozenset(given)
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
@@ -59,6 +60,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
     dataset = None
     split = None
     recall_card: dict[str, Any] | None = None
+    tuned: Any = None
     if args.ranking and not args.events:
         raise InvalidArgument(
             "--ranking needs the event log (--events LOG) to hold users' last examples out of"
@@ -70,20 +72,22 @@ def _cmd_train(args: argparse.Namespace) -> int:
         say(f"replaying {args.events} through repository {fs.name!r} ({fs.version}) for training rows ...")
         logged_all = list(sorted_events(Path(args.events), fs.event_schema))
         events = iter(logged_all)
-        _check_labels(fs, logged_all)
+        check_or_refuse(fs, logged_all, users, items, bool(args.ranking), say)
         if args.ranking:
             from recmesh.features.backfill import LabelRule
             from recmesh.tools.training.ranking import leave_last_out
 
-            split = leave_last_out(LabelRule.of(fs), logged_all, args.ranking_users, args.seed)
+            target = _target(fs, args.target)
+            split = leave_last_out(LabelRule.of(fs), logged_all, args.ranking_users, args.seed, target,
+                                   fs.roles.seen_behaviors)  # fmt: skip
             say(
                 f"leave-last-out: {len(split.targets)} users' last positive examples held out "
                 f"({split.held_out_events} events; {split.users_with_a_positive} users have one)"
             )
             if not split.targets:
                 raise InvalidArgument(
-                    f"{args.events}: no user has a positive example after an earlier event of theirs, "
-                    "so there is nothing to hold out and rank from a history"
+                    f"{args.events}: no user has a positive {'/'.join(sorted(target or ()))} example after "
+                    "an earlier event of theirs, so there is nothing to hold out and rank from a history"
                 )
             events = iter(split.training)
             model_dir = _ranking_dir() / "models"
@@ -93,9 +97,13 @@ def _cmd_train(args: argparse.Namespace) -> int:
             from recmesh.tools.training import recall
 
             logged = split.training if split is not None else list(events)
-            events = iter(logged)
-            recall_card = recall.build(fs, logged, model_dir, say, args.seed,
-                                       {"events_file": str(Path(args.events).resolve())})  # fmt: skip
+            recall_card, tuned = recall.build_tuned(
+                fs, logged, model_dir, say, args.seed, {"events_file": str(Path(args.events).resolve())},
+                activate=False, target=_target(fs, args.target),
+            )  # fmt: skip
+            # The model learns without the tuning users' held-out parts, so the
+            # blend of its order with recall's can be tuned on them after.
+            events = iter(tuned.hold.training if tuned.hold is not None else logged)
         dataset = build_dataset(fs, events, users, items)
         dataset.source = {
             "events": str(Path(args.events).resolve()),
@@ -109,13 +117,22 @@ def _cmd_train(args: argparse.Namespace) -> int:
     elif not fs.demo:
         raise InvalidArgument(f"repository {fs.name!r}: give your event log with --events LOG")
     card = train(cfg, model_dir, fs, dataset, progress=say)
+    if recall_card is not None and tuned is not None:
+        from recmesh.retrieval import files as recall_files
+
+        recall_card |= recall.tune_blend(fs, tuned, users, items, model_dir, recall_card["version"], say)
+        recall_files.set_current(model_dir, recall_card["version"])
     figures = {
         "version": card["version"],
         **card["metrics"],
         "rows": card["training_data"]["rows"],
         "train_seconds": card["train_seconds"],
         **(
-            {"recall_version": recall_card["version"], "recall_fusion": recall_card["fusion"]}
+            {
+                "recall_version": recall_card["version"],
+                "recall_fusion": recall_card["fusion"],
+                "recall_blend": recall_card.get("blend"),
+            }
             if recall_card
             else {}
         ),
@@ -160,6 +177,14 @@ def add_commands(sub: Any) -> None:
         type=int,
         help="with --ranking: hold out this many users (seeded draw; "
         "default every user with a positive example)",
+    )
+    tr.add_argument(
+        "--target",
+        action="append",
+        metavar="BEHAVIOR",
+        help="hold out each user's last positive example of this behaviour (repeat for several): in the "
+        "ranking evaluation (--ranking) and in learnt retrieval's tuning, e.g. the last purchase while "
+        "views and carts stay history (default: any positive; retrieval's tuning: the strongest)",
     )
     tr.add_argument("--k", type=int, default=10, help="with --ranking: the cut-off of HR@k and NDCG@k")
     tr.add_argument("--json", action="store_true", help="print figures as JSON on the last line")

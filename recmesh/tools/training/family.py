@@ -291,13 +291,15 @@ def _forward(p: dict[str, F32], b: _Batch, v: Variant, mask: F32) -> tuple[F32, 
     return prob, cache
 
 
-def _backward(p: dict[str, F32], b: _Batch, v: Variant, mask: F32, y: F32, grads: dict[str, F32]) -> float:
-    """Adds this configuration's gradient into grads; returns its loss."""
+def _backward(
+    p: dict[str, F32], b: _Batch, v: Variant, mask: F32, y: F32, w: F32, grads: dict[str, F32]
+) -> float:
+    """Adds this configuration's gradient into grads; returns its loss (rows weighted by w)."""
     prob, c = _forward(p, b, v, mask)
     n, d = len(y), v.dim
     eps = 1e-7
-    loss = float(-np.mean(y * np.log(prob + eps) + (1 - y) * np.log(1 - prob + eps)))
-    dz = ((prob - y) / n).reshape(-1, 1).astype(np.float32)
+    loss = float(-np.mean(w * (y * np.log(prob + eps) + (1 - y) * np.log(1 - prob + eps))))
+    dz = (w * (prob - y) / n).reshape(-1, 1).astype(np.float32)
     grads["w_out"] += c["h"].T @ dz
     grads["b_out"] += dz.sum(axis=0)
     dh = (dz @ p["w_out"].T) * (c["pre"] > 0)
@@ -346,10 +348,12 @@ def _init(rng: np.random.Generator, layout: Layout, hidden: int, y_mean: float) 
 def train_family(
     x: F32, y: F32, layout: Layout, configs: Sequence[Variant], *, hidden: int = 32, epochs: int = 4,
     batch_size: int = 1024, lr: float = 0.01, l2_embedding: float = 1e-2, seed: int = 0,
-    progress: Callable[[int, int], None] | None = None,
+    progress: Callable[[int, int], None] | None = None, weights: F32 | None = None,
 ) -> Family:  # fmt: skip
-    """Mini-batch Adam on the summed loss of `configs` (see the module docstring)."""
+    """Mini-batch Adam on the summed loss of `configs` (see the module docstring);
+    `weights`: per row, its weight in the loss (scaled to mean 1)."""
     rng = np.random.default_rng(seed)
+    w_all = np.ones(len(y), np.float32) if weights is None else (weights / weights.mean()).astype(np.float32)
     dense = x[:, layout.dense_idx]
     mean = dense.mean(axis=0).astype(np.float32)
     std = (dense.std(axis=0) + 1e-6).astype(np.float32)
@@ -367,7 +371,7 @@ def train_family(
             batch, yb = data.take(idx), y[idx]
             grads = {k: np.zeros_like(a) for k, a in p.items()}
             for cfg, mask in zip(configs, masks, strict=True):
-                _backward(p, batch, cfg, mask, yb, grads)
+                _backward(p, batch, cfg, mask, yb, w_all[idx], grads)
             # L2 on the embedding rows this batch looked up, not on the whole
             # table: under Adam a decay term alone moves each row the batch
             # did not use toward 0 by about the learning rate per step. How

@@ -2,14 +2,20 @@
 
 The split (`leave_last_out`), per user, by time: the user's last positive
 example (an event of the repository's `training.examples` behaviours that its
-`training.label` rule calls positive; ties in time broken by event id, as the
-log is sorted) is the held-out target. Everything the user did from that
-moment on (the target and any later event) is held out of training and of the
-state the ranking is asked from; everything before it, and every event of the
-users not held out, is the training part. The user's history is the items of
-their training-part events: the items they have "rated", which are never
-candidates. The target is ranked as of 1 ms before its event, over every
-catalog item not in the history: a hit when it is among the first k.
+`training.label` rule calls positive, of the `target` behaviours when given;
+ties in time broken by event id, as the log is sorted: with day-resolution
+times the order within a day is that of the ids, the same in every run) is
+the held-out target. Everything the user did from the target's lead-up on
+(their first event on the target's item since their previous target, e.g.
+the view and the cart of what they then bought; with one event per item, the
+target itself) is held out of training and of the state the ranking is asked
+from; everything before it, and every event of the users not held out, is the
+training part (recmesh.retrieval.build.last_targets). The user's history is
+the items of their training-part events (of the repository's `recall.seen`
+behaviours when it declares them): the items they have "rated" or bought,
+which are never candidates. The target is ranked as of 1 ms before its
+lead-up, over every catalog item not in the history: a hit when it is among
+the first k.
 
 Metrics: HR@k (share of targets in the first k) and NDCG@k (1/log2(rank + 2)
 for a hit at 0-based rank, 0 otherwise; one relevant item, so the ideal DCG is
@@ -30,7 +36,8 @@ from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from recmesh.events import Event
-from recmesh.features.backfill import LabelRule
+from recmesh.features.backfill import LabelRule, positive_examples
+from recmesh.retrieval.build import last_targets
 
 
 @dataclass(frozen=True)
@@ -56,79 +63,55 @@ class Split:
     users_with_a_positive: int = 0
 
 
-def positive_examples(rule: LabelRule, events: Sequence[Event]) -> list[bool]:
-    """Per event (sorted by time): is it an example the label rule calls positive?"""
-    positive = [False] * len(events)
-    if rule.value_field is not None:
-        for n, ev in enumerate(events):
-            if ev.behavior in rule.examples:
-                value = ev.values.get(rule.value_field)
-                positive[n] = value is not None and value >= rule.at_least
-        return positive
-    open_examples: dict[tuple[str, str], list[int]] = {}
-    for n, ev in enumerate(events):
-        key = (ev.user_id, ev.item_id)
-        if ev.behavior in rule.behaviors:
-            for m in open_examples.get(key, ()):
-                prior = events[m]
-                if prior.event_time <= ev.event_time <= prior.event_time + rule.within_ms and (
-                    prior.event_id != ev.event_id
-                ):
-                    positive[m] = True
-        if ev.behavior in rule.examples:
-            held = open_examples.setdefault(key, [])
-            held.append(n)
-            # Examples older than the label window can no longer turn positive.
-            while held and events[held[0]].event_time + rule.within_ms < ev.event_time:
-                held.pop(0)
-    return positive
-
-
 def leave_last_out(
-    rule: LabelRule, events: Sequence[Event], users: int | None = None, seed: int = 0
+    rule: LabelRule,
+    events: Sequence[Event],
+    users: int | None = None,
+    seed: int = 0,
+    target: Collection[str] | None = None,
+    seen: Collection[str] | None = None,
 ) -> Split:
     """Hold out each user's last positive example and what follows it (module
     docstring). `users`: hold out only this many users, drawn under `seed`
     (the others stay whole in the training part); None: every user with a
-    positive example and a history before it."""
+    positive example and a history before it. `target`: only positive
+    examples of these behaviours are targets (the last purchase, while the
+    history holds views and carts too). `seen`: only items of these
+    behaviours' events are the user's history, never candidates (the
+    repository's recall.seen: what was bought, not what was viewed)."""
     positive = positive_examples(rule, events)
-    last: dict[str, int] = {}
-    for n, ev in enumerate(events):
-        if positive[n]:
-            last[ev.user_id] = n
-    first_seen: dict[str, int] = {}
-    for n, ev in enumerate(events):
-        first_seen.setdefault(ev.user_id, n)
-    # A user whose target is their first event has no history to rank from.
-    eligible = sorted(u for u, n in last.items() if first_seen[u] < n)
+    is_target = [
+        p and (target is None or ev.behavior in target) for ev, p in zip(events, positive, strict=True)
+    ]
+    found = last_targets(events, is_target)
+    eligible = sorted(found)
     chosen = set(eligible if users is None or users >= len(eligible) else
                  random.Random(seed).sample(eligible, users))  # fmt: skip
-    cut = {u: events[last[u]].event_time for u in chosen}
-    cut_index = {u: last[u] for u in chosen}
+    cut_index = {u: found[u][1] for u in chosen}
+    cut = {u: events[c].event_time for u, c in cut_index.items()}
     training: list[Event] = []
     history: dict[str, set[str]] = {u: set() for u in chosen}
     held = 0
     for n, ev in enumerate(events):
         u = ev.user_id
+        counts = seen is None or ev.behavior in seen
         if u in cut_index and (n >= cut_index[u] or ev.event_time >= cut[u]):
             held += 1
-            if n < cut_index[u]:  # the same moment as the target, before it in the log: history
+            if n < cut_index[u] and counts:  # the same moment as the target, before it in the log: history
                 history[u].add(ev.item_id)
             continue
         training.append(ev)
-        if u in history:
+        if u in history and counts:
             history[u].add(ev.item_id)
     targets = sorted(
-        (
-            Target(u, events[n].item_id, events[n].event_id, events[n].event_time)
-            for u, n in cut_index.items()
-        ),
+        (Target(u, events[found[u][0]].item_id, events[found[u][0]].event_id, cut[u]) for u in chosen),
         key=lambda t: (t.event_time, t.user_id),
     )
     # The target's own item can be in the history (rated before, rated again): it stays a candidate.
     for t in targets:
         history[t.user_id].discard(t.item_id)
-    return Split(targets, training, history, held, len(last))
+    users_with_one = len({ev.user_id for ev, t in zip(events, is_target, strict=True) if t})
+    return Split(targets, training, history, held, users_with_one)
 
 
 class Popularity:

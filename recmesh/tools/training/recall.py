@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -44,19 +44,32 @@ def config_of(fs: FeatureSet) -> rb.BuildConfig:
         history=decl.history,
         ease_items=decl.ease_items,
         methods=tuple(dict.fromkeys(decl.methods)),
+        seen_behaviors=fs.roles.seen_behaviors,
     )
 
 
-def targets(fs: FeatureSet, events: Sequence[Event]) -> tuple[list[bool], str]:
+def targets(
+    fs: FeatureSet, events: Sequence[Event], target: Collection[str] | None = None
+) -> tuple[list[bool], str]:
     """Which events the tuning split may hold out, and how they were chosen: the
-    training label's positives (what `train --ranking` targets) when the
-    repository declares one, else events of the strongest learnt behaviours."""
-    if fs.decl.training is not None:
-        from recmesh.features.backfill import LabelRule
-        from recmesh.tools.training.ranking import positive_examples
-
-        return positive_examples(LabelRule.of(fs), events), "the training label's positives"
+    training label's positives (what `train --ranking` targets) of the `target`
+    behaviours when given (`train --target`), else of the strongest learnt
+    behaviours among them (a funnel's purchases, not its views); without a
+    training label, events of the strongest learnt behaviours."""
     weights = fs.roles.learnt_behaviors
+    if fs.decl.training is not None:
+        from recmesh.features.backfill import LabelRule, positive_examples
+
+        positive = positive_examples(LabelRule.of(fs), events)
+        kinds = {ev.behavior for ev, p in zip(events, positive, strict=True) if p}
+        if target is None and kinds and all(b in weights for b in kinds):
+            top = max(weights[b] for b in kinds)
+            target = frozenset(b for b in kinds if weights[b] == top)
+        if target is None or set(target) >= kinds:
+            return positive, "the training label's positives"
+        keep = frozenset(target)
+        chosen = [p and ev.behavior in keep for ev, p in zip(events, positive, strict=True)]
+        return chosen, f"the training label's positives of {sorted(keep)}"
     top = max(weights.values())
     strongest = frozenset(b for b, w in weights.items() if w == top)
     return [ev.behavior in strongest for ev in events], f"events of {sorted(strongest)}"
@@ -100,12 +113,29 @@ def build(
     seed: int = 0,
     source: dict[str, Any] | None = None,
     activate: bool = True,
+    target: Collection[str] | None = None,
 ) -> dict[str, Any]:
-    """Tune on a split of `events`, build the tables on all of them, save a
-    version under model_dir/recall (current when `activate`); its card."""
+    """Tune on a split of `events` (each tuning user's last positive of `target`,
+    see `targets`), build the tables on all of them, save a version under
+    model_dir/recall (current when `activate`); its card."""
+    return build_tuned(fs, events, model_dir, progress, seed, source, activate, target)[0]
+
+
+def build_tuned(
+    fs: FeatureSet,
+    events: Sequence[Event],
+    model_dir: Path,
+    progress: Progress = print,
+    seed: int = 0,
+    source: dict[str, Any] | None = None,
+    activate: bool = True,
+    target: Collection[str] | None = None,
+) -> tuple[dict[str, Any], rb.Tuned]:
+    """`build`, and its tuning: the split and each tuning user's fused candidates
+    (what `tune_blend` scores with the model trained beside the tables)."""
     cfg = config_of(fs)
     started = time.perf_counter()
-    is_target, what = targets(fs, events)
+    is_target, what = targets(fs, events, target)
     progress(f"learnt retrieval: tuning {', '.join(cfg.methods)} on {len(events):,} events, "
              f"each user's last of {what} held out ...")  # fmt: skip
     tuned = rb.tune(events, cfg, is_target, TUNING_USERS, seed, progress, served_popularity(fs))
@@ -144,6 +174,8 @@ def build(
         "history": cfg.history,
         "sources": sources,
         "fusion": {k: w for k, w in tuned.fusion.items() if k in (*tables, "popular")},
+        # past the fused list's first rrf_head_tail items ({}: the same weights)
+        "fusion_depth": {k: w for k, w in tuned.fusion_depth.items() if k in (*tables, "popular")},
         "tuning": {"users": tuned.users, "ndcg@10": tuned.ndcg, "targets": what},
         "build_seconds": round(time.perf_counter() - started, 1),
     }
@@ -156,7 +188,75 @@ def build(
         )
         + f"; fusion {card['fusion']}; {card['build_seconds']} s"
     )
-    return card
+    return card, tuned
+
+
+# The final order's weight on the recall order against the model's
+# (services/ranker/policy.blend_orders), tried by `tune_blend`: 0 is the model's
+# order, 32 all but the recall order.
+BLEND_GRID = (0.0, 0.5, 1.0, 2.0, 4.0, 8.0, 32.0)
+
+
+def tune_blend(
+    fs: FeatureSet,
+    tuned: rb.Tuned,
+    users: Mapping[str, Mapping[str, Any]],
+    items: Mapping[str, Mapping[str, Any]],
+    model_dir: Path,
+    recall_version: str,
+    progress: Progress = print,
+) -> dict[str, Any]:
+    """The blend of the model's order with the recall order that ranks the tuning
+    users' held-out targets best, written into the recall version's card.
+
+    Each tuning user's fused candidates (the tables built without their
+    held-out part) are scored as the ranker would: features as of 1 ms before
+    the held-out part, replayed from the tuning split's events
+    (`features_as_of`), by the current model's full variant (ONNX, as served).
+    The model must not have seen those targets: train it on `tuned.hold.training`.
+    """
+    import onnxruntime as ort
+
+    from recmesh.features.backfill import Query, features_as_of
+    from recmesh.features.vectorize import Transform, Vectorizer
+    from recmesh.modeldir import MODEL_NAME, variant_file
+    from services.ranker.policy import blend_orders
+
+    hold = tuned.hold
+    if hold is None or not tuned.candidates:
+        return {}
+    started = time.perf_counter()
+    model_root = model_dir / MODEL_NAME
+    version = (model_root / "CURRENT").read_text().strip()
+    card = orjson.loads((model_root / version / "card.json").read_bytes())
+    vec = Vectorizer(tuple(Transform.from_json(t) for t in card["input"]["transforms"]))
+    session = ort.InferenceSession(
+        str(model_root / version / variant_file(0)), providers=["CPUExecutionProvider"]
+    )
+    queries = [Query(u, hold.as_of[u], tuple(c)) for u, c in sorted(tuned.candidates.items()) if c]
+    scored: dict[str, tuple[list[str], list[float]]] = {}
+    for q, uf, rows in features_as_of(fs, hold.training, users, items, queries):
+        names = {t.feature for t in vec.transforms if t.entity == "item"}
+        x = vec.matrix([uf], {n: [r.get(n) for r in rows] for n in names}, list(q.items), [q.user_id])
+        (out,) = session.run(None, {card["input"]["name"]: x.astype(np.float32)})
+        scored[q.user_id] = (list(q.items), [float(s) for s in np.asarray(out).reshape(-1)])
+    targets = {u: hold.targets[u] for u in scored}
+
+    def top10(w: float) -> dict[str, list[str]]:
+        return {u: [i for i, _ in blend_orders(ids, s, w)][:10] for u, (ids, s) in scored.items()}
+
+    ndcg = {w: rb.ndcg(top10(w), targets) for w in BLEND_GRID}
+    best = max(BLEND_GRID, key=lambda w: (round(ndcg[w], 6), -w))
+    progress(
+        f"  blend of the model's order with the recall order, NDCG@10 on {len(targets)} tuning users: "
+        + ", ".join(f"{w:g}: {v:.4f}" for w, v in ndcg.items())
+        + f" -> {best:g} ({time.perf_counter() - started:.1f} s)"
+    )
+    tuning = {"model_version": version, "users": len(targets),
+              "ndcg@10": {f"{w:g}": round(v, 4) for w, v in ndcg.items()}}  # fmt: skip
+    changes = {"blend": best, "blend_tuning": tuning}
+    files.update_card(model_dir, recall_version, changes)
+    return changes
 
 
 def read_similar(path: Path) -> dict[str, list[tuple[str, float]]]:

@@ -79,6 +79,7 @@ class Dataset:
     t: np.ndarray
     examples: list[Example] = field(default_factory=list)
     source: dict[str, Any] = field(default_factory=dict)
+    w: np.ndarray | None = None  # per row, its weight in the loss (training.weights); None: 1 each
 
 
 def shuffle_event_times(events: list[dict[str, Any]], seed: int) -> list[dict[str, Any]]:
@@ -143,7 +144,8 @@ def build_dataset(
         )
     y = np.array([e.label for e in examples], np.float32)
     t = np.array([e.as_of_ms for e in examples], np.int64)
-    return Dataset(transforms, x, y, t, examples)
+    w = np.array([e.weight for e in examples], np.float32)
+    return Dataset(transforms, x, y, t, examples, w=None if bool((w == 1).all()) else w)
 
 
 def demo_dataset(
@@ -193,7 +195,7 @@ def train(
     l2 = fs.decl.training.embedding_l2 if fs.decl.training else EMBEDDING_L2_DEFAULT
     family = train_family(
         x[tr], y[tr], layout, configs, hidden=cfg.hidden, epochs=cfg.epochs, seed=cfg.seed, l2_embedding=l2,
-        progress=_bar(progress, "train"),
+        progress=_bar(progress, "train"), weights=None if dataset.w is None else dataset.w[tr],
     )  # fmt: skip
     l1 = make_variants(layout, level1)[1]
 
@@ -223,7 +225,7 @@ def train(
     base_variant = offline_only(layout, realtime_cols)
     base = train_family(
         x[tr], y[tr], layout, (base_variant,), hidden=cfg.hidden, epochs=cfg.epochs, seed=cfg.seed,
-        l2_embedding=l2,
+        l2_embedding=l2, weights=None if dataset.w is None else dataset.w[tr],
     )  # fmt: skip
     auc_base = auc(y[ho], base.predict(x[ho], base_variant))
     progress(f"  holdout AUC {auc_base:.4f}")

@@ -351,6 +351,18 @@ def test_bad_aliases() -> None:
             'examples = ["view"]\nlabel = { field = "stars", at_least = 4 }',
             "training.label.field: 'stars' is not declared",
         ),
+        (
+            'examples = ["view"]\nlabel = { implicit = true, field = "rating", at_least = 4 }',
+            "give one of: implicit = true",
+        ),
+        (
+            'examples = ["view"]\nlabel = { implicit = true }\nweights = { click = 2 }',
+            "training.weights: ['click'] not in training.examples",
+        ),
+        (
+            'examples = ["view"]\nlabel = { implicit = true }\nweights = { view = 0 }',
+            "training.weights: weights must be positive",
+        ),
     ],
 )
 def test_training_rules_are_checked_when_the_file_loads(training: str, named: str) -> None:

@@ -102,3 +102,15 @@ def test_tune_picks_weights_that_fuse_the_sources_it_learnt() -> None:
     assert max(tuned.fusion.values()) > 0
     # a sequential world: the learnt sources beat popularity on the tuning split
     assert tuned.ndcg["fused"] > tuned.ndcg["popular"]
+
+
+def test_the_fused_head_follows_its_weights_and_the_rest_the_depth_weights() -> None:
+    from recmesh.retrieval.build import rrf_head_tail
+
+    lists = {"a": ["x", "y", "z", "w"], "b": ["p", "q", "x", "r"]}
+    head = {"a": 1.0, "b": 0.0}
+    # Without depth weights (or the same ones): plain weighted RRF.
+    assert rrf_head_tail(lists, head, None) == ["x", "y", "z", "w"]
+    assert rrf_head_tail(lists, head, head, size=2) == ["x", "y", "z", "w"]
+    # The first two by the head's weights, then b's order for what is left.
+    assert rrf_head_tail(lists, head, {"a": 0.0, "b": 1.0}, size=2) == ["x", "y", "p", "q", "r"]

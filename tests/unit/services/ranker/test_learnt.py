@@ -121,3 +121,71 @@ async def test_the_vectors_source_searches_with_the_users_vector_or_their_histor
     assert own.items[0][0] == "c" and own.attributes["query"] == "user"
     other = await source.fetch(RecallContext("u9", {}, {}, 10, 1.0, history=["a"]))
     assert [i for i, _ in other.items][:1] == ["b"] and other.attributes["query"] == "history"  # a is seen
+
+
+async def test_past_the_head_the_fused_list_follows_the_depth_weights(demo_fs: FeatureSet) -> None:
+    from services.ranker.recall import Recalled
+    from services.ranker.stages import Candidates, RequestState, SourceOut, _run_fuse
+
+    knn = [(f"k{n:03d}", 1.0) for n in range(80)]
+    ease = [(f"e{n:03d}", 1.0) for n in range(80)]
+    inputs = {
+        "knn": SourceOut("knn", "learnt", Recalled(knn)),
+        "ease": SourceOut("ease", "learnt", Recalled(ease)),
+    }
+
+    async def fused(depth: dict[str, float]) -> list[str]:
+        env = Env(
+            None,  # type: ignore[arg-type]
+            None,  # type: ignore[arg-type]
+            RankerSettings(), demo_fs, {}, learnt_fusion=lambda: {"knn": 1.0, "ease": 0.0},
+            learnt_fusion_depth=lambda: depth,
+        )  # fmt: skip
+        req = RequestState("u1", 5, 1_000, {}, frozenset())
+        out = await _run_fuse(env, req, None, inputs, 1.0)  # type: ignore[arg-type]
+        assert isinstance(out, Candidates)
+        return [f.item_id for f in out.items]
+
+    assert await fused({}) == [i for i, _ in knn]  # one set of weights: ease (weight 0) brings nothing
+    got = await fused({"knn": 0.0, "ease": 1.0})
+    assert got[:50] == [i for i, _ in knn[:50]] and got[50:] == [i for i, _ in ease]
+
+
+async def test_with_recall_seen_declared_an_item_only_viewed_may_come_back(tmp_path: Path) -> None:
+    from recmesh.features.repository import parse_repository
+
+    fs = parse_repository(SEEN_REPO, tmp_path / "recmesh.toml")
+    assert fs.roles.seen == "bought" and fs.roles.seen_behaviors == frozenset({"purchase"})
+    table = NeighbourTable.from_pairs({"a": [("b", 2.0), ("x", 1.0)], "b": [("a", 1.0), ("y", 0.5)]}, keep=10)
+    files.save(
+        tmp_path, {"feature_set_version": fs.version, "sources": {"knn": {"decay": 1.0}}}, {"knn": table}
+    )
+    holder = RecallHolder(tmp_path, fs.version)
+    holder.refresh()
+    source = LearntSource("knn", holder, fs.roles)
+    # a and b in the history (viewed); a bought: b may be recommended, a may not.
+    ctx = RecallContext("u1", {"bought": ["a"]}, {}, 10, 1.0, history=["a", "b"])
+    assert [i for i, _ in (await source.fetch(ctx)).items] == ["b", "x", "y"]
+    # Without recall.seen (the default), every history item is seen.
+    default = LearntSource("knn", holder, parse_repository(SEEN_REPO.replace('seen = "bought"', ""),
+                                                           tmp_path / "r.toml").roles)  # fmt: skip
+    assert [i for i, _ in (await default.fetch(ctx)).items] == ["x", "y"]
+
+
+SEEN_REPO = """
+[repository]
+name = "shop"
+
+[events]
+behaviors = ["view", "purchase"]
+
+[realtime.bought]
+entity = "user"
+aggregate = "last_n"
+n = 50
+behaviors = ["purchase"]
+window = "90d"
+
+[recall]
+seen = "bought"
+"""

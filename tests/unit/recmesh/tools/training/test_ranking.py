@@ -5,8 +5,8 @@ from __future__ import annotations
 import math
 
 from recmesh.events import Event
-from recmesh.features.backfill import LabelRule
-from recmesh.tools.training.ranking import Popularity, Quality, first_k, leave_last_out, positive_examples
+from recmesh.features.backfill import LabelRule, positive_examples
+from recmesh.tools.training.ranking import Popularity, Quality, first_k, leave_last_out
 
 RATING = LabelRule(value_field="rating", at_least=4.0, examples=frozenset({"view"}))
 CLICK = LabelRule(behaviors=frozenset({"click"}), within_ms=1000, examples=frozenset({"view"}))
@@ -47,6 +47,40 @@ def test_leave_last_out_holds_out_the_last_positive_and_what_follows() -> None:
     assert split.history == {"u1": {"a", "b"}, "u2": {"a"}}
     assert split.held_out_events == 3
     assert split.users_with_a_positive == 3
+
+
+IMPLICIT = LabelRule(implicit=True, examples=frozenset({"view", "cart", "purchase"}), negatives=4)
+
+
+def test_a_purchase_target_is_held_out_with_its_lead_up_and_only_purchases_are_seen() -> None:
+    """--target purchase: the last purchase is the target; its lead-up (the
+    shopper's events on it since their previous purchase: its view and cart)
+    is held out too, so the ranking is asked as of before they turned to it.
+    With recall.seen on purchases, a product only viewed stays a candidate."""
+    log = [
+        ev(1, "u1", "b", 5, "view"),  # viewed, not bought
+        ev(2, "u1", "a", 10, "view"),
+        ev(3, "u1", "a", 11, "purchase"),  # the previous purchase: seen
+        ev(4, "u1", "c", 20, "view"),
+        ev(5, "u1", "t", 30, "view"),  # the target's lead-up starts here
+        ev(6, "u1", "d", 32, "view"),
+        ev(7, "u1", "t", 33, "cart"),
+        ev(8, "u1", "t", 34, "purchase"),  # the target
+    ]
+    split = leave_last_out(IMPLICIT, log, target={"purchase"}, seen={"purchase"})
+    (target,) = split.targets
+    assert (target.item_id, target.event_id, target.as_of_ms) == ("t", "e008", 29)
+    assert [e.event_id for e in split.training] == ["e001", "e002", "e003", "e004"]
+    assert split.history == {"u1": {"a"}}
+    # Without `seen`, every item of the training part is history.
+    assert leave_last_out(IMPLICIT, log, target={"purchase"}).history == {"u1": {"a", "b", "c"}}
+    # Without a target behaviour, the last positive (the purchase too) is the target.
+    assert [t.event_id for t in leave_last_out(IMPLICIT, log).targets] == ["e008"]
+
+
+def test_implicit_positives_are_the_example_events() -> None:
+    log = [ev(1, "u1", "a", 1, "view"), ev(2, "u1", "a", 2, "purchase"), ev(3, "u1", "b", 3, "click")]
+    assert positive_examples(IMPLICIT, log) == [True, True, False]
 
 
 def test_a_drawn_subset_is_deterministic_and_leaves_the_rest_whole() -> None:
