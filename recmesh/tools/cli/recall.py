@@ -26,7 +26,7 @@ def _cmd_build(args: argparse.Namespace) -> int:
     fs = repository(args)
     say = (lambda m: print(m, file=sys.stderr, flush=True)) if args.json else print
     events = list(sorted_events(Path(args.events), fs.event_schema))
-    card = recall.build(fs, events, _model_dir(args), say, args.seed,
+    card, _ = recall.build(fs, events, _model_dir(args), say, args.seed,
                         {"events_file": str(Path(args.events).resolve())})  # fmt: skip
     print_figures(card, args.json, f"recall version {card['version']} is current in {_model_dir(args)}")
     return 0

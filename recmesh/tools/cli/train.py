@@ -97,7 +97,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
             from recmesh.tools.training import recall
 
             logged = split.training if split is not None else list(events)
-            recall_card, tuned = recall.build_tuned(
+            recall_card, tuned = recall.build(
                 fs, logged, model_dir, say, args.seed, {"events_file": str(Path(args.events).resolve())},
                 activate=False, target=_target(fs, args.target),
             )  # fmt: skip

@@ -114,25 +114,12 @@ def build(
     source: dict[str, Any] | None = None,
     activate: bool = True,
     target: Collection[str] | None = None,
-) -> dict[str, Any]:
+) -> tuple[dict[str, Any], rb.Tuned]:
     """Tune on a split of `events` (each tuning user's last positive of `target`,
     see `targets`), build the tables on all of them, save a version under
-    model_dir/recall (current when `activate`); its card."""
-    return build_tuned(fs, events, model_dir, progress, seed, source, activate, target)[0]
-
-
-def build_tuned(
-    fs: FeatureSet,
-    events: Sequence[Event],
-    model_dir: Path,
-    progress: Progress = print,
-    seed: int = 0,
-    source: dict[str, Any] | None = None,
-    activate: bool = True,
-    target: Collection[str] | None = None,
-) -> tuple[dict[str, Any], rb.Tuned]:
-    """`build`, and its tuning: the split and each tuning user's fused candidates
-    (what `tune_blend` scores with the model trained beside the tables)."""
+    model_dir/recall (current when `activate`); its card, and the tuning (the
+    split and each tuning user's fused candidates, what `tune_blend` scores
+    with the model trained beside the tables)."""
     cfg = config_of(fs)
     started = time.perf_counter()
     is_target, what = targets(fs, events, target)

@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from recmesh.errors import InvalidArgument
 from recmesh.events import Event
 from recmesh.features.backfill import Example, LabelRule, training_examples
 from recmesh.features.repository import EMBEDDING_L2_DEFAULT, FeatureSet
@@ -129,7 +130,9 @@ def build_dataset(
     inputs are planned from these rows unless given (a model's own)."""
     examples = list(training_examples(fs, events, users, items))
     if not examples:
-        raise ValueError(f"no training examples: no {LabelRule.of(fs).examples_text()} events in the log")
+        raise InvalidArgument(
+            f"no training examples: no {LabelRule.of(fs).examples_text()} events in the log"
+        )
     if transforms is None:
         transforms = plan_inputs(fs, [e.user for e in examples], [e.item for e in examples])
     vec = Vectorizer(transforms)
@@ -180,7 +183,7 @@ def train(
     x, y, t = dataset.x, dataset.y, dataset.t
     split, tr, ho = split_by_time(t, cfg.holdout_fraction)
     if not 0 < y[tr].mean() < 1 or not 0 < y[ho].mean() < 1:
-        raise ValueError(
+        raise InvalidArgument(
             f"labels are all one class in the training or holdout part (positive rate {y.mean():.3f}; "
             f"rule: {LabelRule.of(fs).describe()}): check training.label in the repository"
         )

@@ -33,7 +33,7 @@ def _events(fs: FeatureSet) -> list[Event]:
 
 
 def test_build_tunes_builds_and_records_a_current_version(tmp_path: Path, demo_fs: FeatureSet) -> None:
-    card = recall.build(demo_fs, _events(demo_fs), tmp_path, progress=lambda _: None)
+    card, _ = recall.build(demo_fs, _events(demo_fs), tmp_path, progress=lambda _: None)
     assert files.current_version(tmp_path) == card["version"]
     assert card["feature_set_version"] == demo_fs.version
     assert set(card["sources"]) == {"knn", "ease"} and card["tuning"]["users"] > 0
