@@ -166,7 +166,7 @@ class RankerSettings(CommonSettings):
     # --- recall fusion (services/ranker/fusion.py) ---
     # Base weight per recall source, before the hybrid rule shifts them by sigma, e.g.
     # RECMESH_RANKER_FUSION_WEIGHTS='{"popular": 0.1, "covisit": 0.35, "category": 0.45, "semantic": 0.2}'.
-    # The learnt sources' weights (knn, ease, similar, vectors; and popular) come from the
+    # The learnt sources' weights (knn, ease, similar, vectors, revisit; and popular) come from the
     # current recall version's card (learnt with its tables) unless named here.
     fusion_weights: dict[str, float] = Field(
         default_factory=lambda: {
@@ -178,6 +178,7 @@ class RankerSettings(CommonSettings):
             "ease": 1.0,
             "similar": 1.0,
             "vectors": 1.0,
+            "revisit": 1.0,
         },
         validation_alias="RECMESH_RANKER_FUSION_WEIGHTS",
     )

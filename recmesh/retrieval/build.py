@@ -408,6 +408,10 @@ def tune(events: Sequence[Event], cfg: BuildConfig, is_target: Sequence[bool], u
     best_lists["popular"] = {
         u: [p for p in popular if p not in hold.seen.get(u, set(h))][:depth] for u, h in hold.history.items()
     }
+    if not seeds_seen:  # the ranker's `revisit` source: history items not seen (viewed, not bought)
+        best_lists["revisit"] = {
+            u: [i for i in h if i not in hold.seen.get(u, ())][:depth] for u, h in hold.history.items()
+        }
     names = list(best_lists)
     grid = [dict(zip(names, ws, strict=True)) for ws in itertools.product(FUSION_GRID, repeat=len(names))
             if any(w > 0 for w in ws)]  # fmt: skip
@@ -441,8 +445,11 @@ def tune(events: Sequence[Event], cfg: BuildConfig, is_target: Sequence[bool], u
             hits += target in rest[: depth - len(top)]
         return hits / len(targets)
 
-    tries = [dict(zip(names, ws, strict=True)) for ws in itertools.product(DEPTH_GRID, repeat=len(names))
-             if any(w > 0 for w in ws)]  # fmt: skip
+    # revisit's list is the user's own few items, all inside the head: its weight stays the head's.
+    free = [n for n in names if n != "revisit"]
+    fixed = {n: out.fusion[n] for n in names if n not in free}
+    tries = [{**dict(zip(free, ws, strict=True)), **fixed}
+             for ws in itertools.product(DEPTH_GRID, repeat=len(free)) if any(w > 0 for w in ws)]  # fmt: skip
     base = reach(out.fusion)
     best_reach, best_depth = max((reach(ws), sorted(ws.items())) for ws in tries)
     out.fusion_depth = dict(best_depth) if best_reach > base else {}

@@ -132,6 +132,27 @@ class LearntSource:
         return Recalled(items, attributes={"seeds": len(seeds), "version": version.version})
 
 
+class RevisitSource:
+    """The user's own history items that are not seen (the repository's
+    `recall.seen`: what was bought), newest first: the products they viewed or
+    carted and did not buy. Nothing when the repository declares no `seen`
+    (then every history item is seen)."""
+
+    name = "revisit"
+    role: Role = "learnt"
+
+    def __init__(self, roles: RecallRoles) -> None:
+        self._roles = roles
+
+    async def fetch(self, ctx: RecallContext) -> Recalled:
+        if self._roles.seen is None:
+            return Recalled([], attributes={"seen": "undeclared"})
+        seeds = history_seeds(self._roles, ctx)
+        never = never_again(self._roles, ctx, seeds)
+        items = [s for s in seeds if s not in never][: ctx.limit]
+        return Recalled([(s, 1.0 / (1 + n)) for n, s in enumerate(items)], attributes={"seeds": len(seeds)})
+
+
 # Exact inner-product search up to this many items; an HNSW graph beyond (as the
 # semantic index: M 32, efSearch 128).
 EXACT_SEARCH_ITEMS = 100_000

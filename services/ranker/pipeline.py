@@ -44,7 +44,7 @@ from recmesh.slo import with_budgets
 from recmesh.telemetry import FALLBACKS, LATENCY_BUCKETS
 from services.ranker import graph as graphs
 from services.ranker.graph import Graph, NodeSpec, PipelineGraphError
-from services.ranker.learnt import LearntSource, RecallHolder, VectorSource
+from services.ranker.learnt import LearntSource, RecallHolder, RevisitSource, VectorSource
 from services.ranker.policy import LEVEL_NAMES, choose_level
 from services.ranker.recall import (
     CategorySource,
@@ -153,8 +153,13 @@ def build_pipeline(
         "covisit": CovisitSource(features, roles),
         "category": CategorySource(features, settings.affinity_categories, roles, settings.recall_cache_s),
         "semantic": SemanticSource(holder, roles, inference),
-        **{name: LearntSource(name, learnt, roles) for name in LEARNT_SOURCES if name != "vectors"},
+        **{
+            name: LearntSource(name, learnt, roles)
+            for name in LEARNT_SOURCES
+            if name not in ("vectors", "revisit")
+        },
         "vectors": VectorSource(learnt, roles),
+        "revisit": RevisitSource(roles),
     }
     kinds = {n.kind for n in graph.nodes.values()}
     # The user look-up brings the co-visitation recall along when a covisit

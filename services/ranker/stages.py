@@ -387,6 +387,8 @@ def _neutral_diversify(env: Env, req: RequestState, node: NodeSpec, inputs: Inpu
 
 
 def _learnt_idle(source: str) -> Callable[[Env], bool]:
+    if source == "revisit":  # needs no table: the history and recall.seen
+        return lambda env: env.fs.roles.seen is None or not env.history_limit
     return lambda env: not env.learnt_serves(source)
 
 
@@ -431,7 +433,7 @@ def _kinds() -> dict[str, Kind]:
     return kinds
 
 
-LEARNT_SOURCES = ("knn", "ease", "similar", "vectors")
+LEARNT_SOURCES = ("knn", "ease", "similar", "vectors", "revisit")
 KINDS: dict[str, Kind] = _kinds()
 KIND_SPECS: dict[str, KindSpec] = {name: k.spec for name, k in KINDS.items()}
 # What the final node may produce, and how the answer is read from it.

@@ -103,10 +103,15 @@ RECALL_DEPTH = 500
 
 
 def _offline_lists(
-    recall: files.RecallVersion | None, seeds: list[str], seen: frozenset[str], popular: list[str]
+    recall: files.RecallVersion | None,
+    seeds: list[str],
+    seen: frozenset[str],
+    popular: list[str],
+    again: list[str],
 ) -> dict[str, list[str]]:
     """Each learnt table's list for these seeds (seen items dropped, popularity
-    to fill), and their fusion with the version's learnt weights."""
+    to fill), and their fusion (with `again`, the revisit source's list: seeds
+    not seen) with the version's learnt weights."""
     if recall is None:
         return {}
     lists: dict[str, list[str]] = {}
@@ -115,13 +120,14 @@ def _offline_lists(
         got = [i for i, _ in table.top(seeds, recency_weights(len(seeds), decay), RECALL_DEPTH, seen)]
         lists[name] = got
 
+    fused_from = {**lists, "revisit": again, "popular": popular[:RECALL_DEPTH]}
+
     def known(weights: dict[str, float]) -> dict[str, float]:
-        return {n: w for n, w in weights.items() if n in lists or n == "popular"}
+        return {n: w for n, w in weights.items() if n in fused_from}
 
     fusion, depth = known(recall.card.get("fusion", {})), known(recall.card.get("fusion_depth", {}))
     if fusion:
-        both = {**lists, "popular": popular[:RECALL_DEPTH]}
-        lists["learnt_fused"] = rrf_head_tail(both, fusion, depth)[:RECALL_DEPTH]
+        lists["learnt_fused"] = rrf_head_tail(fused_from, fusion, depth)[:RECALL_DEPTH]
     return lists
 
 
@@ -148,7 +154,11 @@ async def _replay_and_rank(
     knn_past = SequentialKnn(learnt)
     hist = Histories(learnt, fs.roles.history_cap or 50)
     tables = sorted(recall.tables) if recall is not None else []
-    names = ["served", "recall_alone", "popularity", "item_knn", *[f"offline_{t}" for t in tables]]
+    # With recall.seen declared, what a user only viewed may be recommended: the
+    # baseline every shop has, their recent items not bought, comes first.
+    revisit = fs.roles.seen is not None
+    names = ["served", "recall_alone", "popularity", "item_knn", *(["recent"] if revisit else []),
+             *[f"offline_{t}" for t in tables]]  # fmt: skip
     if recall is not None and recall.card.get("fusion"):
         names.append("offline_learnt_fused")
     quality = {n: {g: Quality(k) for g in GROUPS} for n in names}
@@ -185,7 +195,12 @@ async def _replay_and_rank(
             got["popularity"] = (popular[:k], popular)
             knn_list = knn_past.top(target.user_id, RECALL_DEPTH, history, pop)
             got["item_knn"] = (knn_list[:k], knn_list)
-            offline = _offline_lists(recall, hist.items.get(target.user_id, []), frozenset(history), popular)
+            seeds = hist.items.get(target.user_id, [])
+            again = [i for i in seeds if i not in history] if revisit else []
+            if revisit:
+                recent = again + [p for p in popular if p not in again]
+                got["recent"] = (recent[:k], recent)
+            offline = _offline_lists(recall, seeds, frozenset(history), popular, again)
             for t in (*tables, "learnt_fused"):
                 if t in offline:
                     got[f"offline_{t}"] = (_fill(offline[t], popular, k), offline[t])
@@ -237,12 +252,13 @@ LABELS = {
     "recall_alone": "recall alone (fused, unscored)",
     "popularity": "popularity (past counts)",
     "item_knn": "item-kNN (past only, last 10 items)",
+    "recent": "recent items not seen, then popular",
     "offline_knn": "item-kNN table on its own",
     "offline_ease": "EASE on its own",
     "offline_similar": "your similar-items table on its own",
     "offline_learnt_fused": "learnt tables fused (offline)",
 }
-BASELINES = ("popularity", "item_knn", "offline_knn", "offline_ease")
+BASELINES = ("popularity", "item_knn", "recent", "offline_knn", "offline_ease")
 
 
 def best_baseline(f: dict[str, Any]) -> tuple[str, float, float]:

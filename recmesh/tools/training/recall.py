@@ -160,9 +160,9 @@ def build(
         "behaviors": dict(cfg.behaviors),
         "history": cfg.history,
         "sources": sources,
-        "fusion": {k: w for k, w in tuned.fusion.items() if k in (*tables, "popular")},
+        "fusion": {k: w for k, w in tuned.fusion.items() if k in (*tables, "popular", "revisit")},
         # past the fused list's first rrf_head_tail items ({}: the same weights)
-        "fusion_depth": {k: w for k, w in tuned.fusion_depth.items() if k in (*tables, "popular")},
+        "fusion_depth": {k: w for k, w in tuned.fusion_depth.items() if k in (*tables, "popular", "revisit")},
         "tuning": {"users": tuned.users, "ndcg@10": tuned.ndcg, "targets": what},
         "build_seconds": round(time.perf_counter() - started, 1),
     }

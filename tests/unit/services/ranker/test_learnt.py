@@ -170,6 +170,11 @@ async def test_with_recall_seen_declared_an_item_only_viewed_may_come_back(tmp_p
     default = LearntSource("knn", holder, parse_repository(SEEN_REPO.replace('seen = "bought"', ""),
                                                            tmp_path / "r.toml").roles)  # fmt: skip
     assert [i for i, _ in (await default.fetch(ctx)).items] == ["x", "y"]
+    # The revisit source: the history's items not seen, newest first (nothing without recall.seen).
+    from services.ranker.learnt import RevisitSource
+
+    assert (await RevisitSource(fs.roles).fetch(ctx)).items == [("b", 1.0)]
+    assert (await RevisitSource(default._roles).fetch(ctx)).items == []
 
 
 SEEN_REPO = """
