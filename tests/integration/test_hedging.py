@@ -20,17 +20,20 @@ SLOW_S = 1.0
 
 
 class _Health(health_pb2_grpc.HealthServicer):  # type: ignore[misc]
-    """Fast, except that the caller can make the next call slow."""
+    """Fast, except that the caller can make the next call of a kind slow (the
+    kind travels as the request's service name, so a straggling copy of an
+    earlier call of another kind cannot take the slowness meant for it)."""
 
     def __init__(self) -> None:
         self.slow_next = False
+        self.slow_kind = ""
         self.calls = 0
 
     async def Check(
         self, request: health_pb2.HealthCheckRequest, context: object
     ) -> health_pb2.HealthCheckResponse:
         self.calls += 1
-        if self.slow_next:
+        if self.slow_next and request.service == self.slow_kind:
             self.slow_next = False
             await asyncio.sleep(SLOW_S)
         return health_pb2.HealthCheckResponse(status=health_pb2.HealthCheckResponse.SERVING)
@@ -45,7 +48,7 @@ class _Client(GrpcClient):
         self.stub = health_pb2_grpc.HealthStub(self.channel)
 
     async def check(self, kind: str | None = None) -> health_pb2.HealthCheckResponse:
-        req = health_pb2.HealthCheckRequest(service="")
+        req = health_pb2.HealthCheckRequest(service=kind or "")
         return await self._call("Check", self.stub.Check, req, cap_s=5.0, hedge=True, latency_key=kind)
 
 
@@ -113,12 +116,12 @@ async def test_each_latency_key_hedges_on_its_own_history(server: tuple[str, _He
     try:
         await _warm(client)  # history for the default key (the method) only
         before, calls = _hedges(), servicer.calls
-        servicer.slow_next = True
+        servicer.slow_next, servicer.slow_kind = True, "large"
         t = time.perf_counter()
         await client.check("large")
         assert time.perf_counter() - t >= SLOW_S * 0.9, "no p95 for 'large' yet: no hedge"
         assert _hedges() == before and servicer.calls == calls + 1
-        servicer.slow_next = True
+        servicer.slow_next, servicer.slow_kind = True, ""
         t = time.perf_counter()
         await client.check()
         took = time.perf_counter() - t

@@ -48,6 +48,39 @@ def _target(fs: Any, given: list[str] | None) -> frozenset[str] | None:
     return frozenset(given)
 
 
+def _tune_blend(
+    cfg: Any,
+    fs: Any,
+    dataset: Any,
+    tuned: Any,
+    users: Any,
+    items: Any,
+    model_dir: Path,
+    version: str,
+    say: Any,
+) -> dict[str, Any]:
+    """The model/recall blend for the recall version, tuned on retrieval's tuning
+    users with a probe model: the same training without those users' held-out
+    parts (a model that has seen a target would claim it); then the version
+    becomes current beside the model trained on everything."""
+    import tempfile
+
+    from recmesh.retrieval import files as recall_files
+    from recmesh.tools.training import recall
+    from recmesh.tools.training.train import rows_before, train
+
+    changes: dict[str, Any] = {}
+    if tuned.hold is not None and tuned.candidates:
+        probe = rows_before(dataset, tuned.hold.as_of)
+        say(f"a probe model for the blend: the same training without the {len(tuned.hold.as_of):,} tuning "
+            f"users' held-out parts ({len(dataset.y) - len(probe.y):,} rows) ...")  # fmt: skip
+        with tempfile.TemporaryDirectory(prefix="recmesh-probe-") as tmp:
+            train(cfg, Path(tmp), fs, probe, progress=lambda _: None)
+            changes = recall.tune_blend(fs, tuned, users, items, Path(tmp), model_dir, version, say)
+    recall_files.set_current(model_dir, version)
+    return changes
+
+
 def _cmd_train(args: argparse.Namespace) -> int:
     from recmesh.settings import InferenceSettings
     from recmesh.tools.cli.data import catalog_tables, repository
@@ -101,9 +134,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
                 fs, logged, model_dir, say, args.seed, {"events_file": str(Path(args.events).resolve())},
                 activate=False, target=_target(fs, args.target),
             )  # fmt: skip
-            # The model learns without the tuning users' held-out parts, so the
-            # blend of its order with recall's can be tuned on them after.
-            events = iter(tuned.hold.training if tuned.hold is not None else logged)
+            events = iter(logged)
         dataset = build_dataset(fs, events, users, items)
         dataset.source = {
             "events": str(Path(args.events).resolve()),
@@ -117,11 +148,10 @@ def _cmd_train(args: argparse.Namespace) -> int:
     elif not fs.demo:
         raise InvalidArgument(f"repository {fs.name!r}: give your event log with --events LOG")
     card = train(cfg, model_dir, fs, dataset, progress=say)
-    if recall_card is not None and tuned is not None:
-        from recmesh.retrieval import files as recall_files
-
-        recall_card |= recall.tune_blend(fs, tuned, users, items, model_dir, recall_card["version"], say)
-        recall_files.set_current(model_dir, recall_card["version"])
+    if recall_card is not None and tuned is not None and dataset is not None:
+        recall_card |= _tune_blend(
+            cfg, fs, dataset, tuned, users, items, model_dir, recall_card["version"], say
+        )
     figures = {
         "version": card["version"],
         **card["metrics"],

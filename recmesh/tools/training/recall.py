@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import orjson
 
 from recmesh.errors import InvalidArgument
@@ -189,6 +190,7 @@ def tune_blend(
     tuned: rb.Tuned,
     users: Mapping[str, Mapping[str, Any]],
     items: Mapping[str, Mapping[str, Any]],
+    probe_dir: Path,
     model_dir: Path,
     recall_version: str,
     progress: Progress = print,
@@ -200,7 +202,9 @@ def tune_blend(
     held-out part) are scored as the ranker would: features as of 1 ms before
     the held-out part, replayed from the tuning split's events
     (`features_as_of`), by the current model's full variant (ONNX, as served).
-    The model must not have seen those targets: train it on `tuned.hold.training`.
+    The model (the current one in `probe_dir`) must not have seen those
+    targets: it is trained without the tuning users' held-out parts. The blend
+    goes into the card of `recall_version` under `model_dir`.
     """
     import onnxruntime as ort
 
@@ -213,7 +217,7 @@ def tune_blend(
     if hold is None or not tuned.candidates:
         return {}
     started = time.perf_counter()
-    model_root = model_dir / MODEL_NAME
+    model_root = probe_dir / MODEL_NAME
     version = (model_root / "CURRENT").read_text().strip()
     card = orjson.loads((model_root / version / "card.json").read_bytes())
     vec = Vectorizer(tuple(Transform.from_json(t) for t in card["input"]["transforms"]))
@@ -229,17 +233,37 @@ def tune_blend(
         scored[q.user_id] = (list(q.items), [float(s) for s in np.asarray(out).reshape(-1)])
     targets = {u: hold.targets[u] for u in scored}
 
-    def top10(w: float) -> dict[str, list[str]]:
-        return {u: [i for i, _ in blend_orders(ids, s, w)][:10] for u, (ids, s) in scored.items()}
+    tuning_users = sorted(scored)
 
-    ndcg = {w: rb.ndcg(top10(w), targets) for w in BLEND_GRID}
-    best = max(BLEND_GRID, key=lambda w: (round(ndcg[w], 6), -w))
+    def gains(w: float) -> npt.NDArray[np.float64]:
+        """Per tuning user, NDCG@10 of the blended order."""
+        out = np.zeros(len(tuning_users))
+        for n, u in enumerate(tuning_users):
+            ids, s = scored[u]
+            top = [i for i, _ in blend_orders(ids, s, w)][:10]
+            if targets[u] in top:
+                out[n] = 1.0 / np.log2(top.index(targets[u]) + 2)
+        return out
+
+    per_user = {w: gains(w) for w in BLEND_GRID}
+    ndcg = {w: float(g.mean()) for w, g in per_user.items()}
+    top = max(BLEND_GRID, key=lambda w: (round(ndcg[w], 6), -w))
+    # The one-standard-error rule: the least recall weight (the most say for the
+    # model, which also sees the real-time features the split cannot show)
+    # whose paired shortfall against the best is within one standard error.
+    best = top
+    for w in BLEND_GRID:
+        diff = per_user[top] - per_user[w]
+        if diff.mean() <= diff.std(ddof=1) / np.sqrt(len(diff)):
+            best = w
+            break
     progress(
         f"  blend of the model's order with the recall order, NDCG@10 on {len(targets)} tuning users: "
         + ", ".join(f"{w:g}: {v:.4f}" for w, v in ndcg.items())
-        + f" -> {best:g} ({time.perf_counter() - started:.1f} s)"
+        + f" -> {best:g} (best {top:g}; the least within one standard error; "
+        f"{time.perf_counter() - started:.1f} s)"
     )
-    tuning = {"model_version": version, "users": len(targets),
+    tuning = {"model_version": version, "users": len(targets), "best": top, "rule": "one standard error",
               "ndcg@10": {f"{w:g}": round(v, 4) for w, v in ndcg.items()}}  # fmt: skip
     changes = {"blend": best, "blend_tuning": tuning}
     files.update_card(model_dir, recall_version, changes)

@@ -151,6 +151,17 @@ def build_dataset(
     return Dataset(transforms, x, y, t, examples, w=None if bool((w == 1).all()) else w)
 
 
+def rows_before(dataset: Dataset, cut: Mapping[str, int]) -> Dataset:
+    """The dataset without each listed user's rows as of `cut[user]` or later
+    (their held-out part: its examples and their sampled negatives)."""
+    keep = np.array([e.as_of_ms < cut.get(e.user_id, e.as_of_ms + 1) for e in dataset.examples], bool)
+    return Dataset(
+        dataset.transforms, dataset.x[keep], dataset.y[keep], dataset.t[keep],
+        [e for e, k in zip(dataset.examples, keep, strict=True) if k], dict(dataset.source),
+        None if dataset.w is None else dataset.w[keep],
+    )  # fmt: skip
+
+
 def demo_dataset(
     fs: FeatureSet, cfg: TrainConfig, transforms: tuple[Transform, ...] | None = None
 ) -> Dataset:
