@@ -58,6 +58,7 @@ class ReplayState:
         self.fs = fs
         self._offline: dict[Entity, Mapping[str, Mapping[str, Any]]] = {"user": users, "item": items}
         self._attr_cache: dict[Entity, dict[str, dict[str, str]]] = {"user": {}, "item": {}}
+        self._offline_values: dict[Entity, dict[str, dict[str, FeatureValue]]] = {"user": {}, "item": {}}
         self._layouts = {(s.entity, s.id): Layout.of(s) for s in fs.streams}
         self._state: dict[tuple[Entity, str], dict[str, list[StreamEvent]]] = {
             (s.entity, s.id): {} for s in fs.streams
@@ -125,6 +126,18 @@ class ReplayState:
                 self._ids[uid] = kept
             else:
                 del self._ids[uid]
+
+    def row(self, entity: Entity, entity_id: str, as_of_ms: int) -> dict[str, FeatureValue]:
+        """Every feature of one entity as of `as_of_ms`, as a look-up then would
+        answer: the real-time ones from the events applied, the offline ones
+        from its table (the declared defaults for an entity it lacks)."""
+        out = {k: v for k, (v, _) in self.features(entity, entity_id, as_of_ms).items()}
+        held = self._offline_values[entity].get(entity_id)
+        if held is None:
+            held = offline_values(self.fs, entity, self._offline[entity].get(entity_id))
+            self._offline_values[entity][entity_id] = held
+        out.update(held)
+        return out
 
     def features(self, entity: Entity, entity_id: str, as_of_ms: int) -> dict[str, tuple[FeatureValue, int]]:
         """Real-time features of one entity as of `as_of_ms`: name -> (value, age_ms)."""
@@ -310,15 +323,6 @@ def training_examples(
     state = ReplayState(fs, users, items)
     pending: deque[_Pending] = deque()
     waiting: dict[tuple[str, str], list[_Pending]] = {}
-    users_off: dict[str, dict[str, FeatureValue]] = {}
-    items_off: dict[str, dict[str, FeatureValue]] = {}
-
-    def off(cache: dict[str, dict[str, FeatureValue]], entity: Entity, eid: str) -> dict[str, FeatureValue]:
-        held = cache.get(eid)
-        if held is None:
-            held = offline_values(fs, entity, (users if entity == "user" else items).get(eid))
-            cache[eid] = held
-        return held
 
     def flush(now_ms: int | None) -> Iterator[Example]:
         while pending and (now_ms is None or pending[0].t + rule.within_ms < now_ms):
@@ -363,9 +367,7 @@ def training_examples(
             left = [i for i in catalog if i not in avoid and i not in drawn and i != ev.item_id]
             drawn += rng.sample(left, min(len(left), rule.negatives - len(drawn)))
         for item in drawn:
-            itf = {k: v for k, (v, _) in state.features("item", item, as_of).items()}
-            itf.update(off(items_off, "item", item))
-            yield Example(ev.user_id, item, as_of, uf, itf, 0)
+            yield Example(ev.user_id, item, as_of, uf, state.row("item", item, as_of), 0)
 
     for ev in events:
         t = ev.event_time
@@ -378,10 +380,7 @@ def training_examples(
                     p.label = 1
         if ev.behavior in rule.examples and not state.seen(ev.user_id, ev.event_id):
             as_of = t - 1
-            uf = {k: v for k, (v, _) in state.features("user", ev.user_id, as_of).items()}
-            itf = {k: v for k, (v, _) in state.features("item", ev.item_id, as_of).items()}
-            uf.update(off(users_off, "user", ev.user_id))
-            itf.update(off(items_off, "item", ev.item_id))
+            uf, itf = state.row("user", ev.user_id, as_of), state.row("item", ev.item_id, as_of)
             known = rule.immediate(ev)
             weight = rule.weight(ev.behavior)
             p = _Pending(ev.user_id, ev.item_id, ev.event_id, t, uf, itf, known or 0, weight)
@@ -419,22 +418,10 @@ def features_as_of(
     features, real-time and offline. Queries are answered in time order."""
     state = ReplayState(fs, users, items)
     pending = deque(sorted(queries, key=lambda q: (q.as_of_ms, q.user_id)))
-    users_off: dict[str, dict[str, FeatureValue]] = {}
-    items_off: dict[str, dict[str, FeatureValue]] = {}
 
     def answer(q: Query) -> tuple[Query, dict[str, FeatureValue], list[dict[str, FeatureValue]]]:
-        uf = {k: v for k, (v, _) in state.features("user", q.user_id, q.as_of_ms).items()}
-        if q.user_id not in users_off:
-            users_off[q.user_id] = offline_values(fs, "user", users.get(q.user_id))
-        uf.update(users_off[q.user_id])
-        rows = []
-        for item in q.items:
-            itf = {k: v for k, (v, _) in state.features("item", item, q.as_of_ms).items()}
-            if item not in items_off:
-                items_off[item] = offline_values(fs, "item", items.get(item))
-            itf.update(items_off[item])
-            rows.append(itf)
-        return q, uf, rows
+        rows = [state.row("item", item, q.as_of_ms) for item in q.items]
+        return q, state.row("user", q.user_id, q.as_of_ms), rows
 
     for ev in events:
         while pending and pending[0].as_of_ms < ev.event_time:

@@ -31,6 +31,7 @@ from typing import Any, Literal
 from recmesh.events import Event
 from recmesh.features.backfill import LabelRule, positive_examples
 from recmesh.features.repository import FeatureSet, key_location
+from recmesh.retrieval.build import last_targets
 
 EMPTY_SHARE = 0.9  # a recall role on an attribute empty for more than this share of entities warns
 
@@ -126,15 +127,10 @@ def _labels(fs: FeatureSet, events: Sequence[Event], ranking: bool, add: Any) ->
         add("error", "training.negatives", f"the label calls every one of the {examples:,} example "
             "events positive and training.negatives is 0: a model cannot learn from one class; write "
             "negatives = 4 (catalog items the user had no event on, drawn per example)")  # fmt: skip
-    if ranking:
-        first: dict[str, int] = {}
-        for n, ev in enumerate(events):
-            first.setdefault(ev.user_id, n)
-        pairs = enumerate(zip(events, positive, strict=True))
-        if not any(p and first[ev.user_id] < n for n, (ev, p) in pairs):
-            add("error", "training.label", f"no user has a positive example after an earlier event of "
-                "theirs, so a ranking evaluation has nothing to hold out and rank from a history "
-                f"({positives:,} positives, each its user's first event)")  # fmt: skip
+    if ranking and not last_targets(events, positive):  # the split `train --ranking` holds out
+        add("error", "training.label", f"no user has a positive example after an earlier event of "
+            "theirs, so a ranking evaluation has nothing to hold out and rank from a history "
+            f"({positives:,} positives, none with an earlier event of its user on another item)")  # fmt: skip
 
 
 def errors(found: Sequence[Finding]) -> list[Finding]:

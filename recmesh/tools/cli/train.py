@@ -101,6 +101,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
     if args.events:
         from recmesh.features.eventlog import sorted_events
 
+        target = _target(fs, args.target)  # a wrong one is refused before the log is read
         users, items = catalog_tables(fs, args.users, args.items)
         say(f"replaying {args.events} through repository {fs.name!r} ({fs.version}) for training rows ...")
         logged_all = list(sorted_events(Path(args.events), fs.event_schema))
@@ -110,7 +111,6 @@ def _cmd_train(args: argparse.Namespace) -> int:
             from recmesh.features.backfill import LabelRule
             from recmesh.tools.training.ranking import leave_last_out
 
-            target = _target(fs, args.target)
             split = leave_last_out(LabelRule.of(fs), logged_all, args.ranking_users, args.seed, target,
                                    fs.roles.seen_behaviors)  # fmt: skip
             say(
@@ -132,7 +132,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
             logged = split.training if split is not None else list(events)
             recall_card, tuned = recall.build(
                 fs, logged, model_dir, say, args.seed, {"events_file": str(Path(args.events).resolve())},
-                activate=False, target=_target(fs, args.target),
+                activate=False, target=target,
             )  # fmt: skip
             events = iter(logged)
         dataset = build_dataset(fs, events, users, items)
