@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+import uuid
 from collections.abc import AsyncIterator
 
 import grpc
@@ -20,22 +21,31 @@ SLOW_S = 1.0
 
 
 class _Health(health_pb2_grpc.HealthServicer):  # type: ignore[misc]
-    """Fast, except that the caller can make the next call of a kind slow (the
-    kind travels as the request's service name, so a straggling copy of an
-    earlier call of another kind cannot take the slowness meant for it)."""
+    """Fast, except that the caller can make the next call of a kind slow. Each
+    call names this server's token and its kind ("<token>/<kind>" as the
+    request's service name): a Check from anything else that reaches the port
+    (another test's client or process) is answered and neither counted nor
+    slowed, and a straggling copy of an earlier call of another kind cannot
+    take the slowness meant for the next one."""
 
     def __init__(self) -> None:
+        self.token = uuid.uuid4().hex
         self.slow_next = False
         self.slow_kind = ""
         self.calls = 0
         self.by_kind: dict[str, int] = {}
+        self.foreign = 0
 
     async def Check(
         self, request: health_pb2.HealthCheckRequest, context: object
     ) -> health_pb2.HealthCheckResponse:
+        token, _, kind = request.service.partition("/")
+        if token != self.token:
+            self.foreign += 1
+            return health_pb2.HealthCheckResponse(status=health_pb2.HealthCheckResponse.SERVING)
         self.calls += 1
-        self.by_kind[request.service] = self.by_kind.get(request.service, 0) + 1
-        if self.slow_next and request.service == self.slow_kind:
+        self.by_kind[kind] = self.by_kind.get(kind, 0) + 1
+        if self.slow_next and kind == self.slow_kind:
             self.slow_next = False
             await asyncio.sleep(SLOW_S)
         return health_pb2.HealthCheckResponse(status=health_pb2.HealthCheckResponse.SERVING)
@@ -45,12 +55,13 @@ class _Client(GrpcClient):
     target = "hedge-test"
     service_name = "grpc.health.v1.Health"
 
-    def __init__(self, address: str, policy: ResiliencePolicy) -> None:
+    def __init__(self, address: str, policy: ResiliencePolicy, token: str) -> None:
         super().__init__(address, "test", policy=policy)
         self.stub = health_pb2_grpc.HealthStub(self.channel)
+        self.token = token
 
     async def check(self, kind: str | None = None) -> health_pb2.HealthCheckResponse:
-        req = health_pb2.HealthCheckRequest(service=kind or "")
+        req = health_pb2.HealthCheckRequest(service=f"{self.token}/{kind or ''}")
         return await self._call("Check", self.stub.Check, req, cap_s=5.0, hedge=True, latency_key=kind)
 
 
@@ -82,7 +93,7 @@ def _hedges() -> float:
 
 async def test_a_slow_read_is_hedged_and_the_fast_copy_answers(server: tuple[str, _Health]) -> None:
     address, servicer = server
-    client = _Client(address, ResiliencePolicy(retry_ratio=0.5))
+    client = _Client(address, ResiliencePolicy(retry_ratio=0.5), servicer.token)
     try:
         await _warm(client)
         before, calls = _hedges(), servicer.calls
@@ -99,7 +110,7 @@ async def test_a_slow_read_is_hedged_and_the_fast_copy_answers(server: tuple[str
 
 async def test_no_budget_no_hedge(server: tuple[str, _Health]) -> None:
     address, servicer = server
-    client = _Client(address, ResiliencePolicy(retry_ratio=0.0))
+    client = _Client(address, ResiliencePolicy(retry_ratio=0.0), servicer.token)
     client.retry_budget.tokens = 0.0  # the initial allowance spent
     try:
         await _warm(client)
@@ -117,7 +128,7 @@ async def test_each_latency_key_hedges_on_its_own_history(server: tuple[str, _He
     """A kind of call with no history of its own (say, the large look-ups) is not
     hedged on the p95 of another kind of the same method (the small ones)."""
     address, servicer = server
-    client = _Client(address, ResiliencePolicy(retry_ratio=0.5))
+    client = _Client(address, ResiliencePolicy(retry_ratio=0.5), servicer.token)
     try:
         await _warm(client)  # history for the default key (the method) only
         before = _hedges()
