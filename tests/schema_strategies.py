@@ -1,28 +1,27 @@
 """Random action output schemas for property tests, valid draft 2020-12 with
-an object at the root. hypothesis-jsonschema's `from_schema` draws the leaf
-schemas (where the constraints are) from small meta-schemas written here;
-objects and arrays nest them with plain hypothesis strategies, because
-`from_schema` over one nested meta-schema took about 10 s per draw here.
+an object at the root, drawn with plain hypothesis strategies: the leaf
+schemas (where the constraints are) from six flat families (string, number,
+type union, boolean / null, enum, const), which objects and arrays nest.
 
-The meta-schema covers what the template filler must handle: strings with
-`pattern` (a curated list, some impossible, and hypothesis-jsonschema's own
-random regular expressions), `format`, `minLength` / `maxLength`; integers and
-numbers with inclusive and exclusive bounds and `multipleOf`; `enum`, `const`,
-type unions, `anyOf` / `oneOf` / `allOf`; objects with `properties`,
-`required` (sometimes naming undeclared properties), `additionalProperties`,
-`minProperties` / `maxProperties`; arrays with `items`, `prefixItems`,
-`minItems` / `maxItems`, `uniqueItems`, `contains`. Nested three levels deep.
-Bounds are
-drawn independently, so contradictory schemas (minLength above maxLength, a
-multipleOf with no multiple in range) come up too: those must be a 422.
+They cover what the template filler must handle: strings with `pattern` (a
+curated list, some impossible, and random regular expressions), `format`,
+`minLength` / `maxLength`; integers and numbers with inclusive and exclusive
+bounds and `multipleOf`; `enum`, `const`, type unions, `anyOf` / `oneOf` /
+`allOf`; objects with `properties`, `required` (sometimes naming undeclared
+properties), `additionalProperties`, `minProperties` / `maxProperties`; arrays
+with `items`, `prefixItems`, `minItems` / `maxItems`, `uniqueItems`,
+`contains`. Nested three levels deep. Bounds are drawn independently, so
+contradictory schemas (minLength above maxLength, a multipleOf with no
+multiple in range) come up too: those must be a 422.
 """
 
 from __future__ import annotations
 
+import re
+import warnings
 from typing import Any
 
 from hypothesis import strategies as st
-from hypothesis_jsonschema import from_schema
 
 NAMES = ["text", "url", "title", "code", "email", "count", "tags", "when", "id", "a", "b"]
 FORMATS = ["uri", "uri-reference", "email", "date", "date-time", "uuid", "time", "ipv4", "ipv6",
@@ -34,60 +33,79 @@ PATTERNS = [
 ]  # fmt: skip
 TYPES = ["string", "integer", "number", "boolean", "null"]
 
-_small_int = {"type": "integer", "minimum": 0, "maximum": 12}
-_bound = {"type": "number", "minimum": -50, "maximum": 50}
-_scalar = {
-    "anyOf": [
-        {"type": "string", "maxLength": 8},
-        {"type": "integer", "minimum": -5, "maximum": 5},
-        {"type": "boolean"},
-        {"type": "null"},
-    ]
-}
+
+def _compiles(pattern: str) -> bool:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FutureWarning)  # "possible nested set": dropped too
+        try:
+            re.compile(pattern)
+        except (re.error, FutureWarning):
+            return False
+    return True
 
 
-def _closed(props: dict[str, Any], kind: Any) -> dict[str, Any]:
-    return {"type": "object", "properties": {"type": kind, **props}, "required": ["type"],
-            "additionalProperties": False}  # fmt: skip
+# Random regular expressions: one to three fragments, each `.`, a character class, or a
+# fragment repeated (`+`, `?`, `*`). The class is drawn without fullmatch, so arbitrary
+# text (any code point, newlines, regex syntax) comes with it; what does not compile is dropped.
+_REGEXES: st.SearchStrategy[str] = st.deferred(
+    lambda: (
+        st.lists(
+            st.one_of(
+                st.just("."),
+                st.from_regex(r"\[\^?[A-Za-z0-9]+\]"),
+                _REGEXES.map("{}+".format),
+                _REGEXES.map("{}?".format),
+                _REGEXES.map("{}*".format),
+            ),
+            min_size=1,
+            max_size=3,
+        )
+        .map("".join)
+        .filter(_compiles)
+    )
+)
+
+_small_int = st.integers(0, 12)
+# JSON numbers in [-50, 50] (floats; -0.0 as 0.0)
+_bound = st.floats(-50, 50, allow_nan=False).map(lambda n: n or 0.0)
+_scalar = st.one_of(st.text(max_size=8), st.integers(-5, 5), st.booleans(), st.none())
+
+
+def _closed(
+    kind: st.SearchStrategy[Any], **optional: st.SearchStrategy[Any]
+) -> st.SearchStrategy[dict[str, Any]]:
+    """`{"type": kind}` and any of the `optional` keywords, nothing else."""
+    return st.fixed_dictionaries({"type": kind}, optional=optional)
 
 
 STRING = _closed(
-    {
-        "minLength": _small_int,
-        "maxLength": {"type": "integer", "minimum": 0, "maximum": 30},
-        "pattern": {"anyOf": [{"enum": PATTERNS}, {"type": "string", "format": "regex"}]},
-        "format": {"enum": FORMATS},
-    },
-    {"const": "string"},
+    st.just("string"),
+    minLength=_small_int,
+    maxLength=st.integers(0, 30),
+    pattern=st.one_of(st.sampled_from(PATTERNS), _REGEXES),
+    format=st.sampled_from(FORMATS),
 )
 NUMBER = _closed(
-    {
-        "minimum": _bound,
-        "maximum": _bound,
-        "exclusiveMinimum": _bound,
-        "exclusiveMaximum": _bound,
-        "multipleOf": {"enum": [1, 2, 3, 5, 0.5, 0.25, 2.5]},
-    },
-    {"enum": ["integer", "number"]},
+    st.sampled_from(["integer", "number"]),
+    minimum=_bound,
+    maximum=_bound,
+    exclusiveMinimum=_bound,
+    exclusiveMaximum=_bound,
+    multipleOf=st.sampled_from([1, 2, 3, 5, 0.5, 0.25, 2.5]),
 )
 UNION = _closed(
-    {"minLength": _small_int, "minimum": _bound, "maximum": _bound},
-    {"type": "array", "items": {"enum": TYPES}, "minItems": 1, "maxItems": 3, "uniqueItems": True},
+    st.lists(st.sampled_from(TYPES), min_size=1, max_size=3, unique=True),
+    minLength=_small_int,
+    minimum=_bound,
+    maximum=_bound,
 )
-BOOLEAN_OR_NULL = _closed({}, {"enum": ["boolean", "null"]})
-ENUM = {"type": "object", "properties": {"enum": {"type": "array", "items": _scalar, "maxItems": 4}},
-        "required": ["enum"], "additionalProperties": False}  # fmt: skip
-CONST = {
-    "type": "object",
-    "properties": {"const": _scalar},
-    "required": ["const"],
-    "additionalProperties": False,
-}
+BOOLEAN_OR_NULL = _closed(st.sampled_from(["boolean", "null"]))
+ENUM = st.fixed_dictionaries({"enum": st.lists(_scalar, max_size=4)})
+CONST = st.fixed_dictionaries({"const": _scalar})
 
 
 def _scalars() -> st.SearchStrategy[dict[str, Any]]:
-    metas: list[dict[str, Any]] = [STRING, NUMBER, UNION, BOOLEAN_OR_NULL, ENUM, CONST]
-    return st.one_of(*(from_schema(m) for m in metas))
+    return st.one_of(STRING, NUMBER, UNION, BOOLEAN_OR_NULL, ENUM, CONST)
 
 
 def _leaves() -> st.SearchStrategy[dict[str, Any]]:

@@ -20,6 +20,7 @@ from typing import Any
 
 import grpc
 import httpx
+import psutil
 import pytest
 
 from recmesh.features.repository import DEMO_REPOSITORY, load_repository
@@ -58,10 +59,9 @@ class Running:
 
 def _alive(pid: int) -> bool:
     try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
         return False
-    return state != "Z"
 
 
 @pytest.fixture(scope="module")
@@ -263,12 +263,11 @@ def _process_env(running: Running, module: str) -> dict[str, str]:
     """What one child of `up` was started with (an attacker on the box as that user sees as much)."""
     for pid in child_pids(running.proc.pid):
         try:
-            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-            raw = Path(f"/proc/{pid}/environ").read_bytes()
-        except OSError:
+            child = psutil.Process(pid)
+            if child.cmdline()[-1:] == [module]:
+                return child.environ()
+        except psutil.Error:
             continue
-        if argv[-2:] == [module.encode(), b""]:
-            return dict(e.split("=", 1) for e in raw.decode().split("\0") if "=" in e)
     raise AssertionError(f"no child runs {module}")
 
 

@@ -1,5 +1,5 @@
 """POST /v2/ai-tool/action over HTTP with random output schemas
-(hypothesis-jsonschema, tests/schema_strategies.py). The gateway runs as its
+(hypothesis strategies, tests/schema_strategies.py). The gateway runs as its
 own process (`python -m services.gateway`, as `recmesh up` starts it) with no
 inference service behind it, so the template filler answers every call.
 

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import psutil
+
 from recmesh.tools.localinfra import (
     ManagedProcess,
     broker_process,
@@ -24,12 +26,13 @@ from recmesh.topics import ensure_topics
 
 
 def process_cpu_s(pid: int) -> float | None:
-    """CPU seconds (user + system) a process has used so far (Linux /proc; None elsewhere)."""
+    """CPU seconds (user + system) a process has used so far, its children's not
+    counted (None when it is gone or cannot be read)."""
     try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
-    except (OSError, ValueError, IndexError):
+        times = psutil.Process(pid).cpu_times()
+    except psutil.Error:
         return None
+    return times.user + times.system
 
 
 @dataclass

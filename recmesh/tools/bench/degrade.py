@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import subprocess
 import sys
 import tempfile
@@ -25,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import psutil
 
 from recmesh.clients.inference import InferenceClient
 from recmesh.errors import FailedPrecondition
@@ -41,7 +41,7 @@ from services.inference.model import load, load_variant, session_options
 
 
 def _rss_bytes() -> int:
-    return int(Path("/proc/self/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    return psutil.Process().memory_info().rss
 
 
 def session_memory_child(path: str, level: int, width: int) -> None:

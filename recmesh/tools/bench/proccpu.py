@@ -1,4 +1,4 @@
-"""CPU time per request of each process of a mesh, from /proc (Linux).
+"""CPU time per request of each process of a mesh (psutil).
 
 `recmesh bench e2e` reads, for every step, the CPU seconds (user + system) the
 children of the `recmesh up` process used (`recmesh bench floor`: its four
@@ -6,8 +6,8 @@ skeleton processes), and divides by the recommendations
 the step answered (shed requests' CPU counts as a cost of those served): the
 cost of one recommendation per process (gateway, ranker,
 feature, inference, Redis, ...), which does not depend on how busy the shared
-machine was the way latency does. Where /proc is missing the meter reads
-nothing and the bench prints no CPU line.
+machine was the way latency does. A process that cannot be read (gone, or not
+this user's) is left out; where none can, the bench prints no CPU line.
 """
 
 from __future__ import annotations
@@ -15,18 +15,17 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from recmesh.tools.bench.common import process_cpu_s
+import psutil
 
-PROC = Path("/proc")
+from recmesh.tools.bench.common import process_cpu_s
 
 
 def process_name(pid: int) -> str:
     """A short name: `python -m services.ranker` -> ranker, else the program's name."""
     try:
-        argv = (PROC / str(pid) / "cmdline").read_bytes().split(b"\0")
-    except OSError:
+        args = [a for a in psutil.Process(pid).cmdline() if a]
+    except psutil.Error:
         return f"pid{pid}"
-    args = [a.decode(errors="replace") for a in argv if a]
     if "-m" in args[:-1]:
         module = args[args.index("-m") + 1]
         return module.removeprefix("services.").replace(".", "_")
@@ -34,18 +33,11 @@ def process_name(pid: int) -> str:
 
 
 def child_pids(pid: int) -> list[int]:
-    """The direct children of `pid` (every thread's, from /proc/PID/task/*/children)."""
+    """The direct children of `pid` (none when it is gone)."""
     try:
-        tasks = list((PROC / str(pid) / "task").iterdir())
-    except OSError:
+        return [child.pid for child in psutil.Process(pid).children()]
+    except psutil.Error:
         return []
-    out: list[int] = []
-    for task in tasks:
-        try:
-            out.extend(map(int, (task / "children").read_text().split()))
-        except OSError:
-            continue
-    return out
 
 
 def named(pids: list[int]) -> dict[str, int]:

@@ -1,6 +1,6 @@
 """The action template filler against schema constraints (recmesh/aitools/
 schema_fill.py, regex_example.py): each keyword family by hand, then random
-schemas (hypothesis-jsonschema) that must be filled with output that
+schemas (tests/schema_strategies.py) that must be filled with output that
 validates, or refused naming a keyword of the schema."""
 
 from __future__ import annotations
@@ -211,7 +211,7 @@ EXAMPLES = int(os.environ.get("RECMESH_PROPERTY_EXAMPLES", "600"))
 
 
 def test_random_schemas_are_filled_with_valid_output_or_refused_by_keyword() -> None:
-    """hypothesis-jsonschema schemas: every one is checked (as the gateway does),
+    """Random schemas (tests/schema_strategies.py): every one is checked (as the gateway does),
     then filled with output that validates with formats checked, or refused with
     a keyword that is in the schema. Counts print with `pytest -s`."""
     counts: Counter[str] = Counter()
