@@ -6,7 +6,9 @@ Throwaway and per run, under the state directory (owner-only files):
 - `redis/users.acl`: the embedded Redis's ACL users (recmesh.credentials.
   ACL_RULES), passwords stored hashed, the default user off;
 - `secrets/cli.env`: what the operator's tools need against this mesh (the
-  `ops` certificate, the `cli` Redis user): `set -a; . .recmesh/secrets/cli.env; set +a`.
+  `ops` certificate, the `cli` Redis user, the addresses). The `recmesh` CLI
+  reads it at start-up (recmesh/tools/cli/clienv.py); other tools:
+  `set -a; . .recmesh/secrets/cli.env; set +a`.
 
 Each child process gets only its own: the feature service its certificate
 and the read-only Redis user, the ingest the writing Redis user, the ranker,

@@ -206,7 +206,8 @@ def process_tls() -> MeshTls | None:
             f"RECMESH_TLS is on (the default) but {', '.join(missing)} "
             f"{'is' if len(missing) == 1 else 'are'} not set: point them at this process's "
             "certificate, key and the mesh CA (`recmesh up` makes them and writes the CLI's in "
-            "<state dir>/secrets/cli.env), or set RECMESH_TLS=off for plaintext"
+            "<state dir>/secrets/cli.env, which the CLI reads when run where `recmesh up` runs or with "
+            "its RECMESH_STATE_DIR), or set RECMESH_TLS=off for plaintext"
         )
     assert s.ca is not None and s.cert is not None and s.key is not None
     tls = MeshTls(_Files(s.ca, s.cert, s.key), s.trust_domain, frozenset(s.plaintext_targets))

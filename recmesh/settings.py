@@ -308,14 +308,30 @@ class GatewaySettings(CommonSettings, KafkaSettings):
     ai_tool: AiToolSettings = Field(default_factory=AiToolSettings)
 
 
-class UpSettings(CommonSettings):
+class StateSettings(BaseSettings):
+    """Where `recmesh up` keeps its state (certificates, logs, models), which is
+    also where the CLI looks for the mesh's credentials (CliSettings)."""
+
+    model_config = SettingsConfigDict(extra="forbid", populate_by_name=True)
+
+    state_dir: Path = Field(STATE_DIR_DEFAULT, validation_alias="RECMESH_STATE_DIR")
+
+
+class CliSettings(StateSettings):
+    """What the CLI reads at start-up, before any command (recmesh/tools/cli/clienv.py)."""
+
+    # The file the CLI takes the mesh's credentials and addresses from: unset,
+    # <state dir>/secrets/cli.env when `recmesh up` wrote one; `off`, none.
+    cli_env: str | None = Field(None, validation_alias="RECMESH_CLI_ENV")
+
+
+class UpSettings(CommonSettings, StateSettings):
     """`recmesh up`: where the embedded parts listen and which external ones to use."""
 
     redis_url: str | None = None  # set -> use this Redis instead of starting one
     kafka_bootstrap: str | None = None  # set -> use this broker instead of starting one
     embedded_redis_port: int = Field(6380, validation_alias="RECMESH_REDIS_PORT")
     embedded_kafka_port: int = Field(9092, validation_alias="RECMESH_KAFKA_PORT")
-    state_dir: Path = Field(STATE_DIR_DEFAULT, validation_alias="RECMESH_STATE_DIR")
     model_dir: Path | None = Field(None, validation_alias="RECMESH_MODEL_DIR")
     events_topic: str = Field("user_behavior", validation_alias="RECMESH_EVENTS_TOPIC")
     dlq_topic: str = Field("user_behavior.dlq", validation_alias="RECMESH_DLQ_TOPIC")

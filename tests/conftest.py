@@ -21,6 +21,11 @@ from tests.helpers import free_port
 # tests/e2e/test_up.py: `recmesh up` makes its own CA). Explicit, as
 # RECMESH_TLS=off must be: the default is on.
 os.environ["RECMESH_TLS"] = "off"
+# Nor does the CLI the suite runs (in process or not) pick up the credentials of a
+# `recmesh up` the developer left running here (.recmesh/secrets/cli.env): the
+# tests that want it read say so (tests/unit/recmesh/tools/cli/test_clienv.py,
+# tests/integration/test_cli_env.py).
+os.environ["RECMESH_CLI_ENV"] = "off"
 
 SMALL_TRAINING = TrainConfig(sessions=1500, hours=2.0, epochs=3)
 

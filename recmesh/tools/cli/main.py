@@ -4,6 +4,7 @@ then print their figures as one JSON object on their last line."""
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from recmesh.errors import RecmeshError
@@ -11,12 +12,20 @@ from recmesh.tools.cli import bench, data, embed, mesh, models, pipeline, recall
 
 # In `recmesh --help` order.
 GROUPS = (mesh, train, recall, data, models, bench, trace, pipeline, embed)
+# Commands that start or prepare a mesh of their own: neither they nor the processes
+# they start read the local mesh's cli.env (clienv). Its REDIS_URL would stop `up`
+# and the benchmarks from starting their own Redis and point `init` (for external
+# Redis and Kafka) at `up`'s; its Redis user would be refused by a benchmark's Redis.
+OWN_MESH_COMMANDS = frozenset({"up", "init", "bench"})
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="recmesh", description=__doc__)
     parser.add_argument(
-        "--verbose", action="store_true", help="on an error, print the traceback too (for a bug report)"
+        "--verbose",
+        action="store_true",
+        help="say where the mesh's settings came from (cli.env); on an error, print the traceback too "
+        "(for a bug report)",
     )
     sub = parser.add_subparsers(dest="command", required=True)
     for group in GROUPS:
@@ -29,17 +38,31 @@ def main(argv: list[str] | None = None) -> int:
 
     args = build_parser().parse_args(argv)
     try:
+        if args.command in OWN_MESH_COMMANDS:
+            os.environ["RECMESH_CLI_ENV"] = "off"  # for `up`'s embed-items, a benchmark's `recmesh` runs
+        else:
+            _find_the_mesh(args.verbose)
         return int(args.func(args))
     except KeyboardInterrupt:
         return 130
     except (RecmeshError, TlsConfigError, OSError) as err:
         # A user's mistake (a bad file, value or flag; a path that is not there;
-        # a command against `recmesh up` without its cli.env): one line, exit 2.
+        # a command with no cli.env to find `recmesh up` by, or a bad one): one line, exit 2.
         # A traceback only when asked, or for what is not one (a bug).
         if args.verbose or (isinstance(err, OSError) and err.filename is None):
             raise
         print(f"recmesh: {_one_line(err)}", file=sys.stderr)
         return 2
+
+
+def _find_the_mesh(verbose: bool) -> None:
+    """The credentials and addresses `recmesh up` wrote for the CLI, under the
+    environment's own (clienv), before any command reads a setting."""
+    from recmesh.tools.cli.clienv import load_cli_env
+
+    loaded = load_cli_env()
+    if verbose:
+        print(f"recmesh: {loaded.describe()}", file=sys.stderr)
 
 
 def _one_line(err: Exception) -> str:

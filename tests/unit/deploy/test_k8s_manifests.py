@@ -61,9 +61,14 @@ DESIGN_SCALE_TO_ZERO = {
     "autoscaling.knative.dev/min-scale": "0",
     "autoscaling.knative.dev/max-scale": "10",
     "autoscaling.knative.dev/target": "10",
+    "autoscaling.knative.dev/target-utilization-percentage": "100",
     "autoscaling.knative.dev/window": "60s",
     "autoscaling.knative.dev/scale-down-delay": "5m",
 }
+# Knative Serving's config-autoscaler defaults: the concurrency target of a revision that sets
+# neither a target nor containerConcurrency, and the share of the target the autoscaler aims for.
+KNATIVE_CONCURRENCY_TARGET_DEFAULT = 100.0  # container-concurrency-target-default
+KNATIVE_TARGET_UTILIZATION_PERCENT = 70.0  # container-concurrency-target-percentage
 SCALE_DOWN_WINDOW_S = 300  # design notes: a 30 s scale-down window flapped, 5 minutes fixed it
 
 Doc = dict[str, Any]
@@ -155,6 +160,56 @@ def _one(docs: tuple[Doc, ...], kind: str, name: str) -> Doc:
     found = [d for d in docs if d["kind"] == kind and d["metadata"]["name"] == name]
     assert len(found) == 1, f"{len(found)} {kind}/{name}"
     return found[0]
+
+
+_TARGET, _UTILIZATION = (
+    "autoscaling.knative.dev/target",
+    "autoscaling.knative.dev/target-utilization-percentage",
+)
+
+
+def knative_concurrency_target(annotations: dict[str, str], container_concurrency: int) -> float:
+    """In-flight requests per replica Knative's autoscaler (KPA, metric `concurrency`) aims for, as
+    knative/serving resolves it (pkg/reconciler/autoscaling/resources/target.go, ResolveMetricTarget):
+    the `target` annotation capped by containerConcurrency when that is > 0; without the annotation
+    containerConcurrency, or container-concurrency-target-default when it is 0 (no limit); then
+    times the target utilisation (`target-utilization-percentage`, else the cluster's 70 %)."""
+    metric = annotations.get("autoscaling.knative.dev/metric", "concurrency")
+    assert metric == "concurrency", f"{metric}: not the concurrency target"
+    hard = float(container_concurrency)
+    total = hard or KNATIVE_CONCURRENCY_TARGET_DEFAULT
+    if (soft := annotations.get(_TARGET)) is not None:
+        total = min(float(soft), hard) if hard > 0 else float(soft)
+    percent = annotations.get(_UTILIZATION)
+    utilization = float(percent if percent is not None else KNATIVE_TARGET_UTILIZATION_PERCENT) / 100
+    return max(1.0, total * utilization)
+
+
+@pytest.mark.parametrize(
+    ("annotations", "container_concurrency", "target"),
+    [
+        ({}, 0, 70.0),  # Knative's defaults: 100 x 70 %
+        ({}, 5, 3.5),  # containerConcurrency is the target when none is annotated
+        ({}, 200, 140.0),  # ... even above the default
+        ({_TARGET: "10"}, 5, 3.5),  # the soft target capped by the hard limit (the old manifest)
+        ({_TARGET: "10"}, 0, 7.0),
+        ({_TARGET: "10", _UTILIZATION: "100"}, 0, 10.0),
+        ({_TARGET: "10", _UTILIZATION: "100"}, 20, 10.0),
+        ({_TARGET: "1"}, 0, 1.0),  # never below one request
+    ],
+)
+def test_knative_concurrency_target_resolves_as_knative_does(
+    annotations: dict[str, str], container_concurrency: int, target: float
+) -> None:
+    assert knative_concurrency_target(annotations, container_concurrency) == pytest.approx(target)
+
+
+def _documented_inference_target() -> float:
+    """The in-flight target per replica docs/operations.md (*Scaling*) states for Knative's inference."""
+    text = (ROOT / "docs" / "operations.md").read_text()
+    (row,) = [line for line in text.splitlines() if line.startswith("| inference | Knative")]
+    (target,) = re.findall(r"target (\d+(?:\.\d+)?)", row)
+    return float(target)
 
 
 def _module(container: Doc) -> str | None:
@@ -433,7 +488,11 @@ def test_inference_is_a_knative_service_with_the_design_notes_autoscaling(overla
     scale = {k.rpartition("/")[2]: v for k, v in annotations.items()}
     assert int(scale["min-scale"]) <= int(scale["max-scale"])
     spec = template["spec"]
-    assert spec["containerConcurrency"] == 5
+    # No hard limit: the pod refuses what it cannot queue itself (base/inference.yaml).
+    assert spec.get("containerConcurrency", 0) == 0
+    # The target in force, as Knative resolves it, is the one the runbook states.
+    in_force = knative_concurrency_target(annotations, spec.get("containerConcurrency", 0))
+    assert in_force == _documented_inference_target() == 10
     (c,) = spec["containers"]
     assert c["ports"] == [{"name": "h2c", "containerPort": 50053}]
     assert c["resources"]["requests"]["nvidia.com/gpu"] == c["resources"]["limits"]["nvidia.com/gpu"] == 1
