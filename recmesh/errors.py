@@ -45,10 +45,11 @@ class NotFound(RecmeshError):
 
 
 class FailedPrecondition(RecmeshError):
-    """The request is well formed but cannot be served as is (e.g. schema mismatch)."""
+    """The request is well formed but cannot be served as is (e.g. schema mismatch).
+    400, as google.rpc.Code maps FAILED_PRECONDITION (409 is ABORTED's)."""
 
     grpc_code = grpc.StatusCode.FAILED_PRECONDITION
-    http_status = 409
+    http_status = 400
 
 
 class ResourceExhausted(RecmeshError):

@@ -32,7 +32,7 @@ from opentelemetry.trace import Span
 
 from recmesh import metrics_http
 from recmesh.errors import DeadlineExceeded, RecmeshError
-from recmesh.metadata import RETRY_AFTER_HEADER, SLO_HEADER
+from recmesh.metadata import RETRY_AFTER_HEADER, RETRY_PUSHBACK_TRAILER, SLO_HEADER
 from recmesh.resilience import UNKNOWN_CLASS, remaining_s, request_scope
 from recmesh.security import TlsConfigError, peer_policy, process_tls, tls_settings
 from recmesh.slo import DEFAULT_CLASSES
@@ -150,7 +150,8 @@ class RequestInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
                 _log.info("request_failed", method=method, code=code, error=str(err))
                 retry_after = getattr(err, "retry_after_s", None)
                 if retry_after is not None:  # when to retry, and in which class, as REST's 429 says
-                    trailers = ((RETRY_AFTER_HEADER, str(retry_after)), (SLO_HEADER, slo_class))
+                    trailers = ((RETRY_AFTER_HEADER, str(retry_after)), (SLO_HEADER, slo_class),
+                                (RETRY_PUSHBACK_TRAILER, str(int(retry_after * 1000))))  # fmt: skip
                     context.set_trailing_metadata(trailers)
                 await context.abort(err.grpc_code, str(err))
             except Exception as err:

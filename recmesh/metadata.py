@@ -40,3 +40,5 @@ SUGGESTED_LEVEL_KEY = "x-recmesh-suggested-level"
 # When to try again after a shed request: an HTTP 429's header, and a
 # RESOURCE_EXHAUSTED status's trailer (with SLO_HEADER, the class it ran in).
 RETRY_AFTER_HEADER = "retry-after"
+# The same in milliseconds, under the name gRPC's client retry policy obeys (gRFC A6).
+RETRY_PUSHBACK_TRAILER = "grpc-retry-pushback-ms"

@@ -274,6 +274,8 @@ class AiToolSettings(BaseSettings):
 class GatewaySettings(CommonSettings, KafkaSettings):
     gateway_http_port: int = 8000
     gateway_grpc_port: int = 50051
+    # /metrics (with tenant labels) off the public port, where the other services serve theirs.
+    metrics_port: int = Field(9101, validation_alias="GATEWAY_METRICS_PORT")
     ranker_addr: str = "127.0.0.1:50054"
     feature_addr: str = "127.0.0.1:50052"
     inference_addr: str = "127.0.0.1:50053"
@@ -342,6 +344,7 @@ class UpSettings(CommonSettings, StateSettings):
     feature_port: int = 50052
     inference_port: int = 50053
     ranker_port: int = 50054
+    gateway_metrics_port: int = 9101
     feature_metrics_port: int = 9102
     inference_metrics_port: int = 9103
     ranker_metrics_port: int = 9104

@@ -27,7 +27,7 @@ from recmesh.clients.base import HealthProbe
 from recmesh.features.repository import FeatureSet, resolve_repository
 from recmesh.localsecrets import LocalSecrets
 from recmesh.security import reset_process_tls, tls_settings
-from recmesh.settings import UpSettings
+from recmesh.settings import STATE_DIR_DEFAULT, UpSettings
 from recmesh.tools.localinfra import (
     ManagedProcess,
     broker_process,
@@ -91,6 +91,7 @@ class Mesh:
             RANKER_PORT=str(s.ranker_port),
             GATEWAY_HTTP_PORT=str(s.gateway_http_port),
             GATEWAY_GRPC_PORT=str(s.gateway_grpc_port),
+            GATEWAY_METRICS_PORT=str(s.gateway_metrics_port),
             FEATURE_METRICS_PORT=str(s.feature_metrics_port),
             INFERENCE_METRICS_PORT=str(s.inference_metrics_port),
             RANKER_METRICS_PORT=str(s.ranker_metrics_port),
@@ -109,7 +110,7 @@ class Mesh:
     def _check_ports(self) -> None:
         s = self.s
         wanted = [s.gateway_http_port, s.gateway_grpc_port, s.feature_port, s.inference_port,
-                  s.ranker_port, s.feature_metrics_port, s.inference_metrics_port,
+                  s.ranker_port, s.gateway_metrics_port, s.feature_metrics_port, s.inference_metrics_port,
                   s.ranker_metrics_port, s.ingest_metrics_port]  # fmt: skip
         if s.redis_url is None:
             wanted.append(s.embedded_redis_port)
@@ -307,18 +308,20 @@ class Mesh:
 
 def banner(mesh: Mesh, ready_s: float) -> str:
     http, a, s = mesh.http, mesh.addr, mesh.s
-    metrics_ports = (s.feature_metrics_port, s.inference_metrics_port, s.ranker_metrics_port,
-                     s.ingest_metrics_port)  # fmt: skip
-    others = " ".join(f":{p}" for p in metrics_ports)
+    metrics_ports = (s.gateway_metrics_port, s.feature_metrics_port, s.inference_metrics_port,
+                     s.ranker_metrics_port, s.ingest_metrics_port)  # fmt: skip
+    metrics = " ".join(f":{p}" for p in metrics_ports)
+    where = "from this directory or with " if s.state_dir == STATE_DIR_DEFAULT else "with "
     return f"""
 recmesh is up (ready in {ready_s:.1f} s). Ctrl-C stops everything.
 
   REST          {http}   (OpenAPI: {http}/docs)
   gRPC          {mesh.addr["gateway"]}   recmesh.v1.Recommender/Recommend
   services      feature {a["feature"]}  inference {a["inference"]}  ranker {a["ranker"]}
-  metrics       {http}/metrics  and  {others}  (feature, inference, ranker, ingest)
+  metrics       {metrics}  (gateway, feature, inference, ranker, ingest; /metrics)
   logs          {mesh.logs}/
-  CLI           set -a; . {mesh.cli_env}; set +a   (its certificate and Redis user)
+  CLI           recmesh reads {mesh.cli_env} (its certificate, Redis user, addresses)
+                when run {where}RECMESH_STATE_DIR={mesh.state}
 
 Try:
   curl -s -X POST {http}/v1/recommend -H 'content-type: application/json' \\

@@ -16,6 +16,7 @@ from recmesh.clients.ranker import RankerClient
 from recmesh.controller import build_overload
 from recmesh.features.repository import serving_repository
 from recmesh.grpcserver import wait_for_shutdown_signal
+from recmesh.metrics_http import start_metrics_server
 from recmesh.security import process_tls
 from recmesh.settings import GatewaySettings
 from recmesh.telemetry import setup_logging, setup_tracing
@@ -56,6 +57,7 @@ async def main(settings: GatewaySettings) -> None:
     app = create_app(settings, deps)
     await publisher.start()
     popular_task = asyncio.create_task(recommender.keep_popular_fresh())
+    ready_task = asyncio.create_task(app.readiness.watch())
     controller_task = asyncio.create_task(controller.run()) if controller else None
     lag_task = asyncio.create_task(gate.watch_loop_lag()) if gate else None
     grpc_server = build_grpc_server(settings, recommender, Edge(policy, gate))
@@ -81,6 +83,7 @@ async def main(settings: GatewaySettings) -> None:
         await http_task
     stop_task.cancel()
     popular_task.cancel()
+    ready_task.cancel()
     for task in (controller_task, lag_task):
         if task is not None:
             task.cancel()
@@ -98,4 +101,5 @@ if __name__ == "__main__":
     setup_logging("gateway", cfg.log_level, cfg.log_format)
     setup_tracing("gateway", redis=False, flush_s=cfg.telemetry_flush_s)  # the gateway never talks to Redis
     process_tls()  # certificates read (or plaintext said) before anything listens
+    start_metrics_server(cfg.metrics_port, addr=cfg.bind_host)  # /metrics (tenant labels), /healthz
     eventloop.run(main(cfg))

@@ -8,26 +8,22 @@ and would hand it the same requests.
 
 Every route takes its caller and admission from the edge (edge.py), and
 errors are answered as `edge.error_answer` says: RecmeshError -> its HTTP
-status with a JSON body {"error", "message"}; request validation -> 400
+status with an RFC 9457 problem body (edge.error_json); request validation -> 400
 naming the bad field; FastAPI's and Starlette's own refusals (an
 unparseable body, 404, 405) -> the same body.
 """
 
 from __future__ import annotations
 
-import asyncio
-import time
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from http import HTTPStatus
 from typing import Any
 
 from fastapi import FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, PlainTextResponse
+from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
 from opentelemetry.instrumentation.fastapi import FastAPIInstrumentor
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -40,6 +36,7 @@ from services.gateway import openapi
 from services.gateway.ai_tool_calls import AiTools, build_tool_gate
 from services.gateway.ai_tool_routes import build_router as build_ai_tool_router
 from services.gateway.edge import (
+    PROBLEM_JSON,
     ClassPolicy,
     Edge,
     RecordLatency,
@@ -49,10 +46,9 @@ from services.gateway.edge import (
     validation_message,
 )
 from services.gateway.event_publisher import EventPublisher
+from services.gateway.readiness import HealthCheck, Readiness
 from services.gateway.recommend import Recommender
 from services.gateway.recommend_route import PATH, RecommendOut, RecommendRoute
-
-HealthCheck = Callable[[], Awaitable[bool]]
 
 # Error names of the statuses that recmesh's own errors also answer (recmesh/errors.py).
 _HTTP_ERROR_NAMES = {400: "InvalidArgument", 401: "Unauthenticated", 404: "NotFound"}
@@ -72,9 +68,15 @@ class HealthOut(BaseModel):
     status: str = Field(examples=["alive"])
 
 
+class FallbackOut(BaseModel):
+    items: int = Field(description="popular items the gateway holds for when the ranker cannot answer")
+    age_s: float | None = Field(description="seconds since the list was received (null: none yet)")
+
+
 class ReadyOut(BaseModel):
     ready: bool
     checks: dict[str, bool] = Field(description="each downstream's health (SERVING) and the event broker's")
+    fallback: FallbackOut
 
 
 @dataclass
@@ -96,9 +98,10 @@ class GatewayApp(FastAPI):
     machinery, which cost about as much gateway CPU as the rest of the request
     (recommend_route.py): it goes straight to `recommend`."""
 
-    def __init__(self, recommend: ASGIApp, **fastapi: Any) -> None:
+    def __init__(self, recommend: ASGIApp, readiness: Readiness, **fastapi: Any) -> None:
         super().__init__(**fastapi)
         self.recommend = recommend
+        self.readiness = readiness
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope["path"] == PATH and scope["method"] == "POST":
@@ -113,32 +116,32 @@ def create_app(settings: GatewaySettings, deps: GatewayDeps) -> GatewayApp:
     recommend = RecommendRoute(edge, deps.recommender)
     app = GatewayApp(
         recommend,
+        Readiness(deps.downstream_health, deps.publisher, deps.recommender),
         title="recmesh gateway",
         version="1",
         description="Real-time recommendations and event ingestion. Send `x-slo-class` "
         "(A, B or C) and a W3C `traceparent` with every request.",
     )
-    ready_cache: dict[str, Any] = {"at": 0.0, "body": None}
 
     @app.exception_handler(RecmeshError)
     async def recmesh_error(request: Request, err: RecmeshError) -> Response:
         # A shed call says which class was shed, as /v1/recommend's 429 does.
         answer = error_answer(err, getattr(request.state, "slo_class", None))
         headers = {**dict(answer.headers), **traceparent()}
-        return Response(answer.body, answer.http_status, headers, media_type="application/json")
+        return Response(answer.body, answer.http_status, headers, media_type=PROBLEM_JSON)
 
     @app.exception_handler(RequestValidationError)
     async def invalid_request(request: Request, err: RequestValidationError) -> Response:
         answer = error_answer(InvalidArgument(validation_message(err.errors())))
-        return Response(answer.body, answer.http_status, media_type="application/json")
+        return Response(answer.body, answer.http_status, media_type=PROBLEM_JSON)
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, err: StarletteHTTPException) -> Response:
         # FastAPI's and Starlette's own refusals (a body that cannot be parsed,
         # 404, 405 with its Allow header) in the same shape as every other error.
         name = _HTTP_ERROR_NAMES.get(err.status_code) or HTTPStatus(err.status_code).phrase.replace(" ", "")
-        body = error_json(name, err.detail)
-        return Response(body, err.status_code, err.headers, media_type="application/json")
+        body = error_json(name, err.detail, err.status_code)
+        return Response(body, err.status_code, err.headers, media_type=PROBLEM_JSON)
 
     # POST /v1/recommend in FastAPI's router: documented as `openapi.recommend`
     # declares it, served by the same `RecommendRoute`.
@@ -184,40 +187,20 @@ def create_app(settings: GatewaySettings, deps: GatewayDeps) -> GatewayApp:
     @app.get(
         "/readyz",
         responses={
-            200: {"model": ReadyOut, "description": "every downstream is SERVING and the broker answers"},
-            503: {"model": ReadyOut, "description": "not ready: `checks` says which part is not"},
+            200: {"model": ReadyOut, "description": "this gateway can answer (readiness.py)"},
+            503: {"model": ReadyOut, "description": "it cannot: no ranker and no fallback held"},
         },
     )
     async def readyz() -> JSONResponse:
-        """Readiness: every downstream reports SERVING and the event broker answers."""
-        now = time.monotonic()
-        if ready_cache["body"] is None or now - ready_cache["at"] > 1.0:
-            names = list(deps.downstream_health)
-            results = await asyncio.gather(*(deps.downstream_health[n]() for n in names))
-            checks = dict(zip(names, results, strict=True))
-            if not deps.publisher.ready:
-                await deps.publisher.start()
-            checks["event_broker"] = deps.publisher.ready
-            ready_cache.update(at=now, body=checks)
-        checks = ready_cache["body"]
-        ok = all(checks.values())
-        return JSONResponse({"ready": ok, "checks": checks}, status_code=200 if ok else 503)
-
-    @app.get(
-        "/metrics",
-        response_class=PlainTextResponse,
-        responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}}}},
-    )
-    async def metrics() -> Response:
-        """Prometheus metrics (text exposition format)."""
-        return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
+        """Readiness of this process: the ranker SERVING or a popular fallback held. Every
+        downstream's health and the event broker's are in `checks`, whatever the answer."""
+        state = await app.readiness.state()
+        return JSONResponse(state.body(), status_code=200 if state.ready else 503)
 
     app.add_middleware(RecordLatency)
     # One SERVER span per request; the ASGI "http send/receive" child spans say
     # nothing a trace needs and cost as much as the server span each.
-    FastAPIInstrumentor.instrument_app(
-        app, excluded_urls="healthz,readyz,metrics", exclude_spans=["receive", "send"]
-    )
+    FastAPIInstrumentor.instrument_app(app, excluded_urls="healthz,readyz", exclude_spans=["receive", "send"])
     limits: list[openapi.Limit] = [
         ("RecommendBody", "count", "maximum", settings.max_count),
         ("EventsBody", "events", "maxItems", settings.max_events_per_request),

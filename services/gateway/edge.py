@@ -10,9 +10,12 @@ the body of the `async with`. The work (`Recommender`, the AI-tool calls)
 receives the `Admitted` context and opens nothing itself.
 
 Errors become answers in one place, `error_answer`: a `RecmeshError` its HTTP
-status with `{"error", "message"}` and its gRPC status, a shed request (429,
-RESOURCE_EXHAUSTED) `Retry-After` and the class it was shed in; anything else
-an internal error. The lean REST route, the FastAPI app and the gRPC servicer
+status with an RFC 9457 problem body (`application/problem+json`: `type`,
+`title`, `status`, `detail`, and the extension members `error` and `message`
+that clients written before it read) and its gRPC status, a shed request
+(429, RESOURCE_EXHAUSTED) `Retry-After` and the class it was shed in (over
+gRPC also `grpc-retry-pushback-ms`, which gRPC's own retry policy obeys);
+anything else an internal error. The lean REST route, the FastAPI app and the gRPC servicer
 all answer through it, with the request's `traceparent` on every REST answer
 and `recmesh_request_duration_seconds` by route, class and status.
 """
@@ -24,6 +27,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequenc
 from contextlib import asynccontextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
+from http import HTTPStatus
 from typing import Any, NoReturn, Self
 
 import grpc
@@ -38,6 +42,7 @@ from recmesh.grpcserver import Classify
 from recmesh.metadata import (
     API_KEY_HEADER,
     RETRY_AFTER_HEADER,
+    RETRY_PUSHBACK_TRAILER,
     SLO_HEADER,
     TIER_HEADER,
     TIMEOUT_HEADER,
@@ -238,19 +243,35 @@ class Edge:
 # --- answers -----------------------------------------------------------------------
 
 
+# RFC 9457's media type: every error body the gateway sends.
+PROBLEM_JSON = "application/problem+json"
+
+
 @dataclass(frozen=True)
 class ErrorAnswer:
     """An error as the caller receives it, over HTTP and over gRPC."""
 
     http_status: int
-    body: bytes  # JSON {"error", "message"}
-    headers: list[tuple[str, str]]  # HTTP headers; the same pairs are the gRPC trailers
+    body: bytes  # application/problem+json (error_json)
+    headers: list[tuple[str, str]]  # HTTP headers; with `pushback`, the gRPC trailers
     grpc_code: grpc.StatusCode
     grpc_details: str
+    pushback_ms: int | None = None  # a shed call's grpc-retry-pushback-ms
+
+    @property
+    def grpc_trailers(self) -> list[tuple[str, str]]:
+        if self.pushback_ms is None:
+            return self.headers
+        return [*self.headers, (RETRY_PUSHBACK_TRAILER, str(self.pushback_ms))]
 
 
-def error_json(name: str, message: str) -> bytes:
-    return orjson.dumps({"error": name, "message": message})
+def error_json(name: str, message: str, status: int) -> bytes:
+    """An RFC 9457 problem: no problem type of its own (`about:blank`, titled by
+    the HTTP status), the error's class and message as extension members."""
+    return orjson.dumps({
+        "type": "about:blank", "title": HTTPStatus(status).phrase, "status": status, "detail": message,
+        "error": name, "message": message,
+    })  # fmt: skip
 
 
 def error_answer(err: BaseException, granted: str | None = None) -> ErrorAnswer:
@@ -259,7 +280,7 @@ def error_answer(err: BaseException, granted: str | None = None) -> ErrorAnswer:
     class; an error outside recmesh's hierarchy is an internal error, its
     details kept out of the REST body."""
     if not isinstance(err, RecmeshError):
-        internal = error_json("Internal", "internal error")
+        internal = error_json("Internal", "internal error", 500)
         return ErrorAnswer(500, internal, [], grpc.StatusCode.INTERNAL, f"internal error: {err!r}")
     headers: list[tuple[str, str]] = []
     retry_after = getattr(err, "retry_after_s", None)
@@ -267,16 +288,17 @@ def error_answer(err: BaseException, granted: str | None = None) -> ErrorAnswer:
         headers.append((RETRY_AFTER_HEADER, str(retry_after)))
         if granted in DEFAULT_CLASSES:
             headers.append((SLO_HEADER, granted))
-    body = error_json(type(err).__name__, str(err))
-    return ErrorAnswer(err.http_status, body, headers, err.grpc_code, str(err))
+    body = error_json(type(err).__name__, str(err), err.http_status)
+    pushback = None if retry_after is None else int(retry_after * 1000)
+    return ErrorAnswer(err.http_status, body, headers, err.grpc_code, str(err), pushback)
 
 
 async def abort_grpc(context: grpc.aio.ServicerContext, err: RecmeshError, granted: str | None) -> NoReturn:
     """End a gRPC call with `err`'s answer (raises grpc.aio.AbortError)."""
     answer = error_answer(err, granted)
     _log.info("request_failed", code=answer.grpc_code.name, error=answer.grpc_details)
-    if answer.headers:
-        context.set_trailing_metadata(tuple(answer.headers))
+    if answer.grpc_trailers:
+        context.set_trailing_metadata(tuple(answer.grpc_trailers))
     abort: Callable[[grpc.StatusCode, str], Awaitable[NoReturn]] = context.abort  # it raises AbortError
     await abort(answer.grpc_code, answer.grpc_details)
 

@@ -5,7 +5,8 @@
   are declared here, once, as header parameters with the values the server
   accepts; the handlers read them from the request with recmesh.slo's parsers
   (as the plain route in front of FastAPI does), not as FastAPI parameters.
-- Responses are documented as they are sent: every error is `ErrorOut` with
+- Responses are documented as they are sent: every error is `ErrorOut`
+  (`application/problem+json`, RFC 9457) with
   its status (request validation included: a 400, never FastAPI's 422 shape),
   429 carries `Retry-After` and the class. The hot `/v1/recommend` route is
   served outside FastAPI's handlers (recommend_route.py): `recommend` below
@@ -35,14 +36,21 @@ from recmesh.metadata import (
     TRACEPARENT_HEADER,
 )
 from recmesh.slo import PROMOTING_TOKEN_BUDGET, TIMEOUT_DOC
+from services.gateway.edge import PROBLEM_JSON
 from services.gateway.recommend_route import RecommendBody
 
 Json = dict[str, Any]
 
 
 class ErrorOut(BaseModel):
-    """Every error the gateway answers: the error's class and a message naming what is wrong."""
+    """Every error the gateway answers, as an RFC 9457 problem (`application/problem+json`):
+    no problem type of its own (`about:blank`, titled by the HTTP status); `error` (the
+    error's class) and `message` (= `detail`) are extension members clients may keep reading."""
 
+    type: str = Field("about:blank", examples=["about:blank"])
+    title: str = Field(examples=["Bad Request"])
+    status: int = Field(examples=[400])
+    detail: str = Field(examples=["count: Input should be greater than or equal to 1"])
     error: str = Field(examples=["InvalidArgument"])
     message: str = Field(examples=["count: Input should be greater than or equal to 1"])
 
@@ -193,6 +201,10 @@ def install(app: FastAPI, limits: list[Limit], properties: dict[str, dict[str, J
                 default_422 = op["responses"].get("422", {})
                 if "HTTPValidationError" in str(default_422.get("content", "")):
                     del op["responses"]["422"]
+                for status, answer in op["responses"].items():
+                    content = answer.get("content", {})
+                    if int(status) >= 400 and "application/json" in content:  # as edge.error_answer sends it
+                        content[PROBLEM_JSON] = content.pop("application/json")
         schemas = doc.get("components", {}).get("schemas", {})
         for name in ("HTTPValidationError", "ValidationError"):
             schemas.pop(name, None)

@@ -13,6 +13,7 @@ ranker used up.
 from __future__ import annotations
 
 import asyncio
+import time
 from dataclasses import dataclass, field
 
 import structlog
@@ -58,14 +59,22 @@ class Recommender:
         self._feature_version = feature_version
         self._cold = cold
         self._popular: list[tuple[str, float]] = []
+        self._popular_at: float | None = None  # monotonic time of the last list received
 
     async def refresh_popular(self) -> bool:
         try:
-            self._popular = await self._features.popular(POPULAR_HELD, cap_s=1.0)
+            popular = await self._features.popular(POPULAR_HELD, cap_s=1.0)
         except RecmeshError as err:
             _log.warning("popular_refresh_failed", error=str(err))
             return False
+        if popular:  # an empty answer (no catalog yet) never replaces a list held
+            self._popular, self._popular_at = popular, time.monotonic()
         return True
+
+    def fallback_held(self) -> tuple[int, float | None]:
+        """How many popular items the fallback holds, and their age in seconds (None: none yet)."""
+        age = None if self._popular_at is None else time.monotonic() - self._popular_at
+        return len(self._popular), age
 
     async def keep_popular_fresh(self, interval_s: float = 5.0) -> None:
         while True:

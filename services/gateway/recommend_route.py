@@ -41,6 +41,7 @@ from recmesh.errors import InvalidArgument, RecmeshError
 from recmesh.jsontypes import JsonInt
 from recmesh.metadata import SLO_HEADER
 from services.gateway.edge import (
+    PROBLEM_JSON,
     REFUSED,
     Caller,
     Edge,
@@ -55,6 +56,7 @@ PATH = "/v1/recommend"
 ROUTE = f"POST {PATH}"
 MAX_BODY_BYTES = 64 * 1024
 
+_PROBLEM = PROBLEM_JSON.encode()
 _log = structlog.get_logger("recmesh.gateway")
 _tracer = trace.get_tracer("recmesh.gateway")
 
@@ -198,7 +200,7 @@ class RecommendRoute:
     async def _respond(send: Send, status: int, payload: bytes, extra: list[tuple[str, str]]) -> None:
         """The answer, with the current trace's `traceparent`."""
         response_headers: Headers = [
-            (b"content-type", b"application/json"),
+            (b"content-type", b"application/json" if status < 400 else _PROBLEM),
             (b"content-length", str(len(payload)).encode()),
             *((k.encode(), v.encode()) for k, v in extra),
             *((k.encode(), v.encode()) for k, v in traceparent().items()),

@@ -35,7 +35,8 @@ pytestmark = [
 
 
 @pytest.fixture(scope="module")
-def mesh_url(tmp_path_factory: pytest.TempPathFactory, model_dir: Path) -> Iterator[str]:
+def mesh_url(tmp_path_factory: pytest.TempPathFactory, model_dir: Path) -> Iterator[tuple[str, str]]:
+    """The gateway's public URL and its metrics port's."""
     state = tmp_path_factory.mktemp("overload")
     ports = {name: free_port() for name in PORT_VARS}
     env = dict(os.environ, RECMESH_STATE_DIR=str(state), RECMESH_MODEL_DIR=str(model_dir),
@@ -59,14 +60,17 @@ def mesh_url(tmp_path_factory: pytest.TempPathFactory, model_dir: Path) -> Itera
                 return False
 
         asyncio.run(poll_until(ready, "mesh ready", deadline_s, interval=0.5))
-        yield url
+        yield url, f"http://127.0.0.1:{ports['GATEWAY_METRICS_PORT']}"
     finally:
         proc.send_signal(signal.SIGINT)
         proc.wait(40)
 
 
-async def test_class_a_keeps_its_goodput_at_twice_capacity_while_c_is_shed(mesh_url: str) -> None:
-    host, port = "127.0.0.1", int(mesh_url.rsplit(":", 1)[1])
+async def test_class_a_keeps_its_goodput_at_twice_capacity_while_c_is_shed(
+    mesh_url: tuple[str, str],
+) -> None:
+    url, metrics_url = mesh_url
+    host, port = "127.0.0.1", int(url.rsplit(":", 1)[1])
     keys = {"A": DEMO_API_KEY, "C": None}
     await offer(host, port, LoadSpec(rate=30, seconds=2, mix={"A": 0.5, "C": 0.5}, api_keys=keys))  # warm-up
     capacity = await closed_loop(host, port, concurrency=8, seconds=4, slo_class="A", api_key=DEMO_API_KEY)
@@ -86,6 +90,6 @@ async def test_class_a_keeps_its_goodput_at_twice_capacity_while_c_is_shed(mesh_
     assert not failed, f"overload answers 200 or 429, never 5xx or nothing: {failed[:5]}"
     assert a.goodput_ratio >= 0.95, f"class A goodput {a.goodput_ratio:.3f} < 95% within 300 ms"
     assert c.shed_rate >= 0.2, f"class C shed only {c.shed_rate:.3f}"
-    async with httpx.AsyncClient(base_url=mesh_url) as http:
+    async with httpx.AsyncClient(base_url=metrics_url) as http:
         metrics = (await http.get("/metrics")).text
     assert 'recmesh_admission_shed_total{reason="limit",service="gateway",slo_class="C"}' in metrics

@@ -34,8 +34,8 @@ pytestmark = pytest.mark.e2e
 
 PORT_VARS = (
     "GATEWAY_HTTP_PORT", "GATEWAY_GRPC_PORT", "FEATURE_PORT", "INFERENCE_PORT", "RANKER_PORT",
-    "FEATURE_METRICS_PORT", "INFERENCE_METRICS_PORT", "RANKER_METRICS_PORT", "INGEST_METRICS_PORT",
-    "RECMESH_REDIS_PORT", "RECMESH_KAFKA_PORT",
+    "GATEWAY_METRICS_PORT", "FEATURE_METRICS_PORT", "INFERENCE_METRICS_PORT", "RANKER_METRICS_PORT",
+    "INGEST_METRICS_PORT", "RECMESH_REDIS_PORT", "RECMESH_KAFKA_PORT",
 )  # fmt: skip
 
 
@@ -159,7 +159,10 @@ async def test_ready_events_and_recommendations(running: Running) -> None:
         )
         assert "slo_class_downgraded:A->B" in anonymous.json()["degraded"]
 
-        metrics = (await http.get("/metrics")).text
+        # Off the public port (tenant labels): on the gateway's metrics port.
+        assert (await http.get("/metrics")).status_code == 404
+        gateway_metrics = f"http://127.0.0.1:{running.ports['GATEWAY_METRICS_PORT']}/metrics"
+        metrics = (await http.get(gateway_metrics)).text
         assert (
             'recmesh_request_duration_seconds_bucket{code="200",le="0.005",'
             'method="POST /v1/recommend",service="gateway",slo_class="A"}' in metrics
@@ -250,7 +253,7 @@ async def test_grpc_recommender(running: Running) -> None:
         assert too_many.value.code() == grpc.StatusCode.INVALID_ARGUMENT
         assert "count must be in 1..100" in (too_many.value.details() or "")
     async with httpx.AsyncClient(timeout=5) as http:
-        metrics = (await http.get(f"http://127.0.0.1:{running.ports['GATEWAY_HTTP_PORT']}/metrics")).text
+        metrics = (await http.get(f"http://127.0.0.1:{running.ports['GATEWAY_METRICS_PORT']}/metrics")).text
     labels = {
         line.split('slo_class="')[1].split('"')[0]
         for line in metrics.splitlines()

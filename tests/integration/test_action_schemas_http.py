@@ -41,6 +41,7 @@ def gateway_url(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) 
     env = dict(
         os.environ, KAFKA_BOOTSTRAP=kafka_bootstrap, FEATURE_ADDR=dead, INFERENCE_ADDR=dead, RANKER_ADDR=dead,
         GATEWAY_HTTP_PORT=str(http_port), GATEWAY_GRPC_PORT=str(free_port()),
+        GATEWAY_METRICS_PORT=str(free_port()),
     )  # fmt: skip
     log = Path(tmp_path_factory.mktemp("gateway")) / "gateway.log"
     proc = ManagedProcess("gateway", [sys.executable, "-m", "services.gateway"], log, env)

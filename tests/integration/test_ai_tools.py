@@ -9,6 +9,7 @@ from typing import Any
 
 import httpx
 import pytest
+from prometheus_client import generate_latest
 
 from recmesh.aitools import actions
 from recmesh.clients.feature import FeatureClient
@@ -142,7 +143,7 @@ async def test_action_follows_schema_and_constraints(http: httpx.AsyncClient) ->
     assert actions.violations(body["output"], SCHEMA, ["must_include_cta", "avoid_price_mention"]) == []
     assert body["output"]["cta"]["url"] == "https://example.org/trial"
 
-    metrics = (await http.get("/metrics")).text
+    metrics = generate_latest().decode()
     assert 'recmesh_ai_tool_tokens_total{slo_class="B",tenant="app",tool="action"}' in metrics
 
 

@@ -46,7 +46,7 @@ KEYS = '{"demo-interactive": {"tenant": "demo", "max_class": "A", "trusted_conte
 @pytest.fixture
 async def gateway_url(
     redis_url: str, kafka_bootstrap: str, model_dir: Path, embed_model_dir: Path, tmp_path: Path
-) -> AsyncIterator[str]:
+) -> AsyncIterator[tuple[str, str]]:
     """Feature, inference, ranker and gateway as their own processes, as deployed,
     on a Redis database of their own (2) that no other test flushes."""
     redis_url = redis_url.rsplit("/", 1)[0] + "/2"
@@ -62,7 +62,8 @@ async def gateway_url(
     (own / EMBEDDER_DIR).symlink_to(embed_model_dir / EMBEDDER_DIR)
     ports = {name: free_port() for name in (
         "FEATURE_PORT", "INFERENCE_PORT", "RANKER_PORT", "GATEWAY_HTTP_PORT", "GATEWAY_GRPC_PORT",
-        "FEATURE_METRICS_PORT", "INFERENCE_METRICS_PORT", "RANKER_METRICS_PORT")}  # fmt: skip
+        "GATEWAY_METRICS_PORT", "FEATURE_METRICS_PORT", "INFERENCE_METRICS_PORT",
+        "RANKER_METRICS_PORT")}  # fmt: skip
     env = dict(
         os.environ, REDIS_URL=redis_url, KAFKA_BOOTSTRAP=kafka_bootstrap, RECMESH_MODEL_DIR=str(own),
         **{f"{svc}_ADDR": f"127.0.0.1:{ports[f'{svc}_PORT']}" for svc in ("FEATURE", "INFERENCE", "RANKER")},
@@ -96,7 +97,7 @@ async def gateway_url(
                 )
             for _ in range(3):
                 await http.post(f"{url}/v2/ai-tool/summarize", json={"text": "One. Two. Three."})
-        yield url
+        yield url, f"http://127.0.0.1:{ports['GATEWAY_METRICS_PORT']}"
     finally:
         for proc in reversed(procs):
             await asyncio.to_thread(proc.stop)
@@ -141,10 +142,10 @@ def _outcomes(stats: dict[str, dict[str, float]], prefix: str) -> dict[str, floa
     }
 
 
-async def _server_buckets(url: str, method: str, slo_class: str) -> dict[float, float]:
+async def _server_buckets(metrics_url: str, method: str, slo_class: str) -> dict[float, float]:
     """Cumulative bucket counts of the gateway's own latency histogram (all status codes)."""
     async with httpx.AsyncClient(timeout=5.0) as http:
-        text = (await http.get(f"{url}/metrics")).text
+        text = (await http.get(f"{metrics_url}/metrics")).text
     buckets: dict[float, float] = {}
     for family in text_string_to_metric_families(text):
         if family.name != "recmesh_request_duration_seconds":
@@ -165,13 +166,16 @@ def _p99_ms(before: dict[float, float], after: dict[float, float]) -> float:
     return next(le * 1000 for le, n in delta.items() if n >= 0.99 * total)
 
 
-async def test_class_a_keeps_its_budget_while_tool_calls_are_shed(gateway_url: str, tmp_path: Path) -> None:
+async def test_class_a_keeps_its_budget_while_tool_calls_are_shed(
+    gateway_url: tuple[str, str], tmp_path: Path
+) -> None:
     method = "POST /v1/recommend"
-    t0 = await _server_buckets(gateway_url, method, "A")
-    alone = _outcomes(await _locust(gateway_url, 0.0, tmp_path / "alone"), "/v1/recommend")
-    t1 = await _server_buckets(gateway_url, method, "A")
-    mixed_stats = await _locust(gateway_url, 0.3, tmp_path / "mixed")
-    t2 = await _server_buckets(gateway_url, method, "A")
+    url, metrics_url = gateway_url
+    t0 = await _server_buckets(metrics_url, method, "A")
+    alone = _outcomes(await _locust(url, 0.0, tmp_path / "alone"), "/v1/recommend")
+    t1 = await _server_buckets(metrics_url, method, "A")
+    mixed_stats = await _locust(url, 0.3, tmp_path / "mixed")
+    t2 = await _server_buckets(metrics_url, method, "A")
     mixed = _outcomes(mixed_stats, "/v1/recommend")
     tool = _outcomes(mixed_stats, "/v2/ai-tool/summarize")
     alone["server_p99_ms"], mixed["server_p99_ms"] = _p99_ms(t0, t1), _p99_ms(t1, t2)

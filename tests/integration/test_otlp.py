@@ -205,7 +205,8 @@ def test_the_flush_at_exit_is_bounded(protocol: str, collector: str) -> None:
 SERVICES = ("feature", "inference", "ranker", "gateway")
 PORT_VARS = (
     "FEATURE_PORT", "INFERENCE_PORT", "RANKER_PORT", "GATEWAY_HTTP_PORT", "GATEWAY_GRPC_PORT",
-    "FEATURE_METRICS_PORT", "INFERENCE_METRICS_PORT", "RANKER_METRICS_PORT", "INGEST_METRICS_PORT",
+    "GATEWAY_METRICS_PORT", "FEATURE_METRICS_PORT", "INFERENCE_METRICS_PORT", "RANKER_METRICS_PORT",
+    "INGEST_METRICS_PORT",
 )  # fmt: skip
 
 

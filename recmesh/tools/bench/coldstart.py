@@ -85,7 +85,7 @@ async def run(model_root: Path) -> list[dict[str, Any]]:
         base = dict(os.environ, REDIS_URL=infra.redis_url, KAFKA_BOOTSTRAP=infra.kafka_bootstrap,
                     RECMESH_REPOSITORY=str(DEMO_REPOSITORY),
                     RECMESH_LOG_LEVEL="WARNING", FEATURE_METRICS_PORT=str(free_port()),
-                    RANKER_METRICS_PORT=str(free_port()))  # fmt: skip
+                    RANKER_METRICS_PORT=str(free_port()), GATEWAY_METRICS_PORT=str(free_port()))  # fmt: skip
         ports = {n: free_port() for n in ("feature", "ranker", "http", "grpc")}
         base.update(FEATURE_PORT=str(ports["feature"]), FEATURE_ADDR=f"127.0.0.1:{ports['feature']}",
                     RANKER_PORT=str(ports["ranker"]), RANKER_ADDR=f"127.0.0.1:{ports['ranker']}",

@@ -108,7 +108,7 @@ def test_each_container_mounts_only_its_own_credentials() -> None:
 def test_prometheus_scrapes_every_recmesh_process() -> None:
     prom = yaml.safe_load((ROOT / "deploy" / "prometheus" / "prometheus.yml").read_text())
     targets = {t for job in prom["scrape_configs"] for sc in job["static_configs"] for t in sc["targets"]}
-    assert targets == {"gateway:8000", "feature:9102", "inference:9103", "ranker:9104", "feature-ingest:9105"}
+    assert targets == {"gateway:9101", "feature:9102", "inference:9103", "ranker:9104", "feature-ingest:9105"}
     services = compose()["services"]
     assert {t.split(":")[0] for t in targets} <= set(services)
     rules = yaml.safe_load((ROOT / "deploy" / "prometheus" / "alerts.yml").read_text())

@@ -54,7 +54,7 @@ METRICS_PORT = {
     "services.inference": 9103,
     "services.ranker": 9104,
     "services.feature.ingest": 9105,
-    "services.gateway": 8000,
+    "services.gateway": 9101,
 }
 THIRD_PARTY_IMAGES = {"redis"}
 DESIGN_SCALE_TO_ZERO = {
@@ -721,7 +721,8 @@ def test_network_policies_allow_exactly_the_call_graph_and_scraping(overlay: str
     deny = _one(docs, "NetworkPolicy", "default-deny-ingress")["spec"]
     assert deny == {"podSelector": {}, "policyTypes": ["Ingress"]}
     scrape = {("ns:monitoring", "ranker", 9104), ("ns:monitoring", "feature", 9102),
-              ("ns:monitoring", "inference", 9103), ("ns:monitoring", "feature-ingest", 9105)}  # fmt: skip
+              ("ns:monitoring", "inference", 9103), ("ns:monitoring", "feature-ingest", 9105),
+              ("ns:monitoring", "gateway", 9101)}  # fmt: skip
     calls = {
         ("*", "gateway", 8000), ("*", "gateway", 50051),
         ("gateway", "ranker", 50054),

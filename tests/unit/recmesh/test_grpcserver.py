@@ -80,7 +80,7 @@ async def test_shed_work_is_resource_exhausted_with_a_retry_after_trailer() -> N
     with pytest.raises(Aborted):
         await wrapped("req", ctx)
     assert ctx.aborted is not None and ctx.aborted[0] == grpc.StatusCode.RESOURCE_EXHAUSTED
-    assert ctx.trailers == (("retry-after", "2"), ("x-slo-class", "C"))
+    assert ctx.trailers == (("retry-after", "2"), ("x-slo-class", "C"), ("grpc-retry-pushback-ms", "2000"))
 
 
 async def test_a_methods_wrapper_is_built_once_and_health_passes_through() -> None:

@@ -5,6 +5,7 @@ and the one mapping of errors to HTTP and gRPC answers."""
 from __future__ import annotations
 
 import contextvars
+from http import HTTPStatus
 from typing import Any
 
 import grpc
@@ -156,7 +157,7 @@ ERRORS: list[tuple[RecmeshError, int, grpc.StatusCode]] = [
     (Unprocessable("schema"), 422, grpc.StatusCode.INVALID_ARGUMENT),
     (Unauthenticated("unknown x-api-key"), 401, grpc.StatusCode.UNAUTHENTICATED),
     (NotFound("item"), 404, grpc.StatusCode.NOT_FOUND),
-    (FailedPrecondition("schema mismatch"), 409, grpc.StatusCode.FAILED_PRECONDITION),
+    (FailedPrecondition("schema mismatch"), 400, grpc.StatusCode.FAILED_PRECONDITION),
     (Unavailable("ranker down"), 503, grpc.StatusCode.UNAVAILABLE),
     (CircuitOpen("breaker open"), 503, grpc.StatusCode.UNAVAILABLE),
     (DeadlineExceeded("budget spent"), 504, grpc.StatusCode.DEADLINE_EXCEEDED),
@@ -168,25 +169,29 @@ ERRORS: list[tuple[RecmeshError, int, grpc.StatusCode]] = [
 def test_each_error_has_one_answer_over_http_and_grpc(err: RecmeshError, status: int, code: Any) -> None:
     answer = error_answer(err, "B")
     assert answer.http_status == status and answer.grpc_code == code
-    assert orjson.loads(answer.body) == {"error": type(err).__name__, "message": str(err)}
-    assert answer.grpc_details == str(err) and answer.headers == []
+    # RFC 9457, with today's members kept as extensions.
+    assert orjson.loads(answer.body) == {
+        "type": "about:blank", "title": HTTPStatus(status).phrase, "status": status, "detail": str(err),
+        "error": type(err).__name__, "message": str(err),
+    }  # fmt: skip
+    assert answer.grpc_details == str(err) and answer.headers == answer.grpc_trailers == []
 
 
 def test_a_shed_answer_says_when_to_retry_and_in_which_class() -> None:
     shed = ResourceExhausted("overloaded: class C shed (limit)", retry_after_s=2)
     answer = error_answer(shed, "C")
     assert (answer.http_status, answer.grpc_code) == (429, grpc.StatusCode.RESOURCE_EXHAUSTED)
-    assert answer.headers == [("retry-after", "2"), ("x-slo-class", "C")], "HTTP headers and gRPC trailers"
+    assert answer.headers == [("retry-after", "2"), ("x-slo-class", "C")], "the HTTP headers"
+    # gRPC's retry policy reads grpc-retry-pushback-ms (gRFC A6): the same wait, in ms.
+    assert answer.grpc_trailers == [*answer.headers, ("grpc-retry-pushback-ms", "2000")]
     assert error_answer(shed, REFUSED).headers == [("retry-after", "2")], "no class was granted"
     assert error_answer(ResourceExhausted("busy")).headers == [], "no retry time: nothing to say"
 
 
 def test_anything_else_is_an_internal_error_without_its_details_over_http() -> None:
     answer = error_answer(KeyError("secret"), "A")
-    assert answer.http_status == 500 and orjson.loads(answer.body) == {
-        "error": "Internal",
-        "message": "internal error",
-    }
+    body = orjson.loads(answer.body)
+    assert answer.http_status == 500 and (body["error"], body["detail"]) == ("Internal", "internal error")
     assert (
         answer.grpc_code == grpc.StatusCode.INTERNAL
         and answer.grpc_details == "internal error: KeyError('secret')"

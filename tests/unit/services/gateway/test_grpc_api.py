@@ -19,7 +19,7 @@ from recmesh.v1 import recommender_pb2, recommender_pb2_grpc
 from services.gateway.edge import Edge
 from services.gateway.grpc_api import build_grpc_server
 from services.gateway.recommend import Recommender
-from tests.helpers import CountingPolicy, free_port, request_count
+from tests.helpers import CountingPolicy, free_port, poll_until, request_count
 
 
 @dataclass
@@ -52,6 +52,16 @@ def _count(slo_class: str, code: str) -> float:
     return request_count("gateway", "Recommend", slo_class, code)
 
 
+async def _counted(slo_class: str, code: str, want: float) -> None:
+    """The server records a call after its status went out (in the interceptor's
+    `finally`): a client can read the count first, so wait for it (a short bound)."""
+
+    async def reached() -> bool:
+        return _count(slo_class, code) == want
+
+    await poll_until(reached, f"{want} {slo_class}/{code} calls counted", timeout=2.0, interval=0.005)
+
+
 async def _call(
     served: Served, metadata: tuple[tuple[str, str], ...], count: int = 5
 ) -> grpc.aio.AioRpcError:
@@ -68,14 +78,14 @@ async def test_one_decision_per_call_labels_and_serves_it(served: Served) -> Non
     err = await _call(served, (("x-slo-class", "A"),))
     assert err.code() == grpc.StatusCode.UNAVAILABLE and "no fallback is held" in (err.details() or "")
     assert served.policy.decisions == 1, "decided by the interceptor, and not again by the servicer"
-    assert _count("B", "UNAVAILABLE") == before + 1
+    await _counted("B", "UNAVAILABLE", before + 1)
 
 
 async def test_refusals_are_the_edges_answers(served: Served) -> None:
     invalid = _count("invalid", "INVALID_ARGUMENT")
     err = await _call(served, (("x-slo-class", "Z"),))
     assert err.code() == grpc.StatusCode.INVALID_ARGUMENT and "x-slo-class" in (err.details() or "")
-    assert _count("invalid", "INVALID_ARGUMENT") == invalid + 1
+    await _counted("invalid", "INVALID_ARGUMENT", invalid + 1)
     err = await _call(served, (("x-api-key", "stolen?"),))
     assert err.code() == grpc.StatusCode.UNAUTHENTICATED
     err = await _call(served, (("x-api-key", "k-a"),), count=101)
@@ -92,4 +102,5 @@ async def test_a_shed_call_says_when_to_retry_and_in_which_class(served: Served)
     assert err.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and "loop_lag" in (err.details() or "")
     trailers = dict(err.trailing_metadata() or ())
     assert trailers["retry-after"] == "2" and trailers["x-slo-class"] == "C"
-    assert _count("C", "RESOURCE_EXHAUSTED") == before + 1
+    assert trailers["grpc-retry-pushback-ms"] == "2000", "what gRPC's own retry policy reads"
+    await _counted("C", "RESOURCE_EXHAUSTED", before + 1)

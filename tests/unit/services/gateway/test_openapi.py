@@ -76,7 +76,7 @@ async def test_openapi_json_and_docs_are_served(gateway: Gateway) -> None:
     # Was a 500: a header annotation named a local variable pydantic could not resolve.
     doc = await _document(gateway.http)
     assert set(doc["paths"]) == {"/v1/recommend", "/v1/events", "/v2/ai-tool/summarize",
-                                 "/v2/ai-tool/action", "/healthz", "/readyz", "/metrics"}  # fmt: skip
+                                 "/v2/ai-tool/action", "/healthz", "/readyz"}  # fmt: skip
     docs = await gateway.http.get("/docs")
     assert docs.status_code == 200 and "/openapi.json" in docs.text
 
@@ -105,7 +105,7 @@ async def test_responses_are_documented_as_sent(gateway: Gateway) -> None:
         responses = doc["paths"][path]["post"]["responses"]
         assert set(responses) == statuses, path
         for status in statuses - {"200", "202"}:
-            schema = responses[status]["content"]["application/json"]["schema"]
+            schema = responses[status]["content"]["application/problem+json"]["schema"]
             assert schema == {"$ref": "#/components/schemas/ErrorOut"}, (path, status)
         if "429" in statuses:
             shed = responses["429"]["headers"]
@@ -177,7 +177,10 @@ async def test_answers_outside_fastapi_validate_against_the_document(gateway: Ga
 async def test_wrong_method_is_405_with_allow_in_the_error_shape(gateway: Gateway) -> None:
     resp = await gateway.http.get("/v1/events")
     assert resp.status_code == 405 and resp.headers["allow"] == "POST"
-    assert resp.json() == {"error": "MethodNotAllowed", "message": "Method Not Allowed"}
+    assert resp.headers["content-type"] == "application/problem+json"
+    assert resp.json() == {"type": "about:blank", "title": "Method Not Allowed", "status": 405,
+                           "detail": "Method Not Allowed", "error": "MethodNotAllowed",
+                           "message": "Method Not Allowed"}  # fmt: skip
 
 
 async def test_a_request_shed_from_the_queue_is_the_same_documented_429(gateway: Gateway) -> None:
