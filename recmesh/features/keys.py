@@ -12,6 +12,8 @@ test_writer / test_parity fail if the formats ever diverge.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from recmesh.features.repository import Entity, FeatureSet
 
 PREFIX: dict[str, str] = {"user": "{u:", "item": "{i:"}
@@ -86,6 +88,25 @@ def item_covisits(item_id: str) -> str:
 def category_popularity(category: str) -> str:
     """ZSET item_id -> popularity within one category (category-affinity recall)."""
     return f"{{catalog}}:popularity:{category}"
+
+
+def applied(topic: str) -> str:
+    """HASH partition -> "<next offset>:<newest event time applied>" of the ingest on
+    `topic`: written after each batch's state write and before its offsets are
+    committed, never moved back (a redelivered batch leaves it as it is). A served
+    row carries it (read before and after its look-up), so `features compare` can
+    tell a store that was behind the stream from a wrong value."""
+    return f"{{ingest}}:applied:{topic}"
+
+
+def parse_applied(raw: Mapping[bytes | str, bytes | str]) -> dict[int, tuple[int, int]]:
+    """`applied`'s hash as {partition: (next offset, newest event time applied, -1: none)}."""
+    out: dict[int, tuple[int, int]] = {}
+    for partition, value in raw.items():
+        text = value.decode() if isinstance(value, bytes) else value
+        offset, _, newest = text.partition(":")
+        out[int(partition)] = (int(offset), int(newest or -1))
+    return out
 
 
 # Real-time state families for the state-drift sampler (services/feature/drift.py),

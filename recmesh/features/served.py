@@ -6,16 +6,27 @@ investigated) as JSON records on the `served_features` topic:
 
     {"request_id", "trace_id", "served_at_ms", "as_of_ms", "feature_version",
      "degraded": [...], "user_id", "user": {name: [value, source, age_ms]},
-     "item_ids": [...], "items": {name: {"values": [...], "sources": [...], "ages": [...]}}}
+     "item_ids": [...], "items": {name: {"values": [...], "sources": [...], "ages": [...]}},
+     "applied": {"before": {partition: [next offset, newest event time]}, "after": {...}}}
 
-Items are column-wise, as they are served. `compare` recomputes every logged
-row with the offline replay (backfill.ReplayState: the same window code the
-training rows come from) at the row's own as-of time and counts, per feature,
-the values that differ.
+Items are column-wise, as they are served. `applied` is how far the ingest had
+applied the events topic (keys.applied), read just before and just after the
+look-up. `compare` recomputes every logged row with the offline replay
+(backfill.ReplayState: the same window code the training rows come from) at
+the row's own as-of time and counts, per feature, the values that differ.
+
+A row served while the ingest was behind the topic holds fewer events than
+the log has before its as-of time. Given where each event sits on the topic
+(`recmesh events dump` writes it beside the log: `positions_path`), a value
+that differs is recomputed from the events the store had applied: those
+before the row's `before` offsets, or its `after` ones; a match with either,
+or an event of the entity applied between the two reads, is reported as
+*behind the stream*, apart from the mismatches, which then mean a wrong value.
 """
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -34,6 +45,37 @@ from recmesh.features.wire import Column
 from recmesh.topics import topic_partitions
 
 Values = Mapping[str, tuple[FeatureValue, str, int]]
+# keys.applied read before and after a look-up: {partition: (next offset, newest event time)}.
+Marks = Mapping[int, tuple[int, int]]
+Applied = tuple[Marks, Marks]
+# Where an event sits on the topic, by (user id, event id): (partition, offset).
+Positions = Mapping[tuple[str, str], tuple[int, int]]
+
+
+def positions_path(log: Path) -> Path:
+    """The positions file `recmesh events dump` writes beside an event log."""
+    return log.with_name(log.name + ".positions")
+
+
+def read_positions(path: Path) -> dict[tuple[str, str], tuple[int, int]]:
+    """(user id, event id) -> (partition, offset), the first one written for a pair."""
+    out: dict[tuple[str, str], tuple[int, int]] = {}
+    with path.open("rb") as fh:
+        for line in fh:
+            if line.strip():
+                p = orjson.loads(line)
+                out.setdefault(
+                    (str(p["user_id"]), str(p["event_id"])), (int(p["partition"]), int(p["offset"]))
+                )
+    return out
+
+
+def _marks_json(marks: Marks) -> dict[str, list[int]]:
+    return {str(p): [offset, newest] for p, (offset, newest) in sorted(marks.items())}
+
+
+def _marks_of(raw: Mapping[str, Sequence[int]]) -> dict[int, tuple[int, int]]:
+    return {int(p): (int(v[0]), int(v[1])) for p, v in raw.items()}
 
 
 def served_record(
@@ -48,8 +90,9 @@ def served_record(
     item_columns: Mapping[str, Column],
     degraded: Sequence[str],
     served_at_ms: int | None = None,
+    applied: Applied | None = None,
 ) -> dict[str, Any]:
-    return {
+    record = {
         "request_id": request_id,
         "trace_id": trace_id,
         "served_at_ms": int(time.time() * 1000) if served_at_ms is None else served_at_ms,
@@ -64,6 +107,9 @@ def served_record(
             for name, c in item_columns.items()
         },
     }
+    if applied is not None:
+        record["applied"] = {"before": _marks_json(applied[0]), "after": _marks_json(applied[1])}
+    return record
 
 
 def read_served(path: Path) -> list[dict[str, Any]]:
@@ -76,6 +122,7 @@ def read_served(path: Path) -> list[dict[str, Any]]:
 class FeatureTally:
     compared: int = 0
     mismatched: int = 0
+    behind: int = 0  # differs, but served while the store was behind the stream (module docstring)
     age_mismatched: int = 0  # real-time values that agree but whose age differs
     examples: list[dict[str, Any]] = field(default_factory=list)
 
@@ -85,20 +132,31 @@ class CompareReport:
     rows: int = 0
     skipped_version: int = 0  # logged under another feature-set version: not recomputable here
     skipped_degraded: int = 0  # served from a fallback: real-time values were defaults on purpose
+    rows_behind: int = 0  # rows with a value explained by the store being behind the stream
+    without_marks: int = 0  # rows with no `applied` (an older service, or the read timed out)
+    positions: bool = False  # whether the events' topic positions were given
     features: dict[str, FeatureTally] = field(default_factory=lambda: defaultdict(FeatureTally))
 
     @property
     def mismatches(self) -> int:
         return sum(t.mismatched for t in self.features.values())
 
+    @property
+    def behind(self) -> int:
+        return sum(t.behind for t in self.features.values())
+
     def to_json(self) -> dict[str, Any]:
         return {
             "rows": self.rows,
             "skipped_version": self.skipped_version,
             "skipped_degraded": self.skipped_degraded,
+            "rows_behind": self.rows_behind,
+            "rows_without_marks": self.without_marks,
+            "positions": self.positions,
             "mismatches": self.mismatches,
+            "behind": self.behind,
             "features": {
-                name: {"compared": t.compared, "mismatched": t.mismatched,
+                name: {"compared": t.compared, "mismatched": t.mismatched, "behind": t.behind,
                        "age_mismatched": t.age_mismatched, "examples": t.examples}
                 for name, t in sorted(self.features.items())
             },
@@ -107,24 +165,105 @@ class CompareReport:
 
 MAX_EXAMPLES = 5
 
+Entity = str  # "user" | "item"
 
-def _check(
-    report: CompareReport,
-    name: str,
-    served: tuple[Any, str, int],
-    want: FeatureValue,
-    want_age: int | None,
-    where: dict[str, Any],
-) -> None:
-    tally = report.features[name]
-    tally.compared += 1
-    value, _, age = served
-    if value != want:
+
+class _Lag:
+    """Whether a value that differs was served while the store was behind the
+    stream: the events of one entity up to a row's as-of time, replayed as far
+    as the ingest had applied them (module docstring)."""
+
+    def __init__(
+        self,
+        fs: FeatureSet,
+        users: Mapping[str, Mapping[str, Any]],
+        items: Mapping[str, Mapping[str, Any]],
+        positions: Positions,
+    ) -> None:
+        self._fs, self._users, self._items, self._positions = fs, users, items, positions
+        self._events: dict[tuple[Entity, str], list[Event]] = defaultdict(list)
+        self._at: dict[tuple[Entity, str, int], Any] = {}
+
+    def saw(self, event: Event) -> None:
+        """An event of the log at or before the current row's as-of time."""
+        self._events["user", event.user_id].append(event)
+        self._events["item", event.item_id].append(event)
+
+    def _applied(self, event: Event, marks: Marks) -> bool:
+        at = self._positions.get((event.user_id, event.event_id))
+        if at is None:
+            return True  # not on the topic the positions came from: counted as applied
+        mark = marks.get(at[0])
+        return mark is not None and at[1] < mark[0]
+
+    def _replayed(self, entity: Entity, entity_id: str, as_of: int, marks: Marks) -> Any:
+        key = (entity, entity_id, id(marks))
+        if key not in self._at:
+            state = ReplayState(self._fs, self._users, self._items)
+            for event in self._events[entity, entity_id]:
+                if self._applied(event, marks):
+                    state.apply(event)
+            self._at[key] = state.features(entity, entity_id, as_of)
+        return self._at[key]
+
+    def explains(
+        self, entity: Entity, entity_id: str, as_of: int, name: str, served: Any, applied: Applied
+    ) -> bool:
+        before, after = applied
+        for marks in (before, after):
+            want = self._replayed(entity, entity_id, as_of, marks).get(name)
+            if want is not None and want[0] == served:
+                return True
+        # An event of this entity applied between the two reads: the look-up may
+        # have seen any part of it (one Redis script per key), so it cannot tell.
+        return any(
+            not self._applied(e, before) and self._applied(e, after) for e in self._events[entity, entity_id]
+        )
+
+    def next_row(self) -> None:
+        self._at.clear()
+
+
+@dataclass
+class _RowCheck:
+    """One served row's values against the replay's, tallied into `report`."""
+
+    report: CompareReport
+    lag: _Lag | None
+    applied: Applied | None
+    as_of: int
+    request_id: Any
+    behind: bool = False  # a value of the row was explained by the store being behind
+
+    def check(
+        self,
+        entity: Entity,
+        entity_id: str,
+        name: str,
+        served_value: tuple[Any, str, int],
+        want: FeatureValue,
+        want_age: int | None,  # None: an offline value
+    ) -> None:
+        tally = self.report.features[name]
+        tally.compared += 1
+        value, _, age = served_value
+        if value == want:
+            if want_age is not None and age != want_age:
+                tally.age_mismatched += 1
+            return
+        if (
+            self.lag is not None
+            and self.applied is not None
+            and want_age is not None  # real-time: offline values do not follow the stream
+            and self.lag.explains(entity, entity_id, self.as_of, name, value, self.applied)
+        ):
+            tally.behind += 1
+            self.behind = True
+            return
         tally.mismatched += 1
         if len(tally.examples) < MAX_EXAMPLES:
+            where = {"request_id": self.request_id, "as_of_ms": self.as_of, f"{entity}_id": entity_id}
             tally.examples.append({**where, "served": value, "replay": want})
-    elif want_age is not None and age != want_age:
-        tally.age_mismatched += 1
 
 
 def compare(
@@ -133,16 +272,21 @@ def compare(
     events: Iterable[Event],
     users: Mapping[str, Mapping[str, Any]],
     items: Mapping[str, Mapping[str, Any]],
+    positions: Positions | None = None,
 ) -> CompareReport:
     """Recompute each served row with the offline replay and tally differences per feature.
 
     `events` must be sorted by event time (eventlog.sorted_events); the served
     rows are held in memory (a sample) and visited in as-of order, applying
     events up to each row's as-of time, so memory stays bounded by the state
-    retention as in the backfill.
+    retention as in the backfill. With `positions` (where each event sits on
+    the topic) a value that differs in a row carrying the ingest's applied
+    marks is checked against what the store had applied (module docstring);
+    the events seen so far are then held too.
     """
-    report = CompareReport()
+    report = CompareReport(positions=positions is not None)
     state = ReplayState(fs, users, items)
+    lag = _Lag(fs, users, items, positions) if positions is not None else None
     pending: Iterator[Event] = iter(events)
     next_event: Event | None = next(pending, None)
     for row in sorted(served, key=lambda r: int(r["as_of_ms"])):
@@ -153,22 +297,28 @@ def compare(
         as_of = int(row["as_of_ms"])
         while next_event is not None and next_event.event_time <= as_of:
             state.apply(next_event)
+            if lag is not None:
+                lag.saw(next_event)
             next_event = next(pending, None)
         degraded = bool(row.get("degraded"))
         report.skipped_degraded += degraded
-        where = {"request_id": row.get("request_id"), "as_of_ms": as_of}
+        marks = row.get("applied")
+        report.without_marks += marks is None
+        applied = None if marks is None else (_marks_of(marks["before"]), _marks_of(marks["after"]))
+        if lag is not None:
+            lag.next_row()
+        row_check = _RowCheck(report, lag, applied, as_of, row.get("request_id"))
+        check = row_check.check
         user_id = str(row["user_id"])
         want_user = state.features("user", user_id, as_of)
         want_user_off = offline_values(fs, "user", users.get(user_id))
         for name, served_value in row["user"].items():
             if name in want_user:
-                if degraded:
-                    continue
-                want, want_age = want_user[name]
-                _check(report, name, tuple(served_value), want, want_age, {**where, "user_id": user_id})
+                if not degraded:
+                    want, want_age = want_user[name]
+                    check("user", user_id, name, tuple(served_value), want, want_age)
             elif name in want_user_off:
-                _check(report, name, tuple(served_value), want_user_off[name], None,
-                       {**where, "user_id": user_id})  # fmt: skip
+                check("user", user_id, name, tuple(served_value), want_user_off[name], None)
         columns = row["items"]
         for i, item_id in enumerate(row["item_ids"]):
             want_rt = state.features("item", item_id, as_of)
@@ -176,12 +326,12 @@ def compare(
             for name, col in columns.items():
                 served_value = (col["values"][i], col["sources"][i], col["ages"][i])
                 if name in want_rt:
-                    if degraded:
-                        continue
-                    want, want_age = want_rt[name]
-                    _check(report, name, served_value, want, want_age, {**where, "item_id": item_id})
+                    if not degraded:
+                        want, want_age = want_rt[name]
+                        check("item", item_id, name, served_value, want, want_age)
                 elif name in want_off:
-                    _check(report, name, served_value, want_off[name], None, {**where, "item_id": item_id})
+                    check("item", item_id, name, served_value, want_off[name], None)
+        report.rows_behind += row_check.behind
     return report
 
 
@@ -189,10 +339,23 @@ def format_report(report: CompareReport) -> str:
     lines = [
         f"served rows {report.rows}  (skipped: {report.skipped_version} other feature-set version, "
         f"{report.skipped_degraded} degraded: real-time features not compared)",
-        f"{'feature':<22}{'compared':>10}{'mismatched':>12}{'age differs':>13}",
+        f"{'feature':<22}{'compared':>10}{'mismatched':>12}{'behind':>9}{'age differs':>13}",
     ]
     for name, t in sorted(report.features.items()):
-        lines.append(f"{name:<22}{t.compared:>10}{t.mismatched:>12}{t.age_mismatched:>13}")
+        lines.append(f"{name:<22}{t.compared:>10}{t.mismatched:>12}{t.behind:>9}{t.age_mismatched:>13}")
+    if report.behind:
+        lines.append(
+            f"behind the stream: {report.behind} values in {report.rows_behind} rows were served before the "
+            "ingest had applied every event up to their as-of time (the rows' applied offsets say so): "
+            "not mismatches"
+        )
+    elif not report.positions:
+        lines.append(
+            "no event positions (the log was not written by `recmesh events dump`): a row served while "
+            "the ingest was behind the stream shows as a mismatch"
+        )
+    if report.without_marks:
+        lines.append(f"{report.without_marks} rows carry no applied offsets (an older feature service)")
     verdict = "no mismatch" if report.mismatches == 0 else f"{report.mismatches} mismatched values"
     lines.append(verdict)
     for name, t in sorted(report.features.items()):
@@ -217,8 +380,11 @@ async def dump_topic(
     out: Path,
     timeout_s: float = 30.0,
     keep: Callable[[bytes], bool] | None = None,
+    positions: Path | None = None,
 ) -> Dump:
-    """Copy every record on `topic` (that `keep` accepts) into `out` as JSON lines.
+    """Copy every record on `topic` (that `keep` accepts) into `out` as JSON lines;
+    with `positions`, each one's place on the topic there too (`read_positions`:
+    user id, event id, partition, offset), for `compare`.
 
     Reads without a consumer group (nothing committed, nothing rebalanced)
     from the beginning until the partitions have been quiet for QUIET_POLLS
@@ -245,7 +411,8 @@ async def dump_topic(
         ends = await consumer.end_offsets(partitions)
         deadline = time.monotonic() + timeout_s
         quiet = 0
-        with out.open("wb") as fh:
+        with out.open("wb") as fh, contextlib.ExitStack() as stack:
+            places = stack.enter_context(positions.open("wb")) if positions is not None else None
             while quiet < QUIET_POLLS:
                 if time.monotonic() > deadline:
                     raise DeadlineExceeded(
@@ -261,6 +428,12 @@ async def dump_topic(
                             continue
                         fh.write(rec.value.rstrip(b"\n") + b"\n")
                         dump.written += 1
+                        if places is not None:
+                            obj = orjson.loads(rec.value)
+                            places.write(orjson.dumps({
+                                "user_id": obj.get("user_id"), "event_id": obj.get("event_id"),
+                                "partition": rec.partition, "offset": rec.offset,
+                            }) + b"\n")  # fmt: skip
                 positions = {tp: await consumer.position(tp) for tp in partitions}
                 if batch or any(positions[tp] < ends[tp] for tp in partitions):
                     quiet = 0

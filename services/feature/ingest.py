@@ -110,10 +110,12 @@ class Rejected:
 
 def classify(
     records: Sequence[ConsumerRecord], now_ms: int, marks: Watermarks, schema: EventSchema
-) -> tuple[list[Event], list[Rejected]]:
-    """Valid events sorted by event time, and the rejected records with reasons."""
+) -> tuple[list[Event], list[Rejected], dict[int, int]]:
+    """Valid events sorted by event time, the rejected records with reasons, and
+    per partition the newest event time among the valid ones."""
     good: list[Event] = []
     bad: list[Rejected] = []
+    newest: dict[int, int] = {}
     late = 0
     for rec in records:
         try:
@@ -133,9 +135,10 @@ def classify(
         if verdict == "late":
             late += 1
         good.append(event)
+        newest[rec.partition] = max(newest.get(rec.partition, -1), event.event_time)
     _LATE_APPLIED.inc(late)
     good.sort(key=lambda e: e.event_time)
-    return good, bad
+    return good, bad, newest
 
 
 @dataclass
@@ -218,7 +221,7 @@ class Ingestor:
         with kafka_consume_span(records):
             consumed_at = time.time()
             observe_many(_PRODUCED_TO_CONSUMED, [max(0.0, consumed_at - r.timestamp / 1000) for r in records])
-            good, bad = classify(records, int(consumed_at * 1000), self._marks, self._schema)
+            good, bad, newest = classify(records, int(consumed_at * 1000), self._marks, self._schema)
             offsets: dict[TopicPartition, int] = {}
             for rec in records:
                 tp = TopicPartition(rec.topic, rec.partition)
@@ -252,12 +255,25 @@ class Ingestor:
             self.applied += len(good)
             if previous is not None:
                 await previous.task  # its commit first (if it failed, this raises: no commit)
+            await self._mark_applied(offsets, newest)
             try:
                 await self._consumer.commit(offsets)
             except CommitFailedError as err:
                 # Partitions moved during a rebalance; their new owner re-reads them
                 # and the idempotent apply makes that harmless.
                 _log.warning("commit_failed", error=repr(err))
+
+    async def _mark_applied(self, offsets: dict[TopicPartition, int], newest: dict[int, int]) -> None:
+        """How far the store holds each partition (keys.applied), for `features compare`;
+        a failure is logged and leaves the commit alone (the mark is advice, not state)."""
+        by_topic: dict[str, dict[int, tuple[int, int]]] = {}
+        for tp, offset in offsets.items():
+            by_topic.setdefault(tp.topic, {})[tp.partition] = (offset, newest.get(tp.partition, -1))
+        try:
+            for topic, marks in by_topic.items():
+                await self._writer.mark_applied(topic, marks)
+        except (RedisError, OSError) as err:
+            _log.warning("applied_mark_failed", error=repr(err))
 
     async def _write_with_retry(
         self, events: list[Event], prepared: WritePlan | RedisError | OSError | None

@@ -25,7 +25,7 @@ from opentelemetry import context as otel_context
 from opentelemetry.context import Context
 from prometheus_client import Counter
 
-from recmesh.features.served import served_record
+from recmesh.features.served import Applied, served_record
 from recmesh.producer import make_producer, produce
 from recmesh.resilience import current_slo_class, retry_until
 from recmesh.settings import FeatureSettings
@@ -54,6 +54,7 @@ class _Served:
     lookup: Lookup
     context: Context  # the look-up's trace context: the send's span is its child
     slo_class: str
+    applied: Applied | None  # keys.applied read before and after the look-up
 
 
 class ServedLog:
@@ -88,13 +89,14 @@ class ServedLog:
         user_id: str,
         item_ids: Sequence[str],
         lookup: Lookup,
+        applied: Applied | None = None,
     ) -> None:
         """Queue a served look-up (call only when `sampled()`); never blocks."""
         now_ms = int(time.time() * 1000)
         request_id = request_id or uuid.uuid4().hex
         entry = _Served(
             request_id, trace_id, now_ms, as_of_ms, user_id, item_ids, lookup,
-            otel_context.get_current(), current_slo_class(),
+            otel_context.get_current(), current_slo_class(), applied,
         )  # fmt: skip
         try:
             self._queue.put_nowait(entry)
@@ -144,6 +146,7 @@ class ServedLog:
             item_ids=entry.item_ids,
             item_columns=lk.item_columns,
             degraded=lk.degraded,
+            applied=entry.applied,
         )
         try:
             # The send is awaited only until the record is in the producer's

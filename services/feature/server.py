@@ -77,11 +77,18 @@ class FeatureServicer(features_pb2_grpc.FeatureServiceServicer):
             if request.history_limit
             else None
         )
+        # A logged look-up is bracketed by how far the ingest had applied the
+        # events topic (read before and after it), so `features compare` tells a
+        # store behind the stream from a wrong value.
+        sampled = self._served_log is not None and self._served_log.sampled()
+        topic = self._settings.events_topic
+        before = await self._store.applied(topic, timeout) if sampled else None
         lookup = await self._store.lookup(request.user_id, item_ids, as_of, timeout, not request.items_only)
         LOOKUP_ITEMS.labels(slo).inc(len(item_ids))
         for reason in lookup.degraded:
             FALLBACKS.labels("feature", reason, slo).inc()
-        if self._served_log is not None and self._served_log.sampled():
+        if sampled and self._served_log is not None:
+            after = await self._store.applied(topic, timeout)
             metadata = dict(context.invocation_metadata() or ())
             self._served_log.offer(
                 request_id=str(metadata.get(REQUEST_ID_HEADER, "")),
@@ -90,6 +97,7 @@ class FeatureServicer(features_pb2_grpc.FeatureServiceServicer):
                 user_id=request.user_id,
                 item_ids=item_ids,
                 lookup=lookup,
+                applied=None if before is None or after is None else (before, after),
             )
         cache = self._store.offline.item_cache
         total = cache.hits + cache.misses

@@ -217,6 +217,16 @@ class FeatureStore:
     def feature_set(self) -> FeatureSet:
         return self._fs
 
+    async def applied(self, topic: str, timeout_s: float) -> dict[int, tuple[int, int]] | None:
+        """How far the ingest had applied `topic` (keys.applied), or None when it
+        cannot be read in `timeout_s` (the served row then goes without it)."""
+        try:
+            async with asyncio.timeout(timeout_s):
+                raw = await self._redis.hgetall(keys.applied(topic))  # type: ignore[misc]
+        except (RedisError, OSError, TimeoutError):
+            return None
+        return keys.parse_applied(raw)
+
     async def prepare(self) -> None:
         if not self._cluster:
             self._item_sha = await self._redis.script_load(_ITEM_WINDOWS_LUA)

@@ -32,7 +32,7 @@ counting them twice.
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -207,6 +207,26 @@ class WriteResult:
     covisit_pairs: int
 
 
+# keys.applied: per partition, the larger offset wins, and the newest event time
+# applied only grows (-1 in ARGV: no event of the batch applied on it).
+_MARK_APPLIED_LUA = r"""
+for i = 1, #ARGV, 3 do
+  local offset, newest = tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2])
+  local cur = redis.call('HGET', KEYS[1], ARGV[i])
+  local cur_offset, cur_newest = -1, -1
+  if cur then
+    local a, b = string.match(cur, '^(%d+):(%-?%d+)$')
+    cur_offset, cur_newest = tonumber(a), tonumber(b)
+  end
+  if offset > cur_offset then
+    if cur_newest > newest then newest = cur_newest end
+    redis.call('HSET', KEYS[1], ARGV[i], string.format('%d:%d', offset, newest))
+  end
+end
+return 0
+"""
+
+
 class EventWriter:
     """Writes batches of events; idempotent under redelivery, one id counted once.
 
@@ -234,6 +254,7 @@ class EventWriter:
         self._maintained: TtlCache[bool] = TtlCache(MAINTAIN_EVERY_S, cache_entries)
         self._trimmed: TtlCache[bool] = TtlCache(MAINTAIN_EVERY_S, cache_entries)
         self._apply = client.register_script(_APPLY_LUA)  # reloads it if the server lost it
+        self._mark = client.register_script(_MARK_APPLIED_LUA)
         roles = fs.roles
         self._covisit = roles.covisit_stream
         # The event-id sets, maintained like a stream: kept for the longest retention.
@@ -247,6 +268,14 @@ class EventWriter:
             "item": tuple(dict.fromkeys((*fs.attributes_needed("item"), *([roles.category] if roles.category
                                          and roles.popularity_behaviors else [])))),
         }  # fmt: skip
+
+    async def mark_applied(self, topic: str, marks: Mapping[int, tuple[int, int]]) -> None:
+        """Record how far the ingest has applied `topic` (keys.applied): per partition,
+        the next offset and the newest event time written. Call after the batch's
+        write and before committing its offsets."""
+        argv = [str(x) for p, (offset, newest) in sorted(marks.items()) for x in (p, offset, newest)]
+        if argv:
+            await self._mark(keys=[keys.applied(topic)], args=argv)
 
     async def apply(self, events: Sequence[Event]) -> WriteResult:
         """Write `events` (sorted by event time)."""

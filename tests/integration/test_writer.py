@@ -145,3 +145,17 @@ async def test_the_history_keeps_each_users_newest_distinct_items_capped(
         assert await client.ttl(keys.user_history("u1")) > 0
         # as of a moment before the re-click, i0 is not the newest
         assert (await RecallStore(client).history("u1", now - 1, 2)) == [f"i{cap + 4}", f"i{cap + 3}"]
+
+
+async def test_the_applied_mark_never_moves_back(two_dbs: tuple[redis.Redis, redis.Redis]) -> None:
+    client, _ = two_dbs
+    writer = EventWriter(client, FS, FeatureStore(client, FS).offline.attributes)
+    key = keys.applied("topic")
+    await writer.mark_applied("topic", {0: (10, 1_000), 1: (5, -1)})
+    assert keys.parse_applied(await client.hgetall(key)) == {0: (10, 1_000), 1: (5, -1)}
+    # A redelivered (older) batch leaves a partition as it is; a newer one moves it,
+    # keeping the newest event time when its own events are older (late ones).
+    await writer.mark_applied("topic", {0: (7, 5_000), 1: (9, 2_000)})
+    assert keys.parse_applied(await client.hgetall(key)) == {0: (10, 1_000), 1: (9, 2_000)}
+    await writer.mark_applied("topic", {0: (12, 400), 1: (11, -1)})
+    assert keys.parse_applied(await client.hgetall(key)) == {0: (12, 1_000), 1: (11, 2_000)}

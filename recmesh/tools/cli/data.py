@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from recmesh.errors import FailedPrecondition, InvalidArgument, RecmeshError
+from recmesh.errors import FailedPrecondition, InvalidArgument, NotFound, RecmeshError
 from recmesh.features.repository import Entity, FeatureSet
 from recmesh.tools.cli.common import print_figures
 
@@ -341,7 +341,7 @@ def _cmd_events_send(args: argparse.Namespace) -> int:
 
 def _cmd_events_dump(args: argparse.Namespace) -> int:
     from recmesh.events import parse_event
-    from recmesh.features.served import dump_topic
+    from recmesh.features.served import dump_topic, positions_path
     from recmesh.settings import KafkaSettings
 
     schema = repository(args).event_schema
@@ -355,9 +355,13 @@ def _cmd_events_dump(args: argparse.Namespace) -> int:
 
     kafka = KafkaSettings()
     topic = args.topic or kafka.events_topic
-    dump = asyncio.run(dump_topic(kafka.kafka_bootstrap, topic, Path(args.out), args.timeout, is_event))
+    out = Path(args.out)
+    places = positions_path(out)
+    dump = asyncio.run(dump_topic(kafka.kafka_bootstrap, topic, out, args.timeout, is_event, places))
     skipped = f"; left out {dump.skipped} malformed (the ingest dead-lettered them)" if dump.skipped else ""
-    print(f"wrote {dump.written} events from {topic} to {args.out}{skipped}")
+    print(
+        f"wrote {dump.written} events from {topic} to {args.out}{skipped}; their topic positions to {places}"
+    )
     return 0
 
 
@@ -425,12 +429,17 @@ def _cmd_features_backfill(args: argparse.Namespace) -> int:
 
 def _cmd_features_compare(args: argparse.Namespace) -> int:
     from recmesh.features.eventlog import sorted_events
-    from recmesh.features.served import compare, format_report, read_served
+    from recmesh.features.served import compare, format_report, positions_path, read_positions, read_served
 
     fs = repository(args)
     users, items = catalog_tables(fs, args.users, args.items)
-    events = sorted_events(Path(args.events), fs.event_schema)
-    report = compare(fs, read_served(Path(args.served)), events, users, items)
+    log = Path(args.events)
+    events = sorted_events(log, fs.event_schema)
+    places = Path(args.positions) if args.positions else positions_path(log)
+    if args.positions and not places.exists():
+        raise NotFound(f"--positions {places}: no such file")
+    positions = read_positions(places) if places.exists() else None
+    report = compare(fs, read_served(Path(args.served)), events, users, items, positions)
     print(json.dumps(report.to_json()) if args.json else format_report(report))
     return 1 if report.mismatches else 0
 
@@ -580,6 +589,11 @@ def add_commands(sub: Any) -> None:
     cmp_.add_argument("--served", required=True, help="served records, JSON lines (features dump-served)")
     cmp_.add_argument(
         "--events", required=True, help="event log covering the served as-of times (events dump)"
+    )
+    cmp_.add_argument(
+        "--positions",
+        help="where each event sat on the topic (default: EVENTS.positions, which events dump writes): "
+        "a row served while the ingest was behind the stream is then reported apart, not as a mismatch",
     )
     _repo_arg(cmp_)
     cmp_.add_argument("--users", help="users file (default: the repository's users.source)")
