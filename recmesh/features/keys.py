@@ -1,13 +1,14 @@
-"""Redis key layout. Every key carries a hash tag, so all state of one user
-(or one item) lands in one Redis Cluster slot and multi-key operations on it
-stay valid in a cluster.
+"""Redis key layout: the one definition. Every key carries a hash tag, so all
+state of one user (or one item) lands in one Redis Cluster slot and multi-key
+operations on it stay valid in a cluster.
 
 Real-time state is one sorted set per entity and stream (repository.Stream):
-`{u:<id>}:s:<stream>` / `{i:<id>}:s:<stream>`, scored by event time. Two
-scripts build these keys from ids themselves (the item window script in
-services/feature/store.py and the ingest write in services/feature/writer.py);
-PREFIX/STREAM below are the one definition they are built from, and
-test_writer / test_parity fail if the formats ever diverge.
+`{u:<id>}:s:<stream>` / `{i:<id>}:s:<stream>`, scored by event time. Each part
+of a key is spelled here once; the Lua scripts that build keys from ids
+themselves (the item window script in services/feature/store.py, the ingest
+write in services/feature/writer.py) receive the parts they need as arguments
+(`lua_parts`), and the Redis ACLs their patterns (`acl_pattern`).
+tests/unit/test_layers.py refuses a key literal anywhere else.
 """
 
 from __future__ import annotations
@@ -17,57 +18,77 @@ from collections.abc import Mapping
 from recmesh.features.repository import Entity, FeatureSet
 
 PREFIX: dict[str, str] = {"user": "{u:", "item": "{i:"}
+TAG_END = "}"
+CATALOG_TAG = "{catalog}"
+INGEST_TAG = "{ingest}"
+# What follows an entity's hash tag, per kind of key.
+STREAM = f"{TAG_END}:s:"
+NEWEST = f"{TAG_END}:newest"
+IDS = f"{TAG_END}:ids"
+HISTORY = f"{TAG_END}:history"
+COVISITS = f"{TAG_END}:covisits"
+PROFILE = f"{TAG_END}:profile"
+STATIC = f"{TAG_END}:static"
 
 
 def entity_tag(entity: Entity | str, entity_id: str) -> str:
-    return f"{PREFIX[entity]}{entity_id}}}"
+    return f"{PREFIX[entity]}{entity_id}{TAG_END}"
+
+
+def stream_suffix(stream_id: str) -> str:
+    """What follows an entity's id in its stream key (the scripts append it)."""
+    return f"{STREAM}{stream_id}"
 
 
 def stream(entity: Entity | str, entity_id: str, stream_id: str) -> str:
     """ZSET of the entity's events in one stream: member per repository.Stream, score event time."""
-    return f"{PREFIX[entity]}{entity_id}}}:s:{stream_id}"
+    return f"{PREFIX[entity]}{entity_id}{stream_suffix(stream_id)}"
 
 
 def newest(entity: Entity | str, entity_id: str) -> str:
-    """STRING ",<stream>:<time>,..." holding the entity's newest event time in
-    each of its 'count' streams, kept by the ingest write as an index for
+    """HASH stream -> the entity's newest event time in each of its 'count'
+    streams, kept by the ingest write as an index for
     look-ups (which check it and fall back to the sorted set, the truth, when
     it is missing or past as-of)."""
-    return f"{PREFIX[entity]}{entity_id}}}:newest"
+    return f"{PREFIX[entity]}{entity_id}{NEWEST}"
 
 
 def user_ids(user_id: str) -> str:
     """ZSET of the user's event ids, score event time: event identity (a second
     event with a known id is dropped) and the co-visitation mark."""
-    return f"{{u:{user_id}}}:ids"
+    return f"{PREFIX['user']}{user_id}{IDS}"
+
+
+def is_user_ids(key: str) -> bool:
+    return key.startswith(PREFIX["user"]) and key.endswith(IDS)
 
 
 def user_history(user_id: str) -> str:
     """ZSET of the user's newest distinct items (learnt retrieval's seeds) -> the
     time of the user's latest event on it; capped at recall.learnt.history."""
-    return f"{{u:{user_id}}}:history"
+    return f"{PREFIX['user']}{user_id}{HISTORY}"
 
 
 def user_profile(user_id: str) -> str:
     """HASH of offline user features (JSON-encoded values)."""
-    return f"{{u:{user_id}}}:profile"
+    return f"{PREFIX['user']}{user_id}{PROFILE}"
 
 
 def item_static(item_id: str) -> str:
     """HASH of offline item features (JSON-encoded values)."""
-    return f"{{i:{item_id}}}:static"
+    return f"{PREFIX['item']}{item_id}{STATIC}"
 
 
 def profile(entity: Entity | str, entity_id: str) -> str:
     return user_profile(entity_id) if entity == "user" else item_static(entity_id)
 
 
-STATICS_VERSION = "{catalog}:statics_version"
+STATICS_VERSION = f"{CATALOG_TAG}:statics_version"
 """STRING set to a new unique value by every offline load after its writes: a
 feature service that reads the same value again knows no offline feature
 changed meanwhile."""
 
-POPULARITY = "{catalog}:popularity"
+POPULARITY = f"{CATALOG_TAG}:popularity"
 """ZSET item_id -> popularity (the declared feature, or counted live from events), the candidate
 source for recall."""
 
@@ -76,18 +97,29 @@ ITEMS_CHANGED = "recmesh:items_changed"
 items it wrote, newline-separated; feature services drop those items' held
 real-time reads (services/feature/item_cache.py)."""
 
-REPOSITORY = "{catalog}:repository"
+REPOSITORY = f"{CATALOG_TAG}:repository"
 """HASH: the name and feature-set version of the repository whose catalog was last loaded."""
 
 
 def item_covisits(item_id: str) -> str:
     """ZSET of items co-visited with this one -> count (see recmesh.features.covisit)."""
-    return f"{{i:{item_id}}}:covisits"
+    return f"{PREFIX['item']}{item_id}{COVISITS}"
 
 
 def category_popularity(category: str) -> str:
     """ZSET item_id -> popularity within one category (category-affinity recall)."""
-    return f"{{catalog}}:popularity:{category}"
+    return f"{POPULARITY}:{category}"
+
+
+# The parts the Lua scripts build keys from, in the order they take them.
+WRITE_SCRIPT_PARTS = (PREFIX["user"], PREFIX["item"], IDS, COVISITS)
+ITEM_SCRIPT_PARTS = (PREFIX["item"], STREAM, NEWEST)
+
+
+def acl_pattern(kind: str) -> str:
+    """A Redis ACL key pattern (`~...`) for the CLI's keys: 'profile', 'static' or 'catalog'."""
+    patterns = {"profile": user_profile("*"), "static": item_static("*"), "catalog": f"{CATALOG_TAG}:*"}
+    return f"~{patterns[kind]}"
 
 
 def applied(topic: str) -> str:
@@ -96,7 +128,7 @@ def applied(topic: str) -> str:
     committed, never moved back (a redelivered batch leaves it as it is). A served
     row carries it (read before and after its look-up), so `features compare` can
     tell a store that was behind the stream from a wrong value."""
-    return f"{{ingest}}:applied:{topic}"
+    return f"{INGEST_TAG}:applied:{topic}"
 
 
 def parse_applied(raw: Mapping[bytes | str, bytes | str]) -> dict[int, tuple[int, int]]:
@@ -114,10 +146,10 @@ def parse_applied(raw: Mapping[bytes | str, bytes | str]) -> dict[int, tuple[int
 # co-visitation counts (recall, not features), which grow with traffic the same way.
 def state_families(fs: FeatureSet) -> dict[str, tuple[str, str]]:
     """family -> (key prefix, key suffix) of every real-time state family."""
-    out = {f"{s.entity}:s:{s.id}": (PREFIX[s.entity], f"}}:s:{s.id}") for s in fs.streams}
-    out["user:ids"] = (PREFIX["user"], "}:ids")
-    out["user:history"] = (PREFIX["user"], "}:history")
-    out["item:covisits"] = (PREFIX["item"], "}:covisits")
+    out = {f"{s.entity}:s:{s.id}": (PREFIX[s.entity], stream_suffix(s.id)) for s in fs.streams}
+    out["user:ids"] = (PREFIX["user"], IDS)
+    out["user:history"] = (PREFIX["user"], HISTORY)
+    out["item:covisits"] = (PREFIX["item"], COVISITS)
     return out
 
 

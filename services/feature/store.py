@@ -35,24 +35,26 @@ _log = structlog.get_logger("recmesh.feature.store")
 # Window counts and newest event times of the items' 'count' streams, and the
 # members of their other streams, in one command. ARGV = hi (as-of), the plan
 # ('C|<stream>|<lo>,<lo>...' for a count stream, widest window first;
-# 'R|<stream>|<lo>' for a stream read whole; ';'-separated), then one blob of
-# newline-separated item ids. The reply is flat, per item and stream in plan
-# order: for a count stream one count per window and the newest event time in
-# the widest window (-1 none); for another stream one nested [member, score,
-# ...] list. The script builds the item keys itself (passing 600 key names
-# cost more to pack than the look-up itself), so it is for a single Redis
-# only; on a cluster the store reads with plain commands. Newest times come
-# from the item's `newest` hash (kept by the ingest write) when they lie in the
-# window: one HMGET, where reading an event back from each sorted set cost
-# about half the script. A missing or disagreeing entry is read from the set.
+# 'R|<stream>|<lo>' for a stream read whole; ';'-separated), one blob of
+# newline-separated item ids, then the key parts (keys.ITEM_SCRIPT_PARTS). The
+# reply is flat, per item and stream in plan order: for a count stream one count
+# per window and the newest event time in the widest window (-1 none); for
+# another stream one nested [member, score, ...] list. The script builds the
+# item keys itself (passing 600 key names cost more to pack than the look-up
+# itself), so it is for a single Redis only; on a cluster the store reads with
+# plain commands. Newest times come from the item's `newest` hash (kept by the
+# ingest write) when they lie in the window: one HMGET, where reading an event
+# back from each sorted set cost about half the script. A missing or disagreeing
+# entry is read from the set.
 _ITEM_WINDOWS_LUA = """
 local call = redis.call
 local hi = ARGV[1]
 local hi_n = tonumber(hi)
+local item_prefix, stream_part, newest_suffix = ARGV[4], ARGV[5], ARGV[6]
 local specs = {}
 for spec in string.gmatch(ARGV[2], '[^;]+') do
   local kind, sid, los = string.match(spec, '^(%a)|([^|]+)|(.*)$')
-  local s = {count = kind == 'C', sid = sid, suffix = '}:s:' .. sid, tag = ',' .. sid .. ':', los = {}}
+  local s = {count = kind == 'C', sid = sid, suffix = stream_part .. sid, tag = ',' .. sid .. ':', los = {}}
   for lo in string.gmatch(los, '[^,]+') do s.los[#s.los + 1] = '(' .. lo end
   s.lo_n = tonumber(string.sub(s.los[1], 2))
   s.widest = s.los[1]
@@ -66,7 +68,7 @@ local out, n = {}, 0
 -- newest time: an HMGET (a reply table per item) and an HGET per stream were
 -- measured slower, 1,102 and 1,013 us a call against this script's.
 for id in string.gmatch(ARGV[3], '[^\\n]+') do
-  local prefix = '{i:' .. id
+  local prefix = item_prefix .. id
   local newest_key = nil
   for j = 1, nspec do
     local s = specs[j]
@@ -81,7 +83,7 @@ for id in string.gmatch(ARGV[3], '[^\\n]+') do
       end
       local t = -1
       if widest > 0 then
-        if newest_key == nil then newest_key = prefix .. '}:newest' end
+        if newest_key == nil then newest_key = prefix .. newest_suffix end
         t = tonumber(call('HGET', newest_key, s.sid))
         -- Events in the window imply a newest one inside it; an entry that says
         -- otherwise is not trusted.
@@ -405,7 +407,10 @@ class FeatureStore:
             read_at = time.monotonic()
             hits, to_read = self._item_reads.get(unique, as_of_ms, read_at) if held else ({}, unique)
             if to_read:
-                pipe.evalsha(self._item_sha, 0, as_of_ms, plan.item_spec(as_of_ms), "\n".join(to_read))  # type: ignore[arg-type]
+                pipe.evalsha(  # type: ignore[arg-type]
+                    self._item_sha, 0, as_of_ms, plan.item_spec(as_of_ms), "\n".join(to_read),
+                    *keys.ITEM_SCRIPT_PARTS,
+                )  # fmt: skip
         for iid in static_missing:
             pipe.hgetall(keys.item_static(iid))
         try:

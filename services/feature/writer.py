@@ -60,7 +60,8 @@ ANNOUNCE_FAILED = Counter(
 MAINTAIN_EVERY_S = 60.0
 
 # ARGV: cap, covisit window_ms, scan, previous, ttl_s, covisit stream suffix
-# ('' = none), events, upkeep.
+# ('' = none), events, upkeep, then the key parts (keys.WRITE_SCRIPT_PARTS: user
+# and item prefix, ids and co-visits suffix).
 # events: per event an 'E\t<user>\t<event id>\t<time>\t<item>\t<covisit 0|1>' line,
 # then its writes: 'Z\t<key>\t<member>' (ZADD at the event's time), 'H\t<key>\t<item>'
 # (ZADD GT: the user's history, the item's newest time),
@@ -74,6 +75,7 @@ local call = redis.call
 local cap = tonumber(ARGV[1])
 local window, scan, previous = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local covisit_ttl, covisit_suffix = tonumber(ARGV[5]), ARGV[6]
+local user_prefix, item_prefix, ids_suffix, covisits_suffix = ARGV[9], ARGV[10], ARGV[11], ARGV[12]
 local fresh, newest = {}, {}
 local dups, live, t, last_key = 0, false, 0, nil
 for line in string.gmatch(ARGV[7], '[^\n]+') do
@@ -81,9 +83,9 @@ for line in string.gmatch(ARGV[7], '[^\n]+') do
   if tag == 'E' then
     local user, eid, time_, item, cv = string.match(line, '^E\t([^\t]+)\t([^\t]+)\t(%d+)\t([^\t]+)\t(%d)$')
     t = tonumber(time_)
-    live = call('ZADD', '{u:' .. user .. '}:ids', time_, eid) == 1
+    live = call('ZADD', user_prefix .. user .. ids_suffix, time_, eid) == 1
     if live then
-      if cv == '1' then fresh[#fresh + 1] = {'{u:' .. user .. '}:' .. covisit_suffix, item, t} end
+      if cv == '1' then fresh[#fresh + 1] = {user_prefix .. user .. covisit_suffix, item, t} end
     else
       dups = dups + 1
     end
@@ -176,7 +178,7 @@ for _, f in ipairs(fresh) do
 end
 local out = {counted, dups}
 for item, incs in pairs(by) do
-  local key = '{i:' .. item .. '}:covisits'
+  local key = item_prefix .. item .. covisits_suffix
   for other, k in pairs(incs) do call('ZINCRBY', key, k, other) end
   call('EXPIRE', key, covisit_ttl)
   out[#out + 1] = item
@@ -367,8 +369,8 @@ class EventWriter:
         plan.args = (
             self._fs.max_events_per_key,
             r.covisit_window_ms, r.covisit_scan, r.covisit_previous, COVISIT_TTL_S,
-            f"s:{self._covisit}" if self._covisit else "",
-            "\n".join(lines), "\n".join(up_lines),
+            keys.stream_suffix(self._covisit) if self._covisit else "",
+            "\n".join(lines), "\n".join(up_lines), *keys.WRITE_SCRIPT_PARTS,
         )  # fmt: skip
         return plan
 
@@ -437,8 +439,8 @@ class EventWriter:
         for hkey in plan.history_upkeep:
             pipe.zremrangebyrank(hkey, 0, -(fs.roles.history_cap + 1))
             pipe.expire(hkey, fs.roles.history_ttl_s)
-        ids_upkeep = [u for u in plan.upkeep if u[0].endswith("}:ids")]
-        self._queue_upkeep(pipe, [u for u in plan.upkeep if not u[0].endswith("}:ids")])
+        ids_upkeep = [u for u in plan.upkeep if keys.is_user_ids(u[0])]
+        self._queue_upkeep(pipe, [u for u in plan.upkeep if not keys.is_user_ids(u[0])])
         await pipe.execute()
         # (3) the ids, with the co-visit reads of the new events' earlier items
         r = fs.roles

@@ -179,3 +179,44 @@ def test_lazy_and_from_imports_count(tmp_path: Path) -> None:
     graph = import_graph(module_files(tmp_path))
     assert graph["recmesh.tools.bench.e2e"] == {"recmesh.tools.bench.floor"}, "the module, not its package"
     assert import_cycles(graph) == [["recmesh.tools.bench.e2e", "recmesh.tools.bench.floor"]]
+
+
+# The parts of the Redis key layout (recmesh/features/keys.py spells each once).
+KEY_PARTS = ("{u:", "{i:", "{catalog}", "{ingest}", "}:s:", "}:newest", "}:ids", "}:history",
+             "}:covisits", "}:profile", "}:static")  # fmt: skip
+
+
+def _docstrings(tree: ast.AST) -> set[int]:
+    """ids of the docstring constants in `tree` (prose may show the layout)."""
+    out: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
+            body = node.body
+            if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+                out.add(id(body[0].value))
+    return out
+
+
+def key_literals(path: Path) -> list[str]:
+    """`file:line: text` of each string in code (docstrings aside) holding a part of the key layout."""
+    tree = ast.parse(path.read_text(), str(path))
+    docs = _docstrings(tree)
+    return [
+        f"{path.relative_to(ROOT)}:{node.lineno}: {node.value[:60]!r}"
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docs
+        and any(part in node.value for part in KEY_PARTS)
+    ]  # fmt: skip
+
+
+def test_the_key_layout_is_spelled_only_in_keys_py() -> None:
+    files = module_files()
+    found = [
+        hit
+        for module, path in files.items()
+        if module != "recmesh.features.keys" and not module.startswith(GENERATED)
+        for hit in key_literals(path)
+    ]
+    assert found == [], "key parts outside recmesh/features/keys.py:\n" + "\n".join(found)
+    # The rule can fail: the layout itself is found where it lives.
+    assert key_literals(files["recmesh.features.keys"])
