@@ -2,9 +2,10 @@
 
 `make_producer` builds every aiokafka producer recmesh runs (acks, linger and
 this process's Kafka security options, recmesh.credentials.kafka_options);
-`produce` sends a batch of records in one PRODUCER span with the trace context
-as each record's headers, so the consumer's span links back to the trace that
-caused it (telemetry.kafka_consume_span).
+`produce` sends a batch of records in one PRODUCER span (`send {topic}`,
+messaging conventions) with the trace context as each record's headers, so
+the consumer's span links back to the trace that caused it
+(telemetry.kafka_consume_span).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from opentelemetry.context import Context
 
 from recmesh.credentials import kafka_options
 from recmesh.events import Event
-from recmesh.telemetry import kafka_produce_span, kafka_trace_headers
+from recmesh.telemetry import kafka_produce_span, kafka_trace_headers, set_kafka_partition
 
 Record = tuple[bytes | None, bytes]  # key, value
 
@@ -47,13 +48,14 @@ async def produce(
     every one, else until each is in the producer's batch. `parent` and
     `slo_class` for a send made later, off the request that caused it
     (default: the current context and class). Kafka errors propagate."""
-    with kafka_produce_span(topic, len(records), parent, slo_class):
+    with kafka_produce_span(topic, len(records), parent, slo_class, producer) as span:
         headers = kafka_trace_headers()
         futures = [
             await producer.send(topic, value=value, key=key, headers=headers) for key, value in records
         ]
         if wait:
-            await asyncio.gather(*futures)
+            acked = await asyncio.gather(*futures)
+            set_kafka_partition(span, (meta.partition for meta in acked))
 
 
 async def produce_events(bootstrap: str, topic: str, events: Sequence[Event]) -> None:

@@ -6,6 +6,9 @@
   `RECMESH_SPANS_FILE` additionally writes finished spans as JSON lines (used by
   tests and latency attribution). At exit a process spends at most
   `RECMESH_TELEMETRY_FLUSH_S` exporting what it holds (Tracing.shutdown).
+  Spans follow the stable semantic conventions: HTTP (`OTEL_SEMCONV_STABILITY_OPT_IN`
+  gets `http` unless it names an HTTP mode, opt_in_stable_http), messaging for
+  Kafka, and `server.address`/`server.port` on every client span.
 - Metrics: Prometheus histograms labelled by service, method and SLO class with
   buckets fine enough to read P95/P99 between 1 ms and 1 s.
 - Logs: structlog JSON lines carrying service, trace_id and span_id.
@@ -22,7 +25,7 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, MutableMapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, MutableMapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Any
@@ -445,6 +448,78 @@ class Tracing:
             _log.warning("spans_dropped", dropped=dropped, flush_s=flush_s, took_s=took_s, cut_off=cut_off)
 
 
+# --- semantic conventions ---------------------------------------------------
+
+SEMCONV_OPT_IN = "OTEL_SEMCONV_STABILITY_OPT_IN"
+HTTP_SEMCONV_MODES = ("http", "http/dup")
+
+
+def semconv_opt_in(value: str | None) -> str:
+    """The OTEL_SEMCONV_STABILITY_OPT_IN a recmesh process runs with: `value`
+    (comma-separated) with `http` added, unless it already names an HTTP mode
+    (`http`, or `http/dup` for the old and the stable names side by side)."""
+    opted = [part.strip() for part in (value or "").split(",") if part.strip()]
+    if value and any(part in HTTP_SEMCONV_MODES for part in opted):
+        return value
+    return ",".join([*opted, "http"])
+
+
+def opt_in_stable_http(env: MutableMapping[str, str] = os.environ) -> None:
+    """Ask the OpenTelemetry instrumentations for the stable HTTP conventions
+    (`http.request.method`, `http.response.status_code`, `url.scheme`, and
+    `server.address`/`server.port` on the Redis client spans), keeping a
+    user's own choice. Must run before an instrumentation initialises its
+    stability mode (once per process, from the environment: FastAPIInstrumentor
+    .instrument_app, RedisInstrumentor.instrument)."""
+    env[SEMCONV_OPT_IN] = semconv_opt_in(env.get(SEMCONV_OPT_IN))
+
+
+def http_semconv_mode() -> Any:
+    """The HTTP stability mode the instrumentations of this process use
+    (opentelemetry.instrumentation._semconv._StabilityMode): the gateway's
+    hand-written SERVER span follows it, so every route speaks one vocabulary."""
+    from opentelemetry.instrumentation._semconv import (
+        _OpenTelemetrySemanticConventionStability as Stability,
+    )
+    from opentelemetry.instrumentation._semconv import _OpenTelemetryStabilitySignalType as Signal
+
+    opt_in_stable_http()
+    Stability._initialize()  # type: ignore[no-untyped-call]
+    return Stability._get_opentelemetry_stability_opt_in_mode(Signal.HTTP)
+
+
+SERVER_ADDRESS = "server.address"
+SERVER_PORT = "server.port"
+GRPC_PORT = 443  # gRPC's default for a target without a port
+KAFKA_PORT = 9092
+
+
+def server_attributes(address: str, default_port: int | None = None) -> dict[str, str | int]:
+    """`server.address` and `server.port` of the peer a client dials at
+    `address`: a gRPC target (`host:port`, `dns:///host:port`, `ipv4:`/`ipv6:`
+    lists, `[::1]:port`, `unix:path` with no port) or a Kafka bootstrap list
+    (its first server). `default_port` where the address has none."""
+    target = address.split(",", 1)[0].strip()
+    scheme, _, rest = target.partition(":")
+    if scheme in ("unix", "unix-abstract"):
+        path = rest.removeprefix("//")
+        return {SERVER_ADDRESS: path} if path else {}
+    if scheme in ("dns", "ipv4", "ipv6"):
+        target = rest[2:].partition("/")[2] if rest.startswith("//") else rest  # dns://authority/host:port
+    if target.startswith("["):
+        host, _, tail = target[1:].partition("]")
+        port_text = tail.removeprefix(":")
+    elif target.count(":") == 1:
+        host, _, port_text = target.partition(":")
+    else:  # a name without a port, or an IPv6 address without brackets
+        host, port_text = target, ""
+    port = int(port_text) if port_text.isdigit() else default_port
+    attributes: dict[str, str | int] = {SERVER_ADDRESS: host} if host else {}
+    if host and port is not None:
+        attributes[SERVER_PORT] = port
+    return attributes
+
+
 def setup_tracing(service: str, *, redis: bool = True, flush_s: float = DEFAULT_FLUSH_S) -> Tracing:
     """The process's tracer provider, from the standard OpenTelemetry
     variables (OTEL_SDK_DISABLED, OTEL_TRACES_EXPORTER, OTEL_EXPORTER_OTLP_*,
@@ -458,8 +533,12 @@ def setup_tracing(service: str, *, redis: bool = True, flush_s: float = DEFAULT_
     ranker a tenth of its CPU. Trace context still flows (ids for logs,
     `traceparent` on every hop) with the not-sampled flag. A caller that sends
     a sampled `traceparent` is still honoured (its spans are built and the
-    flag travels on), so hops further on that do export record its trace."""
+    flag travels on), so hops further on that do export record its trace.
+
+    Sets OTEL_SEMCONV_STABILITY_OPT_IN (opt_in_stable_http) before any
+    instrumentation reads it."""
     env = os.environ
+    opt_in_stable_http(env)
     spans_file = env.get("RECMESH_SPANS_FILE")
     if sdk_disabled(env):
         # The SDK's provider hands out no-op tracers: no spans, no trace ids.
@@ -517,9 +596,11 @@ def _redis_response_hook(span: Span, instance: Any, response: Any) -> None:
 
 
 def instrument_redis() -> None:
-    """One CLIENT span per Redis command or pipeline (db.system=redis), with the request's class."""
+    """One CLIENT span per Redis command or pipeline (db.system=redis, server.address,
+    server.port), with the request's class."""
     from opentelemetry.instrumentation.redis import RedisInstrumentor
 
+    opt_in_stable_http()  # server.address/server.port on the spans (the instrumentation's HTTP mode)
     instrumentor = RedisInstrumentor()
     if not instrumentor.is_instrumented_by_opentelemetry:
         instrumentor.instrument(request_hook=_redis_request_hook, response_hook=_redis_response_hook)
@@ -538,27 +619,59 @@ def kafka_trace_headers() -> list[tuple[str, bytes]]:
     return [(k, v.encode()) for k, v in carrier.items()]
 
 
+def kafka_server_attributes(client: Any) -> dict[str, str | int]:
+    """`server.address`/`server.port` of an aiokafka producer or consumer: its
+    first bootstrap server (aiokafka keeps the list on its client, unexposed);
+    none for anything else."""
+    kafka_client = getattr(client, "client", None) or getattr(client, "_client", None)
+    bootstrap = getattr(kafka_client, "_bootstrap_servers", None)
+    if isinstance(bootstrap, (list, tuple)) and bootstrap:
+        bootstrap = bootstrap[0]
+    return _kafka_server(bootstrap) if isinstance(bootstrap, str) and bootstrap else {}
+
+
+@functools.lru_cache(maxsize=64)
+def _kafka_server(bootstrap: str) -> dict[str, str | int]:  # callers copy it, never change it
+    return server_attributes(bootstrap, KAFKA_PORT)
+
+
+def set_kafka_partition(span: Span, partitions: Iterable[int]) -> None:
+    """`messaging.destination.partition.id` where the records of a span's batch
+    were all on one partition; a batch across partitions names none."""
+    if not span.is_recording():
+        return
+    distinct = set(partitions)
+    if len(distinct) == 1:
+        span.set_attribute("messaging.destination.partition.id", str(distinct.pop()))
+
+
 @contextmanager
 def kafka_produce_span(
-    topic: str, count: int, parent: Context | None = None, slo_class: str | None = None
-) -> Iterator[Span]:
-    """A PRODUCER span around sending `count` records (and waiting for their
-    acks); `parent` and `slo_class` for a send made later, off the request
-    that caused it (default: the current context and class)."""
+    topic: str, count: int, parent: Context | None = None, slo_class: str | None = None,
+    producer: Any = None,
+) -> Iterator[Span]:  # fmt: skip
+    """A PRODUCER span `send {topic}` (messaging conventions) around sending
+    `count` records (and waiting for their acks); `parent` and `slo_class` for
+    a send made later, off the request that caused it (default: the current
+    context and class); `producer`, the aiokafka producer, for `server.*`."""
+    attributes: dict[str, str | int] = {
+        "messaging.system": "kafka", "messaging.operation.name": "send",
+        "messaging.operation.type": "send", "messaging.destination.name": topic,
+        "messaging.batch.message_count": count, **kafka_server_attributes(producer),
+        "recmesh.slo_class": slo_class or current_slo_class(),
+    }  # fmt: skip
     with _kafka_tracer.start_as_current_span(
-        f"{topic} publish", context=parent, kind=SpanKind.PRODUCER
+        f"send {topic}", context=parent, kind=SpanKind.PRODUCER, attributes=attributes
     ) as span:
-        span.set_attribute("messaging.system", "kafka")
-        span.set_attribute("messaging.destination.name", topic)
-        span.set_attribute("messaging.operation.type", "publish")
-        span.set_attribute("messaging.batch.message_count", count)
-        span.set_attribute("recmesh.slo_class", slo_class or current_slo_class())
         yield span
 
 
 @contextmanager
-def kafka_consume_span(records: Sequence[Any]) -> Iterator[Span]:
-    """A CONSUMER span around processing one batch, linked to the traces that produced it."""
+def kafka_consume_span(records: Sequence[Any], consumer: Any = None) -> Iterator[Span]:
+    """A CONSUMER span `process {topic}` (messaging conventions) around
+    processing one batch, linked to the traces that produced it; `consumer`,
+    the aiokafka consumer, for its group and `server.*`. One span per batch
+    (its work is shared): a batch across partitions names no partition."""
     links = []
     # One link per distinct producing trace (a batch usually holds a few
     # traces' records); compare raw headers so most records cost a set look-up.
@@ -575,11 +688,18 @@ def kafka_consume_span(records: Sequence[Any]) -> Iterator[Span]:
             if len(links) >= MAX_LINKS:
                 break
     topic = records[0].topic if records else "unknown"
-    with _kafka_tracer.start_as_current_span(f"{topic} process", kind=SpanKind.CONSUMER, links=links) as span:
-        span.set_attribute("messaging.system", "kafka")
-        span.set_attribute("messaging.destination.name", topic)
-        span.set_attribute("messaging.operation.type", "process")
-        span.set_attribute("messaging.batch.message_count", len(records))
+    attributes: dict[str, str | int] = {
+        "messaging.system": "kafka", "messaging.operation.name": "process",
+        "messaging.operation.type": "process", "messaging.destination.name": topic,
+        "messaging.batch.message_count": len(records), **kafka_server_attributes(consumer),
+    }  # fmt: skip
+    group = getattr(consumer, "_group_id", None)
+    if isinstance(group, str) and group:
+        attributes["messaging.consumer.group.name"] = group
+    with _kafka_tracer.start_as_current_span(
+        f"process {topic}", kind=SpanKind.CONSUMER, links=links, attributes=attributes
+    ) as span:
+        set_kafka_partition(span, (rec.partition for rec in records))
         yield span
 
 
@@ -601,14 +721,20 @@ def _rpc_attributes(full_method: str, slo_class: str) -> dict[str, str | int]:
 
 
 @contextmanager
-def grpc_client_span(full_method: str, slo_class: str) -> Iterator[tuple[Span, list[tuple[str, str]]]]:
+def grpc_client_span(
+    full_method: str, slo_class: str, server: Mapping[str, str | int] | None = None
+) -> Iterator[tuple[Span, list[tuple[str, str]]]]:
     """The CLIENT span of one outbound call and the metadata that carries its
-    context (`traceparent`) to the callee. recmesh.clients.base opens it around each
-    attempt instead of a channel interceptor: grpc.aio runs every intercepted
-    call through an extra task and wrapper call object, about a third of a
-    call's client-side CPU on this box."""
+    context (`traceparent`) to the callee; `server`: the dialled target's
+    `server.address`/`server.port` (server_attributes). recmesh.clients.base
+    opens it around each attempt instead of a channel interceptor: grpc.aio
+    runs every intercepted call through an extra task and wrapper call
+    object, about a third of a call's client-side CPU on this box."""
+    attributes = _rpc_attributes(full_method, slo_class)
+    if server:
+        attributes.update(server)
     with _grpc_tracer.start_as_current_span(
-        full_method, kind=SpanKind.CLIENT, attributes=_rpc_attributes(full_method, slo_class),
+        full_method, kind=SpanKind.CLIENT, attributes=attributes,
         record_exception=False, set_status_on_exception=False,
     ) as span:  # fmt: skip
         carrier: dict[str, str] = {}

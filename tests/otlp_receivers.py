@@ -2,7 +2,8 @@
 POSTed to a path, /v1/traces by default) and OTLP/gRPC
 (opentelemetry.proto.collector.trace.v1.TraceService/Export). Each decodes
 every ExportTraceServiceRequest into `spans` and keeps the headers it came
-with; start with `with Receiver() as r:` or start()/stop()."""
+with (the span's kind, attributes and links' trace ids too); start with
+`with Receiver() as r:` or start()/stop()."""
 
 from __future__ import annotations
 
@@ -18,6 +19,8 @@ from typing import Any
 
 import grpc
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
+from opentelemetry.proto.common.v1 import common_pb2
+from opentelemetry.proto.trace.v1 import trace_pb2
 
 
 @dataclass(frozen=True)
@@ -26,6 +29,25 @@ class ReceivedSpan:
     trace_id: str
     name: str
     resource: dict[str, str]
+    kind: str = "INTERNAL"  # SERVER, CLIENT, PRODUCER, CONSUMER, INTERNAL
+    attributes: dict[str, Any] = field(default_factory=dict)
+    links: tuple[str, ...] = ()  # the linked spans' trace ids
+
+
+def _value(value: common_pb2.AnyValue) -> Any:
+    which = value.WhichOneof("value")
+    if which == "array_value":
+        return [_value(v) for v in value.array_value.values]
+    return None if which is None else getattr(value, which)
+
+
+def _span(service: str, resource: dict[str, str], span: trace_pb2.Span) -> ReceivedSpan:
+    return ReceivedSpan(
+        service, span.trace_id.hex(), span.name, resource,
+        trace_pb2.Span.SpanKind.Name(span.kind).removeprefix("SPAN_KIND_"),
+        {kv.key: _value(kv.value) for kv in span.attributes},
+        tuple(link.trace_id.hex() for link in span.links),
+    )  # fmt: skip
 
 
 @dataclass
@@ -38,11 +60,9 @@ class _Received:
         spans = []
         for resource_spans in request.resource_spans:
             resource = {kv.key: kv.value.string_value for kv in resource_spans.resource.attributes}
+            service = resource.get("service.name", "")
             for scope_spans in resource_spans.scope_spans:
-                spans += [
-                    ReceivedSpan(resource.get("service.name", ""), span.trace_id.hex(), span.name, resource)
-                    for span in scope_spans.spans
-                ]
+                spans += [_span(service, resource, span) for span in scope_spans.spans]
         with self.lock:
             self.spans += spans
             self.headers.append(headers)

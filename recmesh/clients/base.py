@@ -39,8 +39,10 @@ from recmesh.telemetry import (
     DEADLINES_EXPIRED,
     DOWNSTREAM_LATENCY,
     EXTRA_ATTEMPTS,
+    GRPC_PORT,
     end_rpc_span,
     grpc_client_span,
+    server_attributes,
 )
 
 R = TypeVar("R")
@@ -141,6 +143,7 @@ class GrpcClient:
     ) -> None:  # fmt: skip
         """`plaintext`: a tool's own throwaway mesh started with RECMESH_TLS=off."""
         self.address = address
+        self._server = server_attributes(address, GRPC_PORT)  # server.address/port of its client spans
         self._caller = caller
         self._margin_s = margin_ms / 1000
         self.policy = policy or ResiliencePolicy()
@@ -264,7 +267,7 @@ class GrpcClient:
         self._publish_state()
         started = time.perf_counter()
         code = "OK"
-        with grpc_client_span(f"/{self.service_name}/{method}", slo) as (span, trace_md):
+        with grpc_client_span(f"/{self.service_name}/{method}", slo, self._server) as (span, trace_md):
             try:
                 call: Any = rpc(request, timeout=timeout, metadata=((SLO_HEADER, slo), *metadata, *trace_md))
                 response: R = await call

@@ -7,7 +7,8 @@ minus the union of its direct children's intervals (clipped to the span), and
 self time is summed per component. A span counts only inside its parent's
 (clipped) interval: one that outlives its parent, like the served-feature
 log's Kafka send, ran beside the request, not in it. The component is "redis"
-for spans with `db.system == "redis"`, "kafka" for `messaging.system == "kafka"`, otherwise
+for spans with `db.system` (or, with the stable database conventions opted in,
+`db.system.name`) "redis", "kafka" for `messaging.system == "kafka"`, otherwise
 the service name without a leading "recmesh-". A CLIENT span whose SERVER
 child runs in another service charges its self time (wire, queueing,
 (de)serialisation outside the callee's handler) to "network:<callee component>".
@@ -66,7 +67,7 @@ class Span:
 
     @property
     def component(self) -> str:
-        if self.attributes.get("db.system") == "redis":
+        if "redis" in (self.attributes.get("db.system"), self.attributes.get("db.system.name")):
             return "redis"
         if self.attributes.get("messaging.system") == "kafka":
             return "kafka"

@@ -218,7 +218,7 @@ class Ingestor:
         previous: _Batch | None,
         written: asyncio.Event,
     ) -> None:
-        with kafka_consume_span(records):
+        with kafka_consume_span(records, self._consumer):
             consumed_at = time.time()
             observe_many(_PRODUCED_TO_CONSUMED, [max(0.0, consumed_at - r.timestamp / 1000) for r in records])
             good, bad, newest = classify(records, int(consumed_at * 1000), self._marks, self._schema)

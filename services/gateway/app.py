@@ -32,6 +32,7 @@ from recmesh.admission import AdmissionGate
 from recmesh.errors import InvalidArgument, RecmeshError
 from recmesh.events import Event, EventSchema, conform
 from recmesh.settings import GatewaySettings
+from recmesh.telemetry import http_semconv_mode
 from services.gateway import openapi
 from services.gateway.ai_tool_calls import AiTools, build_tool_gate
 from services.gateway.ai_tool_routes import build_router as build_ai_tool_router
@@ -199,7 +200,10 @@ def create_app(settings: GatewaySettings, deps: GatewayDeps) -> GatewayApp:
 
     app.add_middleware(RecordLatency)
     # One SERVER span per request; the ASGI "http send/receive" child spans say
-    # nothing a trace needs and cost as much as the server span each.
+    # nothing a trace needs and cost as much as the server span each. The
+    # stable HTTP conventions, as RecommendRoute's span: the opt-in is set
+    # before the instrumentation reads it (once per process).
+    http_semconv_mode()
     FastAPIInstrumentor.instrument_app(app, excluded_urls="healthz,readyz", exclude_spans=["receive", "send"])
     limits: list[openapi.Limit] = [
         ("RecommendBody", "count", "maximum", settings.max_count),

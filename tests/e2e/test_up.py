@@ -183,7 +183,7 @@ async def test_ready_events_and_recommendations(running: Running) -> None:
                 "recmesh-ranker",
                 "recmesh-feature",
                 "recmesh-inference",
-            } and {"stage.diversity", "served_features publish"} <= {r["name"] for r in spans}
+            } and {"stage.diversity", "send served_features"} <= {r["name"] for r in spans}
 
         await poll_until(whole_trace, "one trace across gateway, ranker, feature and inference", timeout=10)
         rows = [json.loads(line) for line in running.spans.read_text().splitlines() if line]
@@ -192,7 +192,7 @@ async def test_ready_events_and_recommendations(running: Running) -> None:
         ]
         assert redis_spans and {r["attributes"]["recmesh.slo_class"] for r in redis_spans} == {"A"}
         # The feature service's served-feature log: its Kafka send is part of the trace.
-        served = [r for r in rows if r["trace_id"] == trace_id and r["name"] == "served_features publish"]
+        served = [r for r in rows if r["trace_id"] == trace_id and r["name"] == "send served_features"]
         feature_spans = {r["span_id"] for r in rows if r["service"] == "recmesh-feature"}
         assert served and all(
             r["kind"] == "PRODUCER" and r["attributes"]["messaging.system"] == "kafka"

@@ -5,7 +5,10 @@ Receivers are small real servers (tests/otlp_receivers.py): OTLP/HTTP decoding
 ExportTraceServiceRequest at /v1/traces, and an OTLP/gRPC TraceService. The
 first tests run one process that sets up tracing as a service does and ends a
 span; the mesh tests run feature, inference, ranker and gateway (and the
-ingest) as their own processes with the variables set, as a user would.
+ingest) as their own processes with the variables set, as a user would, and
+read the spans' names and attributes as a backend would (the semantic
+conventions: stable HTTP on every gateway route, messaging for Kafka,
+`server.address`/`server.port` on client spans).
 """
 
 from __future__ import annotations
@@ -20,6 +23,8 @@ import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 import orjson
@@ -33,7 +38,7 @@ from recmesh.tools.localinfra import ManagedProcess, port_is_free
 from recmesh.topics import ensure_topics
 from services.feature.catalog import load_catalog
 from tests.helpers import free_port, poll_until
-from tests.otlp_receivers import GrpcReceiver, HttpReceiver
+from tests.otlp_receivers import GrpcReceiver, HttpReceiver, ReceivedSpan
 
 STOP_WITHIN_S = 3.0
 CALLER_TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
@@ -366,8 +371,131 @@ async def _whole_trace(
     return await poll_until(arrived, f"spans of {trace_id} from {sorted(names)}", timeout=15)
 
 
+# --- semantic conventions, as a backend reads them ---------------------------
+
+# The HTTP attributes the stable conventions replaced (OTEL_SEMCONV_STABILITY_OPT_IN=http drops them).
+OLD_HTTP = {"http.method", "http.status_code", "http.scheme", "http.target", "http.url", "http.flavor",
+            "http.host", "http.server_name", "http.user_agent", "net.host.name", "net.host.port",
+            "net.peer.ip", "net.peer.port", "net.peer.name", "net.transport"}  # fmt: skip
+
+
+def _sampled_caller() -> tuple[str, str]:
+    trace_id = os.urandom(16).hex()
+    return trace_id, f"00-{trace_id}-{os.urandom(8).hex()}-01"
+
+
+async def _spans(
+    receiver: HttpReceiver | GrpcReceiver, what: str, match: Callable[[ReceivedSpan], bool]
+) -> list[ReceivedSpan]:
+    async def arrived() -> list[ReceivedSpan]:
+        with receiver.lock:
+            return [s for s in receiver.spans if match(s)]
+
+    return await poll_until(arrived, what, timeout=30)
+
+
+async def _route_span(
+    receiver: HttpReceiver | GrpcReceiver, mesh: Mesh, method: str, path: str, **request: Any
+) -> tuple[int, ReceivedSpan]:
+    """The status of one request to the gateway and its SERVER span (the request's own trace)."""
+    trace_id, caller = _sampled_caller()
+    async with httpx.AsyncClient(timeout=10) as http:
+        resp = await http.request(method, f"{mesh.http}{path}", headers={"traceparent": caller}, **request)
+    spans = await _spans(receiver, f"the gateway's SERVER span of {method} {path}",
+                         lambda s: s.trace_id == trace_id and s.kind == "SERVER"
+                         and s.service == "recmesh-gateway")  # fmt: skip
+    assert len(spans) == 1, spans
+    return resp.status_code, spans[0]
+
+
+def _assert_stable_http(span: ReceivedSpan, method: str, path: str, status: int, route: str | None) -> None:
+    attributes = span.attributes
+    assert span.name == (f"{method} {route}" if route else method), span
+    assert attributes["http.request.method"] == method
+    assert attributes["http.response.status_code"] == status
+    assert attributes["url.scheme"] == "http" and attributes["url.path"] == path
+    assert attributes.get("http.route") == route
+    assert attributes["network.protocol.version"] == "1.1"
+    assert str(attributes["user_agent.original"]).startswith("python-httpx/")
+    assert "server.address" in attributes and "server.port" in attributes
+    assert not OLD_HTTP & set(attributes), sorted(OLD_HTTP & set(attributes))
+
+
+def _assert_has(span: ReceivedSpan, expected: Mapping[str, Any]) -> None:
+    got = {k: span.attributes.get(k) for k in expected}
+    assert got == dict(expected), f"{span.name}: {span.attributes}"
+
+
+def _standard(span: ReceivedSpan) -> set[str]:
+    return {k for k in span.attributes if not k.startswith("recmesh.")}
+
+
+async def _assert_conventions(
+    receiver: HttpReceiver | GrpcReceiver, mesh: Mesh, redis_url: str, kafka_bootstrap: str
+) -> None:
+    """Every gateway route's SERVER span in the stable HTTP vocabulary (the
+    hand-written /v1/recommend one with the same attributes as FastAPI's),
+    the Kafka spans in the messaging one, and the client spans naming their
+    peer (a trace backend's service map)."""
+    traced = receiver.in_trace(CALLER_TRACE)
+    recommend = [s for s in traced if s.kind == "SERVER" and s.service == "recmesh-gateway"]
+    assert len(recommend) == 1, recommend
+    _assert_stable_http(recommend[0], "POST", "/v1/recommend", 200, "/v1/recommend")
+    now = int(time.time() * 1000)
+    events = [{"event_id": f"semconv-{i}", "user_id": "u42", "item_id": f"i{i}", "behavior": "click",
+               "event_time": now - i} for i in range(3)]  # fmt: skip
+    status, posted = await _route_span(receiver, mesh, "POST", "/v1/events", json={"events": events})
+    assert status == 202
+    _assert_stable_http(posted, "POST", "/v1/events", 202, "/v1/events")
+    text = "The trail opened last spring. Hikers reach the summit in four hours. The hut serves soup."
+    status, summarized = await _route_span(
+        receiver, mesh, "POST", "/v2/ai-tool/summarize", json={"text": text, "max_sentences": 1}
+    )
+    _assert_stable_http(summarized, "POST", "/v2/ai-tool/summarize", status, "/v2/ai-tool/summarize")
+    status, refused = await _route_span(receiver, mesh, "POST", "/v1/recommend", json={"count": 3})
+    assert status == 400
+    _assert_stable_http(refused, "POST", "/v1/recommend", 400, "/v1/recommend")
+    status, unknown = await _route_span(receiver, mesh, "GET", "/v1/no-such-route")
+    assert status == 404
+    _assert_stable_http(unknown, "GET", "/v1/no-such-route", 404, None)  # no route matched: named by method
+    # The hand-written span carries what the instrumentation's do.
+    differ = _standard(recommend[0]) ^ _standard(posted)
+    assert not differ and _standard(posted) == _standard(summarized), differ
+
+    kafka_host, _, kafka_port = kafka_bootstrap.partition(":")
+    kafka_peer = {"server.address": kafka_host, "server.port": int(kafka_port)}
+    topic = mesh.events_topic
+    sent = [s for s in receiver.in_trace(posted.trace_id) if s.kind == "PRODUCER"]
+    assert len(sent) == 1 and sent[0].name == f"send {topic}", sent
+    messaging = {"messaging.system": "kafka", "messaging.destination.name": topic,
+                 "messaging.destination.partition.id": "0", **kafka_peer}  # fmt: skip
+    _assert_has(sent[0], {**messaging, "messaging.operation.name": "send", "messaging.operation.type": "send",
+                          "messaging.batch.message_count": 3})  # fmt: skip
+    # The ingest's batch: its own trace, linked to the request that sent the events.
+    processed = await _spans(receiver, "the ingest's CONSUMER span linked to the events' trace",
+                             lambda s: s.kind == "CONSUMER" and posted.trace_id in s.links)  # fmt: skip
+    consumed = processed[0]
+    assert consumed.service == "recmesh-feature-ingest" and consumed.name == f"process {topic}", consumed
+    _assert_has(consumed, {**messaging, "messaging.operation.name": "process",
+                           "messaging.operation.type": "process",
+                           "messaging.consumer.group.name": "recmesh-feature-ingest"})  # fmt: skip
+    assert int(consumed.attributes["messaging.batch.message_count"]) >= 1
+
+    ranker_calls = [s for s in traced if s.kind == "CLIENT"
+                    and s.attributes.get("rpc.service") == "recmesh.v1.RankerService"]  # fmt: skip
+    assert ranker_calls and all(s.service == "recmesh-gateway" for s in ranker_calls), ranker_calls
+    for call in ranker_calls:
+        _assert_has(call, {"server.address": "127.0.0.1", "server.port": mesh.ports["RANKER_PORT"]})
+    redis = urlsplit(redis_url)
+    redis_calls = [s for s in traced if s.attributes.get("db.system") == "redis"]
+    assert redis_calls, sorted({s.name for s in traced})
+    for call in redis_calls:
+        assert call.kind == "CLIENT" and not OLD_HTTP & set(call.attributes), call
+        _assert_has(call, {"server.address": redis.hostname, "server.port": redis.port})
+
+
 async def test_one_recommendation_traced_across_the_mesh_at_an_otlp_http_receiver(
-    start_mesh: StartMesh,
+    start_mesh: StartMesh, mesh_redis: str, kafka_bootstrap: str
 ) -> None:
     with HttpReceiver("/v1/traces") as receiver:
         mesh = await start_mesh({
@@ -375,11 +503,12 @@ async def test_one_recommendation_traced_across_the_mesh_at_an_otlp_http_receive
             "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.url,
             "OTEL_EXPORTER_OTLP_HEADERS": "x-otlp-token=s3cret",
             "OTEL_BSP_SCHEDULE_DELAY": "200",
-        })  # fmt: skip
+        }, ingest=True)  # fmt: skip
         assert await _recommend(mesh, SAMPLED_CALLER) == CALLER_TRACE
         counts = await _whole_trace(receiver, CALLER_TRACE, {f"recmesh-{s}" for s in SERVICES})
         print(f"\nOTLP/HTTP receiver, spans of one recommendation per service: {counts}")
         assert all(h.get("x-otlp-token") == "s3cret" for h in receiver.headers)
+        await _assert_conventions(receiver, mesh, mesh_redis, kafka_bootstrap)
         # Stopping right after a request: the flush at exit delivers its spans to a live collector.
         last = await _recommend(mesh)
         took = mesh.stop_all()

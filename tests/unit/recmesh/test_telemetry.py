@@ -10,7 +10,9 @@ import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
+import orjson
 import pytest
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
@@ -24,9 +26,12 @@ from recmesh.telemetry import (
     _CountedProcessor,
     _GuardedExporter,
     check_sampler,
+    kafka_server_attributes,
     observe_many,
     otlp_protocol,
     process_age_s,
+    semconv_opt_in,
+    server_attributes,
     traces_exporters,
 )
 
@@ -166,6 +171,137 @@ def test_a_value_that_cannot_be_honoured_is_refused_by_name(env: dict[str, str],
 def test_accepted_samplers_pass() -> None:
     check_sampler({"OTEL_TRACES_SAMPLER": "parentbased_traceidratio", "OTEL_TRACES_SAMPLER_ARG": "0.1"})
     check_sampler({"OTEL_TRACES_SAMPLER": "ALWAYS_ON", "OTEL_TRACES_SAMPLER_ARG": "ignored"})
+
+
+# --- semantic conventions ----------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        (None, "http"),
+        ("", "http"),
+        ("http", "http"),
+        ("http/dup", "http/dup"),  # the user's: old and stable names side by side
+        ("database", "database,http"),
+        ("database, http/dup", "database, http/dup"),
+        (" gen_ai_latest_experimental ,", "gen_ai_latest_experimental,http"),
+    ],
+)
+def test_semconv_opt_in_adds_stable_http_unless_it_names_one(value: str | None, expected: str) -> None:
+    assert semconv_opt_in(value) == expected
+
+
+SEMCONV_PROBE = """
+import os
+from recmesh.telemetry import http_semconv_mode, setup_tracing
+setup_tracing("probe", redis=False)
+from opentelemetry.instrumentation.fastapi import FastAPIInstrumentor  # reads the mode as the gateway's does
+print(os.environ["OTEL_SEMCONV_STABILITY_OPT_IN"], http_semconv_mode().value, sep="|")
+"""
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [(None, "http|http"), ("http/dup", "http/dup|http/dup"), ("database", "database,http|http")],
+)
+def test_setup_tracing_opts_in_before_the_instrumentations_read_it(value: str | None, expected: str) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    if value is not None:
+        env["OTEL_SEMCONV_STABILITY_OPT_IN"] = value
+    out = subprocess.run([sys.executable, "-c", SEMCONV_PROBE], env=env, capture_output=True, text=True,
+                         check=True, timeout=60)  # fmt: skip
+    assert out.stdout.strip() == expected, out.stderr
+
+
+@pytest.mark.parametrize(
+    ("address", "expected"),
+    [
+        ("127.0.0.1:50051", {"server.address": "127.0.0.1", "server.port": 50051}),
+        ("ranker", {"server.address": "ranker", "server.port": 443}),  # gRPC's default port
+        ("dns:///ranker.recmesh.svc:7000", {"server.address": "ranker.recmesh.svc", "server.port": 7000}),
+        ("dns://10.0.0.10/ranker:7000", {"server.address": "ranker", "server.port": 7000}),
+        ("ipv4:10.0.0.1:81,10.0.0.2:82", {"server.address": "10.0.0.1", "server.port": 81}),
+        ("ipv6:[::1]:50051", {"server.address": "::1", "server.port": 50051}),
+        ("[fe80::1]:9", {"server.address": "fe80::1", "server.port": 9}),
+        ("unix:///run/ranker.sock", {"server.address": "/run/ranker.sock"}),
+        ("unix:ranker.sock", {"server.address": "ranker.sock"}),
+        ("kafka-0:9093, kafka-1:9093", {"server.address": "kafka-0", "server.port": 9093}),
+        ("", {}),
+    ],
+)
+def test_server_attributes_of_a_dialled_address(address: str, expected: dict[str, str | int]) -> None:
+    assert server_attributes(address, 443) == expected
+
+
+class _KafkaClient:
+    def __init__(self, bootstrap: object) -> None:
+        self._bootstrap_servers = bootstrap
+
+
+class _Producer:  # aiokafka's producer keeps its client as `client`, the consumer as `_client`
+    def __init__(self, bootstrap: object) -> None:
+        self.client = _KafkaClient(bootstrap)
+
+
+class _Consumer:
+    def __init__(self, bootstrap: object) -> None:
+        self._client = _KafkaClient(bootstrap)
+
+
+def test_kafka_server_attributes_name_the_first_bootstrap_server() -> None:
+    assert kafka_server_attributes(_Producer("b1:9093,b2")) == {"server.address": "b1", "server.port": 9093}
+    assert kafka_server_attributes(_Consumer(["b3", "b4:1"])) == {"server.address": "b3", "server.port": 9092}
+    assert kafka_server_attributes(_Producer(None)) == {} and kafka_server_attributes(None) == {}
+
+
+KAFKA_PROBE = """
+from types import SimpleNamespace
+from opentelemetry import trace
+from recmesh.telemetry import kafka_consume_span, kafka_produce_span, kafka_trace_headers
+from recmesh.telemetry import set_kafka_partition, setup_tracing
+setup_tracing("probe", redis=False)
+producer = SimpleNamespace(client=SimpleNamespace(_bootstrap_servers="broker:9093"))
+consumer = SimpleNamespace(_client=SimpleNamespace(_bootstrap_servers="broker:9093"), _group_id="ingest")
+with trace.get_tracer("t").start_as_current_span("request"):
+    with kafka_produce_span("events", 2, producer=producer, slo_class="A") as span:
+        headers = kafka_trace_headers()
+        set_kafka_partition(span, [1, 1])
+def record(partition):
+    return SimpleNamespace(topic="events", partition=partition, headers=headers)
+with kafka_consume_span([record(1), record(1)], consumer):
+    pass
+with kafka_consume_span([record(0), record(1), record(1)], consumer):
+    pass
+"""
+
+
+def test_kafka_spans_follow_the_messaging_conventions(tmp_path: Path) -> None:
+    spans_file = tmp_path / "spans.jsonl"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "RECMESH_SPANS"))}
+    env["RECMESH_SPANS_FILE"] = str(spans_file)
+    subprocess.run([sys.executable, "-c", KAFKA_PROBE], env=env, check=True, timeout=60)
+    spans = [orjson.loads(line) for line in spans_file.read_bytes().splitlines()]
+    by_name: dict[str, list[dict[str, Any]]] = {}
+    for span in spans:
+        by_name.setdefault(span["name"], []).append(span)
+    (sent,), (request,) = by_name["send events"], by_name["request"]
+    common = {"messaging.system": "kafka", "messaging.destination.name": "events",
+              "server.address": "broker", "server.port": 9093}  # fmt: skip
+    assert sent["kind"] == "PRODUCER" and sent["parent_id"] == request["span_id"]
+    assert sent["attributes"] == {
+        **common, "messaging.operation.name": "send", "messaging.operation.type": "send",
+        "messaging.batch.message_count": 2, "messaging.destination.partition.id": "1",
+        "recmesh.slo_class": "A",
+    }  # fmt: skip
+    one, across = by_name["process events"]
+    process = {**common, "messaging.operation.name": "process", "messaging.operation.type": "process",
+               "messaging.consumer.group.name": "ingest"}  # fmt: skip
+    assert one["kind"] == across["kind"] == "CONSUMER"
+    assert one["attributes"] == {**process, "messaging.batch.message_count": 2,
+                                 "messaging.destination.partition.id": "1"}  # fmt: skip
+    assert across["attributes"] == {**process, "messaging.batch.message_count": 3}, "partitions: none named"
+    assert one["links"] == across["links"] == [request["trace_id"]], "linked to the producing trace"
 
 
 # --- the bounded flush at shutdown ------------------------------------------

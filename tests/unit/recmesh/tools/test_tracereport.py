@@ -84,14 +84,24 @@ def test_work_beside_the_request_is_not_its_latency(tmp_path: Path, k_start: flo
             k_start,
             k_end,
             "PRODUCER",
-            "send",
-            **{"messaging.system": "kafka"},
+            "send served_features",
+            **{"messaging.system": "kafka", "messaging.operation.type": "send"},
         ),
     ]
     components = by_component(report_for(tmp_path, spans))
     assert sum(components.values()) == pytest.approx(100), "the components add up to the request"
     assert components["gateway"] == pytest.approx(50)
     assert components.get("kafka", 0) == pytest.approx(max(0, min(k_end, 60) - k_start))
+
+
+@pytest.mark.parametrize("system", ["db.system", "db.system.name"])
+def test_redis_by_the_old_or_the_stable_database_conventions(tmp_path: Path, system: str) -> None:
+    """OTEL_SEMCONV_STABILITY_OPT_IN=database renames db.system to db.system.name."""
+    spans = [
+        span("t", "a", None, "recmesh-feature", 0, 10, "SERVER"),
+        span("t", "r", "a", "recmesh-feature", 2, 6, "CLIENT", "HGETALL", **{system: "redis"}),
+    ]
+    assert by_component(report_for(tmp_path, spans)) == pytest.approx({"feature": 6, "redis": 4})
 
 
 def test_client_time_outside_the_callee_server_span_is_network(tmp_path: Path) -> None:
