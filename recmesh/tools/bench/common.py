@@ -60,18 +60,33 @@ def plaintext_unless_set() -> None:
           "measures mutual TLS)", file=sys.stderr, flush=True)  # fmt: skip
 
 
+def _redis_dir(persist: bool) -> tempfile.TemporaryDirectory[str]:
+    """Where an embedded bench Redis works: with persistence, in the state directory
+    (RECMESH_STATE_DIR), so its appends and fsyncs go to the file system `recmesh up`'s
+    go to; without, anywhere."""
+    if not persist:
+        return tempfile.TemporaryDirectory(prefix="recmesh-bench-redis-")
+    from recmesh.settings import StateSettings
+
+    state = StateSettings().state_dir
+    state.mkdir(parents=True, exist_ok=True)
+    return tempfile.TemporaryDirectory(prefix="bench-redis-", dir=state)
+
+
 @contextlib.asynccontextmanager
-async def infrastructure(topics: dict[str, int]) -> AsyncIterator[Infra]:
-    """REDIS_URL / KAFKA_BOOTSTRAP when set, else embedded processes on free ports."""
+async def infrastructure(topics: dict[str, int], redis_persistence: bool = False) -> AsyncIterator[Infra]:
+    """REDIS_URL / KAFKA_BOOTSTRAP when set, else embedded processes on free ports;
+    `redis_persistence`: the embedded Redis keeps its data as `recmesh up`'s does
+    (localinfra.REDIS_PERSISTENCE_ARGS), else it keeps nothing."""
     procs: list[ManagedProcess] = []
-    with tempfile.TemporaryDirectory(prefix="recmesh-bench-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="recmesh-bench-") as tmp, _redis_dir(redis_persistence) as data:
         work = Path(tmp)
         redis_url = os.environ.get("REDIS_URL")
         kafka = os.environ.get("KAFKA_BOOTSTRAP")
         try:
             if not redis_url:
                 port = free_port()
-                proc = redis_process(port, work / "redis", work)
+                proc = redis_process(port, Path(data), work, persist=redis_persistence)
                 proc.start()
                 procs.append(proc)
                 await wait_tcp("127.0.0.1", port, 10, proc)

@@ -10,6 +10,11 @@ All figures come from one run on this machine, against real processes:
   overhead reads as a ratio;
 - freshness: event time -> written to Redis, while events stream at a steady rate;
 - memory: MEMORY USAGE of the state of active users and items.
+
+`--redis-persistence compare` runs each round twice, the embedded Redis without
+persistence and with `recmesh up`'s (append-only file, fsync every second, in
+RECMESH_STATE_DIR), in alternating order, and prints what persistence costs as
+the median and range over the rounds of each figure's ratio (aof / off).
 """
 
 from __future__ import annotations
@@ -34,7 +39,7 @@ from recmesh.redis_client import connect
 from recmesh.settings import IngestSettings
 from recmesh.stats import percentile
 from recmesh.tools.bench.common import Infra, emit, free_port, infrastructure, plaintext_unless_set
-from recmesh.tools.bench.repeat import Spread, spreads
+from recmesh.tools.bench.repeat import Spread, round_order, spread, spreads
 from recmesh.tools.demo.generate import make_catalog, offline_rows
 from services.feature.catalog import load_catalog
 from services.feature.ingest import running
@@ -129,10 +134,11 @@ async def _memory(store_client: Any, fs: FeatureSet, users: list[str], items: li
 
 
 async def run(
-    events: int, lookups: int, n_items: int, concurrency: int, rate: int, seconds: float, served_rate: float
-) -> dict[str, Any]:
+    events: int, lookups: int, n_items: int, concurrency: int, rate: int, seconds: float, served_rate: float,
+    persistence: bool = False,
+) -> dict[str, Any]:  # fmt: skip
     rng = random.Random(7)
-    async with infrastructure({TOPIC: 3, DLQ: 1, SERVED: 1}) as infra:
+    async with infrastructure({TOPIC: 3, DLQ: 1, SERVED: 1}, redis_persistence=persistence) as infra:
         client = connect(infra.redis_url, 32)
         fs = load_repository(DEMO_REPOSITORY)
         store = FeatureStore(client, fs)
@@ -366,18 +372,61 @@ def spread_table(f: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+# The figures Redis persistence could move (writes: ingest, freshness; reads beside the
+# background fsync: look-ups), compared as aof / off per round.
+PERSISTENCE_FIGURES = {
+    "ingest_events_per_s": "ingest events/s",
+    "freshness_p50_ms": "freshness p50",
+    "freshness_p99_ms": "freshness p99",
+    "lookup_p50_ms": "GetFeatures p50",
+    "lookup_p99_ms": "GetFeatures p99",
+    "raw_redis_p50_ms": "raw Redis p50",
+}
+PERSISTENCE_CONFIGS = ("off", "aof")
+
+
+def persistence_cost(rounds: list[dict[str, dict[str, Any]]]) -> dict[str, dict[str, float]]:
+    """Per figure, the spread over rounds of aof / off (each round ran both)."""
+    out = {}
+    for key in PERSISTENCE_FIGURES:
+        ratios = [r["aof"][key] / r["off"][key] if r["off"][key] else float("nan") for r in rounds]
+        out[key] = spread(ratios).as_dict()
+    return out
+
+
+def persistence_table(cost: dict[str, dict[str, float]]) -> str:
+    lines = ["Redis persistence as `recmesh up` runs it (AOF, fsync every second) / none, same run:"]
+    for key, label in PERSISTENCE_FIGURES.items():
+        lines.append(f"  {label:<28} {Spread.of(cost[key]).text(3, 'x')}")
+    return "\n".join(lines)
+
+
 def main(args: Any) -> int:
     plaintext_unless_set()
-    rounds = []
-    for _ in range(args.repeat):
-        rounds.append(
-            asyncio.run(
+    mode = getattr(args, "redis_persistence", "off")
+    if mode == "compare" and os.environ.get("REDIS_URL"):
+        print("recmesh bench features: --redis-persistence compare starts its own Redis; unset REDIS_URL",
+              file=sys.stderr)  # fmt: skip
+        return 2
+    configs = PERSISTENCE_CONFIGS if mode == "compare" else (mode,)
+    rounds: list[dict[str, dict[str, Any]]] = []
+    for r in range(args.repeat):
+        one: dict[str, dict[str, Any]] = {}
+        for config in round_order(configs, r):
+            one[config] = asyncio.run(
                 run(
                     args.events, args.lookups, args.items, args.concurrency, args.rate, args.seconds,
-                    args.served_rate,
+                    args.served_rate, persistence=config == "aof",
                 )
-            )
-        )  # fmt: skip
-    figures = repeated(rounds)
-    emit(figures, args.json, table(figures) + "\n" + spread_table(figures))
-    return 0 if all(r["ingest_lost"] == 0 for r in rounds) else 1
+            )  # fmt: skip
+        rounds.append(one)
+    lost = any(f["ingest_lost"] for one in rounds for f in one.values())
+    if mode != "compare":
+        figures = repeated([one[mode] for one in rounds])
+        emit(figures, args.json, table(figures) + "\n" + spread_table(figures))
+        return 1 if lost else 0
+    each = {c: repeated([one[c] for one in rounds]) for c in configs}
+    cost = persistence_cost(rounds)
+    text = "\n".join(f"[Redis persistence {c}]\n{table(each[c])}\n{spread_table(each[c])}" for c in configs)
+    emit({**each, "persistence_cost": cost}, args.json, text + "\n" + persistence_table(cost))
+    return 1 if lost else 0

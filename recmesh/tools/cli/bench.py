@@ -26,6 +26,12 @@ def add_commands(sub: Any) -> None:
         "--repeat", type=positive_int, default=1,
         help="rounds (each a fresh Redis and broker); prints each target's median and range",
     )  # fmt: skip
+    bf_bench.add_argument(
+        "--redis-persistence", choices=("off", "aof", "compare"), default="off",
+        help="the embedded Redis keeps nothing (off), keeps its data as `recmesh up`'s does (aof: "
+        "append-only file, fsync every second, in RECMESH_STATE_DIR), or both in each round, alternating "
+        "(compare: prints aof/off ratios)",
+    )  # fmt: skip
     bf_bench.add_argument("--json", action="store_true")
     bf_bench.set_defaults(func=lazy("recmesh.tools.bench.features"))
 

@@ -13,7 +13,7 @@ def _cmd_up(args: argparse.Namespace) -> int:
     from recmesh.settings import UpSettings
     from recmesh.tools.up import run
 
-    return asyncio.run(run(UpSettings(), args.demo_events))
+    return asyncio.run(run(UpSettings(), args.demo_events, fresh=args.fresh))
 
 
 def _cmd_init(args: argparse.Namespace) -> int:
@@ -72,6 +72,10 @@ def _cmd_health(args: argparse.Namespace) -> int:
 def add_commands(sub: Any) -> None:
     up = sub.add_parser("up", help="start the whole mesh on this machine")
     up.add_argument("--demo-events", type=int, default=3000, help="demo events to send once ready (0: none)")
+    up.add_argument(
+        "--fresh", action="store_true",
+        help="start with an empty Redis: delete the embedded Redis's data from earlier runs first",
+    )  # fmt: skip
     up.set_defaults(func=_cmd_up)
 
     init = sub.add_parser("init", help="create topics and load the catalog (external Redis/Kafka)")

@@ -147,7 +147,7 @@ def test_commands_that_start_or_prepare_a_mesh_do_not_read_it(
     _state(tmp_path, "REDIS_URL=redis://127.0.0.1:1/0\nKAFKA_BOOTSTRAP=127.0.0.1:1\n")
     seen: dict[str, str | None] = {}
 
-    async def run(settings: object, demo_events: int) -> int:
+    async def run(settings: object, demo_events: int, fresh: bool = False) -> int:
         seen.update((name, os.environ.get(name)) for name in ("REDIS_URL", "RECMESH_CLI_ENV"))
         return 0
 
