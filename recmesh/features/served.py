@@ -40,7 +40,7 @@ from recmesh.credentials import kafka_options
 from recmesh.errors import DeadlineExceeded, NotFound
 from recmesh.events import Event
 from recmesh.features.backfill import ReplayState, offline_values
-from recmesh.features.repository import FeatureSet, FeatureValue
+from recmesh.features.repository import Entity, FeatureSet, FeatureValue
 from recmesh.features.wire import Column
 from recmesh.topics import topic_partitions
 
@@ -164,8 +164,6 @@ class CompareReport:
 
 
 MAX_EXAMPLES = 5
-
-Entity = str  # "user" | "item"
 
 
 class _Lag:
@@ -434,8 +432,8 @@ async def dump_topic(
                                 "user_id": obj.get("user_id"), "event_id": obj.get("event_id"),
                                 "partition": rec.partition, "offset": rec.offset,
                             }) + b"\n")  # fmt: skip
-                positions = {tp: await consumer.position(tp) for tp in partitions}
-                if batch or any(positions[tp] < ends[tp] for tp in partitions):
+                reached = {tp: await consumer.position(tp) for tp in partitions}
+                if batch or any(reached[tp] < ends[tp] for tp in partitions):
                     quiet = 0
                     continue
                 quiet += 1

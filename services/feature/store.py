@@ -224,7 +224,7 @@ class FeatureStore:
         cannot be read in `timeout_s` (the served row then goes without it)."""
         try:
             async with asyncio.timeout(timeout_s):
-                raw = await self._redis.hgetall(keys.applied(topic))  # type: ignore[misc]
+                raw = await self._redis.hgetall(keys.applied(topic))
         except (RedisError, OSError, TimeoutError):
             return None
         return keys.parse_applied(raw)
@@ -407,8 +407,10 @@ class FeatureStore:
             read_at = time.monotonic()
             hits, to_read = self._item_reads.get(unique, as_of_ms, read_at) if held else ({}, unique)
             if to_read:
-                pipe.evalsha(  # type: ignore[arg-type]
-                    self._item_sha, 0, as_of_ms, plan.item_spec(as_of_ms), "\n".join(to_read),
+                script = self._item_sha
+                assert script is not None  # loaded by prepare() (lookup checks it above)
+                pipe.evalsha(
+                    script, 0, as_of_ms, plan.item_spec(as_of_ms), "\n".join(to_read),
                     *keys.ITEM_SCRIPT_PARTS,
                 )  # fmt: skip
         for iid in static_missing:

@@ -165,7 +165,7 @@ async def test_a_store_behind_the_stream_is_told_apart_from_a_wrong_value(
     await produce_events(kafka_bootstrap, topics["events"], applied)
     async with running(ingest, store) as ingestor:
         await poll_until(lambda: asyncio.sleep(0, ingestor.applied == len(applied)), "first part applied", 30)
-    marks = keys.parse_applied(await client.hgetall(keys.applied(topics["events"])))  # type: ignore[misc]
+    marks = keys.parse_applied(await client.hgetall(keys.applied(topics["events"])))
     assert sum(offset for offset, _ in marks.values()) == len(applied), "next offsets, all partitions"
     assert max(newest for _, newest in marks.values()) == int(applied[-1]["event_time"])
     await produce_events(kafka_bootstrap, topics["events"], late)  # on the topic, never applied
