@@ -113,8 +113,7 @@ class GatewayApp(FastAPI):
 
 def create_app(settings: GatewaySettings, deps: GatewayDeps) -> GatewayApp:
     """The gateway's HTTP app: POST /v1/recommend by `RecommendRoute`, every other route by FastAPI."""
-    edge = Edge(deps.class_policy, deps.gate)
-    recommend = RecommendRoute(edge, deps.recommender)
+    recommend = RecommendRoute(Edge(deps.class_policy, deps.gate), deps.recommender)
     app = GatewayApp(
         recommend,
         Readiness(deps.downstream_health, deps.publisher, deps.recommender),
@@ -123,6 +122,27 @@ def create_app(settings: GatewaySettings, deps: GatewayDeps) -> GatewayApp:
         description="Real-time recommendations and event ingestion. Send `x-slo-class` "
         "(A, B or C) and a W3C `traceparent` with every request.",
     )
+    _answer_errors(app)
+    _add_recommend(app, recommend)
+    _add_events(app, settings, deps)
+    if deps.ai_tools is not None:
+        tool_gate = deps.tool_gate or build_tool_gate(settings.ai_tool)
+        app.include_router(build_ai_tool_router(deps.ai_tools, Edge(deps.class_policy, tool_gate)))
+    _add_probes(app)
+    app.add_middleware(RecordLatency)
+    # One SERVER span per request; the ASGI "http send/receive" child spans say
+    # nothing a trace needs and cost as much as the server span each. The
+    # stable HTTP conventions, as RecommendRoute's span: the opt-in is set
+    # before the instrumentation reads it (once per process).
+    http_semconv_mode()
+    FastAPIInstrumentor.instrument_app(app, excluded_urls="healthz,readyz", exclude_spans=["receive", "send"])
+    openapi.install(app, *_document_limits(settings, deps))
+    return app
+
+
+def _answer_errors(app: FastAPI) -> None:
+    """Every error as `edge.error_answer` says: recmesh's own, request validation
+    (400 naming the field), and FastAPI's and Starlette's refusals."""
 
     @app.exception_handler(RecmeshError)
     async def recmesh_error(request: Request, err: RecmeshError) -> Response:
@@ -144,8 +164,10 @@ def create_app(settings: GatewaySettings, deps: GatewayDeps) -> GatewayApp:
         body = error_json(name, err.detail, err.status_code)
         return Response(body, err.status_code, err.headers, media_type=PROBLEM_JSON)
 
-    # POST /v1/recommend in FastAPI's router: documented as `openapi.recommend`
-    # declares it, served by the same `RecommendRoute`.
+
+def _add_recommend(app: FastAPI, recommend: RecommendRoute) -> None:
+    """POST /v1/recommend in FastAPI's router: documented as `openapi.recommend`
+    declares it, served by the same `RecommendRoute` (which GatewayApp calls first)."""
     route = APIRoute(
         PATH,
         openapi.recommend,
@@ -157,6 +179,8 @@ def create_app(settings: GatewaySettings, deps: GatewayDeps) -> GatewayApp:
     route.app = recommend
     app.router.routes.append(route)
 
+
+def _add_events(app: FastAPI, settings: GatewaySettings, deps: GatewayDeps) -> None:
     @app.post(
         "/v1/events",
         status_code=202,
@@ -176,10 +200,8 @@ def create_app(settings: GatewaySettings, deps: GatewayDeps) -> GatewayApp:
         response.headers.update(traceparent())
         return EventsOut(accepted=len(body.events))
 
-    if deps.ai_tools is not None:
-        tool_gate = deps.tool_gate or build_tool_gate(settings.ai_tool)
-        app.include_router(build_ai_tool_router(deps.ai_tools, Edge(deps.class_policy, tool_gate)))
 
+def _add_probes(app: GatewayApp) -> None:
     @app.get("/healthz")
     async def healthz() -> HealthOut:
         """Liveness: the process answers."""
@@ -198,13 +220,12 @@ def create_app(settings: GatewaySettings, deps: GatewayDeps) -> GatewayApp:
         state = await app.readiness.state()
         return JSONResponse(state.body(), status_code=200 if state.ready else 503)
 
-    app.add_middleware(RecordLatency)
-    # One SERVER span per request; the ASGI "http send/receive" child spans say
-    # nothing a trace needs and cost as much as the server span each. The
-    # stable HTTP conventions, as RecommendRoute's span: the opt-in is set
-    # before the instrumentation reads it (once per process).
-    http_semconv_mode()
-    FastAPIInstrumentor.instrument_app(app, excluded_urls="healthz,readyz", exclude_spans=["receive", "send"])
+
+def _document_limits(
+    settings: GatewaySettings, deps: GatewayDeps
+) -> tuple[list[openapi.Limit], dict[str, dict[str, Any]]]:
+    """What this deployment writes into the OpenAPI document: its limits and the
+    served repository's vocabulary (aliases included) and numeric event values."""
     limits: list[openapi.Limit] = [
         ("RecommendBody", "count", "maximum", settings.max_count),
         ("EventsBody", "events", "maxItems", settings.max_events_per_request),
@@ -214,11 +235,9 @@ def create_app(settings: GatewaySettings, deps: GatewayDeps) -> GatewayApp:
     properties: dict[str, dict[str, Any]] = {}
     schema = deps.event_schema
     if schema is not None:
-        # The served repository's vocabulary (aliases included) and numeric event values.
         limits.append(("Event", "behavior", "enum", schema.accepted))
         properties["Event"] = {
             name: {"type": "number", "description": "a numeric event value the repository declares"}
             for name in schema.values
         }
-    openapi.install(app, limits, properties)
-    return app
+    return limits, properties
