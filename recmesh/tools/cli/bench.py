@@ -12,6 +12,20 @@ def add_commands(sub: Any) -> None:
     bench = sub.add_parser("bench", help="benchmarks that print figures").add_subparsers(
         dest="bench_command", required=True
     )
+    _add_features(bench)
+    _add_import(bench)
+    _add_inference(bench)
+    _add_degrade(bench)
+    _add_embed(bench)
+    _add_ai_tools(bench)
+    _add_coldstart(bench)
+    _add_ranker(bench)
+    _add_e2e(bench)
+    _add_tls(bench)
+    _add_floor(bench)
+
+
+def _add_features(bench: Any) -> None:
     bf_bench = bench.add_parser("features", help="ingest throughput, look-up latency, freshness, memory")
     bf_bench.add_argument("--events", type=int, default=100_000)
     bf_bench.add_argument("--lookups", type=int, default=1000)
@@ -35,6 +49,8 @@ def add_commands(sub: Any) -> None:
     bf_bench.add_argument("--json", action="store_true")
     bf_bench.set_defaults(func=lazy("recmesh.tools.bench.features"))
 
+
+def _add_import(bench: Any) -> None:
     bim = bench.add_parser(
         "import", help="a team-sized catalog and event log: catalog load, events import, ingest; memory"
     )
@@ -44,6 +60,8 @@ def add_commands(sub: Any) -> None:
     bim.add_argument("--json", action="store_true")
     bim.set_defaults(func=lazy("recmesh.tools.bench.importing"))
 
+
+def _add_inference(bench: Any) -> None:
     bi = bench.add_parser("inference", help="dynamic batching on vs off at the same load; cold start")
     bi.add_argument("--model-dir", help="default: RECMESH_MODEL_DIR, or a small model trained for the run")
     bi.add_argument("--rows", type=int, default=1, help="rows per request")
@@ -63,6 +81,8 @@ def add_commands(sub: Any) -> None:
     bi.add_argument("--json", action="store_true")
     bi.set_defaults(func=lazy("recmesh.tools.bench.inference"))
 
+
+def _add_degrade(bench: Any) -> None:
     bd = bench.add_parser(
         "degrade", help="degradation variants: AUC change, p99 scoring latency, memory saved"
     )
@@ -72,6 +92,8 @@ def add_commands(sub: Any) -> None:
     bd.add_argument("--json", action="store_true")
     bd.set_defaults(func=lazy("recmesh.tools.bench.degrade"))
 
+
+def _add_embed(bench: Any) -> None:
     be = bench.add_parser("embed", help="CPU sentence-embedding throughput, batch 1 vs batch N")
     be.add_argument("--model-dir", help="with an exported encoder (default: export to a temp dir)")
     be.add_argument("--batch", type=int, default=32)
@@ -80,6 +102,8 @@ def add_commands(sub: Any) -> None:
     be.add_argument("--json", action="store_true")
     be.set_defaults(func=lazy("recmesh.tools.bench.embed"))
 
+
+def _add_ai_tools(bench: Any) -> None:
     ba = bench.add_parser(
         "ai-tools", help="per-call latency of /v2/ai-tool/* vs /v1/recommend (running mesh)"
     )
@@ -90,12 +114,16 @@ def add_commands(sub: Any) -> None:
     ba.add_argument("--json", action="store_true")
     ba.set_defaults(func=lazy("recmesh.tools.bench.aitools"))
 
+
+def _add_coldstart(bench: Any) -> None:
     bc = bench.add_parser(
         "coldstart", help="process start -> SERVING per service and model size; first request"
     )
     bc.add_argument("--json", action="store_true")
     bc.set_defaults(func=lazy("recmesh.tools.bench.coldstart"))
 
+
+def _add_ranker(bench: Any) -> None:
     br = bench.add_parser("ranker", help="Rank latency p50/p95/p99 against a running ranker")
     br.add_argument("--addr", help="ranker address (default: RANKER_ADDR)")
     br.add_argument("--calls", type=int, default=300, help="Rank calls measured (default 300)")
@@ -109,6 +137,8 @@ def add_commands(sub: Any) -> None:
     br.add_argument("--json", action="store_true")
     br.set_defaults(func=lazy("recmesh.tools.bench.ranker"))
 
+
+def _add_e2e(bench: Any) -> None:
     be = bench.add_parser("e2e", help="recommend latency, goodput and shed per class as offered load rises")
     be.add_argument("--gateway", help="URL of a running gateway (default: start a mesh like `recmesh up`)")
     be.add_argument(
@@ -137,6 +167,8 @@ def add_commands(sub: Any) -> None:
     be.add_argument("--json", action="store_true")
     be.set_defaults(func=lazy("recmesh.tools.bench.e2e"))
 
+
+def _add_tls(bench: Any) -> None:
     bt = bench.add_parser(
         "tls", help="mutual TLS on vs off, same run: unloaded p50 and CPU per recommendation"
     )
@@ -150,6 +182,8 @@ def add_commands(sub: Any) -> None:
     bt.add_argument("--json", action="store_true")
     bt.set_defaults(func=lazy("recmesh.tools.bench.tls"))
 
+
+def _add_floor(bench: Any) -> None:
     bf = bench.add_parser("floor", help="the mesh's calls with no work in them: a ceiling for this machine")
     bf.add_argument(
         "--rates", default="200,400,800,1200",

@@ -482,6 +482,14 @@ def _repo_arg(p: argparse.ArgumentParser) -> None:
 
 
 def add_commands(sub: Any) -> None:
+    _add_repository(sub)
+    _add_catalog(sub)
+    _add_events(sub)
+    _add_features(sub)
+    _add_demo(sub)
+
+
+def _add_repository(sub: Any) -> None:
     repo = sub.add_parser("repository", help="the feature repository (recmesh.toml)").add_subparsers(
         dest="repository_command", required=True
     )
@@ -503,6 +511,8 @@ def add_commands(sub: Any) -> None:
     check.add_argument("--json", action="store_true")
     check.set_defaults(func=_cmd_repository_check)
 
+
+def _add_catalog(sub: Any) -> None:
     cat = sub.add_parser("catalog", help="users' and items' offline features").add_subparsers(
         dest="catalog_command", required=True
     )
@@ -514,6 +524,8 @@ def add_commands(sub: Any) -> None:
     load.add_argument("--json", action="store_true")
     load.set_defaults(func=_cmd_catalog_load)
 
+
+def _add_events(sub: Any) -> None:
     events = sub.add_parser("events", help="bring events in, send, dump").add_subparsers(
         dest="events_command", required=True
     )
@@ -566,6 +578,8 @@ def add_commands(sub: Any) -> None:
     export.add_argument("--seed", type=int, default=11)
     export.set_defaults(func=_cmd_events_export_demo)
 
+
+def _add_features(sub: Any) -> None:
     feats = sub.add_parser("features", help="feature look-ups, replay and checks").add_subparsers(
         dest="features_command", required=True
     )
@@ -606,6 +620,8 @@ def add_commands(sub: Any) -> None:
     dump.add_argument("--timeout", type=float, default=30.0, help="seconds at most (default 30)")
     dump.set_defaults(func=_cmd_features_dump_served)
 
+
+def _add_demo(sub: Any) -> None:
     demo = sub.add_parser("demo", help="demo data").add_subparsers(dest="demo_command", required=True)
     write = demo.add_parser("write-data", help="write the demo users.csv and items.csv")
     write.add_argument("out")
