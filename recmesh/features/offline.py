@@ -209,3 +209,15 @@ def read_texts(fs: FeatureSet, path: Path | None = None) -> dict[str, str]:
         if parts:
             out[str(row[id_col]).strip()] = ". ".join(parts)
     return out
+
+
+def read_catalog(
+    fs: FeatureSet, users: str | None, items: str | None
+) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, Any]]]:
+    """The offline tables the replay joins: the repository's sources, or the given files."""
+
+    def table(entity: Entity, path: str | None) -> dict[str, dict[str, Any]]:
+        source = Path(path) if path else fs.entity_source(entity)
+        return dict(read_entities(fs, entity, source)) if source is not None else {}
+
+    return table("user", users), table("item", items)

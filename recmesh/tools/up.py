@@ -284,7 +284,7 @@ class Mesh:
     async def load_data(self) -> None:
         from recmesh.features.offline import read_entities
         from recmesh.redis_client import connect
-        from recmesh.tools.cli.data import load_catalog_files
+        from recmesh.tools.catalog import load_catalog_files
         from services.feature.catalog import loaded_repository
 
         fs = self.fs

@@ -95,9 +95,9 @@ def holdout(card: dict[str, Any], fs: FeatureSet) -> tuple[np.ndarray, np.ndarra
         ds = demo_dataset(fs, cfg, transforms)
     else:
         from recmesh.features.eventlog import sorted_events
-        from recmesh.tools.cli.data import catalog_tables
+        from recmesh.features.offline import read_catalog
 
-        users, items = catalog_tables(fs, data.get("users"), data.get("items"))
+        users, items = read_catalog(fs, data.get("users"), data.get("items"))
         ds = build_dataset(fs, sorted_events(Path(data["events"]), fs.event_schema), users, items, transforms)
     ho = ds.t >= data["holdout_from_ms"]
     return ds.x[ho], ds.y[ho]

@@ -17,7 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from recmesh.errors import FailedPrecondition, InvalidArgument, NotFound, RecmeshError
+from recmesh.features.offline import read_catalog
 from recmesh.features.repository import Entity, FeatureSet
+from recmesh.tools.catalog import load_catalog_files, progress_bar
 from recmesh.tools.cli.common import print_figures
 
 
@@ -35,37 +37,6 @@ def repository(args: argparse.Namespace) -> FeatureSet:
     if getattr(args, "repository", None):
         return load_repository(Path(args.repository))
     return resolve_repository(CommonSettings().repository)
-
-
-def _bar(say: Callable[[str], None], label: str, total: int | None) -> Callable[[int], None]:
-    """A progress line at every tenth of `total` (or every 100,000 without one)."""
-    shown = [-1]
-
-    def update(done: int) -> None:
-        if total:
-            tenth = min(10, done * 10 // total)
-            if tenth != shown[0]:
-                shown[0] = tenth
-                say(f"  {label} [{'#' * tenth}{'.' * (10 - tenth)}] {done:,}/{total:,}")
-        elif done // 100_000 != shown[0]:
-            shown[0] = done // 100_000
-            say(f"  {label} {done:,}")
-
-    return update
-
-
-def count_records(path: Path) -> int | None:
-    """Records in a file without parsing them (None when it cannot tell cheaply)."""
-    if path.suffix.lower() == ".parquet":
-        try:
-            import pyarrow.parquet as pq  # type: ignore[import-not-found, unused-ignore]
-        except ImportError:
-            return None
-        return int(pq.ParquetFile(path).metadata.num_rows)
-    with path.open("rb") as fh:
-        lines = sum(chunk.count(b"\n") for chunk in iter(lambda: fh.read(1 << 20), b""))
-    header = 0 if path.suffix.lower() in (".jsonl", ".ndjson", ".json") else 1
-    return max(0, lines - header)
 
 
 # --- repository --------------------------------------------------------------------
@@ -121,7 +92,7 @@ def _cmd_repository_check(args: argparse.Namespace) -> int:
 
     fs = repository(args)
     started = time.perf_counter()
-    users, items = catalog_tables(fs, args.users, args.items)
+    users, items = read_catalog(fs, args.users, args.items)
     events = list(sorted_events(Path(args.log), fs.event_schema))
     found = check_log(fs, events, users, items, ranking=True)
     for f in found:
@@ -146,45 +117,6 @@ def _refuse_demo(fs: FeatureSet, args: argparse.Namespace, what: str) -> None:
             f"{fs.path} is the demo repository: {what} loads the demo catalog only with --demo "
             "(set RECMESH_REPOSITORY to your recmesh.toml to load yours)"
         )
-
-
-async def load_catalog_files(
-    fs: FeatureSet, redis_url: str, users: Path | None, items: Path | None, say: Callable[[str], None]
-) -> dict[str, Any]:
-    """Users and items into Redis, as the repository maps them (what `catalog load` and `init` do)."""
-    from recmesh.features.offline import Fallbacks, read_entities
-    from recmesh.redis_client import connect
-    from services.feature.catalog import load_catalog
-
-    sources: dict[Entity, Path | None] = {
-        "user": users or fs.entity_source("user"),
-        "item": items or fs.entity_source("item"),
-    }
-    totals = {e: (count_records(p) if p is not None and p.exists() else None) for e, p in sources.items()}
-    bars = {e: _bar(say, f"{e}s", totals[e]) for e in sources}
-
-    fallbacks = Fallbacks()
-
-    def rows(entity: Entity) -> Iterator[tuple[str, dict[str, Any]]]:
-        path = sources[entity]
-        if path is None:
-            say(f"  no {entity}s source declared: none loaded")
-            return iter(())
-        return read_entities(fs, entity, path, fallbacks)
-
-    client = connect(redis_url, 4)
-    try:
-        figures = await load_catalog(client, fs, rows("user"), rows("item"), progress=lambda e, n: bars[e](n))
-    finally:
-        await client.aclose()
-    if fallbacks.count:
-        say(f'  {fallbacks.count} cells could not be read and took their default (invalid = "default"):')
-        for where in fallbacks.first:
-            say(f"    {where}")
-    return {
-        **figures.to_json(), "cells_defaulted": fallbacks.count,
-        "users_source": str(sources["user"]), "items_source": str(sources["item"]),
-    }  # fmt: skip
 
 
 def _cmd_catalog_load(args: argparse.Namespace) -> int:
@@ -284,7 +216,7 @@ def _cmd_events_import(args: argparse.Namespace) -> int:
         raise InvalidArgument(f"{path}: no events in it")
     lo, hi = found.time_range
     shift = int(time.time() * 1000) - hi if args.shift_to_now and args.speed is None else 0
-    bar = _bar(say, "events", found.events)
+    bar = progress_bar(say, "events", found.events)
     if args.to == "log":
         from recmesh.features.eventlog import write_events
 
@@ -378,19 +310,6 @@ def _cmd_events_export_demo(args: argparse.Namespace) -> int:
 # --- features ------------------------------------------------------------------------
 
 
-def catalog_tables(
-    fs: FeatureSet, users: str | None, items: str | None
-) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, Any]]]:
-    """The offline tables the replay joins: the repository's sources, or the given files."""
-    from recmesh.features.offline import read_entities
-
-    def table(entity: Entity, path: str | None) -> dict[str, dict[str, Any]]:
-        source = Path(path) if path else fs.entity_source(entity)
-        return dict(read_entities(fs, entity, source)) if source is not None else {}
-
-    return table("user", users), table("item", items)
-
-
 async def _features_get(args: argparse.Namespace) -> dict[str, Any]:
     from recmesh.clients.feature import FeatureClient
     from recmesh.features.wire import row_to_json, table_to_json
@@ -419,7 +338,7 @@ def _cmd_features_backfill(args: argparse.Namespace) -> int:
     from recmesh.features.backfill import backfill
 
     fs = repository(args)
-    users, items = catalog_tables(fs, args.users, args.items)
+    users, items = read_catalog(fs, args.users, args.items)
     say = _say(args)
     figures = backfill(fs, Path(args.events), Path(args.out), users, items, progress=say)
     print_figures(figures, args.json, f"wrote {figures['rows']} rows ({figures['positives']} positive) to "
@@ -432,7 +351,7 @@ def _cmd_features_compare(args: argparse.Namespace) -> int:
     from recmesh.features.served import compare, format_report, positions_path, read_positions, read_served
 
     fs = repository(args)
-    users, items = catalog_tables(fs, args.users, args.items)
+    users, items = read_catalog(fs, args.users, args.items)
     log = Path(args.events)
     events = sorted_events(log, fs.event_schema)
     places = Path(args.positions) if args.positions else positions_path(log)

@@ -19,7 +19,8 @@ def _cmd_up(args: argparse.Namespace) -> int:
 def _cmd_init(args: argparse.Namespace) -> int:
     """Topics and the catalog for a mesh whose Redis and Kafka run elsewhere."""
     from recmesh.settings import UpSettings
-    from recmesh.tools.cli.data import _refuse_demo, load_catalog_files, repository
+    from recmesh.tools.catalog import load_catalog_files
+    from recmesh.tools.cli.data import _refuse_demo, repository
     from recmesh.tools.up import Mesh
     from recmesh.topics import ensure_topics
 

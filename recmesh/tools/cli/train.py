@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -81,78 +82,123 @@ def _tune_blend(
     return changes
 
 
+@dataclass
+class _Training:
+    """What `recmesh train` trains on and where it goes: the rows replayed from
+    the log (None: the demo generator's), the held-out split (--ranking), the
+    learnt retrieval built from the same log and its tuning."""
+
+    model_dir: Path
+    dataset: Any = None
+    split: Any = None
+    recall_card: dict[str, Any] | None = None
+    tuned: Any = None
+    users: Any = None
+    items: Any = None
+
+
 def _cmd_train(args: argparse.Namespace) -> int:
     from recmesh.settings import InferenceSettings
-    from recmesh.tools.cli.data import catalog_tables, repository
-    from recmesh.tools.training.train import TrainConfig, build_dataset, train
+    from recmesh.tools.cli.data import repository
+    from recmesh.tools.training.train import TrainConfig, train
 
     fs = repository(args)
     model_dir = Path(args.model_dir) if args.model_dir else InferenceSettings().model_dir
     say = (lambda m: print(m, file=sys.stderr, flush=True)) if args.json else print
     cfg = TrainConfig(seed=args.seed, sessions=args.sessions, epochs=args.epochs)
-    dataset = None
-    split = None
-    recall_card: dict[str, Any] | None = None
-    tuned: Any = None
     if args.ranking and not args.events:
         raise InvalidArgument(
             "--ranking needs the event log (--events LOG) to hold users' last examples out of"
         )
     if args.events:
-        from recmesh.features.eventlog import sorted_events
-
-        target = _target(fs, args.target)  # a wrong one is refused before the log is read
-        users, items = catalog_tables(fs, args.users, args.items)
-        say(f"replaying {args.events} through repository {fs.name!r} ({fs.version}) for training rows ...")
-        logged_all = list(sorted_events(Path(args.events), fs.event_schema))
-        events = iter(logged_all)
-        check_or_refuse(fs, logged_all, users, items, bool(args.ranking), say)
-        if args.ranking:
-            from recmesh.features.backfill import LabelRule
-            from recmesh.tools.training.ranking import leave_last_out
-
-            split = leave_last_out(LabelRule.of(fs), logged_all, args.ranking_users, args.seed, target,
-                                   fs.roles.seen_behaviors)  # fmt: skip
-            say(
-                f"leave-last-out: {len(split.targets)} users' last positive examples held out "
-                f"({split.held_out_events} events; {split.users_with_a_positive} users have one)"
-            )
-            if not split.targets:
-                raise InvalidArgument(
-                    f"{args.events}: no user has a positive {'/'.join(sorted(target or ()))} example after "
-                    "an earlier event of theirs, so there is nothing to hold out and rank from a history"
-                )
-            events = iter(split.training)
-            model_dir = _ranking_dir() / "models"
-        if fs.roles.learnt_behaviors:
-            # Learnt retrieval from the same log (the training part with --ranking),
-            # beside the model it serves with.
-            from recmesh.tools.training import recall
-
-            logged = split.training if split is not None else list(events)
-            recall_card, tuned = recall.build(
-                fs, logged, model_dir, say, args.seed, {"events_file": str(Path(args.events).resolve())},
-                activate=False, target=target,
-            )  # fmt: skip
-            events = iter(logged)
-        dataset = build_dataset(fs, events, users, items)
-        dataset.source = {
-            "events": str(Path(args.events).resolve()),
-            "users": args.users,
-            "items": args.items,
-            **({"held_out": {"users": len(split.targets), "events": split.held_out_events,
-                             "seed": args.seed}} if split else {}),
-            # the learnt retrieval built from the same log, served beside this model
-            **({"recall_version": recall_card["version"]} if recall_card else {}),
-        }  # fmt: skip
+        run = _from_log(args, fs, model_dir, say)
     elif not fs.demo:
         raise InvalidArgument(f"repository {fs.name!r}: give your event log with --events LOG")
-    card = train(cfg, model_dir, fs, dataset, progress=say)
-    if recall_card is not None and tuned is not None and dataset is not None:
+    else:
+        run = _Training(model_dir)
+    card = train(cfg, run.model_dir, fs, run.dataset, progress=say)
+    recall_card = run.recall_card
+    if recall_card is not None and run.tuned is not None and run.dataset is not None:
         recall_card |= _tune_blend(
-            cfg, fs, dataset, tuned, users, items, model_dir, recall_card["version"], say
+            cfg, fs, run.dataset, run.tuned, run.users, run.items, run.model_dir, recall_card["version"], say
         )
-    figures = {
+    figures = _figures(card, recall_card)
+    if run.split is not None:
+        figures["ranking"] = _rank_held_out(args, fs, run.split, card["version"], run.model_dir, say)
+    print_figures(figures, args.json, f"model {card['version']}: AUC {figures['auc_holdout']} "
+                  f"(offline-only {figures['auc_holdout_offline_only']})")  # fmt: skip
+    return 0
+
+
+def _from_log(args: argparse.Namespace, fs: Any, model_dir: Path, say: Any) -> _Training:
+    """Training rows replayed from --events (with --ranking, from its training
+    part, the model going to the ranking state), and learnt retrieval from the
+    same events when the repository declares it."""
+    from recmesh.features.eventlog import sorted_events
+    from recmesh.tools.cli.data import catalog_tables
+    from recmesh.tools.training.train import build_dataset
+
+    target = _target(fs, args.target)  # a wrong one is refused before the log is read
+    users, items = catalog_tables(fs, args.users, args.items)
+    say(f"replaying {args.events} through repository {fs.name!r} ({fs.version}) for training rows ...")
+    logged_all = list(sorted_events(Path(args.events), fs.event_schema))
+    events = iter(logged_all)
+    check_or_refuse(fs, logged_all, users, items, bool(args.ranking), say)
+    run = _Training(model_dir, users=users, items=items)
+    split = None
+    if args.ranking:
+        split = run.split = _hold_out(args, fs, logged_all, target, say)
+        events = iter(split.training)
+        run.model_dir = _ranking_dir() / "models"
+    if fs.roles.learnt_behaviors:
+        # Learnt retrieval from the same log (the training part with --ranking),
+        # beside the model it serves with.
+        from recmesh.tools.training import recall
+
+        logged = split.training if split is not None else list(events)
+        run.recall_card, run.tuned = recall.build(
+            fs, logged, run.model_dir, say, args.seed, {"events_file": str(Path(args.events).resolve())},
+            activate=False, target=target,
+        )  # fmt: skip
+        events = iter(logged)
+    dataset = run.dataset = build_dataset(fs, events, users, items)
+    recall_card = run.recall_card
+    dataset.source = {
+        "events": str(Path(args.events).resolve()),
+        "users": args.users,
+        "items": args.items,
+        **({"held_out": {"users": len(split.targets), "events": split.held_out_events,
+                         "seed": args.seed}} if split else {}),
+        # the learnt retrieval built from the same log, served beside this model
+        **({"recall_version": recall_card["version"]} if recall_card else {}),
+    }  # fmt: skip
+    return run
+
+
+def _hold_out(
+    args: argparse.Namespace, fs: Any, events: list[Any], target: frozenset[str] | None, say: Any
+) -> Any:
+    """--ranking: each (sampled) user's last positive example held out (leave_last_out)."""
+    from recmesh.features.backfill import LabelRule
+    from recmesh.tools.training.ranking import leave_last_out
+
+    split = leave_last_out(LabelRule.of(fs), events, args.ranking_users, args.seed, target,
+                           fs.roles.seen_behaviors)  # fmt: skip
+    say(
+        f"leave-last-out: {len(split.targets)} users' last positive examples held out "
+        f"({split.held_out_events} events; {split.users_with_a_positive} users have one)"
+    )
+    if not split.targets:
+        raise InvalidArgument(
+            f"{args.events}: no user has a positive {'/'.join(sorted(target or ()))} example after "
+            "an earlier event of theirs, so there is nothing to hold out and rank from a history"
+        )
+    return split
+
+
+def _figures(card: dict[str, Any], recall_card: dict[str, Any] | None) -> dict[str, Any]:
+    """What `train` reports: the model card's figures, and the learnt retrieval's."""
+    return {
         "version": card["version"],
         **card["metrics"],
         "rows": card["training_data"]["rows"],
@@ -167,19 +213,20 @@ def _cmd_train(args: argparse.Namespace) -> int:
             else {}
         ),
     }
-    if split is not None:
-        from recmesh.tools.bench import ranking
 
-        say(
-            f"ranking the held-out examples with the served mesh (model {card['version']} in {model_dir}) ..."
-        )
-        figures["ranking"] = ranking.run(fs, split, model_dir, _ranking_dir() / "mesh", args.k, say)
-        say(ranking.table(figures["ranking"]))
-        say(f"(the model in {model_dir} never saw the held-out examples; train without --ranking "
-            "for the model to serve)")  # fmt: skip
-    print_figures(figures, args.json, f"model {card['version']}: AUC {figures['auc_holdout']} "
-                  f"(offline-only {figures['auc_holdout_offline_only']})")  # fmt: skip
-    return 0
+
+def _rank_held_out(
+    args: argparse.Namespace, fs: Any, split: Any, version: str, model_dir: Path, say: Any
+) -> dict[str, Any]:
+    """--ranking: the held-out examples ranked by a mesh serving the model (recmesh.tools.bench.ranking)."""
+    from recmesh.tools.bench import ranking
+
+    say(f"ranking the held-out examples with the served mesh (model {version} in {model_dir}) ...")
+    figures = ranking.run(fs, split, model_dir, _ranking_dir() / "mesh", args.k, say)
+    say(ranking.table(figures))
+    say(f"(the model in {model_dir} never saw the held-out examples; train without --ranking "
+        "for the model to serve)")  # fmt: skip
+    return figures
 
 
 def add_commands(sub: Any) -> None:
