@@ -163,6 +163,42 @@ class _Pending:
     label: int = 0
     weight: float = 1.0
 
+    def example(self) -> Example:
+        return Example(self.user_id, self.item_id, self.t - 1, self.user, self.item, self.label, self.weight)
+
+
+class _AwaitingLabel:
+    """Examples whose label a later event decides (a label window), oldest first."""
+
+    def __init__(self, within_ms: int) -> None:
+        self.within_ms = within_ms
+        self.pending: deque[_Pending] = deque()
+        self.waiting: dict[tuple[str, str], list[_Pending]] = {}  # (user, item) -> its examples pending
+
+    def hold(self, p: _Pending) -> None:
+        self.pending.append(p)
+        self.waiting.setdefault((p.user_id, p.item_id), []).append(p)
+
+    def label(self, ev: Event) -> None:
+        """A label event: the user's examples on its item within the window turn positive."""
+        t, within = ev.event_time, self.within_ms
+        for p in self.waiting.get((ev.user_id, ev.item_id), ()):
+            if p.t <= t <= p.t + within and p.event_id != ev.event_id:
+                p.label = 1
+
+    def due(self, now_ms: int | None) -> Iterator[Example]:
+        """The examples whose window closed before `now_ms` (None: all), labelled as they stand."""
+        pending, waiting, within = self.pending, self.waiting, self.within_ms
+        while pending and (now_ms is None or pending[0].t + within < now_ms):
+            p = pending.popleft()
+            key = (p.user_id, p.item_id)
+            queue = waiting.get(key)
+            if queue is not None:
+                queue.remove(p)
+                if not queue:
+                    del waiting[key]
+            yield p.example()
+
 
 @dataclass
 class LabelRule:
@@ -307,6 +343,41 @@ class CoOccurring:
         return near[rng.randrange(len(near))] if near else None
 
 
+@dataclass
+class _Negatives:
+    """The sampled negatives of an example: `count` catalog items the user has
+    had no event on, `hard_count` of them (when found) among the items
+    co-occurring with the user's recent ones (`hard`, fed the events so far)."""
+
+    count: int
+    hard_count: int
+    catalog: list[str]
+    hard: CoOccurring
+
+    def draw(self, ev: Event, avoid: set[str]) -> list[str]:
+        """The items, by a generator seeded by the event's id (a replay draws the
+        same); `avoid`: the user's items (it holds the example's own)."""
+        rng = random.Random(zlib.crc32(f"{ev.user_id}/{ev.event_id}".encode()))
+        drawn: list[str] = []
+        for _ in range(self.hard_count * 4):
+            if len(drawn) == self.hard_count:
+                break
+            item = self.hard.draw(ev.user_id, rng)
+            if item is not None and item not in avoid and item not in drawn and item != ev.item_id:
+                drawn.append(item)
+        catalog = self.catalog
+        for _ in range(self.count * 4):  # rejection sampling; a crowded catalog falls through
+            if len(drawn) == self.count:
+                break
+            item = catalog[rng.randrange(len(catalog))]
+            if item not in avoid and item not in drawn and item != ev.item_id:
+                drawn.append(item)
+        if len(drawn) < self.count:  # most of the catalog is the user's: draw from what is left
+            left = [i for i in catalog if i not in avoid and i not in drawn and i != ev.item_id]
+            drawn += rng.sample(left, min(len(left), self.count - len(drawn)))
+        return drawn
+
+
 def training_examples(
     fs: FeatureSet,
     events: Iterable[Event],
@@ -321,20 +392,7 @@ def training_examples(
     """
     rule = LabelRule.of(fs)
     state = ReplayState(fs, users, items)
-    pending: deque[_Pending] = deque()
-    waiting: dict[tuple[str, str], list[_Pending]] = {}
-
-    def flush(now_ms: int | None) -> Iterator[Example]:
-        while pending and (now_ms is None or pending[0].t + rule.within_ms < now_ms):
-            p = pending.popleft()
-            key = (p.user_id, p.item_id)
-            queue = waiting.get(key)
-            if queue is not None:
-                queue.remove(p)
-                if not queue:
-                    del waiting[key]
-            yield Example(p.user_id, p.item_id, p.t - 1, p.user, p.item, p.label, p.weight)
-
+    awaiting = _AwaitingLabel(rule.within_ms)
     catalog = sorted(items)
     if rule.negatives and not catalog:
         raise FailedPrecondition(
@@ -344,40 +402,14 @@ def training_examples(
     touched: dict[str, set[str]] = {}  # per user, the items of their events (negatives avoid them)
     hard = CoOccurring(fs.roles.learnt_behaviors or dict.fromkeys(rule.examples, 1.0))
     n_hard = round(rule.negatives * rule.hard_share)
-
-    def negatives(ev: Event, uf: dict[str, FeatureValue], as_of: int) -> Iterator[Example]:
-        """`rule.negatives` catalog items the user has had no event on, drawn
-        by a generator seeded by the event's id (a replay draws the same)."""
-        rng = random.Random(zlib.crc32(f"{ev.user_id}/{ev.event_id}".encode()))
-        avoid = touched.get(ev.user_id, set())  # holds the example's own item
-        drawn: list[str] = []
-        for _ in range(n_hard * 4):
-            if len(drawn) == n_hard:
-                break
-            item = hard.draw(ev.user_id, rng)
-            if item is not None and item not in avoid and item not in drawn and item != ev.item_id:
-                drawn.append(item)
-        for _ in range(rule.negatives * 4):  # rejection sampling; a crowded catalog falls through
-            if len(drawn) == rule.negatives:
-                break
-            item = catalog[rng.randrange(len(catalog))]
-            if item not in avoid and item not in drawn and item != ev.item_id:
-                drawn.append(item)
-        if len(drawn) < rule.negatives:  # most of the catalog is the user's: draw from what is left
-            left = [i for i in catalog if i not in avoid and i not in drawn and i != ev.item_id]
-            drawn += rng.sample(left, min(len(left), rule.negatives - len(drawn)))
-        for item in drawn:
-            yield Example(ev.user_id, item, as_of, uf, state.row("item", item, as_of), 0)
-
+    negatives = _Negatives(rule.negatives, n_hard, catalog, hard)
     for ev in events:
         t = ev.event_time
-        yield from flush(t)
+        yield from awaiting.due(t)
         if rule.negatives:
             touched.setdefault(ev.user_id, set()).add(ev.item_id)
         if ev.behavior in rule.behaviors:
-            for p in waiting.get((ev.user_id, ev.item_id), ()):
-                if p.t <= t <= p.t + rule.within_ms and p.event_id != ev.event_id:
-                    p.label = 1
+            awaiting.label(ev)
         if ev.behavior in rule.examples and not state.seen(ev.user_id, ev.event_id):
             as_of = t - 1
             uf, itf = state.row("user", ev.user_id, as_of), state.row("item", ev.item_id, as_of)
@@ -385,16 +417,16 @@ def training_examples(
             weight = rule.weight(ev.behavior)
             p = _Pending(ev.user_id, ev.item_id, ev.event_id, t, uf, itf, known or 0, weight)
             if known is not None:
-                yield Example(p.user_id, p.item_id, p.t - 1, p.user, p.item, p.label, p.weight)
+                yield p.example()
             else:
-                pending.append(p)
-                waiting.setdefault((p.user_id, p.item_id), []).append(p)
+                awaiting.hold(p)
             if rule.negatives:
-                yield from negatives(ev, uf, as_of)
+                for item in negatives.draw(ev, touched.get(ev.user_id, set())):
+                    yield Example(ev.user_id, item, as_of, uf, state.row("item", item, as_of), 0)
         if n_hard:
             hard.add(ev)
         state.apply(ev)
-    yield from flush(None)
+    yield from awaiting.due(None)
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import zlib
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
@@ -30,7 +30,7 @@ import numpy as np
 import numpy.typing as npt
 
 from recmesh.errors import FailedPrecondition
-from recmesh.features.repository import Entity, FeatureSet
+from recmesh.features.repository import Entity, FeatureDef, FeatureSet
 
 KINDS: dict[str, str] = {
     "value": "the number as it is",
@@ -155,143 +155,208 @@ class Vectorizer:
         one per row; `items` one column of values per item feature (a missing
         feature, or a missing value, takes the declared default)."""
         n = len(item_ids)
-        per_row = len(users) == n and n != 1
+        rows = _Rows(users, items, item_ids, user_ids, len(users) == n and n != 1, n)
         out = np.zeros((n, self.width), dtype=np.float64)
         at = 0
         for t, index in zip(self.transforms, self._index, strict=True):
-            self._fill(t, index, out[:, at : at + t.width], users, items, item_ids, user_ids, per_row, n)
+            self._fill(t, index, out[:, at : at + t.width], rows)
             at += t.width
         return out.astype(np.float32)
 
-    def _fill(
-        self,
-        t: Transform,
-        index: dict[str, int],
-        out: npt.NDArray[np.float64],
-        users: Sequence[Mapping[str, Any]],
-        items: Mapping[str, Sequence[Any]],
-        item_ids: Sequence[str],
-        user_ids: Sequence[str],
-        per_row: bool,
-        n: int,
-    ) -> None:
-        """One transform's columns. A side that holds one value for every row (the
-        user, when one user is broadcast) is worked out once, not per row: at
-        serving every row is a candidate of the same user."""
+    def _fill(self, t: Transform, index: dict[str, int], out: npt.NDArray[np.float64], rows: _Rows) -> None:
+        """One transform's columns, by its kind's filler (_FILLERS)."""
+        fill = _FILLERS.get(t.kind)
+        if fill is None:  # validated at construction
+            raise FailedPrecondition(f"unknown transform {t.kind!r}")
+        one, v = rows.side(t.entity, t.feature, t.default)
+        fill(self, t, index, out, rows, one, v)
 
-        def side(entity: Entity, name: str, default: Any) -> tuple[bool, Any]:
-            """(one value for all rows?, the value or one per row)."""
-            if name == "item_id":
-                return False, item_ids
-            if name == "user_id":
-                return (False, user_ids) if len(user_ids) == n and n != 1 else (True, user_ids[0])
-            if entity == "item":
-                col = items.get(name)
-                if col is None or len(col) != n:
-                    return True, default
-                return False, [default if v is None else v for v in col]
-            if per_row:
-                return False, [u.get(name, default) for u in users]
-            return True, users[0].get(name, default) if users else default
 
-        other: Entity = "item" if t.entity == "user" else "user"
-        kind = t.kind
-        one, v = side(t.entity, t.feature, t.default)
-        if kind in ("value", "log1p"):
-            x = np.asarray(float(v) if v is not None else 0.0) if one else np.asarray(
-                [float(e) if e is not None else 0.0 for e in v], dtype=np.float64
-            )  # fmt: skip
-            out[:, 0] = np.log1p(np.maximum(x, 0.0)) if kind == "log1p" else x
-        elif kind == "hash_bucket":
-            out[:, 0] = (
-                self._bucketed([str(v)], t.buckets) * n if one else self._bucketed(map(str, v), t.buckets)
-            )
-        elif kind == "id_sequence":
-            out[:] = -1.0
-            for r, ids in enumerate([v] if one else v):
-                row = self._bucketed(_as_list(ids)[: t.length], t.buckets)
-                if row:
+@dataclass(frozen=True, slots=True)
+class _Rows:
+    """The values one `Vectorizer.matrix` call reads. A side that holds one
+    value for every row (the user, when one user is broadcast) is worked out
+    once, not per row: at serving every row is a candidate of the same user."""
+
+    users: Sequence[Mapping[str, Any]]
+    items: Mapping[str, Sequence[Any]]
+    item_ids: Sequence[str]
+    user_ids: Sequence[str]
+    per_row: bool  # one user per row (else users[0] for every row)
+    n: int
+
+    def side(self, entity: Entity, name: str, default: Any) -> tuple[bool, Any]:
+        """(one value for all rows?, the value or one per row)."""
+        n = self.n
+        if name == "item_id":
+            return False, self.item_ids
+        if name == "user_id":
+            user_ids = self.user_ids
+            return (False, user_ids) if len(user_ids) == n and n != 1 else (True, user_ids[0])
+        if entity == "item":
+            col = self.items.get(name)
+            if col is None or len(col) != n:
+                return True, default
+            return False, [default if v is None else v for v in col]
+        if self.per_row:
+            return False, [u.get(name, default) for u in self.users]
+        users = self.users
+        return True, users[0].get(name, default) if users else default
+
+
+def _other(t: Transform) -> Entity:
+    """The side a cross transform (share, contains, match) reads besides its own."""
+    return "item" if t.entity == "user" else "user"
+
+
+# A filler writes one transform's columns into `out` (rows x the transform's
+# width, zeros); `one`, `v`: the transform's own side as _Rows.side gives it.
+Filler = Callable[[Vectorizer, Transform, dict[str, int], npt.NDArray[np.float64], _Rows, bool, Any], None]
+
+
+def _fill_number(
+    vec: Vectorizer, t: Transform, index: dict[str, int], out: npt.NDArray[np.float64], rows: _Rows,
+    one: bool, v: Any,
+) -> None:  # fmt: skip
+    """value and log1p: the number (None: 0), log1p of it at least 0."""
+    x = np.asarray(float(v) if v is not None else 0.0) if one else np.asarray(
+        [float(e) if e is not None else 0.0 for e in v], dtype=np.float64
+    )  # fmt: skip
+    out[:, 0] = np.log1p(np.maximum(x, 0.0)) if t.kind == "log1p" else x
+
+
+def _fill_hash_bucket(
+    vec: Vectorizer, t: Transform, index: dict[str, int], out: npt.NDArray[np.float64], rows: _Rows,
+    one: bool, v: Any,
+) -> None:  # fmt: skip
+    out[:, 0] = vec._bucketed([str(v)], t.buckets) * rows.n if one else vec._bucketed(map(str, v), t.buckets)
+
+
+def _fill_id_sequence(
+    vec: Vectorizer, t: Transform, index: dict[str, int], out: npt.NDArray[np.float64], rows: _Rows,
+    one: bool, v: Any,
+) -> None:  # fmt: skip
+    """The first t.length ids' buckets, -1 past the end of the list."""
+    out[:] = -1.0
+    for r, ids in enumerate([v] if one else v):
+        row = vec._bucketed(_as_list(ids)[: t.length], t.buckets)
+        if row:
+            if one:
+                out[:, : len(row)] = row
+            else:
+                out[r, : len(row)] = row
+
+
+def _fill_one_hot(
+    vec: Vectorizer, t: Transform, index: dict[str, int], out: npt.NDArray[np.float64], rows: _Rows,
+    one: bool, v: Any,
+) -> None:  # fmt: skip
+    if one:
+        for token in _as_list(v):
+            j = index.get(token)
+            if j is not None:
+                out[:, j] = 1.0
+        return
+    hit_rows, cols = [], []
+    for r, e in enumerate(v):
+        for token in (e,) if isinstance(e, str) else _as_list(e):
+            j = index.get(token)
+            if j is not None:
+                hit_rows.append(r)
+                cols.append(j)
+    out[hit_rows, cols] = 1.0
+
+
+def _fill_distribution(
+    vec: Vectorizer, t: Transform, index: dict[str, int], out: npt.NDArray[np.float64], rows: _Rows,
+    one: bool, v: Any,
+) -> None:  # fmt: skip
+    """A count_by map's shares over the whole map, one column per vocabulary value."""
+    for r, m in enumerate([v] if one else v):
+        total = sum(m.values()) if isinstance(m, dict) else 0
+        if total:
+            for key, c in m.items():
+                j = index.get(key)
+                if j is not None:
                     if one:
-                        out[:, : len(row)] = row
+                        out[:, j] = c / total
                     else:
-                        out[r, : len(row)] = row
-        elif kind == "one_hot":
-            if one:
-                for token in _as_list(v):
-                    j = index.get(token)
-                    if j is not None:
-                        out[:, j] = 1.0
-                return
-            rows, cols = [], []
-            for r, e in enumerate(v):
-                for token in (e,) if isinstance(e, str) else _as_list(e):
-                    j = index.get(token)
-                    if j is not None:
-                        rows.append(r)
-                        cols.append(j)
-            out[rows, cols] = 1.0
-        elif kind == "distribution":
-            for r, m in enumerate([v] if one else v):
-                total = sum(m.values()) if isinstance(m, dict) else 0
-                if total:
-                    for key, c in m.items():
-                        j = index.get(key)
-                        if j is not None:
-                            if one:
-                                out[:, j] = c / total
-                            else:
-                                out[r, j] = c / total
-        elif kind == "share":
-            one_attr, attrs = side(other, t.of or "", t.of_default)
-            if one and isinstance(v, dict):
-                total = sum(v.values())
-                if not total:
-                    return
-                if one_attr:
-                    out[:, 0] = sum(v.get(x, 0) for x in _as_list(attrs)) / total
-                    return
-                get = v.get
-                out[:, 0] = [
-                    (get(a, 0) if isinstance(a, str) else sum(get(x, 0) for x in _as_list(a))) / total
-                    for a in attrs
-                ]
-                return
-            maps = [v] * n if one else v
-            attrs = [attrs] * n if one_attr else attrs
-            for r, (m, a) in enumerate(zip(maps, attrs, strict=True)):
-                total = sum(m.values()) if isinstance(m, dict) else 0
-                if total:
-                    out[r, 0] = sum(m.get(x, 0) for x in _as_list(a)) / total
-        elif kind == "contains":
-            one_id, ids = side(other, t.of or "item_id", "")
-            if one:
-                held = set(v or ())
-                out[:, 0] = (
-                    (1.0 if ids in held else 0.0) if one_id else [1.0 if i in held else 0.0 for i in ids]
-                )
-                return
-            ids = [ids] * n if one_id else ids
-            out[:, 0] = [1.0 if i in (lst or ()) else 0.0 for lst, i in zip(v, ids, strict=True)]
-        elif kind == "match":
-            one_theirs, theirs = side(other, t.of or "", t.of_default)
-            if one:
-                mine = set(_as_list(v))
-                if one_theirs:
-                    out[:, 0] = 1.0 if mine & set(_as_list(theirs)) else 0.0
-                    return
-                out[:, 0] = [
-                    (1.0 if b in mine else 0.0)
-                    if isinstance(b, str)
-                    else (1.0 if mine & set(_as_list(b)) else 0.0)
-                    for b in theirs
-                ]
-                return
-            theirs = [theirs] * n if one_theirs else theirs
-            out[:, 0] = [
-                1.0 if set(_as_list(a)) & set(_as_list(b)) else 0.0 for a, b in zip(v, theirs, strict=True)
-            ]
-        else:  # validated at construction
-            raise FailedPrecondition(f"unknown transform {kind!r}")
+                        out[r, j] = c / total
+
+
+def _fill_share(
+    vec: Vectorizer, t: Transform, index: dict[str, int], out: npt.NDArray[np.float64], rows: _Rows,
+    one: bool, v: Any,
+) -> None:  # fmt: skip
+    """A count_by map's count of the other side's `of` value(s), over its total."""
+    one_attr, attrs = rows.side(_other(t), t.of or "", t.of_default)
+    if one and isinstance(v, dict):
+        total = sum(v.values())
+        if not total:
+            return
+        if one_attr:
+            out[:, 0] = sum(v.get(x, 0) for x in _as_list(attrs)) / total
+            return
+        get = v.get
+        out[:, 0] = [
+            (get(a, 0) if isinstance(a, str) else sum(get(x, 0) for x in _as_list(a))) / total for a in attrs
+        ]
+        return
+    maps = [v] * rows.n if one else v
+    attrs = [attrs] * rows.n if one_attr else attrs
+    for r, (m, a) in enumerate(zip(maps, attrs, strict=True)):
+        total = sum(m.values()) if isinstance(m, dict) else 0
+        if total:
+            out[r, 0] = sum(m.get(x, 0) for x in _as_list(a)) / total
+
+
+def _fill_contains(
+    vec: Vectorizer, t: Transform, index: dict[str, int], out: npt.NDArray[np.float64], rows: _Rows,
+    one: bool, v: Any,
+) -> None:  # fmt: skip
+    """1 where the list holds the other side's id."""
+    one_id, ids = rows.side(_other(t), t.of or "item_id", "")
+    if one:
+        held = set(v or ())
+        out[:, 0] = (1.0 if ids in held else 0.0) if one_id else [1.0 if i in held else 0.0 for i in ids]
+        return
+    ids = [ids] * rows.n if one_id else ids
+    out[:, 0] = [1.0 if i in (lst or ()) else 0.0 for lst, i in zip(v, ids, strict=True)]
+
+
+def _fill_match(
+    vec: Vectorizer, t: Transform, index: dict[str, int], out: npt.NDArray[np.float64], rows: _Rows,
+    one: bool, v: Any,
+) -> None:  # fmt: skip
+    """1 where the user's values and the other side's `of` values share one."""
+    one_theirs, theirs = rows.side(_other(t), t.of or "", t.of_default)
+    if one:
+        mine = set(_as_list(v))
+        if one_theirs:
+            out[:, 0] = 1.0 if mine & set(_as_list(theirs)) else 0.0
+            return
+        out[:, 0] = [
+            (1.0 if b in mine else 0.0) if isinstance(b, str) else (1.0 if mine & set(_as_list(b)) else 0.0)
+            for b in theirs
+        ]
+        return
+    theirs = [theirs] * rows.n if one_theirs else theirs
+    out[:, 0] = [1.0 if set(_as_list(a)) & set(_as_list(b)) else 0.0 for a, b in zip(v, theirs, strict=True)]
+
+
+# Transform kind -> the function that fills its columns (every kind of KINDS).
+_FILLERS: dict[str, Filler] = {
+    "value": _fill_number,
+    "log1p": _fill_number,
+    "hash_bucket": _fill_hash_bucket,
+    "id_sequence": _fill_id_sequence,
+    "one_hot": _fill_one_hot,
+    "distribution": _fill_distribution,
+    "share": _fill_share,
+    "contains": _fill_contains,
+    "match": _fill_match,
+}
+assert set(_FILLERS) == set(KINDS)
 
 
 # --- the default inputs of a recmesh-trained model -------------------------------------
@@ -349,28 +414,7 @@ def plan_inputs(
         vals = [r.get(f.name, f.default) for r in rows]
         prefix = f"{f.entity[0]}_{f.name}"
         if f.kind == "realtime":
-            if f.aggregate == "count":
-                out.append(Transform("log1p", f.name, f.entity, prefix, default=f.default))
-            elif f.aggregate in ("sum", "mean"):
-                kind = "log1p" if _skewed(vals) else "value"
-                out.append(Transform(kind, f.name, f.entity, prefix, default=f.default))
-            elif f.aggregate == "last_n":
-                of = "item_id" if f.entity == "user" else "user_id"
-                out.append(Transform("contains", f.name, f.entity, f"{prefix}_has", of=of, default=f.default))
-                if f.entity == "user":  # the user's recent items, for the family's history embedding
-                    length = min(f.n, MAX_HISTORY)
-                    out.append(Transform("id_sequence", f.name, "user", f"{prefix}_ids", buckets=ITEM_BUCKETS,
-                                         length=length, default=f.default, role="history"))  # fmt: skip
-            elif f.aggregate == "count_by" and f.by is not None:
-                other_default = fs.by_name[f.by].default
-                out.append(
-                    Transform("share", f.name, f.entity, f"{prefix}_share", of=f.by, default=f.default,
-                              of_default=other_default)
-                )  # fmt: skip
-                if f.entity == "user" and f.by == item_attr and f.name == (roles.affinity or f.name):
-                    vocab = attr_vocab or _map_vocabulary(vals, ())
-                    out.append(Transform("distribution", f.name, "user", f"{prefix}_dist", vocabulary=vocab,
-                                         default=f.default, role="intent"))  # fmt: skip
+            out += _realtime_inputs(fs, f, vals, prefix, item_attr, attr_vocab)
             continue
         if f.dtype in ("int", "float"):
             kind = "log1p" if _skewed(vals) else "value"
@@ -390,6 +434,37 @@ def plan_inputs(
         Transform("hash_bucket", "item_id", "item", "i_id_bucket", buckets=ITEM_BUCKETS, role="item_id")
     )
     return tuple(out)
+
+
+def _realtime_inputs(
+    fs: FeatureSet, f: FeatureDef, vals: Sequence[Any], prefix: str, item_attr: str | None,
+    attr_vocab: tuple[str, ...],
+) -> list[Transform]:  # fmt: skip
+    """A real-time feature's inputs, by its aggregate (`vals`: its values on the training rows)."""
+    out: list[Transform] = []
+    if f.aggregate == "count":
+        out.append(Transform("log1p", f.name, f.entity, prefix, default=f.default))
+    elif f.aggregate in ("sum", "mean"):
+        kind = "log1p" if _skewed(vals) else "value"
+        out.append(Transform(kind, f.name, f.entity, prefix, default=f.default))
+    elif f.aggregate == "last_n":
+        of = "item_id" if f.entity == "user" else "user_id"
+        out.append(Transform("contains", f.name, f.entity, f"{prefix}_has", of=of, default=f.default))
+        if f.entity == "user":  # the user's recent items, for the family's history embedding
+            length = min(f.n, MAX_HISTORY)
+            out.append(Transform("id_sequence", f.name, "user", f"{prefix}_ids", buckets=ITEM_BUCKETS,
+                                 length=length, default=f.default, role="history"))  # fmt: skip
+    elif f.aggregate == "count_by" and f.by is not None:
+        other_default = fs.by_name[f.by].default
+        out.append(
+            Transform("share", f.name, f.entity, f"{prefix}_share", of=f.by, default=f.default,
+                      of_default=other_default)
+        )  # fmt: skip
+        if f.entity == "user" and f.by == item_attr and f.name == (fs.roles.affinity or f.name):
+            vocab = attr_vocab or _map_vocabulary(vals, ())
+            out.append(Transform("distribution", f.name, "user", f"{prefix}_dist", vocabulary=vocab,
+                                 default=f.default, role="intent"))  # fmt: skip
+    return out
 
 
 def transforms_from_card(raw: Sequence[Mapping[str, Any]]) -> tuple[Transform, ...]:

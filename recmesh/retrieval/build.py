@@ -346,6 +346,21 @@ class Tuned:
     candidates: dict[str, list[str]] = field(default_factory=dict)  # per tuning user: the fused lists, 200
 
 
+@dataclass(frozen=True)
+class _TuningSplit:
+    """What every try on the tuning split ranks against: the held-out users (those
+    with a history: `targets`), the popularity list that fills, `depth` items a list."""
+
+    hold: Holdout
+    targets: dict[str, str]
+    popular: list[str]
+    seeds_seen: bool  # no recall.seen: a user's seeds are never recommended to them
+    depth: int
+
+    def rank_all(self, table: NeighbourTable, decay: float) -> dict[str, list[str]]:
+        return _rank_all(table, self.hold, decay, self.depth, self.popular, self.seeds_seen)
+
+
 def _rank_all(
     table: NeighbourTable, hold: Holdout, decay: float, k: int, popular: Sequence[str], seeds_seen: bool
 ) -> dict[str, list[str]]:
@@ -382,29 +397,13 @@ def tune(events: Sequence[Event], cfg: BuildConfig, is_target: Sequence[bool], u
         pop_count = np.bincount(data.items, weights=data.weights, minlength=data.n_items)
         popular = [data.item_ids[int(i)] for i in np.lexsort((np.arange(data.n_items), -pop_count))[:500]]
     depth = 200  # each source's list fused (the ranker's recall_per_source is 100 to 200)
-    best_lists: dict[str, dict[str, list[str]]] = {}
     targets = {u: t for u, t in hold.targets.items() if u in hold.history}
+    split = _TuningSplit(hold, targets, popular, seeds_seen, depth)
+    best_lists: dict[str, dict[str, list[str]]] = {}
     if "knn" in cfg.methods:
-        table = knn_table(data, cfg.previous, cfg.neighbours)
-        scored = {d: _rank_all(table, hold, d, depth, popular, seeds_seen) for d in DECAYS}
-        best = max(DECAYS, key=lambda d: (ndcg(scored[d], targets), d))
-        out.decay["knn"], best_lists["knn"] = best, scored[best]
-        out.ndcg["knn"] = round(ndcg(scored[best], targets), 4)
-        progress(f"  tuned item-kNN on {len(targets)} users: seed decay {best} (NDCG@10 {out.ndcg['knn']})")
+        best_lists["knn"] = _tune_knn(data, cfg, split, out, progress)
     if "ease" in cfg.methods:
-        keep = ease_items(data, cfg.ease_items)
-        g = gram(data, keep)
-        ids = [data.item_ids[int(i)] for i in keep]
-        mean_count = float(np.mean(np.diag(g))) or 1.0
-        results: dict[tuple[float, float], dict[str, list[str]]] = {}
-        for factor in LAMBDA_FACTORS:
-            table = NeighbourTable.from_dense(ids, ease_weights(g, factor * mean_count), cfg.neighbours)
-            for d in DECAYS:
-                results[(factor * mean_count, d)] = _rank_all(table, hold, d, depth, popular, seeds_seen)
-        lam, d = max(results, key=lambda key: (ndcg(results[key], targets), key))
-        out.ease_lambda, out.decay["ease"], best_lists["ease"] = lam, d, results[(lam, d)]
-        out.ndcg["ease"] = round(ndcg(results[(lam, d)], targets), 4)
-        progress(f"  tuned EASE: lambda {lam:.1f}, seed decay {d} (NDCG@10 {out.ndcg['ease']})")
+        best_lists["ease"] = _tune_ease(data, cfg, split, out, progress)
     best_lists["popular"] = {
         u: [p for p in popular if p not in hold.seen.get(u, set(h))][:depth] for u, h in hold.history.items()
     }
@@ -412,6 +411,53 @@ def tune(events: Sequence[Event], cfg: BuildConfig, is_target: Sequence[bool], u
         best_lists["revisit"] = {
             u: [i for i in h if i not in hold.seen.get(u, ())][:depth] for u, h in hold.history.items()
         }
+    _tune_head_fusion(best_lists, targets, out, progress)
+    names = list(best_lists)
+    full = {u: {n: best_lists[n].get(u, []) for n in names} for u in targets}
+    _tune_depth_fusion(full, names, targets, depth, out, progress)
+    out.hold = hold
+    out.candidates = {u: rrf_head_tail(full[u], out.fusion, out.fusion_depth)[:depth] for u in targets}
+    return out
+
+
+def _tune_knn(
+    data: Interactions, cfg: BuildConfig, split: _TuningSplit, out: Tuned, progress: Progress
+) -> dict[str, list[str]]:
+    """item-kNN's seed decay (into `out`); the lists it ranks with it."""
+    targets = split.targets
+    table = knn_table(data, cfg.previous, cfg.neighbours)
+    scored = {d: split.rank_all(table, d) for d in DECAYS}
+    best = max(DECAYS, key=lambda d: (ndcg(scored[d], targets), d))
+    out.decay["knn"] = best
+    out.ndcg["knn"] = round(ndcg(scored[best], targets), 4)
+    progress(f"  tuned item-kNN on {len(targets)} users: seed decay {best} (NDCG@10 {out.ndcg['knn']})")
+    return scored[best]
+
+
+def _tune_ease(
+    data: Interactions, cfg: BuildConfig, split: _TuningSplit, out: Tuned, progress: Progress
+) -> dict[str, list[str]]:
+    """EASE's lambda and seed decay (into `out`); the lists it ranks with them."""
+    keep = ease_items(data, cfg.ease_items)
+    g = gram(data, keep)
+    ids = [data.item_ids[int(i)] for i in keep]
+    mean_count = float(np.mean(np.diag(g))) or 1.0
+    results: dict[tuple[float, float], dict[str, list[str]]] = {}
+    for factor in LAMBDA_FACTORS:
+        table = NeighbourTable.from_dense(ids, ease_weights(g, factor * mean_count), cfg.neighbours)
+        for d in DECAYS:
+            results[(factor * mean_count, d)] = split.rank_all(table, d)
+    lam, d = max(results, key=lambda key: (ndcg(results[key], split.targets), key))
+    out.ease_lambda, out.decay["ease"] = lam, d
+    out.ndcg["ease"] = round(ndcg(results[(lam, d)], split.targets), 4)
+    progress(f"  tuned EASE: lambda {lam:.1f}, seed decay {d} (NDCG@10 {out.ndcg['ease']})")
+    return results[(lam, d)]
+
+
+def _tune_head_fusion(
+    best_lists: dict[str, dict[str, list[str]]], targets: dict[str, str], out: Tuned, progress: Progress
+) -> None:
+    """The fusion weights (FUSION_GRID per source) with the best NDCG@10, into `out`."""
     names = list(best_lists)
     grid = [dict(zip(names, ws, strict=True)) for ws in itertools.product(FUSION_GRID, repeat=len(names))
             if any(w > 0 for w in ws)]  # fmt: skip
@@ -429,9 +475,18 @@ def tune(events: Sequence[Event], cfg: BuildConfig, is_target: Sequence[bool], u
     out.ndcg["popular"] = round(ndcg(best_lists["popular"], targets), 4)
     progress(f"  learnt fusion weights {out.fusion} (NDCG@10 {out.ndcg['fused']})")
 
-    # Past the head: the weights that put the target among the first `depth` most
-    # often (the head's weights and each table alone among the tries).
-    full = {u: {n: best_lists[n].get(u, []) for n in names} for u in targets}
+
+def _tune_depth_fusion(
+    full: dict[str, dict[str, list[str]]],
+    names: list[str],
+    targets: dict[str, str],
+    depth: int,
+    out: Tuned,
+    progress: Progress,
+) -> None:
+    """Past the head: the weights that put the target among the first `depth` most
+    often (the head's weights and each table alone among the tries), into `out`.
+    `full`: per user, each source's list (`names`: the sources)."""
     head = {u: rrf(full[u], out.fusion) for u in targets}
 
     def reach(ws: Mapping[str, float]) -> float:
@@ -457,6 +512,3 @@ def tune(events: Sequence[Event], cfg: BuildConfig, is_target: Sequence[bool], u
     out.ndcg[f"fused_recall@{depth}"] = round(best_reach, 4)
     progress(f"  past the first {FUSION_HEAD}: weights {out.fusion_depth or out.fusion} (target among "
              f"the first {depth}: {best_reach:.3f}; with the head's weights {base:.3f})")  # fmt: skip
-    out.hold = hold
-    out.candidates = {u: rrf_head_tail(full[u], out.fusion, out.fusion_depth)[:depth] for u in targets}
-    return out

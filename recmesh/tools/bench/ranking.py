@@ -27,6 +27,7 @@ import asyncio
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +50,7 @@ from recmesh.tools.training.ranking import (
     RecallAt,
     SequentialKnn,
     Split,
+    Target,
     first_k,
     rank_of,
 )
@@ -135,6 +137,130 @@ def _fill(ranked: list[str], popular: list[str], k: int) -> list[str]:
     return ranked[:k] + [p for p in popular if p not in ranked[:k]][: max(0, k - len(ranked))]
 
 
+Rankings = dict[str, tuple[list[str], list[str]]]  # ranking -> (its first k, its full list)
+
+
+@dataclass
+class _Baselines:
+    """The rankings measured beside the mesh's, fed the same replayed events:
+    popularity, item-kNN over past sequences, each user's recent items (with
+    recall.seen declared: those not seen, then popular), the recall version's
+    learnt tables on their own and fused."""
+
+    pop: Popularity
+    knn_past: SequentialKnn
+    hist: Histories
+    revisit: bool  # recall.seen declared: what a user only viewed may be recommended
+    recall: files.RecallVersion | None
+    tables: list[str]
+
+    @classmethod
+    def of(cls, fs: FeatureSet, recall: files.RecallVersion | None) -> _Baselines:
+        rule = LabelRule.of(fs)
+        learnt = fs.roles.learnt_behaviors or dict.fromkeys(rule.examples, 1.0)
+        return cls(
+            Popularity(fs.roles.popularity_behaviors or rule.examples),
+            SequentialKnn(learnt),
+            Histories(learnt, fs.roles.history_cap or 50),
+            fs.roles.seen is not None,
+            recall,
+            sorted(recall.tables) if recall is not None else [],
+        )
+
+    def names(self) -> list[str]:
+        """Every ranking measured, the mesh's first."""
+        names = ["served", "recall_alone", "popularity", "item_knn", *(["recent"] if self.revisit else []),
+                 *[f"offline_{t}" for t in self.tables]]  # fmt: skip
+        if self.recall is not None and self.recall.card.get("fusion"):
+            names.append("offline_learnt_fused")
+        return names
+
+    def add(self, batch: Sequence[Event]) -> None:
+        for feed in (self.pop, self.knn_past, self.hist):
+            feed.add(batch)
+
+    def rank(self, user_id: str, history: set[str], k: int) -> tuple[Rankings, dict[str, list[str]]]:
+        """(name -> (first k, full list)) of each baseline, and the lists whose
+        recall@N is reported (item-kNN, popularity, the learnt tables)."""
+        got: Rankings = {}
+        popular = self.pop.top(RECALL_DEPTH, history)
+        got["popularity"] = (popular[:k], popular)
+        knn_list = self.knn_past.top(user_id, RECALL_DEPTH, history, self.pop)
+        got["item_knn"] = (knn_list[:k], knn_list)
+        seeds = self.hist.items.get(user_id, [])
+        again = [i for i in seeds if i not in history] if self.revisit else []
+        if self.revisit:
+            recent = again + [p for p in popular if p not in again]
+            got["recent"] = (recent[:k], recent)
+        offline = _offline_lists(self.recall, seeds, frozenset(history), popular, again)
+        for t in (*self.tables, "learnt_fused"):
+            if t in offline:
+                got[f"offline_{t}"] = (_fill(offline[t], popular, k), offline[t])
+        return got, {"item_knn (past only)": knn_list, "popularity": popular, **offline}
+
+
+@dataclass
+class _Tally:
+    """The figures so far: quality per ranking and history group, where the
+    target sits in each candidate list, the mesh's degradations."""
+
+    quality: dict[str, dict[str, Quality]]
+    recall_at: dict[str, RecallAt] = field(
+        default_factory=lambda: {"fused (online, recall alone)": RecallAt()}
+    )
+    degraded: dict[str, Counter[str]] = field(
+        default_factory=lambda: {"served": Counter(), "recall_alone": Counter()}
+    )
+    cold_items: int = 0  # targets on items the learnt tables do not hold
+
+    def add(
+        self, target: Target, group: str, history: set[str], got: Rankings, lists: dict[str, list[str]]
+    ) -> None:
+        for name, (top, full) in got.items():
+            for g in ("all", group):
+                self.quality[name][g].add(target.item_id, top, full)
+        online = [i for i in got["recall_alone"][1] if i not in history]
+        self.recall_at["fused (online, recall alone)"].add(rank_of(target.item_id, online))
+        for name, ranked in lists.items():
+            self.recall_at.setdefault(name, RecallAt()).add(rank_of(target.item_id, ranked))
+
+    def hr_so_far(self) -> str:
+        return ", ".join(f"{name} {q['all'].hr:.3f}" for name, q in self.quality.items())
+
+    def to_json(self) -> dict[str, Any]:
+        quality = self.quality
+        return {
+            **{name: q["all"].to_json() for name, q in quality.items()},
+            "by_history": {
+                g: {name: q[g].to_json() for name, q in quality.items()} for g in ("short", "long")
+            },
+            "recall_at": {name: r.to_json() for name, r in self.recall_at.items()},
+            "degraded": {name: dict(c.most_common()) for name, c in self.degraded.items()},
+        }
+
+
+async def _mesh_rankings(
+    ranker: RankerClient, target: Target, history: set[str], k: int, budget_s: float, tally: _Tally
+) -> Rankings:
+    """The served ranking and recall alone for one target: (first k, full list) each."""
+    got: Rankings = {}
+    for name, skip in (("served", ()), ("recall_alone", ("inference",))):
+        # recall alone: every candidate (its list is the fused recall order)
+        count = min(RANK_MAX, k + len(history)) if name == "served" else RANK_MAX
+        ranked, notes = await _ranking(ranker, target.user_id, count, target.as_of_ms, skip, budget_s)
+        tally.degraded[name].update(notes)
+        got[name] = (first_k(ranked, history, k), ranked)
+    return got
+
+
+def _before(events: Sequence[Event], start: int, t_ms: int) -> int:
+    """The index of the first event from `start` on at or after `t_ms`."""
+    upto = start
+    while upto < len(events) and events[upto].event_time < t_ms:
+        upto += 1
+    return upto
+
+
 async def _replay_and_rank(
     fs: FeatureSet,
     split: Split,
@@ -148,79 +274,34 @@ async def _replay_and_rank(
     from services.feature.store import FeatureStore
     from services.feature.writer import EventWriter
 
-    rule = LabelRule.of(fs)
-    pop = Popularity(fs.roles.popularity_behaviors or rule.examples)
-    learnt = fs.roles.learnt_behaviors or dict.fromkeys(rule.examples, 1.0)
-    knn_past = SequentialKnn(learnt)
-    hist = Histories(learnt, fs.roles.history_cap or 50)
-    tables = sorted(recall.tables) if recall is not None else []
-    # With recall.seen declared, what a user only viewed may be recommended: the
-    # baseline every shop has, their recent items not bought, comes first.
-    revisit = fs.roles.seen is not None
-    names = ["served", "recall_alone", "popularity", "item_knn", *(["recent"] if revisit else []),
-             *[f"offline_{t}" for t in tables]]  # fmt: skip
-    if recall is not None and recall.card.get("fusion"):
-        names.append("offline_learnt_fused")
-    quality = {n: {g: Quality(k) for g in GROUPS} for n in names}
-    recall_at: dict[str, RecallAt] = {"fused (online, recall alone)": RecallAt()}
-    degraded: dict[str, Counter[str]] = {"served": Counter(), "recall_alone": Counter()}
+    base = _Baselines.of(fs, recall)
+    tally = _Tally({n: {g: Quality(k) for g in GROUPS} for n in base.names()})
     budget_s = configured_classes()[SLO_CLASS].budget_ms / 1000
     client = connect(redis_url, 8)
     writer = EventWriter(client, fs, FeatureStore(client, fs).offline.attributes)
     ranker = RankerClient(ranker_addr, "ranking-eval", plaintext=True)
     events, written, replay_s, rank_s = split.training, 0, 0.0, 0.0
-    cold_items = 0
     try:
         for n, target in enumerate(split.targets):
             t0 = time.perf_counter()
-            upto = written
-            while upto < len(events) and events[upto].event_time < target.event_time:
-                upto += 1
+            upto = _before(events, written, target.event_time)
             batch = events[written:upto]
             await _write(writer, batch)
-            for feed in (pop, knn_past, hist):
-                feed.add(batch)
+            base.add(batch)
             written = upto
             t1 = time.perf_counter()
             history = split.history[target.user_id]
-            group = "short" if hist.events[target.user_id] < SHORT_HISTORY else "long"
-            got: dict[str, tuple[list[str], list[str]]] = {}
-            for name, skip in (("served", ()), ("recall_alone", ("inference",))):
-                # recall alone: every candidate (its list is the fused recall order)
-                count = min(RANK_MAX, k + len(history)) if name == "served" else RANK_MAX
-                ranked, notes = await _ranking(ranker, target.user_id, count, target.as_of_ms, skip, budget_s)
-                degraded[name].update(notes)
-                got[name] = (first_k(ranked, history, k), ranked)
-            popular = pop.top(RECALL_DEPTH, history)
-            got["popularity"] = (popular[:k], popular)
-            knn_list = knn_past.top(target.user_id, RECALL_DEPTH, history, pop)
-            got["item_knn"] = (knn_list[:k], knn_list)
-            seeds = hist.items.get(target.user_id, [])
-            again = [i for i in seeds if i not in history] if revisit else []
-            if revisit:
-                recent = again + [p for p in popular if p not in again]
-                got["recent"] = (recent[:k], recent)
-            offline = _offline_lists(recall, seeds, frozenset(history), popular, again)
-            for t in (*tables, "learnt_fused"):
-                if t in offline:
-                    got[f"offline_{t}"] = (_fill(offline[t], popular, k), offline[t])
-            for name, (top, full) in got.items():
-                for g in ("all", group):
-                    quality[name][g].add(target.item_id, top, full)
-            online = [i for i in got["recall_alone"][1] if i not in history]
-            recall_at["fused (online, recall alone)"].add(rank_of(target.item_id, online))
-            lists = {"item_knn (past only)": knn_list, "popularity": popular, **offline}
-            for name, ranked in lists.items():
-                recall_at.setdefault(name, RecallAt()).add(rank_of(target.item_id, ranked))
+            group = "short" if base.hist.events[target.user_id] < SHORT_HISTORY else "long"
+            got = await _mesh_rankings(ranker, target, history, k, budget_s, tally)
+            baselines, lists = base.rank(target.user_id, history, k)
+            tally.add(target, group, history, got | baselines, lists)
             if recall is not None and not any(target.item_id in t.row_of for t in recall.tables.values()):
-                cold_items += 1
+                tally.cold_items += 1
             replay_s += t1 - t0
             rank_s += time.perf_counter() - t1
             if (n + 1) % max(1, len(split.targets) // 10) == 0 or n + 1 == len(split.targets):
-                so_far = ", ".join(f"{name} {q['all'].hr:.3f}" for name, q in quality.items())
-                progress(
-                    f"  ranked {n + 1}/{len(split.targets)} ({written:,} events replayed): HR@{k} {so_far}"
-                )
+                progress(f"  ranked {n + 1}/{len(split.targets)} ({written:,} events replayed): "
+                         f"HR@{k} {tally.hr_so_far()}")  # fmt: skip
     finally:
         await ranker.close()
         await client.aclose()
@@ -234,11 +315,8 @@ async def _replay_and_rank(
         "replay_s": round(replay_s, 1),
         "rank_s": round(rank_s, 1),
         "recall_version": None if recall is None else recall.version,
-        "targets_on_items_outside_the_tables": cold_items,
-        **{name: q["all"].to_json() for name, q in quality.items()},
-        "by_history": {g: {name: q[g].to_json() for name, q in quality.items()} for g in ("short", "long")},
-        "recall_at": {name: r.to_json() for name, r in recall_at.items()},
-        "degraded": {name: dict(c.most_common()) for name, c in degraded.items()},
+        "targets_on_items_outside_the_tables": tally.cold_items,
+        **tally.to_json(),
     }
 
 

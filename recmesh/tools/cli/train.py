@@ -135,11 +135,11 @@ def _from_log(args: argparse.Namespace, fs: Any, model_dir: Path, say: Any) -> _
     part, the model going to the ranking state), and learnt retrieval from the
     same events when the repository declares it."""
     from recmesh.features.eventlog import sorted_events
-    from recmesh.tools.cli.data import catalog_tables
+    from recmesh.features.offline import read_catalog
     from recmesh.tools.training.train import build_dataset
 
     target = _target(fs, args.target)  # a wrong one is refused before the log is read
-    users, items = catalog_tables(fs, args.users, args.items)
+    users, items = read_catalog(fs, args.users, args.items)
     say(f"replaying {args.events} through repository {fs.name!r} ({fs.version}) for training rows ...")
     logged_all = list(sorted_events(Path(args.events), fs.event_schema))
     events = iter(logged_all)

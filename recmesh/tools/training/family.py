@@ -47,7 +47,7 @@ Training is mini-batch Adam in NumPy, deterministic under a seed.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -437,17 +437,57 @@ def variant_weights(model: Family, v: Variant) -> dict[str, F32]:
     return w
 
 
+@dataclass
+class _Graph:
+    """An ONNX graph as it is built: nodes and initialisers in order, reading `input_name`."""
+
+    input_name: str
+    nodes: list[onnx.NodeProto] = field(default_factory=list)
+    inits: list[onnx.TensorProto] = field(default_factory=list)
+
+    def const(self, name: str, value: npt.NDArray[Any]) -> None:
+        self.inits.append(numpy_helper.from_array(value, name))
+
+    def columns(self, name: str, cols: Sequence[int]) -> None:
+        """An index initialiser `name` for Gather-ing these input columns."""
+        self.const(name, np.array(cols, np.int64))
+
+
 def to_onnx(
     model: Family, v: Variant, input_name: str = "features", output_name: str = "score"
 ) -> onnx.ModelProto:
     """The variant as a standalone graph over the full input row (callers
     always send every column; the graph reads the ones it uses)."""
     layout = model.layout
-    w = variant_weights(model, v)
-    keep = [layout.columns.index(c) for c in v.dense]
-    inits = [numpy_helper.from_array(a, k) for k, a in w.items()]
+    g = _Graph(input_name)
+    for k, a in variant_weights(model, v).items():
+        g.const(k, a)
+    _dense_and_id(g, layout, v)
+    item = _item_vector(g, layout)
+    last = "h_sum"
+    if v.cross and layout.has_intent:
+        last = _intent_cross(g, layout, item, last)
+    if v.cross and layout.has_history:
+        last = _history_cross(g, layout, item, last)
+    _output(g, last, output_name)
+    graph = helper.make_graph(
+        g.nodes,
+        f"recmesh_ctr_level{v.level}",
+        [helper.make_tensor_value_info(input_name, TensorProto.FLOAT, ["batch", len(layout.columns)])],
+        [helper.make_tensor_value_info(output_name, TensorProto.FLOAT, ["batch"])],
+        initializer=g.inits,
+    )
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    proto.ir_version = 8
+    onnx.checker.check_model(proto)
+    return proto
+
+
+def _dense_and_id(g: _Graph, layout: Layout, v: Variant) -> None:
+    """The shared constants; the variant's dense columns standardised into their
+    first-layer term `h_dense`; the item id's embedding row `v_id`."""
     consts: dict[str, npt.NDArray[Any]] = {
-        "dense_idx": np.array(keep, np.int64),
+        "dense_idx": np.array([layout.columns.index(c) for c in v.dense], np.int64),
         "id_idx": np.array([layout.id_col or 0], np.int64),
         "id_max": np.array(layout.buckets - 1, np.float32),
         "zero": np.array(0.0, np.float32),
@@ -455,26 +495,33 @@ def to_onnx(
         "flat": np.array([-1], np.int64),
         "sum_axis": np.array([1], np.int64),
     }
-    inits += [numpy_helper.from_array(a, k) for k, a in consts.items()]
+    for k, a in consts.items():
+        g.const(k, a)
     node = helper.make_node
-    nodes = [
-        node("Gather", [input_name, "dense_idx"], ["dense"], axis=1),
+    g.nodes += [
+        node("Gather", [g.input_name, "dense_idx"], ["dense"], axis=1),
         node("Sub", ["dense", "mean"], ["centered"]),
         node("Div", ["centered", "std"], ["scaled"]),
         node("MatMul", ["scaled", "w_dense"], ["h_dense"]),
         # The item id's bucket -> an embedding row (clipped into range, never an error).
-        node("Gather", [input_name, "id_idx"], ["id_f"], axis=1),
+        node("Gather", [g.input_name, "id_idx"], ["id_f"], axis=1),
         node("Clip", ["id_f", "zero", "id_max"], ["id_c"]),
         node("Cast", ["id_c"], ["id_i"], to=TensorProto.INT64),
         node("Reshape", ["id_i", "flat"], ["ids"]),
         node("Gather", ["e_item", "ids"], ["v_id"], axis=0),
     ]
+
+
+def _item_vector(g: _Graph, layout: Layout) -> str:
+    """The item vector (the id's row, plus the attribute rows' mean when there is
+    an attribute) and the first layer's sum `h_sum` so far; returns the item's name."""
+    node = helper.make_node
     item = "v_id"
     if layout.attr_cols:
-        inits.append(numpy_helper.from_array(np.array(layout.attr_cols, np.int64), "attr_idx"))
-        nodes += [
+        g.columns("attr_idx", layout.attr_cols)
+        g.nodes += [
             # The attribute's (multi-)hot columns average their embedding rows.
-            node("Gather", [input_name, "attr_idx"], ["attr"], axis=1),
+            node("Gather", [g.input_name, "attr_idx"], ["attr"], axis=1),
             node("ReduceSum", ["attr", "sum_axis"], ["attr_n"], keepdims=1),
             node("Max", ["attr_n", "one"], ["attr_d"]),
             node("Div", ["attr", "attr_d"], ["attr_w"]),
@@ -482,49 +529,60 @@ def to_onnx(
             node("Add", ["v_id", "v_cat"], ["item"]),
         ]
         item = "item"
-    nodes += [
+    g.nodes += [
         node("MatMul", [item, "w_item"], ["h_item"]),
         node("Add", ["h_dense", "h_item"], ["h_sum"]),
     ]
-    last = "h_sum"
-    if v.cross and layout.has_intent:
-        inits.append(numpy_helper.from_array(np.array(layout.intent_cols, np.int64), "intent_idx"))
-        nodes += [
-            node("Gather", [input_name, "intent_idx"], ["shares"], axis=1),
-            node("MatMul", ["shares", "u_cat"], ["user"]),
-            node("Mul", ["user", item], ["ui"]),
-            node("ReduceSum", ["ui", "sum_axis"], ["cross"], keepdims=1),
-            node("MatMul", ["cross", "w_cross"], ["h_cross"]),
-            node("Add", [last, "h_cross"], ["h_all"]),
-        ]
-        last = "h_all"
-    if v.cross and layout.has_history:
-        inits += [
-            numpy_helper.from_array(np.array(layout.history_cols, np.int64), "hist_idx"),
-            numpy_helper.from_array(np.array([2], np.int64), "last_axis"),
-        ]
-        nodes += [
-            # The recent items' buckets (-1 past the end): present ones weigh
-            # 1/count, absent ones 0; their id embeddings averaged into h.
-            node("Gather", [input_name, "hist_idx"], ["hist_f"], axis=1),
-            node("GreaterOrEqual", ["hist_f", "zero"], ["hist_on"]),
-            node("Cast", ["hist_on"], ["hist_m"], to=TensorProto.FLOAT),
-            node("ReduceSum", ["hist_m", "sum_axis"], ["hist_n"], keepdims=1),
-            node("Max", ["hist_n", "one"], ["hist_d"]),
-            node("Div", ["hist_m", "hist_d"], ["hist_w"]),
-            node("Clip", ["hist_f", "zero", "id_max"], ["hist_c"]),
-            node("Cast", ["hist_c"], ["hist_i"], to=TensorProto.INT64),
-            node("Gather", ["e_item", "hist_i"], ["hist_e"], axis=0),  # (batch, positions, d)
-            node("Unsqueeze", ["hist_w", "last_axis"], ["hist_w3"]),
-            node("Mul", ["hist_e", "hist_w3"], ["hist_we"]),
-            node("ReduceSum", ["hist_we", "sum_axis"], ["hist"], keepdims=0),
-            node("Mul", ["hist", item], ["hi"]),
-            node("ReduceSum", ["hi", "sum_axis"], ["hcross"], keepdims=1),
-            node("MatMul", ["hcross", "w_hcross"], ["h_hcross"]),
-            node("Add", [last, "h_hcross"], ["h_all2"]),
-        ]
-        last = "h_all2"
-    nodes += [
+    return item
+
+
+def _intent_cross(g: _Graph, layout: Layout, item: str, last: str) -> str:
+    """<u, v>: the user-intent vector against the item's, added to `last`."""
+    node = helper.make_node
+    g.columns("intent_idx", layout.intent_cols)
+    g.nodes += [
+        node("Gather", [g.input_name, "intent_idx"], ["shares"], axis=1),
+        node("MatMul", ["shares", "u_cat"], ["user"]),
+        node("Mul", ["user", item], ["ui"]),
+        node("ReduceSum", ["ui", "sum_axis"], ["cross"], keepdims=1),
+        node("MatMul", ["cross", "w_cross"], ["h_cross"]),
+        node("Add", [last, "h_cross"], ["h_all"]),
+    ]
+    return "h_all"
+
+
+def _history_cross(g: _Graph, layout: Layout, item: str, last: str) -> str:
+    """<h, v>: the recent items' mean id embedding against the item's, added to `last`."""
+    node = helper.make_node
+    g.columns("hist_idx", layout.history_cols)
+    g.const("last_axis", np.array([2], np.int64))
+    g.nodes += [
+        # The recent items' buckets (-1 past the end): present ones weigh
+        # 1/count, absent ones 0; their id embeddings averaged into h.
+        node("Gather", [g.input_name, "hist_idx"], ["hist_f"], axis=1),
+        node("GreaterOrEqual", ["hist_f", "zero"], ["hist_on"]),
+        node("Cast", ["hist_on"], ["hist_m"], to=TensorProto.FLOAT),
+        node("ReduceSum", ["hist_m", "sum_axis"], ["hist_n"], keepdims=1),
+        node("Max", ["hist_n", "one"], ["hist_d"]),
+        node("Div", ["hist_m", "hist_d"], ["hist_w"]),
+        node("Clip", ["hist_f", "zero", "id_max"], ["hist_c"]),
+        node("Cast", ["hist_c"], ["hist_i"], to=TensorProto.INT64),
+        node("Gather", ["e_item", "hist_i"], ["hist_e"], axis=0),  # (batch, positions, d)
+        node("Unsqueeze", ["hist_w", "last_axis"], ["hist_w3"]),
+        node("Mul", ["hist_e", "hist_w3"], ["hist_we"]),
+        node("ReduceSum", ["hist_we", "sum_axis"], ["hist"], keepdims=0),
+        node("Mul", ["hist", item], ["hi"]),
+        node("ReduceSum", ["hi", "sum_axis"], ["hcross"], keepdims=1),
+        node("MatMul", ["hcross", "w_hcross"], ["h_hcross"]),
+        node("Add", [last, "h_hcross"], ["h_all2"]),
+    ]
+    return "h_all2"
+
+
+def _output(g: _Graph, last: str, output_name: str) -> None:
+    """Bias, ReLU, the output layer and a sigmoid: one score per row."""
+    node = helper.make_node
+    g.nodes += [
         node("Add", [last, "b1"], ["h_pre"]),
         node("Relu", ["h_pre"], ["h"]),
         node("MatMul", ["h", "w_out"], ["z_mm"]),
@@ -532,17 +590,6 @@ def to_onnx(
         node("Sigmoid", ["z"], ["prob"]),
         node("Reshape", ["prob", "flat"], [output_name]),
     ]
-    graph = helper.make_graph(
-        nodes,
-        f"recmesh_ctr_level{v.level}",
-        [helper.make_tensor_value_info(input_name, TensorProto.FLOAT, ["batch", len(layout.columns)])],
-        [helper.make_tensor_value_info(output_name, TensorProto.FLOAT, ["batch"])],
-        initializer=inits,
-    )
-    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    proto.ir_version = 8
-    onnx.checker.check_model(proto)
-    return proto
 
 
 def weight_bytes(model: Family, v: Variant) -> int:

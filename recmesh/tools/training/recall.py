@@ -133,21 +133,7 @@ def build(
             f"no event of the learnt behaviours {sorted(cfg.behaviors)} in the log: nothing to learn from "
             "(recall.learnt.behaviors in the repository names them)"
         )
-    tables: dict[str, NeighbourTable] = {}
-    sources: dict[str, dict[str, Any]] = {}
-    if "knn" in cfg.methods:
-        t0 = time.perf_counter()
-        tables["knn"] = rb.knn_table(data, cfg.previous, cfg.neighbours)
-        sources["knn"] = {"decay": tuned.decay.get("knn", 1.0), "previous": cfg.previous,
-                          "build_s": round(time.perf_counter() - t0, 2)}  # fmt: skip
-    if "ease" in cfg.methods and cfg.ease_items > 1:
-        t0 = time.perf_counter()
-        lam = tuned.ease_lambda or float(rb.gram(data, rb.ease_items(data, cfg.ease_items)).diagonal().mean())
-        tables["ease"] = rb.ease_table(data, lam, cfg.neighbours, cfg.ease_items)
-        sources["ease"] = {"decay": tuned.decay.get("ease", 1.0), "lambda": round(lam, 3),
-                           "build_s": round(time.perf_counter() - t0, 2)}  # fmt: skip
-    for name, table in tables.items():
-        sources[name] |= {"items": len(table), "entries": len(table.indices), "bytes": table.nbytes}
+    tables, sources = _tables(data, cfg, tuned)
     card = {
         "feature_set_version": fs.version,
         "repository": fs.name,
@@ -179,6 +165,29 @@ def build(
     return card, tuned
 
 
+def _tables(
+    data: rb.Interactions, cfg: rb.BuildConfig, tuned: rb.Tuned
+) -> tuple[dict[str, NeighbourTable], dict[str, dict[str, Any]]]:
+    """The configured tables built on every event, with the tuned settings; each
+    one's card entry (its settings, size and build time)."""
+    tables: dict[str, NeighbourTable] = {}
+    sources: dict[str, dict[str, Any]] = {}
+    if "knn" in cfg.methods:
+        t0 = time.perf_counter()
+        tables["knn"] = rb.knn_table(data, cfg.previous, cfg.neighbours)
+        sources["knn"] = {"decay": tuned.decay.get("knn", 1.0), "previous": cfg.previous,
+                          "build_s": round(time.perf_counter() - t0, 2)}  # fmt: skip
+    if "ease" in cfg.methods and cfg.ease_items > 1:
+        t0 = time.perf_counter()
+        lam = tuned.ease_lambda or float(rb.gram(data, rb.ease_items(data, cfg.ease_items)).diagonal().mean())
+        tables["ease"] = rb.ease_table(data, lam, cfg.neighbours, cfg.ease_items)
+        sources["ease"] = {"decay": tuned.decay.get("ease", 1.0), "lambda": round(lam, 3),
+                           "build_s": round(time.perf_counter() - t0, 2)}  # fmt: skip
+    for name, table in tables.items():
+        sources[name] |= {"items": len(table), "entries": len(table.indices), "bytes": table.nbytes}
+    return tables, sources
+
+
 # The final order's weight on the recall order against the model's
 # (services/ranker/policy.blend_orders), tried by `tune_blend`: 0 is the model's
 # order, 32 all but the recall order.
@@ -206,17 +215,50 @@ def tune_blend(
     targets: it is trained without the tuning users' held-out parts. The blend
     goes into the card of `recall_version` under `model_dir`.
     """
+    hold = tuned.hold
+    if hold is None or not tuned.candidates:
+        return {}
+    started = time.perf_counter()
+    version, scored = _probe_scores(fs, hold, tuned.candidates, users, items, probe_dir)
+    targets = {u: hold.targets[u] for u in scored}
+    ndcg = _blend_ndcg(scored, targets)
+    top = max(BLEND_GRID, key=lambda w: (round(ndcg[w], 6), -w))
+    # A shortfall smaller than one target's whole gain (1 / users) is a tie, and
+    # a tie goes to the least recall weight (the most say for the model, which
+    # also sees the real-time features the split cannot show). A stricter rule,
+    # the least weight within one standard error, cost NDCG@10 on two of three
+    # data sets (docs/models.md).
+    best = next(w for w in BLEND_GRID if ndcg[top] - ndcg[w] < 1.0 / len(scored))
+    progress(
+        f"  blend of the model's order with the recall order, NDCG@10 on {len(targets)} tuning users: "
+        + ", ".join(f"{w:g}: {v:.4f}" for w, v in ndcg.items())
+        + f" -> {best:g} (best {top:g}; the least within one target's gain; "
+        f"{time.perf_counter() - started:.1f} s)"
+    )
+    tuning = {"model_version": version, "users": len(targets), "best": top,
+              "rule": "the least within 1/users of the best",
+              "ndcg@10": {f"{w:g}": round(v, 4) for w, v in ndcg.items()}}  # fmt: skip
+    changes = {"blend": best, "blend_tuning": tuning}
+    files.update_card(model_dir, recall_version, changes)
+    return changes
+
+
+def _probe_scores(
+    fs: FeatureSet,
+    hold: rb.Holdout,
+    candidates: Mapping[str, list[str]],
+    users: Mapping[str, Mapping[str, Any]],
+    items: Mapping[str, Mapping[str, Any]],
+    probe_dir: Path,
+) -> tuple[str, dict[str, tuple[list[str], list[float]]]]:
+    """(the probe model's version, per tuning user: their candidates and the
+    model's scores for them), from features as of before their held-out part."""
     import onnxruntime as ort
 
     from recmesh.features.backfill import Query, features_as_of
     from recmesh.features.vectorize import Transform, Vectorizer
     from recmesh.modeldir import MODEL_NAME, variant_file
-    from services.ranker.policy import blend_orders
 
-    hold = tuned.hold
-    if hold is None or not tuned.candidates:
-        return {}
-    started = time.perf_counter()
     model_root = probe_dir / MODEL_NAME
     version = (model_root / "CURRENT").read_text().strip()
     card = orjson.loads((model_root / version / "card.json").read_bytes())
@@ -224,14 +266,21 @@ def tune_blend(
     session = ort.InferenceSession(
         str(model_root / version / variant_file(0)), providers=["CPUExecutionProvider"]
     )
-    queries = [Query(u, hold.as_of[u], tuple(c)) for u, c in sorted(tuned.candidates.items()) if c]
+    queries = [Query(u, hold.as_of[u], tuple(c)) for u, c in sorted(candidates.items()) if c]
     scored: dict[str, tuple[list[str], list[float]]] = {}
     for q, uf, rows in features_as_of(fs, hold.training, users, items, queries):
         names = {t.feature for t in vec.transforms if t.entity == "item"}
         x = vec.matrix([uf], {n: [r.get(n) for r in rows] for n in names}, list(q.items), [q.user_id])
         (out,) = session.run(None, {card["input"]["name"]: x.astype(np.float32)})
         scored[q.user_id] = (list(q.items), [float(s) for s in np.asarray(out).reshape(-1)])
-    targets = {u: hold.targets[u] for u in scored}
+    return version, scored
+
+
+def _blend_ndcg(
+    scored: dict[str, tuple[list[str], list[float]]], targets: dict[str, str]
+) -> dict[float, float]:
+    """Per blend weight of BLEND_GRID, the tuning users' mean NDCG@10 of the blended order."""
+    from services.ranker.policy import blend_orders
 
     tuning_users = sorted(scored)
 
@@ -246,26 +295,7 @@ def tune_blend(
         return out
 
     per_user = {w: gains(w) for w in BLEND_GRID}
-    ndcg = {w: float(g.mean()) for w, g in per_user.items()}
-    top = max(BLEND_GRID, key=lambda w: (round(ndcg[w], 6), -w))
-    # A shortfall smaller than one target's whole gain (1 / users) is a tie, and
-    # a tie goes to the least recall weight (the most say for the model, which
-    # also sees the real-time features the split cannot show). A stricter rule,
-    # the least weight within one standard error, cost NDCG@10 on two of three
-    # data sets (docs/models.md).
-    best = next(w for w in BLEND_GRID if ndcg[top] - ndcg[w] < 1.0 / len(tuning_users))
-    progress(
-        f"  blend of the model's order with the recall order, NDCG@10 on {len(targets)} tuning users: "
-        + ", ".join(f"{w:g}: {v:.4f}" for w, v in ndcg.items())
-        + f" -> {best:g} (best {top:g}; the least within one target's gain; "
-        f"{time.perf_counter() - started:.1f} s)"
-    )
-    tuning = {"model_version": version, "users": len(targets), "best": top,
-              "rule": "the least within 1/users of the best",
-              "ndcg@10": {f"{w:g}": round(v, 4) for w, v in ndcg.items()}}  # fmt: skip
-    changes = {"blend": best, "blend_tuning": tuning}
-    files.update_card(model_dir, recall_version, changes)
-    return changes
+    return {w: float(g.mean()) for w, g in per_user.items()}
 
 
 def read_similar(path: Path) -> dict[str, list[tuple[str, float]]]:

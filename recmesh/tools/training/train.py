@@ -177,6 +177,35 @@ def split_by_time(t: np.ndarray, holdout_fraction: float) -> tuple[int, np.ndarr
     return split, t <= split, t > split
 
 
+@dataclass(frozen=True)
+class _Rows:
+    """The dataset's rows split by time: `tr` the training part, `ho` the
+    holdout (the last holdout_fraction, from `split` + 1 ms on), as row masks."""
+
+    x: np.ndarray
+    y: np.ndarray
+    t: np.ndarray
+    w: np.ndarray | None
+    split: int
+    tr: np.ndarray
+    ho: np.ndarray
+
+    @property
+    def w_tr(self) -> np.ndarray | None:
+        return None if self.w is None else self.w[self.tr]
+
+
+@dataclass(frozen=True)
+class _Trained:
+    """The family, its served variants and their holdout AUC, and level 1's
+    holdout AUC at each trained embedding prefix."""
+
+    family: Family
+    variants: tuple[Variant, ...]
+    variant_auc: dict[int, float]
+    prefix_auc: dict[int, float]
+
+
 def train(
     cfg: TrainConfig,
     model_dir: Path,
@@ -191,6 +220,43 @@ def train(
     if dataset is None:
         progress(f"building point-in-time rows ({cfg.sessions} demo sessions over {cfg.hours} h) ...")
         dataset = demo_dataset(fs, cfg)
+    rows = _split_rows(dataset, cfg, fs)
+    y, t = rows.y, rows.t
+    progress(
+        f"{len(y)} rows, {rows.x.shape[1]} input columns, positive rate {y.mean():.3f}; "
+        f"holdout = last {cfg.holdout_fraction:.0%} by time"
+    )
+    layout = Layout.of(dataset.transforms)
+    l2 = fs.decl.training.embedding_l2 if fs.decl.training else EMBEDDING_L2_DEFAULT
+    trained = _train_variants(cfg, layout, rows, l2, progress)
+    auc_full, prefix_auc = trained.variant_auc[0], trained.prefix_auc
+    auc_base = _offline_baseline(cfg, fs, dataset.transforms, layout, rows, l2, progress)
+    card = export(
+        trained.family, trained.variants, dataset, model_dir, fs,
+        metrics={
+            "auc_holdout": round(auc_full, 4),
+            "auc_holdout_offline_only": round(auc_base, 4),
+            "auc_lift_from_realtime": round(auc_full - auc_base, 4),
+            "auc_holdout_level1_by_embedding_dim": {str(d): round(a, 4) for d, a in prefix_auc.items()},
+        },
+        variant_auc=trained.variant_auc,
+        training_data={
+            **dataset.source,
+            "from_ms": int(t.min()), "to_ms": int(t.max()), "rows": len(y),
+            "holdout_rows": int(rows.ho.sum()), "holdout_from_ms": int(rows.split) + 1,
+            "positive_rate": round(float(y.mean()), 4), "label": LabelRule.of(fs).describe(),
+        },
+        seed=cfg.seed,
+        origin=origin or ("demo" if fs.demo or "demo" in dataset.source else "trained"),
+        started=started,
+    )  # fmt: skip
+    progress(f"exported {len(trained.variants)} variants to {model_dir / MODEL_NAME / card['version']} "
+             f"in {card['train_seconds']} s")  # fmt: skip
+    return card
+
+
+def _split_rows(dataset: Dataset, cfg: TrainConfig, fs: FeatureSet) -> _Rows:
+    """The rows split by time; refused when either part's labels are all one class."""
     x, y, t = dataset.x, dataset.y, dataset.t
     split, tr, ho = split_by_time(t, cfg.holdout_fraction)
     if not 0 < y[tr].mean() < 1 or not 0 < y[ho].mean() < 1:
@@ -198,24 +264,28 @@ def train(
             f"labels are all one class in the training or holdout part (positive rate {y.mean():.3f}; "
             f"rule: {LabelRule.of(fs).describe()}): check training.label in the repository"
         )
-    progress(
-        f"{len(y)} rows, {x.shape[1]} input columns, positive rate {y.mean():.3f}; "
-        f"holdout = last {cfg.holdout_fraction:.0%} by time"
-    )
-    layout = Layout.of(dataset.transforms)
+    return _Rows(x, y, t, dataset.w, split, tr, ho)
+
+
+def _train_variants(
+    cfg: TrainConfig, layout: Layout, rows: _Rows, l2: float, progress: Callable[[str], None]
+) -> _Trained:
+    """The family trained on the summed loss of its configurations; level 2's
+    embedding size chosen on the training rows' newest tenth; every served
+    variant measured on the holdout."""
+    x, y, t, tr, ho = rows.x, rows.y, rows.t, rows.tr, rows.ho
     level1 = pick_level1(x[tr], y[tr], layout)
     configs = trained_configs(make_variants(layout, level1))
     progress(f"training the model family ({len(configs)} configurations, summed loss) ...")
-    l2 = fs.decl.training.embedding_l2 if fs.decl.training else EMBEDDING_L2_DEFAULT
     family = train_family(
         x[tr], y[tr], layout, configs, hidden=cfg.hidden, epochs=cfg.epochs, seed=cfg.seed, l2_embedding=l2,
-        progress=_bar(progress, "train"), weights=None if dataset.w is None else dataset.w[tr],
+        progress=_bar(progress, "train"), weights=rows.w_tr,
     )  # fmt: skip
     l1 = make_variants(layout, level1)[1]
 
-    def at_prefix(rows: np.ndarray) -> dict[int, float]:
+    def at_prefix(part: np.ndarray) -> dict[int, float]:
         return {
-            d: auc(y[rows], family.predict(x[rows], Variant(1, l1.dense, d, l1.cross))) for d in PREFIX_DIMS
+            d: auc(y[part], family.predict(x[part], Variant(1, l1.dense, d, l1.cross))) for d in PREFIX_DIMS
         }
 
     # Level 2's embedding size, chosen on the newest tenth of the training rows
@@ -230,41 +300,28 @@ def train(
     progress("  level 1 at embedding prefixes " + ", ".join(f"{d}: {a:.4f}" for d, a in prefix_auc.items())
              + f" (level 2 serves {level2_dim}: the smallest within {LEVEL2_TOLERANCE} of 128 on the "
              "training rows' newest tenth)")  # fmt: skip
-    auc_full = variant_auc[0]
+    return _Trained(family, variants, variant_auc, prefix_auc)
+
+
+def _offline_baseline(
+    cfg: TrainConfig, fs: FeatureSet, transforms: tuple[Transform, ...], layout: Layout, rows: _Rows,
+    l2: float, progress: Callable[[str], None],
+) -> float:  # fmt: skip
+    """The holdout AUC of the same family trained without the real-time features' columns."""
     progress("training baseline (same family, offline features only) ...")
     realtime_cols = {
-        c for tf in dataset.transforms if fs.by_name.get(tf.feature) is not None
+        c for tf in transforms if fs.by_name.get(tf.feature) is not None
         and fs.by_name[tf.feature].kind == "realtime" for c in tf.columns
     }  # fmt: skip
     base_variant = offline_only(layout, realtime_cols)
+    x, y, tr, ho = rows.x, rows.y, rows.tr, rows.ho
     base = train_family(
         x[tr], y[tr], layout, (base_variant,), hidden=cfg.hidden, epochs=cfg.epochs, seed=cfg.seed,
-        l2_embedding=l2, weights=None if dataset.w is None else dataset.w[tr],
+        l2_embedding=l2, weights=rows.w_tr,
     )  # fmt: skip
     auc_base = auc(y[ho], base.predict(x[ho], base_variant))
     progress(f"  holdout AUC {auc_base:.4f}")
-    card = export(
-        family, variants, dataset, model_dir, fs,
-        metrics={
-            "auc_holdout": round(auc_full, 4),
-            "auc_holdout_offline_only": round(auc_base, 4),
-            "auc_lift_from_realtime": round(auc_full - auc_base, 4),
-            "auc_holdout_level1_by_embedding_dim": {str(d): round(a, 4) for d, a in prefix_auc.items()},
-        },
-        variant_auc=variant_auc,
-        training_data={
-            **dataset.source,
-            "from_ms": int(t.min()), "to_ms": int(t.max()), "rows": len(y),
-            "holdout_rows": int(ho.sum()), "holdout_from_ms": int(split) + 1,
-            "positive_rate": round(float(y.mean()), 4), "label": LabelRule.of(fs).describe(),
-        },
-        seed=cfg.seed,
-        origin=origin or ("demo" if fs.demo or "demo" in dataset.source else "trained"),
-        started=started,
-    )  # fmt: skip
-    progress(f"exported {len(variants)} variants to {model_dir / MODEL_NAME / card['version']} "
-             f"in {card['train_seconds']} s")  # fmt: skip
-    return card
+    return auc_base
 
 
 def _bar(progress: Callable[[str], None], label: str) -> Callable[[int, int], None]:
