@@ -2,7 +2,7 @@
 
 Addresses follow one scheme: a service listens on `BIND_HOST:<SVC>_PORT` and
 its clients dial `<SVC>_ADDR`. Settings that only recmesh knows carry a
-`RECMESH_` prefix. Telemetry uses the standard `OTEL_*` variables (telemetry.py).
+`RECMESH_` prefix. Telemetry uses the standard `OTEL_*` variables (recmesh/telemetry/).
 A bad value fails at start-up with pydantic's message naming the variable.
 """
 

@@ -25,6 +25,7 @@ import random
 import subprocess
 import sys
 import time
+from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
@@ -35,7 +36,7 @@ from recmesh.events import Event
 from recmesh.features import keys
 from recmesh.features.repository import DEMO_REPOSITORY, FeatureSet, load_repository
 from recmesh.producer import make_producer
-from recmesh.redis_client import connect
+from recmesh.redis_client import AnyRedis, connect
 from recmesh.settings import IngestSettings
 from recmesh.stats import percentile
 from recmesh.tools.bench.common import Infra, emit, free_port, infrastructure, plaintext_unless_set
@@ -133,101 +134,167 @@ async def _memory(store_client: Any, fs: FeatureSet, users: list[str], items: li
     }
 
 
+@dataclass
+class _Ingested:
+    """What the ingest phase measured: rates (events/s), events lost, memory and freshness (s)."""
+
+    produce_rate: float
+    ingest_rate: float
+    lost: int
+    memory: dict[str, float]
+    fresh: list[float]
+
+
+@dataclass
+class _LookedUp:
+    """What the look-up phase measured: latencies (s) of the service, of the raw Redis round
+    trip and of the service that logs served features; look-ups that fell back, the service's
+    throughput (req/s) and the served-log records written."""
+
+    svc_lat: list[float] = field(default_factory=list)
+    raw_lat: list[float] = field(default_factory=list)
+    logged_lat: list[float] = field(default_factory=list)
+    degraded: int = 0
+    throughput: float = 0.0
+    served_records: int = 0
+
+
 async def run(
     events: int, lookups: int, n_items: int, concurrency: int, rate: int, seconds: float, served_rate: float,
     persistence: bool = False,
 ) -> dict[str, Any]:  # fmt: skip
     rng = random.Random(7)
     async with infrastructure({TOPIC: 3, DLQ: 1, SERVED: 1}, redis_persistence=persistence) as infra:
-        client = connect(infra.redis_url, 32)
-        fs = load_repository(DEMO_REPOSITORY)
-        store = FeatureStore(client, fs)
-        await store.prepare()
-        users, items = offline_rows(make_catalog())
-        await load_catalog(client, fs, users, items)
-
-        # 1. ingest throughput, nothing lost
-        now = int(time.time() * 1000)
-        batch = _synthetic(events, rng, now, 9 * 60_000)
-        produce_rate = await _produce(infra.kafka_bootstrap, batch)
-        ingest = _Ingest(infra, store)
-        async with running(ingest.settings, store, on_applied=ingest.on_applied):
-            await ingest.wait_for(events, 300)
-            assert ingest.first is not None
-            ingest_rate = (events - ingest.first_batch) / max(1e-9, ingest.last - ingest.first)
-            # Every event written is in its user's event-id set exactly once.
-            pipe = client.pipeline(transaction=False)
-            for u in range(2000):
-                pipe.zcard(keys.user_ids(f"u{u}"))
-            stored = sum(await pipe.execute())
-            lost = events - stored
-            memory = await _memory(
-                client, fs, [f"u{i}" for i in range(0, 2000, 40)], [f"i{i}" for i in range(0, 3000, 60)]
-            )
-
-            # 2. freshness while events stream at `rate`/s
-            ingest.freshness = []
-            before = ingest.applied
-            streamed = await _stream(infra.kafka_bootstrap, rng, rate, seconds)
-            await ingest.wait_for(before + streamed, 60)
-            fresh = ingest.freshness
-
-        # 3. look-ups over gRPC against the feature service process, and the raw baseline;
-        # a second service process logs served features at `served_rate`, measured in
-        # alternating blocks against the first (served log off) in the same conditions.
-        service = await _start_feature_service(infra, served_rate=0.0)
-        logging_service = await _start_feature_service(infra, served_rate=served_rate)
-        try:
-            feature = FeatureClient(f"127.0.0.1:{service[1]}", "bench", policy=NO_HEDGING)
-            logging = FeatureClient(f"127.0.0.1:{logging_service[1]}", "bench", policy=NO_HEDGING)
-            plans = [(f"u{rng.randrange(2000)}", [f"i{rng.randrange(3000)}" for _ in range(n_items)])
-                     for _ in range(lookups)]  # fmt: skip
-            as_of = int(time.time() * 1000)
-            for user, item_ids in plans[:100]:
-                await feature.get_features(user, item_ids, as_of, cap_s=5.0)
-                await logging.get_features(user, item_ids, as_of, cap_s=5.0)
-                await store.read_raw(user, item_ids, as_of)
-            svc_lat: list[float] = []
-            raw_lat: list[float] = []
-            logged_lat: list[float] = []
-            degraded = 0
-            # Both blocks have the same shape (a service call, then the raw read), so
-            # the logging service's background work gets the same room in both.
-            for start in range(0, len(plans), BLOCK):
-                block = plans[start : start + BLOCK]
-                for client_, samples in ((feature, svc_lat), (logging, logged_lat)):
-                    for user, item_ids in block:
-                        t = time.perf_counter()
-                        resp = await client_.get_features(user, item_ids, as_of, cap_s=5.0)
-                        samples.append(time.perf_counter() - t)
-                        # A look-up that fell back (Redis past the timeout on a busy
-                        # box) keeps its time in the sample and is counted, not hidden.
-                        degraded += bool(resp.degraded)
-                        t = time.perf_counter()
-                        await store.read_raw(user, item_ids, as_of)
-                        raw_lat.append(time.perf_counter() - t)
-            throughput = await _throughput(feature, plans, as_of, concurrency, 3.0)
-            await feature.close()
-            await logging.close()
-        finally:
-            for proc, _ in (service, logging_service):
-                proc.terminate()
-            for proc, _ in (service, logging_service):
-                proc.wait(10)
-        served_records = await _topic_records(infra.kafka_bootstrap, SERVED)
+        client, fs, store = await _prepare(infra)
+        ingested = await _ingest_phase(infra, client, fs, store, rng, events, rate, seconds)
+        looked_up = await _lookup_phase(infra, store, rng, lookups, n_items, concurrency, served_rate)
         await client.aclose()
+    return _figures(events, n_items, concurrency, rate, served_rate, ingested, looked_up)
 
+
+async def _prepare(infra: Infra) -> tuple[AnyRedis, FeatureSet, FeatureStore]:
+    """The Redis client, the demo repository and its store, with the demo catalog loaded."""
+    client = connect(infra.redis_url, 32)
+    fs = load_repository(DEMO_REPOSITORY)
+    store = FeatureStore(client, fs)
+    await store.prepare()
+    users, items = offline_rows(make_catalog())
+    await load_catalog(client, fs, users, items)
+    return client, fs, store
+
+
+async def _ingest_phase(
+    infra: Infra, client: AnyRedis, fs: FeatureSet, store: FeatureStore, rng: random.Random, events: int,
+    rate: int, seconds: float,
+) -> _Ingested:  # fmt: skip
+    # 1. ingest throughput, nothing lost
+    now = int(time.time() * 1000)
+    batch = _synthetic(events, rng, now, 9 * 60_000)
+    produce_rate = await _produce(infra.kafka_bootstrap, batch)
+    ingest = _Ingest(infra, store)
+    async with running(ingest.settings, store, on_applied=ingest.on_applied):
+        await ingest.wait_for(events, 300)
+        assert ingest.first is not None
+        ingest_rate = (events - ingest.first_batch) / max(1e-9, ingest.last - ingest.first)
+        lost = events - await _stored(client)
+        memory = await _memory(
+            client, fs, [f"u{i}" for i in range(0, 2000, 40)], [f"i{i}" for i in range(0, 3000, 60)]
+        )
+        fresh = await _freshness(infra, ingest, rng, rate, seconds)
+    return _Ingested(produce_rate, ingest_rate, lost, memory, fresh)
+
+
+async def _stored(client: AnyRedis) -> int:
+    # Every event written is in its user's event-id set exactly once.
+    pipe = client.pipeline(transaction=False)
+    for u in range(2000):
+        pipe.zcard(keys.user_ids(f"u{u}"))
+    return sum(await pipe.execute())
+
+
+async def _freshness(
+    infra: Infra, ingest: _Ingest, rng: random.Random, rate: int, seconds: float
+) -> list[float]:
+    # 2. freshness while events stream at `rate`/s
+    ingest.freshness = []
+    before = ingest.applied
+    streamed = await _stream(infra.kafka_bootstrap, rng, rate, seconds)
+    await ingest.wait_for(before + streamed, 60)
+    return ingest.freshness
+
+
+async def _lookup_phase(
+    infra: Infra, store: FeatureStore, rng: random.Random, lookups: int, n_items: int, concurrency: int,
+    served_rate: float,
+) -> _LookedUp:  # fmt: skip
+    # 3. look-ups over gRPC against the feature service process, and the raw baseline;
+    # a second service process logs served features at `served_rate`, measured in
+    # alternating blocks against the first (served log off) in the same conditions.
+    service = await _start_feature_service(infra, served_rate=0.0)
+    logging_service = await _start_feature_service(infra, served_rate=served_rate)
+    try:
+        feature = FeatureClient(f"127.0.0.1:{service[1]}", "bench", policy=NO_HEDGING)
+        logging = FeatureClient(f"127.0.0.1:{logging_service[1]}", "bench", policy=NO_HEDGING)
+        plans = [(f"u{rng.randrange(2000)}", [f"i{rng.randrange(3000)}" for _ in range(n_items)])
+                 for _ in range(lookups)]  # fmt: skip
+        as_of = int(time.time() * 1000)
+        for user, item_ids in plans[:100]:
+            await feature.get_features(user, item_ids, as_of, cap_s=5.0)
+            await logging.get_features(user, item_ids, as_of, cap_s=5.0)
+            await store.read_raw(user, item_ids, as_of)
+        looked_up = await _alternating_blocks(feature, logging, store, plans, as_of)
+        looked_up.throughput = await _throughput(feature, plans, as_of, concurrency, 3.0)
+        await feature.close()
+        await logging.close()
+    finally:
+        for proc, _ in (service, logging_service):
+            proc.terminate()
+        for proc, _ in (service, logging_service):
+            proc.wait(10)
+    looked_up.served_records = await _topic_records(infra.kafka_bootstrap, SERVED)
+    return looked_up
+
+
+async def _alternating_blocks(
+    feature: FeatureClient, logging: FeatureClient, store: FeatureStore, plans: list[tuple[str, list[str]]],
+    as_of: int,
+) -> _LookedUp:  # fmt: skip
+    looked_up = _LookedUp()
+    # Both blocks have the same shape (a service call, then the raw read), so
+    # the logging service's background work gets the same room in both.
+    for start in range(0, len(plans), BLOCK):
+        block = plans[start : start + BLOCK]
+        for client_, samples in ((feature, looked_up.svc_lat), (logging, looked_up.logged_lat)):
+            for user, item_ids in block:
+                t = time.perf_counter()
+                resp = await client_.get_features(user, item_ids, as_of, cap_s=5.0)
+                samples.append(time.perf_counter() - t)
+                # A look-up that fell back (Redis past the timeout on a busy
+                # box) keeps its time in the sample and is counted, not hidden.
+                looked_up.degraded += bool(resp.degraded)
+                t = time.perf_counter()
+                await store.read_raw(user, item_ids, as_of)
+                looked_up.raw_lat.append(time.perf_counter() - t)
+    return looked_up
+
+
+def _figures(
+    events: int, n_items: int, concurrency: int, rate: int, served_rate: float, ingested: _Ingested,
+    looked_up: _LookedUp,
+) -> dict[str, Any]:  # fmt: skip
+    svc_lat, raw_lat, logged_lat = looked_up.svc_lat, looked_up.raw_lat, looked_up.logged_lat
+    fresh = ingested.fresh
     ms = 1000.0
     return {
         "ingest_events": events,
-        "ingest_events_per_s": round(ingest_rate),
-        "produce_events_per_s": round(produce_rate),
-        "ingest_lost": lost,
+        "ingest_events_per_s": round(ingested.ingest_rate),
+        "produce_events_per_s": round(ingested.produce_rate),
+        "ingest_lost": ingested.lost,
         "lookup_items": n_items,
         "lookup_p50_ms": round(percentile(svc_lat, 50) * ms, 3),
         "lookup_p99_ms": round(percentile(svc_lat, 99) * ms, 3),
-        "lookup_rps": round(throughput, 1),
-        "lookup_degraded": degraded,
+        "lookup_rps": round(looked_up.throughput, 1),
+        "lookup_degraded": looked_up.degraded,
         "lookup_concurrency": concurrency,
         "raw_redis_p50_ms": round(percentile(raw_lat, 50) * ms, 3),
         "raw_redis_p99_ms": round(percentile(raw_lat, 99) * ms, 3),
@@ -235,7 +302,7 @@ async def run(
         "ratio_p99": round(percentile(svc_lat, 99) / percentile(raw_lat, 99), 2),
         "served_log_rate": served_rate,
         "served_log_lookups": len(logged_lat) + 100,
-        "served_log_records": served_records,
+        "served_log_records": looked_up.served_records,
         "logged_p50_ms": round(percentile(logged_lat, 50) * ms, 3),
         "logged_p99_ms": round(percentile(logged_lat, 99) * ms, 3),
         "served_log_overhead_p50_pct": round(
@@ -247,7 +314,7 @@ async def run(
         "freshness_rate_per_s": rate,
         "freshness_p50_ms": round(percentile(fresh, 50) * ms, 1),
         "freshness_p99_ms": round(percentile(fresh, 99) * ms, 1),
-        **memory,
+        **ingested.memory,
     }
 
 
