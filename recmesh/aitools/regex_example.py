@@ -150,20 +150,10 @@ class _Walk:
 
     def _one(self, op: Any, av: Any, target: float) -> str:
         c = _c
-        if op is c.LITERAL:
-            return chr(av)
-        if op is c.NOT_LITERAL:
-            return self._char(lambda ch: ord(ch) != av and ch != "\n")
-        if op is c.ANY:
-            return self._char(lambda ch: ch != "\n")
-        if op is c.IN:
-            return self._char(lambda ch: _in_class(av, ch))
+        if op in (c.LITERAL, c.NOT_LITERAL, c.ANY, c.IN):
+            return self._one_char(op, av)
         if op is c.BRANCH:
-            branches = av[1]
-            widths = [self.width(b) for b in branches]
-            fits = [i for i, (lo, hi) in enumerate(widths) if lo <= target <= hi]
-            pick = fits[0] if fits else min(range(len(branches)), key=lambda i: abs(widths[i][0] - target))
-            return self.seq(branches[pick], target)
+            return self._branch(av[1], target)
         if op is c.SUBPATTERN:
             group, _, _, sub = av
             text = self.seq(sub, target)
@@ -174,17 +164,38 @@ class _Walk:
             return self.seq(av, target)
         if op in (c.MAX_REPEAT, c.MIN_REPEAT, c.POSSESSIVE_REPEAT):
             return self._repeat(av, target)
-        if op is c.GROUPREF:
-            if av not in self.groups:
-                raise NoExample(f"back-reference to group {av} before it matched")
-            return self.groups[av]
-        if op is c.GROUPREF_EXISTS:
-            group, yes, no = av
-            branch = yes if group in self.groups else no
-            return self.seq(branch, target) if branch is not None else ""
+        if op in (c.GROUPREF, c.GROUPREF_EXISTS):
+            return self._groupref(op, av, target)
         if op in (c.AT, c.ASSERT, c.ASSERT_NOT):
             return ""  # anchors hold by construction; look-arounds are checked afterwards
         raise NoExample(f"unsupported regular-expression construct {op}")
+
+    def _one_char(self, op: Any, av: Any) -> str:
+        """One character for LITERAL, NOT_LITERAL, ANY or IN."""
+        c = _c
+        if op is c.LITERAL:
+            return chr(av)
+        if op is c.NOT_LITERAL:
+            return self._char(lambda ch: ord(ch) != av and ch != "\n")
+        if op is c.ANY:
+            return self._char(lambda ch: ch != "\n")
+        return self._char(lambda ch: _in_class(av, ch))
+
+    def _branch(self, branches: Any, target: float) -> str:
+        widths = [self.width(b) for b in branches]
+        fits = [i for i, (lo, hi) in enumerate(widths) if lo <= target <= hi]
+        pick = fits[0] if fits else min(range(len(branches)), key=lambda i: abs(widths[i][0] - target))
+        return self.seq(branches[pick], target)
+
+    def _groupref(self, op: Any, av: Any, target: float) -> str:
+        """GROUPREF (the group's text) or GROUPREF_EXISTS (the yes/no branch)."""
+        if op is _c.GROUPREF:
+            if av not in self.groups:
+                raise NoExample(f"back-reference to group {av} before it matched")
+            return self.groups[av]
+        group, yes, no = av
+        branch = yes if group in self.groups else no
+        return self.seq(branch, target) if branch is not None else ""
 
     def _repeat(self, av: Any, target: float) -> str:
         rlo, rhi, sub = av

@@ -346,10 +346,7 @@ class _Filler:
     def _strings(self, flat: Mapping[str, Any], path: str, name: str, variant: int) -> Iterator[Filled]:
         lo = int(flat.get("minLength", 0))
         hi = flat.get("maxLength")
-        if lo > MAX_LENGTH:
-            raise Unfillable("minLength", path, f"asks for {lo} characters; at most {MAX_LENGTH} are written")
-        if hi is not None and lo > hi:
-            raise Unfillable("minLength", path, f"minLength {lo} is above maxLength {hi}")
+        self._check_lengths(lo, hi, path)
         pattern, fmt = flat.get("pattern"), flat.get("format")
         known = fmt in FORMAT_EXAMPLES  # others are annotations: any string will do
         free = pattern is None and not known
@@ -365,6 +362,30 @@ class _Filler:
         suggested = [
             (t, ph) for t, ph in self._suggest(name, "string", flat) if isinstance(t, str) and trusted
         ]
+        yield from self._suggested_strings(suggested, path, free, fitted, variant)
+        yield from self._format_strings(fmt, path, variant)
+        if pattern is not None:
+            yield from self._pattern_strings(pattern, lo, upper, path, variant)
+        if free and not suggested:
+            for n in range(variant + 3):
+                yield self._string(fitted(f"value {n + 1}" if n else "value"), path, True)
+
+    @staticmethod
+    def _check_lengths(lo: int, hi: Any, path: str) -> None:
+        if lo > MAX_LENGTH:
+            raise Unfillable("minLength", path, f"asks for {lo} characters; at most {MAX_LENGTH} are written")
+        if hi is not None and lo > hi:
+            raise Unfillable("minLength", path, f"minLength {lo} is above maxLength {hi}")
+
+    def _suggested_strings(
+        self,
+        suggested: list[tuple[str, bool]],
+        path: str,
+        free: bool,
+        fitted: Callable[[str], str],
+        variant: int,
+    ) -> Iterator[Filled]:
+        """The template's texts, also fitted to the length bounds (and numbered) when the string is free."""
         for text, placeholder in suggested:
             yield self._string(text, path, placeholder)
             if free:
@@ -373,22 +394,24 @@ class _Filler:
             text, placeholder = suggested[0]
             for n in range(1, variant + 3):
                 yield self._string(fitted(f"{text} {n + 1}"), path, placeholder)
+
+    def _format_strings(self, fmt: Any, path: str, variant: int) -> Iterator[Filled]:
         examples = FORMAT_EXAMPLES.get(str(fmt))
         for n in range(variant + 3 if examples else 0):
             made = examples(n) if examples else None
             if made is not None:
                 yield self._string(made, path, True)
-        if pattern is not None:
-            for n in range(variant + 3):
-                try:
-                    yield self._string(example(pattern, lo, upper, n), path, True)
-                except NoExample as err:
-                    if n == 0:
-                        raise Unfillable("pattern", path, str(err)) from None
-                    return  # no further variant
-        if free and not suggested:
-            for n in range(variant + 3):
-                yield self._string(fitted(f"value {n + 1}" if n else "value"), path, True)
+
+    def _pattern_strings(
+        self, pattern: str, lo: int, upper: int | None, path: str, variant: int
+    ) -> Iterator[Filled]:
+        for n in range(variant + 3):
+            try:
+                yield self._string(example(pattern, lo, upper, n), path, True)
+            except NoExample as err:
+                if n == 0:
+                    raise Unfillable("pattern", path, str(err)) from None
+                return  # no further variant
 
     @staticmethod
     def _string(text: str, path: str, placeholder: bool) -> Filled:
@@ -408,8 +431,18 @@ class _Filler:
         if lo is not None and hi is not None and lo > hi:
             low = "exclusiveMinimum" if flat.get("exclusiveMinimum") == lo else "minimum"
             raise Unfillable(low, path, f"the lower bound {lo} is above the upper bound {hi}")
+        for v in self._number_values(kind, path, lo, hi, step):
+            if not math.isfinite(v):
+                continue
+            if kind == "number":
+                yield Filled(v)
+            elif float(v).is_integer():
+                yield Filled(int(v))
+
+    def _number_values(self, kind: str, path: str, lo: Any, hi: Any, step: Any) -> Iterator[float]:
+        """Numbers to try within finite, consistent bounds (the schema check drops what misses)."""
         # Zero when the bounds allow it (it is a multiple of anything), else the
-        # bound nearest zero, walking inward; the schema check drops what misses.
+        # bound nearest zero, walking inward.
         start, direction = 0.0, 1
         if lo is not None and lo > 0:
             start = float(lo)
@@ -417,23 +450,15 @@ class _Filler:
             start, direction = float(hi), -1
         if step:
             if not math.isfinite(start / step):
-                return
+                return iter(())
             if lo is not None and hi is not None and math.ceil(lo / step) * step > hi:
                 raise Unfillable("multipleOf", path, f"no multiple of {step} lies in [{lo}, {hi}]")
             k = math.floor(start / step) if direction < 0 else math.ceil(start / step)
-            values: Iterator[float] = ((k + direction * i) * step for i in range(NUMBER_TRIES))
-        elif kind == "integer":
+            return ((k + direction * i) * step for i in range(NUMBER_TRIES))
+        if kind == "integer":
             first = math.floor(start) if direction < 0 else math.ceil(start)
-            values = (float(first + direction * i) for i in range(NUMBER_TRIES))
-        else:
-            values = self._reals(start, direction, lo, hi)
-        for v in values:
-            if not math.isfinite(v):
-                continue
-            if kind == "number":
-                yield Filled(v)
-            elif float(v).is_integer():
-                yield Filled(int(v))
+            return (float(first + direction * i) for i in range(NUMBER_TRIES))
+        return self._reals(start, direction, lo, hi)
 
     @staticmethod
     def _reals(start: float, direction: int, lo: Any, hi: Any) -> Iterator[float]:

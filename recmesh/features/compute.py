@@ -14,7 +14,7 @@ break alike and float sums add up in the same order.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -76,6 +76,71 @@ def _default(f: FeatureDef) -> FeatureValue:
     return list(d) if isinstance(d, list) else dict(d) if isinstance(d, dict) else d
 
 
+def _agg_count(
+    f: FeatureDef, layout: Layout, events: Sequence[StreamEvent], i0: int, i1: int
+) -> FeatureValue:
+    return i1 - i0
+
+
+def _agg_last_n(
+    f: FeatureDef, layout: Layout, events: Sequence[StreamEvent], i0: int, i1: int
+) -> FeatureValue:
+    out: list[str] = []
+    for _, member in reversed(events[max(i0, i1 - f.scan) : i1]):
+        other = member.split(FIELD_SEP)[layout.other]
+        if other not in out:
+            out.append(other)
+            if len(out) == f.n:
+                break
+    return out
+
+
+def _agg_count_by(
+    f: FeatureDef, layout: Layout, events: Sequence[StreamEvent], i0: int, i1: int
+) -> FeatureValue:
+    at = layout.attrs[f.by or ""]
+    counts: dict[str, int] = {}
+    for _, member in events[i0:i1]:
+        for v in member.split(FIELD_SEP)[at].split(VALUE_SEP):
+            if v:
+                counts[v] = counts.get(v, 0) + 1
+    return counts
+
+
+def _field_total(
+    f: FeatureDef, layout: Layout, events: Sequence[StreamEvent], i0: int, i1: int
+) -> tuple[float, int]:
+    """(sum, count) of the non-empty values of `f.field` in events[i0:i1], added in event order."""
+    at = layout.values[f.field or ""]
+    total, n = 0.0, 0
+    for _, member in events[i0:i1]:
+        raw = member.split(FIELD_SEP)[at]
+        if raw:
+            total += float(raw)
+            n += 1
+    return total, n
+
+
+def _agg_sum(f: FeatureDef, layout: Layout, events: Sequence[StreamEvent], i0: int, i1: int) -> FeatureValue:
+    return _field_total(f, layout, events, i0, i1)[0]
+
+
+def _agg_mean(f: FeatureDef, layout: Layout, events: Sequence[StreamEvent], i0: int, i1: int) -> FeatureValue:
+    total, n = _field_total(f, layout, events, i0, i1)
+    return total / n if n else _default(f)
+
+
+_Aggregator = Callable[[FeatureDef, Layout, Sequence[StreamEvent], int, int], FeatureValue]
+# One per repository.AGGREGATES kind: the value over events[i0:i1] (a non-empty window).
+_AGGREGATORS: dict[str | None, _Aggregator] = {
+    "count": _agg_count,
+    "last_n": _agg_last_n,
+    "count_by": _agg_count_by,
+    "sum": _agg_sum,
+    "mean": _agg_mean,
+}
+
+
 def aggregate(
     f: FeatureDef, layout: Layout, events: Sequence[StreamEvent], as_of_ms: int
 ) -> tuple[FeatureValue, int]:
@@ -89,37 +154,7 @@ def aggregate(
     i0, i1 = bisect.bisect_right(times, lo), bisect.bisect_right(times, hi)
     if i0 >= i1:
         return _default(f), -1
-    age = hi - times[i1 - 1]
-    agg = f.aggregate
-    if agg == "count":
-        return i1 - i0, age
-    if agg == "last_n":
-        out: list[str] = []
-        for _, member in reversed(events[max(i0, i1 - f.scan) : i1]):
-            other = member.split(FIELD_SEP)[layout.other]
-            if other not in out:
-                out.append(other)
-                if len(out) == f.n:
-                    break
-        return out, age
-    if agg == "count_by":
-        at = layout.attrs[f.by or ""]
-        counts: dict[str, int] = {}
-        for _, member in events[i0:i1]:
-            for v in member.split(FIELD_SEP)[at].split(VALUE_SEP):
-                if v:
-                    counts[v] = counts.get(v, 0) + 1
-        return counts, age
-    at = layout.values[f.field or ""]
-    total, n = 0.0, 0
-    for _, member in events[i0:i1]:
-        raw = member.split(FIELD_SEP)[at]
-        if raw:
-            total += float(raw)
-            n += 1
-    if agg == "sum":
-        return total, age
-    return (total / n if n else _default(f)), age
+    return _AGGREGATORS.get(f.aggregate, _agg_mean)(f, layout, events, i0, i1), hi - times[i1 - 1]
 
 
 def count_in_window(sorted_times: Sequence[int], lo_exclusive: int, hi_inclusive: int) -> int:

@@ -263,6 +263,51 @@ class _RowCheck:
             where = {"request_id": self.request_id, "as_of_ms": self.as_of, f"{entity}_id": entity_id}
             tally.examples.append({**where, "served": value, "replay": want})
 
+    def check_user(
+        self,
+        fs: FeatureSet,
+        state: ReplayState,
+        users: Mapping[str, Mapping[str, Any]],
+        row: Mapping[str, Any],
+        degraded: bool,
+    ) -> None:
+        """The row's user values (real-time ones only when the row is not degraded)."""
+        check = self.check
+        user_id = str(row["user_id"])
+        want_user = state.features("user", user_id, self.as_of)
+        want_user_off = offline_values(fs, "user", users.get(user_id))
+        for name, served_value in row["user"].items():
+            if name in want_user:
+                if not degraded:
+                    want, want_age = want_user[name]
+                    check("user", user_id, name, tuple(served_value), want, want_age)
+            elif name in want_user_off:
+                check("user", user_id, name, tuple(served_value), want_user_off[name], None)
+
+    def check_items(
+        self,
+        fs: FeatureSet,
+        state: ReplayState,
+        items: Mapping[str, Mapping[str, Any]],
+        row: Mapping[str, Any],
+        degraded: bool,
+    ) -> None:
+        """The row's item columns, item by item (real-time ones only when the row is not degraded)."""
+        check = self.check
+        as_of = self.as_of
+        columns = row["items"]
+        for i, item_id in enumerate(row["item_ids"]):
+            want_rt = state.features("item", item_id, as_of)
+            want_off = offline_values(fs, "item", items.get(item_id))
+            for name, col in columns.items():
+                served_value = (col["values"][i], col["sources"][i], col["ages"][i])
+                if name in want_rt:
+                    if not degraded:
+                        want, want_age = want_rt[name]
+                        check("item", item_id, name, served_value, want, want_age)
+                elif name in want_off:
+                    check("item", item_id, name, served_value, want_off[name], None)
+
 
 def compare(
     fs: FeatureSet,
@@ -306,29 +351,8 @@ def compare(
         if lag is not None:
             lag.next_row()
         row_check = _RowCheck(report, lag, applied, as_of, row.get("request_id"))
-        check = row_check.check
-        user_id = str(row["user_id"])
-        want_user = state.features("user", user_id, as_of)
-        want_user_off = offline_values(fs, "user", users.get(user_id))
-        for name, served_value in row["user"].items():
-            if name in want_user:
-                if not degraded:
-                    want, want_age = want_user[name]
-                    check("user", user_id, name, tuple(served_value), want, want_age)
-            elif name in want_user_off:
-                check("user", user_id, name, tuple(served_value), want_user_off[name], None)
-        columns = row["items"]
-        for i, item_id in enumerate(row["item_ids"]):
-            want_rt = state.features("item", item_id, as_of)
-            want_off = offline_values(fs, "item", items.get(item_id))
-            for name, col in columns.items():
-                served_value = (col["values"][i], col["sources"][i], col["ages"][i])
-                if name in want_rt:
-                    if not degraded:
-                        want, want_age = want_rt[name]
-                        check("item", item_id, name, served_value, want, want_age)
-                elif name in want_off:
-                    check("item", item_id, name, served_value, want_off[name], None)
+        row_check.check_user(fs, state, users, row, degraded)
+        row_check.check_items(fs, state, items, row, degraded)
         report.rows_behind += row_check.behind
     return report
 

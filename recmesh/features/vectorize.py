@@ -473,7 +473,7 @@ def transforms_from_card(raw: Sequence[Mapping[str, Any]]) -> tuple[Transform, .
 
 def check_against(transforms: Sequence[Transform], fs: FeatureSet) -> list[str]:
     """What in a model's declared inputs the feature set cannot serve (empty: all good)."""
-    problems = []
+    problems: list[str] = []
     for n, t in enumerate(transforms):
         where = f"inputs[{n}] ({t.name or t.kind})"
         if t.feature not in IDS:
@@ -481,25 +481,39 @@ def check_against(transforms: Sequence[Transform], fs: FeatureSet) -> list[str]:
             if f is None:
                 problems.append(f"{where}: feature {t.feature!r} is not declared in the repository")
                 continue
-            if f.entity != t.entity:
-                problems.append(f"{where}: {t.feature!r} is a {f.entity} feature, not a {t.entity} feature")
-            numeric = f.dtype in ("int", "float")
-            if t.kind in ("value", "log1p") and not numeric:
-                problems.append(f"{where}: {t.kind} needs a number; {t.feature!r} is {f.dtype}")
-            if t.kind in ("share", "distribution") and f.dtype != "counts":
-                problems.append(f"{where}: {t.kind} needs a count_by feature; {t.feature!r} is {f.dtype}")
-            if t.kind in ("contains", "id_sequence") and f.dtype != "strings":
-                problems.append(f"{where}: {t.kind} needs a list feature; {t.feature!r} is {f.dtype}")
-            if t.kind == "one_hot" and f.dtype not in ("str", "strings"):
-                problems.append(f"{where}: one_hot needs a categorical feature; {t.feature!r} is {f.dtype}")
+            problems.extend(_feature_problems(t, f, where))
         elif t.kind != "hash_bucket":
             problems.append(f"{where}: {t.kind} cannot read {t.feature}")
-        if t.kind in ("share", "match") and t.of not in fs.by_name:
-            problems.append(f"{where}: `of` {t.of!r} is not a declared feature")
-        if t.kind in ("hash_bucket", "id_sequence") and t.buckets <= 0:
-            problems.append(f"{where}: {t.kind} needs buckets > 0")
-        if t.kind == "id_sequence" and t.length <= 0:
-            problems.append(f"{where}: id_sequence needs length > 0")
-        if t.kind in ("one_hot", "distribution") and not t.vocabulary:
-            problems.append(f"{where}: {t.kind} needs a vocabulary")
+        problems.extend(_shape_problems(t, fs, where))
+    return problems
+
+
+def _feature_problems(t: Transform, f: FeatureDef, where: str) -> list[str]:
+    """Whether the declared feature `f` that `t` reads has the entity and type `t` needs."""
+    problems = []
+    if f.entity != t.entity:
+        problems.append(f"{where}: {t.feature!r} is a {f.entity} feature, not a {t.entity} feature")
+    numeric = f.dtype in ("int", "float")
+    if t.kind in ("value", "log1p") and not numeric:
+        problems.append(f"{where}: {t.kind} needs a number; {t.feature!r} is {f.dtype}")
+    if t.kind in ("share", "distribution") and f.dtype != "counts":
+        problems.append(f"{where}: {t.kind} needs a count_by feature; {t.feature!r} is {f.dtype}")
+    if t.kind in ("contains", "id_sequence") and f.dtype != "strings":
+        problems.append(f"{where}: {t.kind} needs a list feature; {t.feature!r} is {f.dtype}")
+    if t.kind == "one_hot" and f.dtype not in ("str", "strings"):
+        problems.append(f"{where}: one_hot needs a categorical feature; {t.feature!r} is {f.dtype}")
+    return problems
+
+
+def _shape_problems(t: Transform, fs: FeatureSet, where: str) -> list[str]:
+    """Whether `t`'s own settings (`of`, buckets, length, vocabulary) are complete."""
+    problems = []
+    if t.kind in ("share", "match") and t.of not in fs.by_name:
+        problems.append(f"{where}: `of` {t.of!r} is not a declared feature")
+    if t.kind in ("hash_bucket", "id_sequence") and t.buckets <= 0:
+        problems.append(f"{where}: {t.kind} needs buckets > 0")
+    if t.kind == "id_sequence" and t.length <= 0:
+        problems.append(f"{where}: id_sequence needs length > 0")
+    if t.kind in ("one_hot", "distribution") and not t.vocabulary:
+        problems.append(f"{where}: {t.kind} needs a vocabulary")
     return problems

@@ -50,18 +50,7 @@ class FeatureServicer(features_pb2_grpc.FeatureServiceServicer):
     async def GetFeatures(
         self, request: pb.GetFeaturesRequest, context: grpc.aio.ServicerContext
     ) -> pb.GetFeaturesResponse:
-        if not request.user_id:
-            raise InvalidArgument("user_id is required")
-        if len(request.item_ids) > self._settings.max_items:
-            raise InvalidArgument(
-                f"item_ids has {len(request.item_ids)} entries; at most {self._settings.max_items}"
-            )
-        if request.history_limit and not 0 < request.history_limit <= MAX_RECALL:
-            raise InvalidArgument(f"history_limit must be in 0..{MAX_RECALL}")
-        if request.related_limit:
-            if request.items_only:
-                raise InvalidArgument("related_limit needs the user's features; items_only skips them")
-            _check_related_limits(request.related_limit, request.related_per_item, prefix="related_")
+        _check_features_request(request, self._settings.max_items)
         as_of = request.as_of_ms or int(time.time() * 1000)
         slo = current_slo_class()
         timeout_ms = self._settings.realtime_timeout_ms_by_class.get(slo, self._settings.realtime_timeout_ms)
@@ -77,28 +66,7 @@ class FeatureServicer(features_pb2_grpc.FeatureServiceServicer):
             if request.history_limit
             else None
         )
-        # A logged look-up is bracketed by how far the ingest had applied the
-        # events topic (read before and after it), so `features compare` tells a
-        # store behind the stream from a wrong value.
-        sampled = self._served_log is not None and self._served_log.sampled()
-        topic = self._settings.events_topic
-        before = await self._store.applied(topic, timeout) if sampled else None
-        lookup = await self._store.lookup(request.user_id, item_ids, as_of, timeout, not request.items_only)
-        LOOKUP_ITEMS.labels(slo).inc(len(item_ids))
-        for reason in lookup.degraded:
-            FALLBACKS.labels("feature", reason, slo).inc()
-        if sampled and self._served_log is not None:
-            after = await self._store.applied(topic, timeout)
-            metadata = dict(context.invocation_metadata() or ())
-            self._served_log.offer(
-                request_id=str(metadata.get(REQUEST_ID_HEADER, "")),
-                trace_id=current_trace_id(),
-                as_of_ms=as_of,
-                user_id=request.user_id,
-                item_ids=item_ids,
-                lookup=lookup,
-                applied=None if before is None or after is None else (before, after),
-            )
+        lookup = await self._lookup(request, item_ids, as_of, timeout, slo, context)
         cache = self._store.offline.item_cache
         total = cache.hits + cache.misses
         if total:
@@ -122,6 +90,40 @@ class FeatureServicer(features_pb2_grpc.FeatureServiceServicer):
         if response.degraded:
             trace.get_current_span().set_attribute("recmesh.fallback_reason", ",".join(response.degraded))
         return response
+
+    async def _lookup(
+        self,
+        request: pb.GetFeaturesRequest,
+        item_ids: list[str],
+        as_of: int,
+        cap_s: float,
+        slo: str,
+        context: grpc.aio.ServicerContext,
+    ) -> Lookup:
+        """The store's look-up, counted, and offered to the served log when sampled."""
+        # A logged look-up is bracketed by how far the ingest had applied the
+        # events topic (read before and after it), so `features compare` tells a
+        # store behind the stream from a wrong value.
+        sampled = self._served_log is not None and self._served_log.sampled()
+        topic = self._settings.events_topic
+        before = await self._store.applied(topic, cap_s) if sampled else None
+        lookup = await self._store.lookup(request.user_id, item_ids, as_of, cap_s, not request.items_only)
+        LOOKUP_ITEMS.labels(slo).inc(len(item_ids))
+        for reason in lookup.degraded:
+            FALLBACKS.labels("feature", reason, slo).inc()
+        if sampled and self._served_log is not None:
+            after = await self._store.applied(topic, cap_s)
+            metadata = dict(context.invocation_metadata() or ())
+            self._served_log.offer(
+                request_id=str(metadata.get(REQUEST_ID_HEADER, "")),
+                trace_id=current_trace_id(),
+                as_of_ms=as_of,
+                user_id=request.user_id,
+                item_ids=item_ids,
+                lookup=lookup,
+                applied=None if before is None or after is None else (before, after),
+            )
+        return lookup
 
     async def _history(self, user_id: str, as_of: int, limit: int, cap_s: float) -> list[str] | str:
         """The user's history, or the reason it could not be read."""
@@ -201,6 +203,19 @@ class FeatureServicer(features_pb2_grpc.FeatureServiceServicer):
                 for c, items in rows
             ]
         )
+
+
+def _check_features_request(request: pb.GetFeaturesRequest, max_items: int) -> None:
+    if not request.user_id:
+        raise InvalidArgument("user_id is required")
+    if len(request.item_ids) > max_items:
+        raise InvalidArgument(f"item_ids has {len(request.item_ids)} entries; at most {max_items}")
+    if request.history_limit and not 0 < request.history_limit <= MAX_RECALL:
+        raise InvalidArgument(f"history_limit must be in 0..{MAX_RECALL}")
+    if request.related_limit:
+        if request.items_only:
+            raise InvalidArgument("related_limit needs the user's features; items_only skips them")
+        _check_related_limits(request.related_limit, request.related_per_item, prefix="related_")
 
 
 def _check_related_limits(limit: int, per_item: int, prefix: str = "") -> None:

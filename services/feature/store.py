@@ -377,13 +377,7 @@ class FeatureStore:
         pipe = self._redis.pipeline(transaction=False)
         pipe.get(keys.STATICS_VERSION)
         user_streams = self._read_user_streams if want_user else ()
-        for s in user_streams:
-            key = keys.stream("user", user_id, s.id)
-            lo = f"({as_of_ms - s.widest_ms}"
-            if s.read == "latest":
-                pipe.zrevrangebyscore(key, as_of_ms, lo, start=0, num=s.scan, withscores=True)
-            else:
-                pipe.zrangebyscore(key, lo, as_of_ms, withscores=True)
+        _queue_user_reads(pipe, user_id, user_streams, as_of_ms)
         if want_profile:
             pipe.hgetall(keys.user_profile(user_id))
         unique = list(dict.fromkeys(item_ids))
@@ -391,17 +385,7 @@ class FeatureStore:
         if self._cluster:
             # redis-py refuses scripts in cluster pipelines; plain commands are
             # grouped per node, one round trip per node in parallel.
-            for iid in unique:
-                for s in streams:
-                    key = keys.stream("item", iid, s.id)
-                    if s.read == "count":
-                        for w in s.windows:
-                            pipe.zcount(key, f"({as_of_ms - w}", as_of_ms)
-                        pipe.zrevrangebyscore(
-                            key, as_of_ms, f"({as_of_ms - s.windows[0]}", start=0, num=1, withscores=True
-                        )
-                    else:
-                        pipe.zrangebyscore(key, f"({as_of_ms - s.widest_ms}", as_of_ms, withscores=True)
+            _queue_cluster_item_reads(pipe, unique, streams, as_of_ms)
         to_read = unique
         if not self._cluster and unique and streams:
             read_at = time.monotonic()
@@ -494,6 +478,33 @@ class FeatureStore:
             order = [at[i] for i in item_ids]
             out = [read.reorder(order) for read in out]
         return out
+
+
+def _queue_user_reads(pipe: Any, user_id: str, user_streams: Sequence[Stream], as_of_ms: int) -> None:
+    """The user's stream reads: the newest `scan` events or the whole widest window."""
+    for s in user_streams:
+        key = keys.stream("user", user_id, s.id)
+        lo = f"({as_of_ms - s.widest_ms}"
+        if s.read == "latest":
+            pipe.zrevrangebyscore(key, as_of_ms, lo, start=0, num=s.scan, withscores=True)
+        else:
+            pipe.zrangebyscore(key, lo, as_of_ms, withscores=True)
+
+
+def _queue_cluster_item_reads(pipe: Any, unique: list[str], streams: Sequence[Stream], as_of_ms: int) -> None:
+    """The items' stream reads as plain commands (a cluster pipeline runs no script):
+    per item and stream, the window counts and newest event, or the widest window's events."""
+    for iid in unique:
+        for s in streams:
+            key = keys.stream("item", iid, s.id)
+            if s.read == "count":
+                for w in s.windows:
+                    pipe.zcount(key, f"({as_of_ms - w}", as_of_ms)
+                pipe.zrevrangebyscore(
+                    key, as_of_ms, f"({as_of_ms - s.windows[0]}", start=0, num=1, withscores=True
+                )
+            else:
+                pipe.zrangebyscore(key, f"({as_of_ms - s.widest_ms}", as_of_ms, withscores=True)
 
 
 def _pairs_to_events(flat: list[Any]) -> list[StreamEvent]:

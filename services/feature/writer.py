@@ -189,6 +189,10 @@ return out
 Attributes = Callable[[Entity, Iterable[str]], Awaitable[dict[str, dict[str, str]]]]
 
 
+# An event with its stream writes (key, member) and popularity increments (key, member).
+_EventWrites = tuple[Event, list[tuple[str, str]], list[tuple[str, str]]]
+
+
 @dataclass
 class WritePlan:
     """A batch ready to write: its events and, on a single Redis, the script's arguments."""
@@ -196,7 +200,7 @@ class WritePlan:
     events: Sequence[Event]
     args: tuple[int | str, ...] | None = None
     # cluster path: per event, its writes
-    writes: list[tuple[Event, list[tuple[str, str]], list[tuple[str, str]]]] = field(default_factory=list)
+    writes: list[_EventWrites] = field(default_factory=list)
     upkeep: list[tuple[str, int, int, int]] = field(default_factory=list)
     # history keys (learnt retrieval's seeds) due a trim
     history_upkeep: list[str] = field(default_factory=list)
@@ -321,8 +325,25 @@ class EventWriter:
         attrs = await self._enrich(events)
         plan = WritePlan(events)
         lines: list[str] = []
-        newest_of: dict[str, int] = {}  # key -> newest event time written to it in this batch
-        stream_of: dict[str, tuple[Stream, str]] = {}  # key -> (stream, entity id)
+        newest_of, stream_of = self._plan_events(events, attrs, plan, lines)
+        plan.upkeep = self._due(newest_of, stream_of)
+        if self._cluster:
+            return plan
+        plan.args = self._script_args(plan, lines, stream_of)
+        return plan
+
+    def _plan_events(
+        self,
+        events: Sequence[Event],
+        attrs: dict[Entity, dict[str, dict[str, str]]],
+        plan: WritePlan,
+        lines: list[str],
+    ) -> tuple[dict[str, int], dict[str, tuple[Stream, str]]]:
+        """Each event's writes, into `plan.writes` (cluster) or the script's `lines`, and
+        its history key's upkeep; (key -> newest event time written to it in this batch,
+        key -> (stream, entity id))."""
+        newest_of: dict[str, int] = {}
+        stream_of: dict[str, tuple[Stream, str]] = {}
         cv_behaviors = self._fs.roles.covisit_behaviors
         for ev in events:
             zadds, pops = self._writes(ev, attrs)
@@ -352,9 +373,12 @@ class EventWriter:
             if newest_of.get(ids, -1) < t:
                 newest_of[ids] = t
                 stream_of[ids] = (self._ids, ev.user_id)
-        plan.upkeep = self._due(newest_of, stream_of)
-        if self._cluster:
-            return plan
+        return newest_of, stream_of
+
+    def _script_args(
+        self, plan: WritePlan, lines: list[str], stream_of: dict[str, tuple[Stream, str]]
+    ) -> tuple[int | str, ...]:
+        """The write script's arguments: the event lines and the upkeep lines."""
         up_lines = [f"U\t{k}\t{t}\t{ret}\t{ttl}" for k, t, ret, ttl in plan.upkeep]
         count_hashes: dict[str, int] = {}  # item newest hash -> the ttl of its count streams
         for key, _, _, ttl in plan.upkeep:
@@ -366,13 +390,12 @@ class EventWriter:
         roles = self._fs.roles
         up_lines.extend(f"C\t{k}\t{roles.history_cap}\t{roles.history_ttl_s}" for k in plan.history_upkeep)
         r = self._fs.roles
-        plan.args = (
+        return (
             self._fs.max_events_per_key,
             r.covisit_window_ms, r.covisit_scan, r.covisit_previous, COVISIT_TTL_S,
             keys.stream_suffix(self._covisit) if self._covisit else "",
             "\n".join(lines), "\n".join(up_lines), *keys.WRITE_SCRIPT_PARTS,
         )  # fmt: skip
-        return plan
 
     def _due(
         self, newest_of: dict[str, int], stream_of: dict[str, tuple[Stream, str]]
@@ -413,23 +436,34 @@ class EventWriter:
             _log.warning("items_changed_not_published", error=repr(err), events=len(events))
 
     async def _write_cluster(self, plan: WritePlan) -> WriteResult:
-        fs = self._fs
-        # (1) which ids are known; the first of a repeated id in the batch wins
+        fresh = await self._fresh_writes(plan)
+        dups = len(plan.writes) - len(fresh)
+        if not fresh:
+            return WriteResult(0, dups, 0)
+        await self._write_streams(plan, fresh)
+        cv_events, earlier = await self._write_ids(plan, fresh)
+        pairs = await self._write_counts(fresh, cv_events, earlier)
+        return WriteResult(len(fresh), dups, pairs)
+
+    async def _fresh_writes(self, plan: WritePlan) -> list[_EventWrites]:
+        """(1) The writes of the events whose id is not known; the first of a repeated
+        id in the batch wins."""
         pipe = self._redis.pipeline(transaction=False)
         for ev, _, _ in plan.writes:
             pipe.zscore(keys.user_ids(ev.user_id), ev.event_id)
         known = await pipe.execute()
-        fresh: list[tuple[Event, list[tuple[str, str]], list[tuple[str, str]]]] = []
+        fresh: list[_EventWrites] = []
         seen: set[tuple[str, str]] = set()
         for (ev, zadds, pops), score in zip(plan.writes, known, strict=True):
             ident = (ev.user_id, ev.event_id)
             if score is None and ident not in seen:
                 fresh.append((ev, zadds, pops))
             seen.add(ident)
-        dups = len(plan.writes) - len(fresh)
-        if not fresh:
-            return WriteResult(0, dups, 0)
-        # (2) stream writes and upkeep (the ids sets' upkeep once they are written)
+        return fresh
+
+    async def _write_streams(self, plan: WritePlan, fresh: list[_EventWrites]) -> None:
+        """(2) Stream writes and upkeep (the ids sets' upkeep once they are written)."""
+        fs = self._fs
         pipe = self._redis.pipeline(transaction=False)
         for ev, zadds, _ in fresh:
             for key, member in zadds:
@@ -439,11 +473,14 @@ class EventWriter:
         for hkey in plan.history_upkeep:
             pipe.zremrangebyrank(hkey, 0, -(fs.roles.history_cap + 1))
             pipe.expire(hkey, fs.roles.history_ttl_s)
-        ids_upkeep = [u for u in plan.upkeep if keys.is_user_ids(u[0])]
         self._queue_upkeep(pipe, [u for u in plan.upkeep if not keys.is_user_ids(u[0])])
         await pipe.execute()
-        # (3) the ids, with the co-visit reads of the new events' earlier items
-        r = fs.roles
+
+    async def _write_ids(self, plan: WritePlan, fresh: list[_EventWrites]) -> tuple[list[Event], list[Any]]:
+        """(3) The ids, with the co-visit reads of the new events' earlier items:
+        (the co-visit events, the earlier members read for each)."""
+        r = self._fs.roles
+        ids_upkeep = [u for u in plan.upkeep if keys.is_user_ids(u[0])]
         pipe = self._redis.pipeline(transaction=False)
         cv_events = [ev for ev, _, _ in fresh if r.covisit_stream and ev.behavior in r.covisit_behaviors]
         for ev, _, _ in fresh:
@@ -460,7 +497,13 @@ class EventWriter:
             )
         out = await pipe.execute()
         earlier = out[len(out) - len(cv_events) :] if cv_events else []
-        # (4) co-visit and popularity counts
+        return cv_events, earlier
+
+    async def _write_counts(
+        self, fresh: list[_EventWrites], cv_events: list[Event], earlier: list[Any]
+    ) -> int:
+        """(4) Co-visit and popularity counts; the number of co-visit pairs."""
+        r = self._fs.roles
         pairs: list[tuple[str, str]] = []
         for ev, members in zip(cv_events, earlier, strict=True):
             pairs.extend(
@@ -479,7 +522,7 @@ class EventWriter:
         self._queue_trims(pipe, increments)
         if len(pipe):
             await pipe.execute()
-        return WriteResult(len(fresh), dups, len(pairs))
+        return len(pairs)
 
     def _queue_upkeep(self, pipe: Any, upkeep: Iterable[tuple[str, int, int, int]]) -> None:
         for key, t, retention, ttl in upkeep:

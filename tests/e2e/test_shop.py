@@ -43,6 +43,40 @@ def _cli(env: dict[str, str], *args: str) -> str:
     return out.stdout
 
 
+def _check_ranking(env: dict[str, str], log: Path, target: list[str]) -> None:
+    """`train --ranking` on the log: served beats popularity, and the fused learnt tables
+    recall at least as well as the best one alone."""
+    figures: dict[str, Any] = json.loads(
+        _cli(
+            env, "train", "--events", str(log), "--ranking", *target, "--epochs", "2", "--json"
+        ).splitlines()[-1]
+    )
+    r = figures["ranking"]
+    served, popularity = r["served"], r["popularity"]
+    assert r["targets"] >= 250, r["targets"]
+    assert served["hr@10"] > popularity["hr@10"] and served["ndcg@10"] > popularity["ndcg@10"], r
+    # The learnt tables fused put the target among their first 500 at least as often as the best table alone.
+    at = r["recall_at"]
+    best_alone = max(at[name]["recall@500"] for name in ("knn", "ease"))
+    assert at["learnt_fused"]["recall@500"] >= best_alone, at
+    assert not [n for n in r["degraded"]["served"] if n.startswith("error")], r["degraded"]
+
+
+def _recommend_once_ingested(port: int, shopper: str) -> dict[str, Any]:
+    """The gateway's answer for `shopper` once it is not degraded (the replayed log ingested:
+    the shopper's history seeds learnt retrieval), or the last one after 30 s."""
+    with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=10) as http:
+        deadline = time.monotonic() + 30
+        while True:
+            resp = http.post("/v1/recommend", json={"user_id": shopper, "count": 10},
+                             headers={"x-api-key": DEMO_API_KEY, "x-slo-class": "B"})  # fmt: skip
+            assert resp.status_code == 200, resp.text
+            body: dict[str, Any] = resp.json()
+            if not body["degraded"] or time.monotonic() > deadline:
+                return body
+            time.sleep(1)
+
+
 @pytest.mark.timeout(900)
 @pytest.mark.parametrize("shape", sorted(SHAPES))
 def test_a_shop_log_is_imported_measured_trained_and_served(shape: str, tmp_path: Path) -> None:
@@ -61,20 +95,7 @@ def test_a_shop_log_is_imported_measured_trained_and_served(shape: str, tmp_path
     checked = json.loads(_cli(env, "repository", "check", str(log), "--json").splitlines()[-1])
     assert checked["errors"] == [] and checked["events"] > 5_000, checked
 
-    figures: dict[str, Any] = json.loads(
-        _cli(
-            env, "train", "--events", str(log), "--ranking", *target, "--epochs", "2", "--json"
-        ).splitlines()[-1]
-    )
-    r = figures["ranking"]
-    served, popularity = r["served"], r["popularity"]
-    assert r["targets"] >= 250, r["targets"]
-    assert served["hr@10"] > popularity["hr@10"] and served["ndcg@10"] > popularity["ndcg@10"], r
-    # The learnt tables fused put the target among their first 500 at least as often as the best table alone.
-    at = r["recall_at"]
-    best_alone = max(at[name]["recall@500"] for name in ("knn", "ease"))
-    assert at["learnt_fused"]["recall@500"] >= best_alone, at
-    assert not [n for n in r["degraded"]["served"] if n.startswith("error")], r["degraded"]
+    _check_ranking(env, log, target)
 
     _cli(env, "train", "--events", str(log), "--epochs", "1")
     ports = {name: free_port() for name in PORT_VARS}
@@ -92,17 +113,7 @@ def test_a_shop_log_is_imported_measured_trained_and_served(shape: str, tmp_path
         pairs = (line.split("=", 1) for line in (state / "secrets" / "cli.env").read_text().splitlines())
         cli_env = dict(env, RECMESH_TLS="on", **{k: shlex.split(v)[0] for k, v in pairs})
         _cli(cli_env, "events", "import", str(repo / "data" / source), "--shift-to-now", "--rate", "50000")
-        shopper = "s7"
-        with httpx.Client(base_url=f"http://127.0.0.1:{ports['GATEWAY_HTTP_PORT']}", timeout=10) as http:
-            deadline = time.monotonic() + 30
-            while True:  # until the replayed log is ingested: the shopper's history seeds learnt retrieval
-                resp = http.post("/v1/recommend", json={"user_id": shopper, "count": 10},
-                                 headers={"x-api-key": DEMO_API_KEY, "x-slo-class": "B"})  # fmt: skip
-                assert resp.status_code == 200, resp.text
-                body = resp.json()
-                if not body["degraded"] or time.monotonic() > deadline:
-                    break
-                time.sleep(1)
+        body = _recommend_once_ingested(ports["GATEWAY_HTTP_PORT"], "s7")
         assert len(body["items"]) == 10 and body["model_version"].startswith("ctr-"), body
         assert body["degraded"] == [], body
     finally:

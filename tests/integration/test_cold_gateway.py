@@ -21,6 +21,7 @@ from prometheus_client import REGISTRY
 from recmesh.clients.feature import FeatureClient
 from recmesh.clients.inference import InferenceClient
 from recmesh.clients.ranker import RankerClient
+from recmesh.grpcserver import MeshServer
 from recmesh.settings import GatewaySettings, RankerSettings
 from recmesh.slo import ClassDecision, SloClass
 from services.gateway.app import GatewayDeps, create_app
@@ -52,18 +53,27 @@ def _waits_served(slo_class: str) -> float:
     return REGISTRY.get_sample_value("recmesh_gateway_cold_wait_seconds_count", labels) or 0.0
 
 
+async def _start_ranker(
+    mesh: Mesh, inference_addr: str, ranker_dir: Path
+) -> tuple[MeshServer, FeatureClient, InferenceClient]:
+    """A serving ranker in-process over the mesh's feature service and inference at
+    `inference_addr` (not running yet); with its two clients, for the caller to close."""
+    ranker_features = FeatureClient(mesh.feature.address, "ranker")
+    ranker_inference = InferenceClient(inference_addr, "ranker")
+    ranker_settings = RankerSettings(ranker_port=free_port(), model_dir=ranker_dir)
+    pipeline = build_pipeline(ranker_settings, ranker_features, ranker_inference, mesh.store.feature_set)
+    ranker = build_ranker(ranker_settings, pipeline)
+    await ranker.start()
+    await ranker.set_serving()
+    return ranker, ranker_features, ranker_inference
+
+
 async def test_class_a_falls_back_at_once_and_class_c_waits_for_a_late_inference(
     mesh: Mesh, model_dir: Path, tmp_path: Path
 ) -> None:
     inference_port = free_port()
     inference_addr = f"127.0.0.1:{inference_port}"
-    ranker_features = FeatureClient(mesh.feature.address, "ranker")
-    ranker_inference = InferenceClient(inference_addr, "ranker")
-    ranker_settings = RankerSettings(ranker_port=free_port(), model_dir=tmp_path)
-    pipeline = build_pipeline(ranker_settings, ranker_features, ranker_inference, mesh.store.feature_set)
-    ranker = build_ranker(ranker_settings, pipeline)
-    await ranker.start()
-    await ranker.set_serving()
+    ranker, ranker_features, ranker_inference = await _start_ranker(mesh, inference_addr, tmp_path)
 
     settings = GatewaySettings.model_validate(
         {

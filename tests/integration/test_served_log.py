@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import random
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
@@ -45,6 +47,35 @@ MIN = 60_000
 T0 = 1_767_225_600_000
 
 
+@asynccontextmanager
+async def _logged_service(
+    kafka_bootstrap: str, served_topic: str, settings: FeatureSettings, store: FeatureStore
+) -> AsyncIterator[tuple[FeatureClient, ServedLog]]:
+    """A feature service over real gRPC logging every look-up to `served_topic`, and a
+    client of it; on the way out the client, the server and the log are stopped (the
+    log flushed)."""
+    await ensure_topics(kafka_bootstrap, {served_topic: 1})
+    served_log = ServedLog(
+        lambda: AIOKafkaProducer(bootstrap_servers=kafka_bootstrap),
+        served_topic,
+        rate=1.0,
+        feature_version=store.feature_set.version,
+    )
+    stop_log = asyncio.Event()
+    log_task = asyncio.create_task(served_log.run(stop_log))
+    server = build_server(settings, store, served_log)
+    await server.start()
+    await server.set_serving()
+    features = FeatureClient(server.address, "test")
+    try:
+        yield features, served_log
+    finally:
+        await features.close()
+        await server.stop(0.5)
+        stop_log.set()
+        await asyncio.wait_for(log_task, 15)
+
+
 async def test_served_rows_match_the_replay_and_an_injected_skew_is_reported(
     kafka_bootstrap: str,
     scratch_redis_url: str,
@@ -66,40 +97,23 @@ async def test_served_rows_match_the_replay_and_an_injected_skew_is_reported(
     await write_to_store(store, [Event.model_validate(e) for e in events])
 
     served_topic = f"served-{topics['events']}"
-    await ensure_topics(kafka_bootstrap, {served_topic: 1})
     settings = FeatureSettings(feature_port=free_port(), kafka_bootstrap=kafka_bootstrap)
-    served_log = ServedLog(
-        lambda: AIOKafkaProducer(bootstrap_servers=kafka_bootstrap),
-        served_topic,
-        rate=1.0,
-        feature_version=demo_fs.version,
-    )
-    stop_log = asyncio.Event()
-    log_task = asyncio.create_task(served_log.run(stop_log))
-    server = build_server(settings, store, served_log)
-    await server.start()
-    await server.set_serving()
-    features = FeatureClient(server.address, "test")
-
     rng = random.Random(3)
     people = sorted({e["user_id"] for e in events})[:5]
     candidates = list(dict.fromkeys(e["item_id"] for e in events))
     skewed = candidates[0]
     try:
-        # Round 1: state exactly as the event log built it.
-        for user in people:
-            picks = [skewed, *rng.sample(candidates[1:], 30)]
-            await features.get_features(user, picks, T0 + 20 * MIN, cap_s=5.0)
-        # The skew: a click that reached the online store but not the log.
-        await client.zadd(keys.stream("item", skewed, "click"), {"not-in-the-log": T0 + 20 * MIN - 5000})
-        for user in people:
-            picks = [skewed, *rng.sample(candidates[1:], 30)]
-            await features.get_features(user, picks, T0 + 20 * MIN + 1000, cap_s=5.0)
+        async with _logged_service(kafka_bootstrap, served_topic, settings, store) as (features, served_log):
+            # Round 1: state exactly as the event log built it.
+            for user in people:
+                picks = [skewed, *rng.sample(candidates[1:], 30)]
+                await features.get_features(user, picks, T0 + 20 * MIN, cap_s=5.0)
+            # The skew: a click that reached the online store but not the log.
+            await client.zadd(keys.stream("item", skewed, "click"), {"not-in-the-log": T0 + 20 * MIN - 5000})
+            for user in people:
+                picks = [skewed, *rng.sample(candidates[1:], 30)]
+                await features.get_features(user, picks, T0 + 20 * MIN + 1000, cap_s=5.0)
     finally:
-        await features.close()
-        await server.stop(0.5)
-        stop_log.set()
-        await asyncio.wait_for(log_task, 15)
         await client.aclose()
     assert served_log.sent == 10 and served_log.dropped == 0
 
@@ -171,31 +185,19 @@ async def test_a_store_behind_the_stream_is_told_apart_from_a_wrong_value(
     await produce_events(kafka_bootstrap, topics["events"], late)  # on the topic, never applied
 
     served_topic = f"served-{topics['events']}"
-    await ensure_topics(kafka_bootstrap, {served_topic: 1})
     settings = FeatureSettings(
         feature_port=free_port(), kafka_bootstrap=kafka_bootstrap, events_topic=topics["events"]
     )
-    served_log = ServedLog(lambda: AIOKafkaProducer(bootstrap_servers=kafka_bootstrap), served_topic,
-                           rate=1.0, feature_version=demo_fs.version)  # fmt: skip
-    stop_log = asyncio.Event()
-    log_task = asyncio.create_task(served_log.run(stop_log))
-    server = build_server(settings, store, served_log)
-    await server.start()
-    await server.set_serving()
-    features = FeatureClient(server.address, "test")
     late_users = sorted({str(e["user_id"]) for e in late})[:6]
     late_items = list(dict.fromkeys(str(e["item_id"]) for e in late))[:20]
     quiet = [str(e["item_id"]) for e in applied if str(e["item_id"]) not in {str(x["item_id"]) for x in late}]
     skewed = quiet[0]  # no late event: only the injected click can make it differ
-    await client.zadd(keys.stream("item", skewed, "click"), {"not-in-any-log": T0 + 15 * MIN - 5000})
     try:
-        for user in late_users:
-            await features.get_features(user, [skewed, *late_items], T0 + 20 * MIN, cap_s=5.0)
+        async with _logged_service(kafka_bootstrap, served_topic, settings, store) as (features, _):
+            await client.zadd(keys.stream("item", skewed, "click"), {"not-in-any-log": T0 + 15 * MIN - 5000})
+            for user in late_users:
+                await features.get_features(user, [skewed, *late_items], T0 + 20 * MIN, cap_s=5.0)
     finally:
-        await features.close()
-        await server.stop(0.5)
-        stop_log.set()
-        await asyncio.wait_for(log_task, 15)
         await client.aclose()
 
     dumped, log = tmp_path / "served.jsonl", tmp_path / "events.jsonl"

@@ -8,7 +8,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Literal
 
-from recmesh.features.repository.declarations import OfflineDecl, RepositoryDecl
+from recmesh.features.repository.declarations import CovisitDecl, OfflineDecl, RecallDecl, RepositoryDecl
 from recmesh.features.repository.feature_set import FeatureDef, FeatureSet, RecallRoles, Stream
 from recmesh.features.repository.terms import (
     DEFAULT_OF,
@@ -171,13 +171,12 @@ def _check_training(decl: RepositoryDecl) -> None:
         raise ValueError("training.weights: weights must be positive")
 
 
-def _roles(
-    decl: RepositoryDecl,
+def _check_grouping_roles(
+    r: RecallDecl,
     offline: Mapping[Entity, Mapping[str, OfflineDecl]],
     realtime: Mapping[str, FeatureDef],
-) -> RecallRoles:
-    r = decl.recall
-    vocab = set(decl.events.behaviors)
+) -> None:
+    """recall.category, .affinity and .interests name features of the right kinds."""
     if r.category is not None:
         od = offline["item"].get(r.category)
         if od is None or od.type not in ("categorical", "multi"):
@@ -192,45 +191,65 @@ def _roles(
         od = offline["user"].get(r.interests)
         if od is None or od.type not in ("categorical", "multi"):
             raise ValueError(f"recall.interests: {r.interests!r} must be a categorical or multi user feature")
-    recent_behaviors: frozenset[str] = frozenset()
-    if r.recent_items is not None:
-        f = realtime.get(r.recent_items)
-        if f is None or f.entity != "user" or f.aggregate != "last_n":
-            raise ValueError(
-                f"recall.recent_items: {r.recent_items!r} must be a user last_n real-time feature"
-            )
-        recent_behaviors = f.behaviors
-    seen_behaviors: frozenset[str] | None = None
-    if r.seen is not None:
-        f = realtime.get(r.seen)
-        if f is None or f.entity != "user" or f.aggregate != "last_n":
-            raise ValueError(f"recall.seen: {r.seen!r} must be a user last_n real-time feature")
-        seen_behaviors = f.behaviors
-    pop_feature: str | None = None
-    pop_behaviors: frozenset[str] = frozenset()
-    if isinstance(r.popularity, str):
-        od = offline["item"].get(r.popularity)
+
+
+def _last_n_behaviors(
+    realtime: Mapping[str, FeatureDef], role: str, name: str | None
+) -> frozenset[str] | None:
+    """The behaviours of recall.<role>, a user last_n feature; None when the role is unset."""
+    if name is None:
+        return None
+    f = realtime.get(name)
+    if f is None or f.entity != "user" or f.aggregate != "last_n":
+        raise ValueError(f"recall.{role}: {name!r} must be a user last_n real-time feature")
+    return f.behaviors
+
+
+def _popularity_role(
+    decl: RepositoryDecl, offline: Mapping[Entity, Mapping[str, OfflineDecl]], vocab: set[str]
+) -> tuple[str | None, frozenset[str]]:
+    """(item feature, behaviours counted live) of recall.popularity: one of them is set."""
+    popularity = decl.recall.popularity
+    if isinstance(popularity, str):
+        od = offline["item"].get(popularity)
         if od is None or od.type not in ("numeric", "integer"):
-            raise ValueError(f"recall.popularity: {r.popularity!r} must be a numeric item feature")
-        pop_feature = r.popularity
-    elif r.popularity is not None:
-        pop_behaviors = frozenset(r.popularity.behaviors)
+            raise ValueError(f"recall.popularity: {popularity!r} must be a numeric item feature")
+        return popularity, frozenset()
+    if popularity is not None:
+        pop_behaviors = frozenset(popularity.behaviors)
         if not pop_behaviors or pop_behaviors - vocab:
             raise ValueError(
                 f"recall.popularity.behaviors: {sorted(pop_behaviors - vocab)} not in events.behaviors"
             )
-    else:  # undeclared: counted live from what learnt retrieval counts (the label's positives), else all
-        pop_behaviors = frozenset(_learnt_behaviors(decl) or vocab)
-    cv = r.covisit
-    cv_behaviors: frozenset[str] = frozenset()
-    cv_window = cv_prev = cv_scan = 0
-    if cv is not None:
-        cv_behaviors = frozenset(cv.behaviors) if cv.behaviors is not None else recent_behaviors
-        if cv.behaviors is not None and (not cv_behaviors or cv_behaviors - vocab):
-            raise ValueError(
-                f"recall.covisit.behaviors: {sorted(cv_behaviors - vocab)} not in events.behaviors"
-            )
-        cv_window, cv_prev, cv_scan = parse_duration_ms(cv.window), cv.previous, max(cv.scan, cv.previous)
+        return None, pop_behaviors
+    # undeclared: counted live from what learnt retrieval counts (the label's positives), else all
+    return None, frozenset(_learnt_behaviors(decl) or vocab)
+
+
+def _covisit_role(
+    cv: CovisitDecl | None, vocab: set[str], recent_behaviors: frozenset[str]
+) -> tuple[frozenset[str], int, int, int]:
+    """(behaviours, window ms, previous, scan) of recall.covisit; empty and zeros when off."""
+    if cv is None:
+        return frozenset(), 0, 0, 0
+    cv_behaviors = frozenset(cv.behaviors) if cv.behaviors is not None else recent_behaviors
+    if cv.behaviors is not None and (not cv_behaviors or cv_behaviors - vocab):
+        raise ValueError(f"recall.covisit.behaviors: {sorted(cv_behaviors - vocab)} not in events.behaviors")
+    return cv_behaviors, parse_duration_ms(cv.window), cv.previous, max(cv.scan, cv.previous)
+
+
+def _roles(
+    decl: RepositoryDecl,
+    offline: Mapping[Entity, Mapping[str, OfflineDecl]],
+    realtime: Mapping[str, FeatureDef],
+) -> RecallRoles:
+    r = decl.recall
+    vocab = set(decl.events.behaviors)
+    _check_grouping_roles(r, offline, realtime)
+    recent_behaviors = _last_n_behaviors(realtime, "recent_items", r.recent_items) or frozenset()
+    seen_behaviors = _last_n_behaviors(realtime, "seen", r.seen)
+    pop_feature, pop_behaviors = _popularity_role(decl, offline, vocab)
+    cv_behaviors, cv_window, cv_prev, cv_scan = _covisit_role(r.covisit, vocab, recent_behaviors)
     return RecallRoles(
         category=r.category, affinity=r.affinity, interests=r.interests, recent_items=r.recent_items,
         popularity_feature=pop_feature, popularity_behaviors=pop_behaviors,

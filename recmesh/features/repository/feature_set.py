@@ -184,8 +184,12 @@ class FeatureSet:
 
     def recall_sources(self) -> list[dict[str, Any]]:
         """Each recall source of the ranker, whether this file lets it run, and why."""
+        out = self._live_sources() + self._table_sources()
+        return [{"source": n, "on": on, "why": why} for n, on, why in out]
+
+    def _live_sources(self) -> list[tuple[str, bool, str]]:
+        """(source, on, why) of the sources served from live counts and declared features."""
         r, roles = self.decl.recall, self.roles
-        learnt = self.decl.recall.learnt
         out: list[tuple[str, bool, str]] = []
         if roles.popularity_feature:
             out.append(("popular", True, f"items by their {roles.popularity_feature!r} feature"))
@@ -210,6 +214,12 @@ class FeatureSet:
             out.append(("semantic", False, "needs recall.recent_items to query with"))
         else:
             out.append(("semantic", True, "items near the user's recent ones by text embedding"))
+        return out
+
+    def _table_sources(self) -> list[tuple[str, bool, str]]:
+        """(source, on, why) of the sources served from built or imported tables."""
+        learnt = self.decl.recall.learnt
+        out: list[tuple[str, bool, str]] = []
         for method in LEARNT_METHODS:
             if not learnt.enabled or method not in learnt.methods:
                 off = "enabled = false" if not learnt.enabled else f"methods leave {method!r} out"
@@ -219,7 +229,7 @@ class FeatureSet:
                             "train --events), seeded by each user's history"))  # fmt: skip
         for byo in ("similar", "vectors"):
             out.append((byo, False, "your own candidates: on once imported (recmesh recall import)"))
-        return [{"source": n, "on": on, "why": why} for n, on, why in out]
+        return out
 
     def describe(self) -> dict[str, Any]:
         """What the set holds, for logs and `recmesh repository show`."""
