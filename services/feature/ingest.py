@@ -35,7 +35,7 @@ from recmesh.settings import IngestSettings
 from recmesh.telemetry import LATENCY_BUCKETS, kafka_consume_span, observe_many
 from services.feature.drift import StateSizer, observe_batch, observe_caught_up
 from services.feature.store import FeatureStore
-from services.feature.writer import EventWriter, WritePlan, WriteResult
+from services.feature.writer import EventWriter, PreparedBatch, WriteResult
 
 _log = structlog.get_logger("recmesh.feature.ingest")
 
@@ -226,7 +226,7 @@ class Ingestor:
             for rec in records:
                 tp = TopicPartition(rec.topic, rec.partition)
                 offsets[tp] = max(offsets.get(tp, 0), rec.offset + 1)
-            plan: WritePlan | RedisError | OSError | None = None
+            plan: PreparedBatch | RedisError | OSError | None = None
             try:
                 plan = await self._writer.prepare(good) if good else None
             except (RedisError, OSError) as err:
@@ -276,11 +276,11 @@ class Ingestor:
             _log.warning("applied_mark_failed", error=repr(err))
 
     async def _write_with_retry(
-        self, events: list[Event], prepared: WritePlan | RedisError | OSError | None
+        self, events: list[Event], prepared: PreparedBatch | RedisError | OSError | None
     ) -> WriteResult:
         """Write the batch (`prepared`: its plan, or why preparing it failed); while
         Redis fails, pause the partitions and retry with backoff."""
-        plan = prepared if isinstance(prepared, WritePlan) else None
+        plan = prepared if isinstance(prepared, PreparedBatch) else None
         if plan is not None:
             try:
                 return await self._writer.write(plan)

@@ -34,6 +34,7 @@ from redis.exceptions import NoPermissionError, RedisError
 from recmesh.cache import TtlCache, Vouched
 from recmesh.features import keys
 from recmesh.features.compute import attribute_text
+from recmesh.features.plans import plans
 from recmesh.features.repository import Entity, FeatureSet, FeatureValue
 from recmesh.redis_client import AnyRedis
 from services.feature.catalog import new_statics_version
@@ -87,9 +88,7 @@ class OfflineCache:
         cache_entries: int = 200_000,
     ) -> None:
         self._redis = client
-        self._off_defs: dict[Entity, tuple[tuple[str, FeatureValue], ...]] = {
-            e: tuple((f.name, f.default) for f in fs.features_of(e, "offline")) for e in ("user", "item")
-        }
+        self._off_defs = plans(fs).read.offline_defaults
         self._item_static: TtlCache[ItemStatic] = TtlCache(static_ttl_s, cache_entries)
         self._static_ttl_s = static_ttl_s
         # Item statics older than this are still served but refreshed in the

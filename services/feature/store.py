@@ -23,7 +23,8 @@ from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import NoScriptError, RedisError
 
 from recmesh.features import keys
-from recmesh.features.compute import Layout, StreamEvent, aggregate, count_columns
+from recmesh.features.compute import StreamEvent, aggregate, count_columns
+from recmesh.features.plans import plans
 from recmesh.features.repository import Entity, FeatureSet, FeatureValue, Stream
 from recmesh.features.wire import Column
 from recmesh.redis_client import AnyRedis
@@ -149,39 +150,6 @@ def _events(raw: Sequence[tuple[bytes, float]], newest_first: bool) -> list[Stre
     return events
 
 
-class _Plan:
-    """What a look-up reads for a FeatureSet, worked out once."""
-
-    def __init__(self, fs: FeatureSet) -> None:
-        self.fs = fs
-        self.user_streams = fs.streams_of("user")
-        self.item_streams = fs.streams_of("item")
-        # Values per item in the item script's reply, per stream (a count stream: one count
-        # per window, then its newest event time; an events stream: its events), and in all.
-        self.item_widths = [len(s.windows) + 1 if s.read == "count" else 1 for s in self.item_streams]
-        self.item_stride = sum(self.item_widths)
-        self.layouts = {(s.entity, s.id): Layout.of(s) for s in fs.streams}
-        self.defs: dict[
-            Entity, tuple[tuple[tuple[str, FeatureValue], ...], tuple[tuple[str, FeatureValue], ...]]
-        ]
-        self.defs = {
-            e: tuple(
-                tuple((f.name, f.default) for f in fs.features_of(e, k)) for k in ("realtime", "offline")
-            )  # type: ignore[misc]
-            for e in ("user", "item")
-        }
-        self.item_rt_order = [f.name for f in fs.features_of("item", "realtime")]
-
-    def item_spec(self, as_of_ms: int) -> str:
-        parts = []
-        for s in self.item_streams:
-            if s.read == "count":
-                parts.append(f"C|{s.id}|" + ",".join(str(as_of_ms - w) for w in s.windows))
-            else:
-                parts.append(f"R|{s.id}|{as_of_ms - s.widest_ms}")
-        return ";".join(parts)
-
-
 class FeatureStore:
     """Look-ups of one user and many items as of one logical time. Offline
     features come through `offline` (its cache, vouched for by the statics
@@ -200,7 +168,7 @@ class FeatureStore:
         `item_reads`: items' held real-time reads (default: none held)."""
         self._redis = client
         self._fs = fs
-        self._plan = _Plan(fs)
+        self._plan = plans(fs).read
         self._cluster = isinstance(client, RedisCluster)
         self.offline = offline or OfflineCache(client, fs)
         self._item_sha: str | None = None
@@ -240,7 +208,7 @@ class FeatureStore:
         realtime: dict[str, tuple[FeatureValue, int]] | None,
         offline: dict[str, Any] | None,
     ) -> Values:
-        rt_defs, off_defs = self._plan.defs[entity]
+        rt_defs, off_defs = self._plan.realtime_defaults[entity], self._plan.offline_defaults[entity]
         out: Values = {}
         for name, default in rt_defs:
             if realtime is not None and name in realtime:
@@ -262,7 +230,7 @@ class FeatureStore:
         means the real-time store was not reached (defaults). A default can be
         shared between rows (columns are read-only downstream)."""
         plan = self._plan
-        rt_defs, off_defs = plan.defs["item"]
+        rt_defs, off_defs = plan.realtime_defaults["item"], plan.offline_defaults["item"]
         n = len(statics)
         cols: dict[str, Column] = {}
         if windows is None:

@@ -46,6 +46,7 @@ from recmesh.events import Event
 from recmesh.features import keys
 from recmesh.features.compute import encode_member
 from recmesh.features.covisit import COVISIT_MAX_PER_ITEM, COVISIT_TTL_S, pair_increments, previous_items
+from recmesh.features.plans import plans
 from recmesh.features.repository import VALUE_SEP, Entity, FeatureSet, Stream
 from recmesh.redis_client import AnyRedis
 from services.feature.item_cache import change_message
@@ -194,7 +195,7 @@ _EventWrites = tuple[Event, list[tuple[str, str]], list[tuple[str, str]]]
 
 
 @dataclass
-class WritePlan:
+class PreparedBatch:
     """A batch ready to write: its events and, on a single Redis, the script's arguments."""
 
     events: Sequence[Event]
@@ -261,19 +262,12 @@ class EventWriter:
         self._trimmed: TtlCache[bool] = TtlCache(MAINTAIN_EVERY_S, cache_entries)
         self._apply = client.register_script(_APPLY_LUA)  # reloads it if the server lost it
         self._mark = client.register_script(_MARK_APPLIED_LUA)
-        roles = fs.roles
-        self._covisit = roles.covisit_stream
-        # The event-id sets, maintained like a stream: kept for the longest retention.
-        self._ids = Stream(
-            "ids", "user", frozenset(), (), False, (), (), fs.retention_ms, fs.ttl_s, "range", ()
-        )
-        self._history = frozenset(roles.learnt_behaviors) if roles.history_cap else frozenset()
-        self._streams: dict[Entity, tuple[Stream, ...]] = {e: fs.streams_of(e) for e in ("user", "item")}
-        self._need: dict[Entity, tuple[str, ...]] = {
-            "user": fs.attributes_needed("user"),
-            "item": tuple(dict.fromkeys((*fs.attributes_needed("item"), *([roles.category] if roles.category
-                                         and roles.popularity_behaviors else [])))),
-        }  # fmt: skip
+        write = plans(fs).write
+        self._covisit = write.covisit_stream
+        self._ids = write.ids
+        self._history = write.history_behaviors
+        self._streams = write.streams
+        self._need = write.attributes_needed
 
     async def mark_applied(self, topic: str, marks: Mapping[int, tuple[int, int]]) -> None:
         """Record how far the ingest has applied `topic` (keys.applied): per partition,
@@ -319,11 +313,11 @@ class EventWriter:
                         pops.append((keys.category_popularity(cat), ev.item_id))
         return zadds, pops
 
-    async def prepare(self, events: Sequence[Event]) -> WritePlan:
+    async def prepare(self, events: Sequence[Event]) -> PreparedBatch:
         if not events:
-            return WritePlan(events)
+            return PreparedBatch(events)
         attrs = await self._enrich(events)
-        plan = WritePlan(events)
+        plan = PreparedBatch(events)
         lines: list[str] = []
         newest_of, stream_of = self._plan_events(events, attrs, plan, lines)
         plan.upkeep = self._due(newest_of, stream_of)
@@ -336,7 +330,7 @@ class EventWriter:
         self,
         events: Sequence[Event],
         attrs: dict[Entity, dict[str, dict[str, str]]],
-        plan: WritePlan,
+        plan: PreparedBatch,
         lines: list[str],
     ) -> tuple[dict[str, int], dict[str, tuple[Stream, str]]]:
         """Each event's writes, into `plan.writes` (cluster) or the script's `lines`, and
@@ -376,7 +370,7 @@ class EventWriter:
         return newest_of, stream_of
 
     def _script_args(
-        self, plan: WritePlan, lines: list[str], stream_of: dict[str, tuple[Stream, str]]
+        self, plan: PreparedBatch, lines: list[str], stream_of: dict[str, tuple[Stream, str]]
     ) -> tuple[int | str, ...]:
         """The write script's arguments: the event lines and the upkeep lines."""
         up_lines = [f"U\t{k}\t{t}\t{ret}\t{ttl}" for k, t, ret, ttl in plan.upkeep]
@@ -411,7 +405,7 @@ class EventWriter:
                 out.append((key, t, s.retention_ms, s.ttl_s))
         return out
 
-    async def write(self, plan: WritePlan) -> WriteResult:
+    async def write(self, plan: PreparedBatch) -> WriteResult:
         """Write a prepared batch."""
         if not plan.events:
             return WriteResult(0, 0, 0)
@@ -435,7 +429,7 @@ class EventWriter:
             ANNOUNCE_FAILED.inc()
             _log.warning("items_changed_not_published", error=repr(err), events=len(events))
 
-    async def _write_cluster(self, plan: WritePlan) -> WriteResult:
+    async def _write_cluster(self, plan: PreparedBatch) -> WriteResult:
         fresh = await self._fresh_writes(plan)
         dups = len(plan.writes) - len(fresh)
         if not fresh:
@@ -445,7 +439,7 @@ class EventWriter:
         pairs = await self._write_counts(fresh, cv_events, earlier)
         return WriteResult(len(fresh), dups, pairs)
 
-    async def _fresh_writes(self, plan: WritePlan) -> list[_EventWrites]:
+    async def _fresh_writes(self, plan: PreparedBatch) -> list[_EventWrites]:
         """(1) The writes of the events whose id is not known; the first of a repeated
         id in the batch wins."""
         pipe = self._redis.pipeline(transaction=False)
@@ -461,7 +455,7 @@ class EventWriter:
             seen.add(ident)
         return fresh
 
-    async def _write_streams(self, plan: WritePlan, fresh: list[_EventWrites]) -> None:
+    async def _write_streams(self, plan: PreparedBatch, fresh: list[_EventWrites]) -> None:
         """(2) Stream writes and upkeep (the ids sets' upkeep once they are written)."""
         fs = self._fs
         pipe = self._redis.pipeline(transaction=False)
@@ -476,7 +470,9 @@ class EventWriter:
         self._queue_upkeep(pipe, [u for u in plan.upkeep if not keys.is_user_ids(u[0])])
         await pipe.execute()
 
-    async def _write_ids(self, plan: WritePlan, fresh: list[_EventWrites]) -> tuple[list[Event], list[Any]]:
+    async def _write_ids(
+        self, plan: PreparedBatch, fresh: list[_EventWrites]
+    ) -> tuple[list[Event], list[Any]]:
         """(3) The ids, with the co-visit reads of the new events' earlier items:
         (the co-visit events, the earlier members read for each)."""
         r = self._fs.roles

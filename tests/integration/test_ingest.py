@@ -22,7 +22,7 @@ from recmesh.settings import IngestSettings
 from services.feature.ingest import running
 from services.feature.recall_store import RecallStore
 from services.feature.store import FeatureStore
-from services.feature.writer import EventWriter, WritePlan, WriteResult
+from services.feature.writer import EventWriter, PreparedBatch, WriteResult
 from tests.helpers import poll_until, produce_events
 
 FS = load_repository(DEMO_REPOSITORY)
@@ -158,7 +158,7 @@ class _UnevenWriter(EventWriter):
         super().__init__(store.client, store.feature_set, store.offline.attributes)
         self.writes = 0
 
-    async def write(self, plan: WritePlan) -> WriteResult:
+    async def write(self, plan: PreparedBatch) -> WriteResult:
         self.writes += 1
         if self.writes % 2:
             await asyncio.sleep(0.05)
