@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import redis.asyncio as redis
 
-from recmesh.features.repository import DEMO_REPOSITORY, FeatureSet, load_repository
+from recmesh.features.repository import DEMO_REPOSITORY, FeatureSet, load_feature_set
 from recmesh.tools.localinfra import broker_process, redis_process, start_redis_cluster, wait_tcp
 from recmesh.tools.training.train import TrainConfig, train
 from recmesh.topics import ensure_topics
@@ -62,15 +62,15 @@ def kafka_bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 
 @pytest.fixture(scope="session")
-def demo_fs() -> FeatureSet:
+def demo_feature_set() -> FeatureSet:
     """The demo repository's feature set (examples/demo/recmesh.toml)."""
-    return load_repository(DEMO_REPOSITORY)
+    return load_feature_set(DEMO_REPOSITORY)
 
 
 @pytest.fixture(scope="session")
-def model_dir(tmp_path_factory: pytest.TempPathFactory, demo_fs: FeatureSet) -> Path:
+def model_dir(tmp_path_factory: pytest.TempPathFactory, demo_feature_set: FeatureSet) -> Path:
     out = tmp_path_factory.mktemp("models")
-    train(SMALL_TRAINING, out, demo_fs, progress=lambda _: None)
+    train(SMALL_TRAINING, out, demo_feature_set, progress=lambda _: None)
     return out
 
 

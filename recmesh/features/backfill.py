@@ -44,24 +44,29 @@ class Example:
     weight: float = 1.0  # in the training loss: training.weights of its behaviour (negatives 1)
 
 
-def offline_values(fs: FeatureSet, entity: Entity, row: Mapping[str, Any] | None) -> dict[str, FeatureValue]:
+def offline_values(
+    feature_set: FeatureSet, entity: Entity, row: Mapping[str, Any] | None
+) -> dict[str, FeatureValue]:
     row = row or {}
-    return {f.name: row.get(f.name, f.default) for f in fs.features_of(entity, "offline")}
+    return {f.name: row.get(f.name, f.default) for f in feature_set.features_of(entity, "offline")}
 
 
 class ReplayState:
     """Per-entity stream state as the online store keeps it, held in memory."""
 
     def __init__(
-        self, fs: FeatureSet, users: Mapping[str, Mapping[str, Any]], items: Mapping[str, Mapping[str, Any]]
+        self,
+        feature_set: FeatureSet,
+        users: Mapping[str, Mapping[str, Any]],
+        items: Mapping[str, Mapping[str, Any]],
     ) -> None:
-        self.fs = fs
+        self.feature_set = feature_set
         self._offline: dict[Entity, Mapping[str, Mapping[str, Any]]] = {"user": users, "item": items}
         self._attr_cache: dict[Entity, dict[str, dict[str, str]]] = {"user": {}, "item": {}}
         self._offline_values: dict[Entity, dict[str, dict[str, FeatureValue]]] = {"user": {}, "item": {}}
-        self._layouts = {(s.entity, s.id): Layout.of(s) for s in fs.streams}
+        self._layouts = {(s.entity, s.id): Layout.of(s) for s in feature_set.streams}
         self._state: dict[tuple[Entity, str], dict[str, list[StreamEvent]]] = {
-            (s.entity, s.id): {} for s in fs.streams
+            (s.entity, s.id): {} for s in feature_set.streams
         }
         self._ids: dict[str, dict[str, int]] = {}
         self.applied = 0
@@ -75,7 +80,7 @@ class ReplayState:
             row = self._offline[entity].get(entity_id) or {}
             held = {
                 f.name: attribute_text(row.get(f.name, f.default))
-                for f in self.fs.features_of(entity, "offline")
+                for f in self.feature_set.features_of(entity, "offline")
             }
             cache[entity_id] = held
         return held
@@ -95,7 +100,7 @@ class ReplayState:
         for entity, own, other, other_entity in (
             ("user", ev.user_id, ev.item_id, "item"), ("item", ev.item_id, ev.user_id, "user"),
         ):  # fmt: skip
-            for s in self.fs.streams_of(entity):  # type: ignore[arg-type]
+            for s in self.feature_set.streams_of(entity):  # type: ignore[arg-type]
                 if ev.behavior not in s.behaviors:
                     continue
                 attrs = self.attributes(other_entity, other) if s.attrs else {}  # type: ignore[arg-type]
@@ -114,12 +119,12 @@ class ReplayState:
     def sweep(self, now_ms: int) -> None:
         """Forget entities whose newest event is older than their retention, as
         the online store's TTLs do, so replay memory stays bounded."""
-        for s in self.fs.streams:
+        for s in self.feature_set.streams:
             table = self._state[(s.entity, s.id)]
             cutoff = now_ms - s.retention_ms
             for eid in [e for e, evs in table.items() if not evs or evs[-1][0] < cutoff]:
                 del table[eid]
-        cutoff = now_ms - self.fs.retention_ms
+        cutoff = now_ms - self.feature_set.retention_ms
         for uid in list(self._ids):
             kept = {e: t for e, t in self._ids[uid].items() if t >= cutoff}
             if kept:
@@ -134,7 +139,7 @@ class ReplayState:
         out = {k: v for k, (v, _) in self.features(entity, entity_id, as_of_ms).items()}
         held = self._offline_values[entity].get(entity_id)
         if held is None:
-            held = offline_values(self.fs, entity, self._offline[entity].get(entity_id))
+            held = offline_values(self.feature_set, entity, self._offline[entity].get(entity_id))
             self._offline_values[entity][entity_id] = held
         out.update(held)
         return out
@@ -142,7 +147,7 @@ class ReplayState:
     def features(self, entity: Entity, entity_id: str, as_of_ms: int) -> dict[str, tuple[FeatureValue, int]]:
         """Real-time features of one entity as of `as_of_ms`: name -> (value, age_ms)."""
         out: dict[str, tuple[FeatureValue, int]] = {}
-        for s in self.fs.streams_of(entity):
+        for s in self.feature_set.streams_of(entity):
             if not s.features:
                 continue
             events = self._state[(entity, s.id)].get(entity_id, [])
@@ -217,12 +222,12 @@ class LabelRule:
     weights: Mapping[str, float] = field(default_factory=dict)  # behaviour -> example weight
 
     @classmethod
-    def of(cls, fs: FeatureSet) -> LabelRule:
-        t = fs.decl.training
+    def of(cls, feature_set: FeatureSet) -> LabelRule:
+        t = feature_set.decl.training
         if t is None:
             raise FailedPrecondition(
-                f"repository {fs.name!r} ({fs.path}) declares no [training] (examples and label): "
-                "add it to train"
+                f"repository {feature_set.name!r} ({feature_set.path}) declares no [training] "
+                "(examples and label): add it to train"
             )
         lab = t.label
         return cls(
@@ -379,7 +384,7 @@ class _Negatives:
 
 
 def training_examples(
-    fs: FeatureSet,
+    feature_set: FeatureSet,
     events: Iterable[Event],
     users: Mapping[str, Mapping[str, Any]],
     items: Mapping[str, Mapping[str, Any]],
@@ -390,8 +395,8 @@ def training_examples(
     label is); features never do. Memory holds only the state retention window
     and the examples still waiting for their label.
     """
-    rule = LabelRule.of(fs)
-    state = ReplayState(fs, users, items)
+    rule = LabelRule.of(feature_set)
+    state = ReplayState(feature_set, users, items)
     awaiting = _AwaitingLabel(rule.within_ms)
     catalog = sorted(items)
     if rule.negatives and not catalog:
@@ -400,7 +405,7 @@ def training_examples(
             "(the repository's [items] source, or --items)"
         )
     touched: dict[str, set[str]] = {}  # per user, the items of their events (negatives avoid them)
-    hard = CoOccurring(fs.roles.learnt_behaviors or dict.fromkeys(rule.examples, 1.0))
+    hard = CoOccurring(feature_set.roles.learnt_behaviors or dict.fromkeys(rule.examples, 1.0))
     n_hard = round(rule.negatives * rule.hard_share)
     negatives = _Negatives(rule.negatives, n_hard, catalog, hard)
     for ev in events:
@@ -439,7 +444,7 @@ class Query:
 
 
 def features_as_of(
-    fs: FeatureSet,
+    feature_set: FeatureSet,
     events: Iterable[Event],
     users: Mapping[str, Mapping[str, Any]],
     items: Mapping[str, Mapping[str, Any]],
@@ -448,7 +453,7 @@ def features_as_of(
     """Each query answered as a look-up at its `as_of_ms` would have been: the
     events (sorted by time) replayed up to it, then the user's and each item's
     features, real-time and offline. Queries are answered in time order."""
-    state = ReplayState(fs, users, items)
+    state = ReplayState(feature_set, users, items)
     pending = deque(sorted(queries, key=lambda q: (q.as_of_ms, q.user_id)))
 
     def answer(q: Query) -> tuple[Query, dict[str, FeatureValue], list[dict[str, FeatureValue]]]:
@@ -466,7 +471,7 @@ def features_as_of(
 
 
 def backfill(
-    fs: FeatureSet,
+    feature_set: FeatureSet,
     events_path: Path,
     out_path: Path,
     users: Mapping[str, Mapping[str, Any]],
@@ -481,7 +486,9 @@ def backfill(
     started = time.perf_counter()
     rows = positives = 0
     with out_path.open("wb") as fh:
-        for ex in training_examples(fs, sorted_events(events_path, fs.event_schema, run_size), users, items):
+        for ex in training_examples(
+            feature_set, sorted_events(events_path, feature_set.event_schema, run_size), users, items
+        ):
             fh.write(
                 orjson.dumps(
                     {
@@ -490,7 +497,7 @@ def backfill(
                         "as_of_ms": ex.as_of_ms,
                         "label": ex.label,
                         "weight": ex.weight,
-                        "feature_version": fs.version,
+                        "feature_version": feature_set.version,
                         "user": ex.user,
                         "item": ex.item,
                     }
@@ -505,5 +512,5 @@ def backfill(
         "rows": rows,
         "positives": positives,
         "seconds": round(time.perf_counter() - started, 2),
-        "feature_version": fs.version,
+        "feature_version": feature_set.version,
     }

@@ -48,7 +48,7 @@ class Finding:
 
 
 def check_log(
-    fs: FeatureSet,
+    feature_set: FeatureSet,
     events: Sequence[Event],
     users: Mapping[str, Mapping[str, Any]] | None = None,
     items: Mapping[str, Mapping[str, Any]] | None = None,
@@ -59,31 +59,31 @@ def check_log(
     found: list[Finding] = []
 
     def add(level: Literal["error", "warning"], key: str, message: str) -> None:
-        found.append(Finding(level, key, key_location(fs, key), message))
+        found.append(Finding(level, key, key_location(feature_set, key), message))
 
-    if fs.decl.training is not None:
-        _labels(fs, events, ranking, add)
+    if feature_set.decl.training is not None:
+        _labels(feature_set, events, ranking, add)
     seen = {ev.behavior for ev in events}
-    never = [b for b in fs.behaviors if b not in seen]
+    never = [b for b in feature_set.behaviors if b not in seen]
     if events and never:
         add("warning", "events.behaviors", f"{never} declared and never seen in the log "
             f"({len(events):,} events; it has {sorted(seen)})")  # fmt: skip
     if len(events) > 1:
         span = events[-1].event_time - events[0].event_time
-        for f in fs.features:
+        for f in feature_set.features:
             if f.kind == "realtime" and f.window_ms and f.window_ms > span:
                 add("warning", f"realtime.{f.name}.window",
                     f"{f.window_ms / 86_400_000:g} days is longer than the log's span "
                     f"({span / 86_400_000:.1f} days): as of any moment the window holds the whole "
                     "past")  # fmt: skip
-    roles = fs.roles
+    roles = feature_set.roles
     for entity, role, feature, table in (
         ("item", "recall.category", roles.category, items),
         ("user", "recall.interests", roles.interests, users),
     ):
         if feature is None or not table:
             continue
-        default = fs.by_name[feature].default
+        default = feature_set.by_name[feature].default
         empty = sum(1 for row in table.values() if row.get(feature) in (None, "", [], default))
         if empty > EMPTY_SHARE * len(table):
             add("warning", role, f"{feature!r} is empty for {empty:,} of {len(table):,} {entity}s: "
@@ -98,8 +98,8 @@ def check_log(
     return found
 
 
-def _labels(fs: FeatureSet, events: Sequence[Event], ranking: bool, add: Any) -> None:
-    rule = LabelRule.of(fs)
+def _labels(feature_set: FeatureSet, events: Sequence[Event], ranking: bool, add: Any) -> None:
+    rule = LabelRule.of(feature_set)
     examples = sum(1 for ev in events if ev.behavior in rule.examples)
     if not examples:
         add("error", "training.examples", f"the log has no event of {sorted(rule.examples)} "

@@ -36,10 +36,10 @@ class BadRecord:
 
 
 class EventMapper:
-    def __init__(self, fs: FeatureSet) -> None:
-        self.fs = fs
-        self.decl = fs.decl.events
-        self.schema = fs.event_schema
+    def __init__(self, feature_set: FeatureSet) -> None:
+        self.feature_set = feature_set
+        self.decl = feature_set.decl.events
+        self.schema = feature_set.event_schema
         self._values = self.decl.value_fields
 
     def _time_ms(self, raw: Any) -> int:

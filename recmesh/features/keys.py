@@ -144,9 +144,9 @@ def parse_applied(raw: Mapping[bytes | str, bytes | str]) -> dict[int, tuple[int
 # Real-time state families for the state-drift sampler (services/feature/drift.py),
 # which sizes each in events (ZCARD): every stream, the event ids, and
 # co-visitation counts (recall, not features), which grow with traffic the same way.
-def state_families(fs: FeatureSet) -> dict[str, tuple[str, str]]:
+def state_families(feature_set: FeatureSet) -> dict[str, tuple[str, str]]:
     """family -> (key prefix, key suffix) of every real-time state family."""
-    out = {f"{s.entity}:s:{s.id}": (PREFIX[s.entity], stream_suffix(s.id)) for s in fs.streams}
+    out = {f"{s.entity}:s:{s.id}": (PREFIX[s.entity], stream_suffix(s.id)) for s in feature_set.streams}
     out["user:ids"] = (PREFIX["user"], IDS)
     out["user:history"] = (PREFIX["user"], HISTORY)
     out["item:covisits"] = (PREFIX["item"], COVISITS)

@@ -128,20 +128,20 @@ class Fallbacks:
 
 
 def read_entities(
-    fs: FeatureSet, entity: Entity, path: Path | None = None, fallbacks: Fallbacks | None = None
+    feature_set: FeatureSet, entity: Entity, path: Path | None = None, fallbacks: Fallbacks | None = None
 ) -> Iterator[tuple[str, dict[str, FeatureValue]]]:
     """(id, offline features) for each row of the entity's file (the
     repository's `source`, or `path`), columns mapped and typed by the
     repository. A cell that cannot be read stops the read with an error naming
     file, line and column, unless its feature declares `invalid = "default"`:
     then it takes the default and is noted in `fallbacks`."""
-    source = path or fs.entity_source(entity)
+    source = path or feature_set.entity_source(entity)
     if source is None:
         raise InvalidArgument(f"the repository declares no source for {entity}s; give the file")
-    defs = fs.features_of(entity, "offline")
-    id_col = fs.entity_id_column(entity)
+    defs = feature_set.features_of(entity, "offline")
+    id_col = feature_set.entity_id_column(entity)
     header_checked = False
-    for n, row in read_rows(source, fs.entity_delimiter(entity)):
+    for n, row in read_rows(source, feature_set.entity_delimiter(entity)):
         if not header_checked:
             wanted = [id_col, *(f.column for f in defs)]
             missing = [c for c in wanted if c not in row]
@@ -172,15 +172,15 @@ def read_entities(
 
 
 def write_csv(
-    fs: FeatureSet, directory: Path, entity: Entity, rows: list[tuple[str, dict[str, Any]]]
+    feature_set: FeatureSet, directory: Path, entity: Entity, rows: list[tuple[str, dict[str, Any]]]
 ) -> Path:
     """A catalog file the repository reads back (the demo writer)."""
-    defs = fs.features_of(entity, "offline")
+    defs = feature_set.features_of(entity, "offline")
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / f"{entity}s.csv"
     with path.open("w", newline="") as fh:
         writer = csv.writer(fh)
-        writer.writerow([fs.entity_id_column(entity), *(f.column for f in defs)])
+        writer.writerow([feature_set.entity_id_column(entity), *(f.column for f in defs)])
         for eid, feats in rows:
             writer.writerow(
                 [eid, *(f.separator.join(v) if isinstance(v := feats[f.name], list) else v for f in defs)]
@@ -188,20 +188,22 @@ def write_csv(
     return path
 
 
-def read_texts(fs: FeatureSet, path: Path | None = None) -> dict[str, str]:
+def read_texts(feature_set: FeatureSet, path: Path | None = None) -> dict[str, str]:
     """item id -> the text embedded for it: the repository's `items.texts`
     columns joined with '. ' (empty parts left out)."""
-    decl = fs.decl.items.texts
+    decl = feature_set.decl.items.texts
     if decl is None:
         raise InvalidArgument("the repository declares no item texts ([items] texts = {columns = [...]})")
     source = path or (
-        (fs.path.parent / decl.source).resolve() if decl.source and fs.path else fs.entity_source("item")
+        (feature_set.path.parent / decl.source).resolve()
+        if decl.source and feature_set.path
+        else feature_set.entity_source("item")
     )
     if source is None:
         raise InvalidArgument("the repository declares no source for item texts")
-    id_col = fs.entity_id_column("item")
+    id_col = feature_set.entity_id_column("item")
     out: dict[str, str] = {}
-    for n, row in read_rows(source, fs.entity_delimiter("item")):
+    for n, row in read_rows(source, feature_set.entity_delimiter("item")):
         missing = [c for c in (id_col, *decl.columns) if c not in row]
         if missing:
             raise InvalidArgument(f"{source}:{n}: no column {', '.join(map(repr, missing))}")
@@ -212,12 +214,12 @@ def read_texts(fs: FeatureSet, path: Path | None = None) -> dict[str, str]:
 
 
 def read_catalog(
-    fs: FeatureSet, users: str | None, items: str | None
+    feature_set: FeatureSet, users: str | None, items: str | None
 ) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, Any]]]:
     """The offline tables the replay joins: the repository's sources, or the given files."""
 
     def table(entity: Entity, path: str | None) -> dict[str, dict[str, Any]]:
-        source = Path(path) if path else fs.entity_source(entity)
-        return dict(read_entities(fs, entity, source)) if source is not None else {}
+        source = Path(path) if path else feature_set.entity_source(entity)
+        return dict(read_entities(feature_set, entity, source)) if source is not None else {}
 
     return table("user", users), table("item", items)

@@ -173,12 +173,12 @@ class _Lag:
 
     def __init__(
         self,
-        fs: FeatureSet,
+        feature_set: FeatureSet,
         users: Mapping[str, Mapping[str, Any]],
         items: Mapping[str, Mapping[str, Any]],
         positions: Positions,
     ) -> None:
-        self._fs, self._users, self._items, self._positions = fs, users, items, positions
+        self._feature_set, self._users, self._items, self._positions = feature_set, users, items, positions
         self._events: dict[tuple[Entity, str], list[Event]] = defaultdict(list)
         self._at: dict[tuple[Entity, str, int], Any] = {}
 
@@ -197,7 +197,7 @@ class _Lag:
     def _replayed(self, entity: Entity, entity_id: str, as_of: int, marks: Marks) -> Any:
         key = (entity, entity_id, id(marks))
         if key not in self._at:
-            state = ReplayState(self._fs, self._users, self._items)
+            state = ReplayState(self._feature_set, self._users, self._items)
             for event in self._events[entity, entity_id]:
                 if self._applied(event, marks):
                     state.apply(event)
@@ -265,7 +265,7 @@ class _RowCheck:
 
     def check_user(
         self,
-        fs: FeatureSet,
+        feature_set: FeatureSet,
         state: ReplayState,
         users: Mapping[str, Mapping[str, Any]],
         row: Mapping[str, Any],
@@ -275,7 +275,7 @@ class _RowCheck:
         check = self.check
         user_id = str(row["user_id"])
         want_user = state.features("user", user_id, self.as_of)
-        want_user_off = offline_values(fs, "user", users.get(user_id))
+        want_user_off = offline_values(feature_set, "user", users.get(user_id))
         for name, served_value in row["user"].items():
             if name in want_user:
                 if not degraded:
@@ -286,7 +286,7 @@ class _RowCheck:
 
     def check_items(
         self,
-        fs: FeatureSet,
+        feature_set: FeatureSet,
         state: ReplayState,
         items: Mapping[str, Mapping[str, Any]],
         row: Mapping[str, Any],
@@ -298,7 +298,7 @@ class _RowCheck:
         columns = row["items"]
         for i, item_id in enumerate(row["item_ids"]):
             want_rt = state.features("item", item_id, as_of)
-            want_off = offline_values(fs, "item", items.get(item_id))
+            want_off = offline_values(feature_set, "item", items.get(item_id))
             for name, col in columns.items():
                 served_value = (col["values"][i], col["sources"][i], col["ages"][i])
                 if name in want_rt:
@@ -310,7 +310,7 @@ class _RowCheck:
 
 
 def compare(
-    fs: FeatureSet,
+    feature_set: FeatureSet,
     served: Iterable[Mapping[str, Any]],
     events: Iterable[Event],
     users: Mapping[str, Mapping[str, Any]],
@@ -328,13 +328,13 @@ def compare(
     the events seen so far are then held too.
     """
     report = CompareReport(positions=positions is not None)
-    state = ReplayState(fs, users, items)
-    lag = _Lag(fs, users, items, positions) if positions is not None else None
+    state = ReplayState(feature_set, users, items)
+    lag = _Lag(feature_set, users, items, positions) if positions is not None else None
     pending: Iterator[Event] = iter(events)
     next_event: Event | None = next(pending, None)
     for row in sorted(served, key=lambda r: int(r["as_of_ms"])):
         report.rows += 1
-        if row.get("feature_version") != fs.version:
+        if row.get("feature_version") != feature_set.version:
             report.skipped_version += 1
             continue
         as_of = int(row["as_of_ms"])
@@ -351,8 +351,8 @@ def compare(
         if lag is not None:
             lag.next_row()
         row_check = _RowCheck(report, lag, applied, as_of, row.get("request_id"))
-        row_check.check_user(fs, state, users, row, degraded)
-        row_check.check_items(fs, state, items, row, degraded)
+        row_check.check_user(feature_set, state, users, row, degraded)
+        row_check.check_items(feature_set, state, items, row, degraded)
         report.rows_behind += row_check.behind
     return report
 

@@ -395,26 +395,26 @@ def _skewed(values: Sequence[Any]) -> bool:
 
 
 def plan_inputs(
-    fs: FeatureSet, users: Sequence[Mapping[str, Any]], items: Sequence[Mapping[str, Any]]
+    feature_set: FeatureSet, users: Sequence[Mapping[str, Any]], items: Sequence[Mapping[str, Any]]
 ) -> tuple[Transform, ...]:
     """The inputs recmesh's model family reads, learned from training rows
     (`users[i]`, `items[i]`: the features of row i): every declared feature
     turned into columns by its type, vocabularies from the rows."""
-    roles = fs.roles
+    roles = feature_set.roles
     out: list[Transform] = []
     item_attr = roles.category or next(
-        (f.name for f in fs.features_of("item", "offline") if f.dtype in ("str", "strings")), None
+        (f.name for f in feature_set.features_of("item", "offline") if f.dtype in ("str", "strings")), None
     )
     attr_vocab: tuple[str, ...] = ()
     if item_attr is not None:
-        default = fs.by_name[item_attr].default
+        default = feature_set.by_name[item_attr].default
         attr_vocab = _vocabulary([it.get(item_attr, default) for it in items])
-    for f in fs.features:
+    for f in feature_set.features:
         rows = users if f.entity == "user" else items
         vals = [r.get(f.name, f.default) for r in rows]
         prefix = f"{f.entity[0]}_{f.name}"
         if f.kind == "realtime":
-            out += _realtime_inputs(fs, f, vals, prefix, item_attr, attr_vocab)
+            out += _realtime_inputs(feature_set, f, vals, prefix, item_attr, attr_vocab)
             continue
         if f.dtype in ("int", "float"):
             kind = "log1p" if _skewed(vals) else "value"
@@ -425,7 +425,7 @@ def plan_inputs(
         elif f.entity == "user" and f.name == roles.interests and roles.category is not None:
             out.append(
                 Transform("match", f.name, "user", f"{prefix}_match", of=roles.category, default=f.default,
-                          of_default=fs.by_name[roles.category].default)
+                          of_default=feature_set.by_name[roles.category].default)
             )  # fmt: skip
         else:
             vocab = _vocabulary(vals, 16 if f.entity == "user" else MAX_VOCABULARY)
@@ -437,7 +437,7 @@ def plan_inputs(
 
 
 def _realtime_inputs(
-    fs: FeatureSet, f: FeatureDef, vals: Sequence[Any], prefix: str, item_attr: str | None,
+    feature_set: FeatureSet, f: FeatureDef, vals: Sequence[Any], prefix: str, item_attr: str | None,
     attr_vocab: tuple[str, ...],
 ) -> list[Transform]:  # fmt: skip
     """A real-time feature's inputs, by its aggregate (`vals`: its values on the training rows)."""
@@ -455,12 +455,12 @@ def _realtime_inputs(
             out.append(Transform("id_sequence", f.name, "user", f"{prefix}_ids", buckets=ITEM_BUCKETS,
                                  length=length, default=f.default, role="history"))  # fmt: skip
     elif f.aggregate == "count_by" and f.by is not None:
-        other_default = fs.by_name[f.by].default
+        other_default = feature_set.by_name[f.by].default
         out.append(
             Transform("share", f.name, f.entity, f"{prefix}_share", of=f.by, default=f.default,
                       of_default=other_default)
         )  # fmt: skip
-        if f.entity == "user" and f.by == item_attr and f.name == (fs.roles.affinity or f.name):
+        if f.entity == "user" and f.by == item_attr and f.name == (feature_set.roles.affinity or f.name):
             vocab = attr_vocab or _map_vocabulary(vals, ())
             out.append(Transform("distribution", f.name, "user", f"{prefix}_dist", vocabulary=vocab,
                                  default=f.default, role="intent"))  # fmt: skip
@@ -471,20 +471,20 @@ def transforms_from_card(raw: Sequence[Mapping[str, Any]]) -> tuple[Transform, .
     return tuple(Transform.from_json(t) for t in raw)
 
 
-def check_against(transforms: Sequence[Transform], fs: FeatureSet) -> list[str]:
+def check_against(transforms: Sequence[Transform], feature_set: FeatureSet) -> list[str]:
     """What in a model's declared inputs the feature set cannot serve (empty: all good)."""
     problems: list[str] = []
     for n, t in enumerate(transforms):
         where = f"inputs[{n}] ({t.name or t.kind})"
         if t.feature not in IDS:
-            f = fs.by_name.get(t.feature)
+            f = feature_set.by_name.get(t.feature)
             if f is None:
                 problems.append(f"{where}: feature {t.feature!r} is not declared in the repository")
                 continue
             problems.extend(_feature_problems(t, f, where))
         elif t.kind != "hash_bucket":
             problems.append(f"{where}: {t.kind} cannot read {t.feature}")
-        problems.extend(_shape_problems(t, fs, where))
+        problems.extend(_shape_problems(t, feature_set, where))
     return problems
 
 
@@ -505,10 +505,10 @@ def _feature_problems(t: Transform, f: FeatureDef, where: str) -> list[str]:
     return problems
 
 
-def _shape_problems(t: Transform, fs: FeatureSet, where: str) -> list[str]:
+def _shape_problems(t: Transform, feature_set: FeatureSet, where: str) -> list[str]:
     """Whether `t`'s own settings (`of`, buckets, length, vocabulary) are complete."""
     problems = []
-    if t.kind in ("share", "match") and t.of not in fs.by_name:
+    if t.kind in ("share", "match") and t.of not in feature_set.by_name:
         problems.append(f"{where}: `of` {t.of!r} is not a declared feature")
     if t.kind in ("hash_bucket", "id_sequence") and t.buckets <= 0:
         problems.append(f"{where}: {t.kind} needs buckets > 0")

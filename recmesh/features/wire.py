@@ -42,19 +42,19 @@ def to_pb(value: FeatureValue, source: str, age_ms: int, fresh: float = 0.0) -> 
     return fv
 
 
-def freshness_of(fs: FeatureSet, name: str, source: str, age_ms: int) -> float:
+def freshness_of(feature_set: FeatureSet, name: str, source: str, age_ms: int) -> float:
     """The freshness score served with a feature value: real-time values only."""
     if source != "realtime":
         return 0.0
-    return freshness(age_ms, fs.by_name[name].freshness_tau_s)
+    return freshness(age_ms, feature_set.by_name[name].freshness_tau_s)
 
 
 def row_to_pb(
-    fs: FeatureSet, entity_id: str, values: Mapping[str, tuple[FeatureValue, str, int]]
+    feature_set: FeatureSet, entity_id: str, values: Mapping[str, tuple[FeatureValue, str, int]]
 ) -> pb.FeatureRow:
     row = pb.FeatureRow(entity_id=entity_id)
     for name, (value, source, age) in values.items():
-        row.features[name].CopyFrom(to_pb(value, source, age, freshness_of(fs, name, source, age)))
+        row.features[name].CopyFrom(to_pb(value, source, age, freshness_of(feature_set, name, source, age)))
     return row
 
 
@@ -104,7 +104,10 @@ def _source_codes(sources: list[str]) -> list[pb.FeatureSource]:
 
 
 def columns_to_pb(
-    fs: FeatureSet, entity_ids: list[str], columns: Mapping[str, Column], table: pb.FeatureTable | None = None
+    feature_set: FeatureSet,
+    entity_ids: list[str],
+    columns: Mapping[str, Column],
+    table: pb.FeatureTable | None = None,
 ) -> pb.FeatureTable:
     """Columns straight into a FeatureTable (`table`, e.g. a response's own
     field, which spares copying the finished table in): a few `extend` calls
@@ -121,7 +124,7 @@ def columns_to_pb(
         col = table.columns.add(name=name)
         col.sources.extend(_source_codes(column.sources))
         col.age_ms.extend(column.ages)
-        definition = fs.by_name[name]
+        definition = feature_set.by_name[name]
         if definition.kind == "realtime":
             tau_s = definition.freshness_tau_s
             # Sources other than 'realtime' carry age -1, hence freshness 0.
@@ -146,11 +149,11 @@ def columns_to_pb(
     return table
 
 
-def _column_values(col: pb.FeatureColumn, fs: FeatureSet | None = None) -> list[FeatureValue]:
+def _column_values(col: pb.FeatureColumn, feature_set: FeatureSet | None = None) -> list[FeatureValue]:
     """A column's values; integer features come back as ints (with `fs`, by
     their declared type; without, when every value is whole)."""
     if col.numbers:
-        f = fs.by_name.get(col.name) if fs is not None else None
+        f = feature_set.by_name.get(col.name) if feature_set is not None else None
         if f is not None:
             return [int(v) for v in col.numbers] if f.dtype == "int" else list(col.numbers)
         numbers: list[FeatureValue] = list(col.numbers)
@@ -161,30 +164,35 @@ def _column_values(col: pb.FeatureColumn, fs: FeatureSet | None = None) -> list[
         return [list(s.values) for s in col.string_lists]
     if col.count_maps:
         return [dict(m.counts) for m in col.count_maps]
-    f = fs.by_name.get(col.name) if fs is not None else None
+    f = feature_set.by_name.get(col.name) if feature_set is not None else None
     return [f.default if f is not None else 0] * len(col.sources)
 
 
-def table_rows(table: pb.FeatureTable, fs: FeatureSet | None = None) -> dict[str, dict[str, FeatureValue]]:
+def table_rows(
+    table: pb.FeatureTable, feature_set: FeatureSet | None = None
+) -> dict[str, dict[str, FeatureValue]]:
     """entity_id -> {feature: value}."""
     rows: dict[str, dict[str, FeatureValue]] = {eid: {} for eid in table.entity_ids}
     ids = list(table.entity_ids)
     for col in table.columns:
-        for eid, value in zip(ids, _column_values(col, fs), strict=True):
+        for eid, value in zip(ids, _column_values(col, feature_set), strict=True):
             rows[eid][col.name] = value
     return rows
 
 
-def table_columns(table: pb.FeatureTable, fs: FeatureSet | None = None) -> dict[str, list[Any]]:
+def table_columns(table: pb.FeatureTable, feature_set: FeatureSet | None = None) -> dict[str, list[Any]]:
     """feature -> one value per entity, in the table's order, straight from its
     columns for vectorising: numeric columns stay floats as sent."""
-    return {col.name: list(col.numbers) if col.numbers else _column_values(col, fs) for col in table.columns}
+    return {
+        col.name: list(col.numbers) if col.numbers else _column_values(col, feature_set)
+        for col in table.columns
+    }
 
 
-def table_to_json(table: pb.FeatureTable, fs: FeatureSet | None = None) -> list[dict[str, Any]]:
+def table_to_json(table: pb.FeatureTable, feature_set: FeatureSet | None = None) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = [{"item_id": eid, "features": {}} for eid in table.entity_ids]
     for col in sorted(table.columns, key=lambda c: c.name):
-        values = _column_values(col, fs)
+        values = _column_values(col, feature_set)
         for i, row in enumerate(out):
             row["features"][col.name] = {
                 "value": values[i],

@@ -42,7 +42,11 @@ def count_records(path: Path) -> int | None:
 
 
 async def load_catalog_files(
-    fs: FeatureSet, redis_url: str, users: Path | None, items: Path | None, say: Callable[[str], None]
+    feature_set: FeatureSet,
+    redis_url: str,
+    users: Path | None,
+    items: Path | None,
+    say: Callable[[str], None],
 ) -> dict[str, Any]:
     """Users and items into Redis, as the repository maps them (what `catalog load` and `init` do)."""
     from recmesh.features.offline import Fallbacks, read_entities
@@ -50,8 +54,8 @@ async def load_catalog_files(
     from services.feature.catalog import load_catalog
 
     sources: dict[Entity, Path | None] = {
-        "user": users or fs.entity_source("user"),
-        "item": items or fs.entity_source("item"),
+        "user": users or feature_set.entity_source("user"),
+        "item": items or feature_set.entity_source("item"),
     }
     totals = {e: (count_records(p) if p is not None and p.exists() else None) for e, p in sources.items()}
     bars = {e: progress_bar(say, f"{e}s", totals[e]) for e in sources}
@@ -63,11 +67,13 @@ async def load_catalog_files(
         if path is None:
             say(f"  no {entity}s source declared: none loaded")
             return iter(())
-        return read_entities(fs, entity, path, fallbacks)
+        return read_entities(feature_set, entity, path, fallbacks)
 
     client = connect(redis_url, 4)
     try:
-        figures = await load_catalog(client, fs, rows("user"), rows("item"), progress=lambda e, n: bars[e](n))
+        figures = await load_catalog(
+            client, feature_set, rows("user"), rows("item"), progress=lambda e, n: bars[e](n)
+        )
     finally:
         await client.aclose()
     if fallbacks.count:

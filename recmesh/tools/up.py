@@ -35,7 +35,7 @@ from pathlib import Path
 import httpx
 
 from recmesh.clients.base import HealthProbe
-from recmesh.features.repository import FeatureSet, resolve_repository
+from recmesh.features.repository import FeatureSet, configured_feature_set
 from recmesh.localsecrets import LocalSecrets
 from recmesh.security import reset_process_tls, tls_settings
 from recmesh.settings import STATE_DIR_DEFAULT, UpSettings
@@ -114,10 +114,12 @@ async def wait_redis_loaded(url: str, timeout_s: float, proc: ManagedProcess | N
 
 
 class Mesh:
-    def __init__(self, settings: UpSettings, fs: FeatureSet | None = None, fresh: bool = False) -> None:
+    def __init__(
+        self, settings: UpSettings, feature_set: FeatureSet | None = None, fresh: bool = False
+    ) -> None:
         self.s = settings
         self.fresh = fresh  # --fresh: the embedded Redis starts empty
-        self.fs = fs or resolve_repository(settings.repository)
+        self.feature_set = feature_set or configured_feature_set(settings.repository)
         self.example_user = "u42"  # the banner's curl: a user of the served catalog
         self.state = settings.state_dir.resolve()
         self.logs = self.state / "logs"
@@ -169,7 +171,7 @@ class Mesh:
             RECMESH_EVENTS_TOPIC=s.events_topic,
             RECMESH_DLQ_TOPIC=s.dlq_topic,
             RECMESH_SERVED_TOPIC=s.served_topic,
-            RECMESH_REPOSITORY=str(self.fs.path),
+            RECMESH_REPOSITORY=str(self.feature_set.path),
             PYTHONUNBUFFERED="1",
         )
         # A demo caller entitled to class A, unless the user brought their own keys.
@@ -287,24 +289,26 @@ class Mesh:
         from recmesh.tools.catalog import load_catalog_files
         from services.feature.catalog import loaded_repository
 
-        fs = self.fs
+        feature_set = self.feature_set
         client = connect(self.redis_url, 1)
         try:
             loaded = await loaded_repository(client)
         finally:
             await client.aclose()
-        sources = [fs.entity_source("user"), fs.entity_source("item")]
-        reason = catalog_reload_reason(loaded, fs.name, fs.version, sources)
+        sources = [feature_set.entity_source("user"), feature_set.entity_source("item")]
+        reason = catalog_reload_reason(loaded, feature_set.name, feature_set.version, sources)
         if reason is None:
             when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(int(loaded["loaded_at_ms"]) / 1000))
-            say(f"catalog of repository {fs.name!r} already in Redis (loaded {when}, its files unchanged "
-                "since): not loaded again (`recmesh catalog load` reloads it)")  # fmt: skip
+            say(f"catalog of repository {feature_set.name!r} already in Redis (loaded {when}, its files "
+                "unchanged since): not loaded again (`recmesh catalog load` reloads it)")  # fmt: skip
         else:
-            figures = await load_catalog_files(fs, self.redis_url, None, None, lambda m: say(m.strip()))
-            say(f"catalog of repository {fs.name!r} loaded ({reason}): {figures['users']} users, "
+            figures = await load_catalog_files(
+                feature_set, self.redis_url, None, None, lambda m: say(m.strip())
+            )
+            say(f"catalog of repository {feature_set.name!r} loaded ({reason}): {figures['users']} users, "
                 f"{figures['items']} items")  # fmt: skip
-        if not fs.demo and fs.entity_source("user") is not None:
-            self.example_user = next(read_entities(fs, "user"), (self.example_user, {}))[0]
+        if not feature_set.demo and feature_set.entity_source("user") is not None:
+            self.example_user = next(read_entities(feature_set, "user"), (self.example_user, {}))[0]
 
     def ensure_model(self) -> None:
         """A model for the served feature set: the current one if it was built on
@@ -316,18 +320,19 @@ class Mesh:
 
         path = current_model(self.model_dir)
         built_on = json.loads((path / "card.json").read_text()).get("feature_set_version") if path else None
-        if built_on != self.fs.version:
-            if not self.fs.demo:
+        if built_on != self.feature_set.version:
+            if not self.feature_set.demo:
                 current = "" if path is None else f"; the current one was built on {built_on}"
                 raise RuntimeError(
-                    f"no model in {self.model_dir} for repository {self.fs.name!r} ({self.fs.version}"
+                    f"no model in {self.model_dir} for repository {self.feature_set.name!r} "
+                    f"({self.feature_set.version}"
                     f"{current}): train one with "
                     "`recmesh events import YOUR_LOG --to log --out events.jsonl` then "
                     f"`RECMESH_MODEL_DIR={self.model_dir} recmesh train --events events.jsonl`"
                 )
             why = "no model" if path is None else f"the model was built on feature set {built_on}"
             say(f"{why} in {self.model_dir}: training one on the demo's generated sessions (10-20 s) ...")
-            train(TrainConfig(), self.model_dir, self.fs, progress=lambda m: say(f"  train: {m}"))
+            train(TrainConfig(), self.model_dir, self.feature_set, progress=lambda m: say(f"  train: {m}"))
             path = current_model(self.model_dir)
         say(f"model: {path}")
 
@@ -349,11 +354,11 @@ class Mesh:
 
         if load_item_vectors(self.model_dir) is not None:
             return
-        if self.fs.decl.items.texts is None:
+        if self.feature_set.decl.items.texts is None:
             say("the repository declares no item texts: no item vectors (semantic recall stays off)")
             return
         argv = ["nice", "-n", "10", sys.executable, "-m", "recmesh.tools.cli.main", "embed", "items",
-                "--model-dir", str(self.model_dir), "--repository", str(self.fs.path)]  # fmt: skip
+                "--model-dir", str(self.model_dir), "--repository", str(self.feature_set.path)]  # fmt: skip
         self.background = ManagedProcess(
             "embed-items", argv, self.logs / "embed-items.log", self._child_env()
         )
@@ -532,7 +537,7 @@ async def _start(mesh: Mesh, demo_events: int) -> None:
     mesh.write_cli_env()
     await mesh.wait_ready()
     mesh.embed_items_in_background()
-    if demo_events and mesh.fs.demo:
+    if demo_events and mesh.feature_set.demo:
         n = await mesh.send_demo_events(demo_events)
         say(f"sent {n} demo events to {mesh.s.events_topic} (real-time features are live)")
     print(banner(mesh, time.monotonic() - t0), flush=True)

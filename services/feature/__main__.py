@@ -7,7 +7,7 @@ import asyncio
 import structlog
 from redis.exceptions import RedisError
 
-from recmesh.features.repository import serving_repository
+from recmesh.features.repository import served_feature_set
 from recmesh.redis_client import connect
 from recmesh.resilience import retry_until
 from recmesh.service import Parts, run_service
@@ -23,11 +23,11 @@ SERVED_LOG_FLUSH_S = 10.0
 
 async def build(settings: FeatureSettings) -> Parts:
     structlog.get_logger().info("starting", settings=settings.model_dump(mode="json"))
-    fs = serving_repository(settings.repository, "feature")
+    feature_set = served_feature_set(settings.repository, "feature")
     client = connect(settings.redis_url, settings.redis_max_connections)
     item_reads = ItemReadCache(settings.item_cache_ms)
-    store = FeatureStore(client, fs, item_reads=item_reads)
-    served_log = served_log_from(settings, fs.version)
+    store = FeatureStore(client, feature_set, item_reads=item_reads)
+    served_log = served_log_from(settings, feature_set.version)
     stop_log = asyncio.Event()
     log_task = asyncio.create_task(served_log.run(stop_log)) if served_log is not None else None
 

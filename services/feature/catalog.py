@@ -42,7 +42,7 @@ class LoadFigures:
 
 async def load_catalog(
     client: AnyRedis,
-    fs: FeatureSet,
+    feature_set: FeatureSet,
     users: Iterable[tuple[str, dict[str, FeatureValue]]],
     items: Iterable[tuple[str, dict[str, FeatureValue]]],
     progress: Callable[[Entity, int], None] | None = None,
@@ -54,7 +54,7 @@ async def load_catalog(
     has announced what it wrote. Unique versions, so a restarted Redis loaded
     afresh never repeats one a service cached under."""
     started = time.perf_counter()
-    roles = fs.roles
+    roles = feature_set.roles
     pipe = client.pipeline(transaction=False)
     counts: dict[Entity, int] = {"user": 0, "item": 0}
     samples: dict[Entity, list[str]] = {"user": [], "item": []}
@@ -95,7 +95,11 @@ async def load_catalog(
             progress(entity, counts[entity])  # type: ignore[index, arg-type]
     pipe.hset(
         keys.REPOSITORY,
-        mapping={"name": fs.name, "version": fs.version, "loaded_at_ms": int(time.time() * 1000)},
+        mapping={
+            "name": feature_set.name,
+            "version": feature_set.version,
+            "loaded_at_ms": int(time.time() * 1000),
+        },
     )
     await flush()
     seconds = time.perf_counter() - started

@@ -116,9 +116,11 @@ return out
 class StateSizer:
     """Sizes the real-time state per family by scanning the keyspace, paced."""
 
-    def __init__(self, client: AnyRedis, fs: FeatureSet, keys_per_s: int = 20_000, history: int = 64) -> None:
+    def __init__(
+        self, client: AnyRedis, feature_set: FeatureSet, keys_per_s: int = 20_000, history: int = 64
+    ) -> None:
         self._redis = client
-        self._families = keys.state_families(fs)
+        self._families = keys.state_families(feature_set)
         self._keys_per_s = max(1, keys_per_s)
         self.history: dict[str, deque[tuple[float, int]]] = {f: deque(maxlen=history) for f in self._families}
         self.passes = 0

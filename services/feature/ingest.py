@@ -162,12 +162,12 @@ class Ingestor:
         self._on_applied = on_applied
         self._settings = settings
         self._store = store
-        fs = store.feature_set
-        self._schema = fs.event_schema
-        self._writer = writer or EventWriter(store.client, fs, store.offline.attributes)
+        feature_set = store.feature_set
+        self._schema = feature_set.event_schema
+        self._writer = writer or EventWriter(store.client, feature_set, store.offline.attributes)
         self._consumer = consumer
         self._producer = producer
-        self._marks = Watermarks(settings.allowed_lateness_ms, fs.retention_ms)
+        self._marks = Watermarks(settings.allowed_lateness_ms, feature_set.retention_ms)
         self.applied = 0
         self.duplicates = 0
         self.sizer: StateSizer | None = None  # set by `running` when the drift sampler is on
@@ -402,13 +402,13 @@ async def running(
 
 
 async def main(settings: IngestSettings) -> None:
-    from recmesh.features.repository import serving_repository
+    from recmesh.features.repository import served_feature_set
     from recmesh.grpcserver import shutdown_signals
     from recmesh.redis_client import connect
 
-    fs = serving_repository(settings.repository, "feature-ingest")
+    feature_set = served_feature_set(settings.repository, "feature-ingest")
     client = connect(settings.redis_url, settings.redis_max_connections)
-    store = FeatureStore(client, fs)
+    store = FeatureStore(client, feature_set)
 
     started = asyncio.Event()
 

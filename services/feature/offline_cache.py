@@ -81,14 +81,14 @@ class OfflineCache:
     def __init__(
         self,
         client: AnyRedis,
-        fs: FeatureSet,
+        feature_set: FeatureSet,
         *,
         static_ttl_s: float = 5.0,
         profile_ttl_s: float = 60.0,
         cache_entries: int = 200_000,
     ) -> None:
         self._redis = client
-        self._off_defs = plans(fs).read.offline_defaults
+        self._off_defs = plans(feature_set).read.offline_defaults
         self._item_static: TtlCache[ItemStatic] = TtlCache(static_ttl_s, cache_entries)
         self._static_ttl_s = static_ttl_s
         # Item statics older than this are still served but refreshed in the

@@ -42,7 +42,7 @@ class FeatureServicer(features_pb2_grpc.FeatureServiceServicer):
         recall: RecallStore,
     ) -> None:
         self._store = store
-        self._fs = store.feature_set
+        self._feature_set = store.feature_set
         self._settings = settings
         self._served_log = served_log
         self._recall = recall
@@ -72,12 +72,12 @@ class FeatureServicer(features_pb2_grpc.FeatureServiceServicer):
         if total:
             ITEM_CACHE_HIT_RATIO.set(cache.hits / total)
         response = pb.GetFeaturesResponse(
-            user=row_to_pb(self._fs, request.user_id, lookup.user),
-            feature_version=self._fs.version,
+            user=row_to_pb(self._feature_set, request.user_id, lookup.user),
+            feature_version=self._feature_set.version,
             as_of_ms=as_of,
             degraded=lookup.degraded,
         )
-        columns_to_pb(self._fs, item_ids, lookup.item_columns, response.items)
+        columns_to_pb(self._feature_set, item_ids, lookup.item_columns, response.items)
         if request.related_limit:
             await self._add_related(request, lookup, timeout_ms / 1000, response)
         if history is not None:
@@ -145,7 +145,7 @@ class FeatureServicer(features_pb2_grpc.FeatureServiceServicer):
         """The user's co-visitation recall, from the seeds the look-up just read.
         A failed or late read leaves `related_included` unset (the caller can
         still ask GetRelated) and says why in `degraded`."""
-        seed_feature = self._fs.roles.recent_items
+        seed_feature = self._feature_set.roles.recent_items
         value = lookup.user.get(seed_feature) if seed_feature else None
         seeds = seeds_of(value[0] if value is not None else None)[:MAX_SEEDS]
         if seeds:

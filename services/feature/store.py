@@ -159,7 +159,7 @@ class FeatureStore:
     def __init__(
         self,
         client: AnyRedis,
-        fs: FeatureSet,
+        feature_set: FeatureSet,
         *,
         offline: OfflineCache | None = None,
         item_reads: ItemReadCache | None = None,
@@ -167,10 +167,10 @@ class FeatureStore:
         """`offline`: the offline-feature cache (default: one on `client` with its default TTLs);
         `item_reads`: items' held real-time reads (default: none held)."""
         self._redis = client
-        self._fs = fs
-        self._plan = plans(fs).read
+        self._feature_set = feature_set
+        self._plan = plans(feature_set).read
         self._cluster = isinstance(client, RedisCluster)
-        self.offline = offline or OfflineCache(client, fs)
+        self.offline = offline or OfflineCache(client, feature_set)
         self._item_sha: str | None = None
         # Items' real-time reads, held while the ingest says nothing changed (off: bound 0).
         self._item_reads = item_reads or ItemReadCache(0)
@@ -185,7 +185,7 @@ class FeatureStore:
 
     @property
     def feature_set(self) -> FeatureSet:
-        return self._fs
+        return self._feature_set
 
     async def applied(self, topic: str, timeout_s: float) -> dict[int, tuple[int, int]] | None:
         """How far the ingest had applied `topic` (keys.applied), or None when it

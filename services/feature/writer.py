@@ -246,7 +246,7 @@ class EventWriter:
     def __init__(
         self,
         client: AnyRedis,
-        fs: FeatureSet,
+        feature_set: FeatureSet,
         attributes: Attributes,
         cache_entries: int = 200_000,
         pipelined: bool | None = None,
@@ -254,7 +254,7 @@ class EventWriter:
         """`pipelined`: write with plain-command pipelines (default: on a Redis
         Cluster only; tests hold the two ways equal on a single Redis)."""
         self._redis = client
-        self._fs = fs
+        self._feature_set = feature_set
         self._attributes = attributes
         self._cluster = isinstance(client, RedisCluster) if pipelined is None else pipelined
         # keys this process trimmed and re-expired in the last MAINTAIN_EVERY_S
@@ -262,7 +262,7 @@ class EventWriter:
         self._trimmed: TtlCache[bool] = TtlCache(MAINTAIN_EVERY_S, cache_entries)
         self._apply = client.register_script(_APPLY_LUA)  # reloads it if the server lost it
         self._mark = client.register_script(_MARK_APPLIED_LUA)
-        write = plans(fs).write
+        write = plans(feature_set).write
         self._covisit = write.covisit_stream
         self._ids = write.ids
         self._history = write.history_behaviors
@@ -304,7 +304,7 @@ class EventWriter:
                     member = encode_member(s, ev.event_id, other, held, ev.values)
                     zadds.append((keys.stream(entity, own, s.id), member, s))
         pops: list[tuple[str, str]] = []
-        roles = self._fs.roles
+        roles = self._feature_set.roles
         if ev.behavior in roles.popularity_behaviors:
             pops.append((keys.POPULARITY, ev.item_id))
             if roles.category is not None:
@@ -338,7 +338,7 @@ class EventWriter:
         key -> (stream, entity id))."""
         newest_of: dict[str, int] = {}
         stream_of: dict[str, tuple[Stream, str]] = {}
-        cv_behaviors = self._fs.roles.covisit_behaviors
+        cv_behaviors = self._feature_set.roles.covisit_behaviors
         for ev in events:
             zadds, pops = self._writes(ev, attrs)
             t = ev.event_time
@@ -381,11 +381,11 @@ class EventWriter:
                 h = keys.newest(s.entity, entity_id)
                 count_hashes[h] = max(count_hashes.get(h, 0), ttl)
         up_lines.extend(f"X\t{h}\t{ttl}" for h, ttl in count_hashes.items())
-        roles = self._fs.roles
+        roles = self._feature_set.roles
         up_lines.extend(f"C\t{k}\t{roles.history_cap}\t{roles.history_ttl_s}" for k in plan.history_upkeep)
-        r = self._fs.roles
+        r = self._feature_set.roles
         return (
-            self._fs.max_events_per_key,
+            self._feature_set.max_events_per_key,
             r.covisit_window_ms, r.covisit_scan, r.covisit_previous, COVISIT_TTL_S,
             keys.stream_suffix(self._covisit) if self._covisit else "",
             "\n".join(lines), "\n".join(up_lines), *keys.WRITE_SCRIPT_PARTS,
@@ -457,7 +457,7 @@ class EventWriter:
 
     async def _write_streams(self, plan: PreparedBatch, fresh: list[_EventWrites]) -> None:
         """(2) Stream writes and upkeep (the ids sets' upkeep once they are written)."""
-        fs = self._fs
+        feature_set = self._feature_set
         pipe = self._redis.pipeline(transaction=False)
         for ev, zadds, _ in fresh:
             for key, member in zadds:
@@ -465,8 +465,8 @@ class EventWriter:
             if ev.behavior in self._history:
                 pipe.zadd(keys.user_history(ev.user_id), {ev.item_id: ev.event_time}, gt=True)
         for hkey in plan.history_upkeep:
-            pipe.zremrangebyrank(hkey, 0, -(fs.roles.history_cap + 1))
-            pipe.expire(hkey, fs.roles.history_ttl_s)
+            pipe.zremrangebyrank(hkey, 0, -(feature_set.roles.history_cap + 1))
+            pipe.expire(hkey, feature_set.roles.history_ttl_s)
         self._queue_upkeep(pipe, [u for u in plan.upkeep if not keys.is_user_ids(u[0])])
         await pipe.execute()
 
@@ -475,7 +475,7 @@ class EventWriter:
     ) -> tuple[list[Event], list[Any]]:
         """(3) The ids, with the co-visit reads of the new events' earlier items:
         (the co-visit events, the earlier members read for each)."""
-        r = self._fs.roles
+        r = self._feature_set.roles
         ids_upkeep = [u for u in plan.upkeep if keys.is_user_ids(u[0])]
         pipe = self._redis.pipeline(transaction=False)
         cv_events = [ev for ev, _, _ in fresh if r.covisit_stream and ev.behavior in r.covisit_behaviors]
@@ -499,7 +499,7 @@ class EventWriter:
         self, fresh: list[_EventWrites], cv_events: list[Event], earlier: list[Any]
     ) -> int:
         """(4) Co-visit and popularity counts; the number of co-visit pairs."""
-        r = self._fs.roles
+        r = self._feature_set.roles
         pairs: list[tuple[str, str]] = []
         for ev, members in zip(cv_events, earlier, strict=True):
             pairs.extend(
@@ -523,7 +523,7 @@ class EventWriter:
     def _queue_upkeep(self, pipe: Any, upkeep: Iterable[tuple[str, int, int, int]]) -> None:
         for key, t, retention, ttl in upkeep:
             pipe.zremrangebyscore(key, "-inf", f"({t - retention}")
-            pipe.zremrangebyrank(key, 0, -(self._fs.max_events_per_key + 1))
+            pipe.zremrangebyrank(key, 0, -(self._feature_set.max_events_per_key + 1))
             pipe.expire(key, ttl)
 
     def _queue_trims(self, pipe: Any, item_ids: Iterable[str]) -> int:

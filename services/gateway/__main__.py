@@ -11,7 +11,7 @@ from recmesh.clients.feature import FeatureClient
 from recmesh.clients.inference import InferenceClient
 from recmesh.clients.ranker import RankerClient
 from recmesh.controller import build_overload
-from recmesh.features.repository import serving_repository
+from recmesh.features.repository import served_feature_set
 from recmesh.grpcserver import MeshServer
 from recmesh.service import Job, Parts, Step, run_service
 from recmesh.settings import GatewaySettings
@@ -69,8 +69,8 @@ async def build(settings: GatewaySettings) -> Parts:
     publisher = EventPublisher(settings.kafka_bootstrap, settings.events_topic, settings.produce_timeout_s)
     gate, controller = build_overload(settings.admission)
     cold = build_cold_guard(settings, {"ranker": ranker.health, "inference": inference.health})
-    fs = serving_repository(settings.repository, "gateway")
-    recommender = Recommender(ranker, features, settings.max_count, cold, fs.version)
+    feature_set = served_feature_set(settings.repository, "gateway")
+    recommender = Recommender(ranker, features, settings.max_count, cold, feature_set.version)
     policy = ClassPolicy.from_settings(settings)
     checks = {"ranker": ranker.health, "feature": features.health, "inference": inference.health}
     deps = GatewayDeps(
@@ -79,7 +79,7 @@ async def build(settings: GatewaySettings) -> Parts:
         publisher,
         {name: check for name, check in checks.items() if name not in settings.may_be_cold},
         AiTools(tool_inference, settings.ai_tool),
-        fs.event_schema,
+        feature_set.event_schema,
         gate,
         build_tool_gate(settings.ai_tool),
     )

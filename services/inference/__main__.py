@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable
 
 import structlog
 
-from recmesh.features.repository import serving_repository
+from recmesh.features.repository import served_feature_set
 from recmesh.service import Job, Parts, run_service
 from recmesh.settings import InferenceSettings
 from recmesh.telemetry import process_age_s
@@ -30,8 +30,8 @@ def builder(started: float) -> Callable[[InferenceSettings], Awaitable[Parts]]:
     """`build` for run_service; `started`: perf_counter once the imports were done."""
 
     async def build(settings: InferenceSettings) -> Parts:
-        fs = serving_repository(settings.repository, "inference")
-        registry = ModelRegistry(settings.model_dir, settings.intra_op_threads, fs)
+        feature_set = served_feature_set(settings.repository, "inference")
+        registry = ModelRegistry(settings.model_dir, settings.intra_op_threads, feature_set)
         batcher = build_batcher(settings)
         text = TextSlot()
         server = build_server(settings, registry, batcher, GpuProbe(), text)

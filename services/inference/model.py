@@ -170,7 +170,7 @@ def session_options(threads: int = 1) -> ort.SessionOptions:
     return opts
 
 
-def read_card(path: Path, fs: FeatureSet | None = None) -> tuple[dict[str, Any], Vectorizer | None]:
+def read_card(path: Path, feature_set: FeatureSet | None = None) -> tuple[dict[str, Any], Vectorizer | None]:
     """A version's card and the vectorizer of its declared inputs, validated:
     the transforms against the served feature set (when given), the columns
     against the transforms. Raises FailedPrecondition naming what is wrong."""
@@ -198,22 +198,22 @@ def read_card(path: Path, fs: FeatureSet | None = None) -> tuple[dict[str, Any],
             f"{where}: input.columns ({len(columns)}) are not the columns its transforms make "
             f"({len(vectorizer.columns)}: {vectorizer.columns[:5]}...)"
         )
-    if fs is not None:
-        if card["feature_set_version"] != fs.version:
+    if feature_set is not None:
+        if card["feature_set_version"] != feature_set.version:
             raise FailedPrecondition(
                 f"{where}: model {card['version']} was built on feature set {card['feature_set_version']!r}, "
-                f"but this mesh serves {fs.version!r} (repository {fs.name!r}): retrain it "
+                f"but this mesh serves {feature_set.version!r} (repository {feature_set.name!r}): retrain it "
                 "(recmesh train) or set its feature_set_version after checking its inputs"
             )
-        problems = check_against(transforms, fs)
+        problems = check_against(transforms, feature_set)
         if problems:
             raise FailedPrecondition(f"{where}: " + "; ".join(problems))
     return card, vectorizer
 
 
-def load(path: Path, threads: int = 1, fs: FeatureSet | None = None) -> LoadedModel:
+def load(path: Path, threads: int = 1, feature_set: FeatureSet | None = None) -> LoadedModel:
     started = time.perf_counter()
-    card, vectorizer = read_card(path, fs)
+    card, vectorizer = read_card(path, feature_set)
     opts = session_options(threads)
     columns = tuple(card["input"]["columns"])
     input_name = card["input"]["name"]
@@ -246,10 +246,10 @@ class ModelRegistry:
     """The served model, following MODEL_DIR's CURRENT pointer; checked against
     the served feature set `fs` when given."""
 
-    def __init__(self, model_dir: Path, threads: int = 1, fs: FeatureSet | None = None) -> None:
+    def __init__(self, model_dir: Path, threads: int = 1, feature_set: FeatureSet | None = None) -> None:
         self._dir = model_dir
         self._threads = threads
-        self._fs = fs
+        self._feature_set = feature_set
         self._model: LoadedModel | None = None
 
     @property
@@ -263,7 +263,7 @@ class ModelRegistry:
         if path is None:
             raise FileNotFoundError(f"no model in {self._dir} (run `recmesh train`)")
         if self._model is None or self._model.path != path:
-            model = load(path, self._threads, self._fs)
+            model = load(path, self._threads, self._feature_set)
             self._model = model
             PROVIDER_INFO.info({"provider": model.provider})
             MODEL_INFO.info(

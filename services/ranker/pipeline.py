@@ -136,7 +136,7 @@ def load_graph(settings: RankerSettings) -> Graph:
 
 
 def build_pipeline(
-    settings: RankerSettings, features: FeatureClient, inference: InferenceClient, fs: FeatureSet
+    settings: RankerSettings, features: FeatureClient, inference: InferenceClient, feature_set: FeatureSet
 ) -> RankPipeline:
     """The graph from the settings, and the recall sources its kinds use: popularity,
     co-visitation, category affinity and, when item vectors exist under
@@ -145,9 +145,9 @@ def build_pipeline(
     graph = load_graph(settings)
     holder = IndexHolder(settings.model_dir)
     holder.refresh()
-    learnt = RecallHolder(settings.model_dir, fs.version)
+    learnt = RecallHolder(settings.model_dir, feature_set.version)
     learnt.refresh()
-    roles = fs.roles
+    roles = feature_set.roles
     sources: dict[str, RecallSource] = {
         "popular": PopularSource(features, settings.recall_cache_s),
         "covisit": CovisitSource(features, roles),
@@ -167,8 +167,19 @@ def build_pipeline(
     # user's history when a learnt source will.
     prefetch = roles.recent_items is not None and "recall.covisit" in kinds
     history = roles.history_cap if any(f"recall.{n}" in kinds for n in LEARNT_SOURCES) else 0
-    env = Env(features, inference, settings, fs, sources, prefetch, history, learnt.fusion, learnt.blend,
-              learnt.fusion_depth, learnt.serves)  # fmt: skip
+    env = Env(
+        features,
+        inference,
+        settings,
+        feature_set,
+        sources,
+        prefetch,
+        history,
+        learnt.fusion,
+        learnt.blend,
+        learnt.fusion_depth,
+        learnt.serves,
+    )
     return RankPipeline(env, graph, holder, learnt)
 
 
@@ -350,6 +361,6 @@ class RankPipeline:
                              "recmesh.degraded": ",".join(req.degraded)})  # fmt: skip
         for name, n in req.recall_counts.items():
             span.set_attribute(f"recmesh.candidates.{name}", n)
-        version = out.feature_version or self._env.fs.version
+        version = out.feature_version or self._env.feature_set.version
         items = out.items[:count]
         return Ranked(items, out.model_version, version, req.degraded, req.recall_counts, req.sigma)

@@ -110,7 +110,7 @@ class Env:
     features: FeatureClient
     inference: InferenceClient
     settings: RankerSettings
-    fs: FeatureSet
+    feature_set: FeatureSet
     sources: dict[
         str, RecallSource
     ]  # by kind suffix: popular, covisit, category, semantic, knn, ease, similar
@@ -282,7 +282,7 @@ def effective_weights(env: Env, learnt: dict[str, float] | None = None) -> dict[
 
 
 async def _run_filter(env: Env, req: RequestState, node: NodeSpec, inputs: Inputs, cap_s: float) -> object:
-    kept = drop_items(_candidates(inputs), set(seen_items(env.fs.roles, _user(inputs))))[
+    kept = drop_items(_candidates(inputs), set(seen_items(env.feature_set.roles, _user(inputs))))[
         : env.settings.candidates
     ]
     if not kept:
@@ -330,12 +330,12 @@ def _user_row(req: RequestState, inputs: Inputs) -> fpb.FeatureRow:
 def _neutral_features(env: Env, req: RequestState, node: NodeSpec, inputs: Inputs) -> object:
     pool, rest = _pool(env, req, inputs)
     items = fpb.FeatureTable(entity_ids=[i for i, _ in pool])  # no columns: every feature's default
-    return ItemFeatures(_user_row(req, inputs), pool, rest, items, {}, env.fs.version)
+    return ItemFeatures(_user_row(req, inputs), pool, rest, items, {}, env.feature_set.version)
 
 
 def _categories(env: Env, table: fpb.FeatureTable) -> dict[str, str]:
     """Each item's recall category (its first value, for a multi-valued one): the diversity cap."""
-    name = env.fs.roles.category
+    name = env.feature_set.roles.category
     col = next((c for c in table.columns if c.name == name), None) if name else None
     if col is None:
         return {}
@@ -388,7 +388,7 @@ def _neutral_diversify(env: Env, req: RequestState, node: NodeSpec, inputs: Inpu
 
 def _learnt_idle(source: str) -> Callable[[Env], bool]:
     if source == "revisit":  # needs no table: the history and recall.seen
-        return lambda env: env.fs.roles.seen is None or not env.history_limit
+        return lambda env: env.feature_set.roles.seen is None or not env.history_limit
     return lambda env: not env.learnt_serves(source)
 
 

@@ -23,7 +23,7 @@ import httpx
 import psutil
 import pytest
 
-from recmesh.features.repository import DEMO_REPOSITORY, load_repository
+from recmesh.features.repository import DEMO_REPOSITORY, load_feature_set
 from recmesh.tools.bench.proccpu import child_pids
 from recmesh.tools.localinfra import port_is_free
 from recmesh.tools.up import DEMO_API_KEY
@@ -143,7 +143,7 @@ async def test_ready_events_and_recommendations(running: Running) -> None:
         body = resp.json()
         assert len(body["items"]) == 10 and len({i["item_id"] for i in body["items"]}) == 10
         assert body["slo_class"] == "A" and body["trace_id"] == trace_id
-        demo_version = load_repository(DEMO_REPOSITORY).version
+        demo_version = load_feature_set(DEMO_REPOSITORY).version
         assert body["model_version"].startswith("ctr-") and body["feature_version"] == demo_version
         assert body["degraded"] == []
         assert resp.headers["traceparent"].split("-")[1] == trace_id

@@ -39,20 +39,20 @@ class Mesh:
 
 
 @pytest.fixture(scope="session")
-async def mesh(redis_url: str, model_dir: Path, demo_fs: FeatureSet) -> AsyncIterator[Mesh]:
+async def mesh(redis_url: str, model_dir: Path, demo_feature_set: FeatureSet) -> AsyncIterator[Mesh]:
     redis = connect(redis_url, 16)
-    store = FeatureStore(redis, demo_fs)
+    store = FeatureStore(redis, demo_feature_set)
     await store.prepare()
     users, items = offline_rows(make_catalog())
-    await load_catalog(redis, demo_fs, users, items)
+    await load_catalog(redis, demo_feature_set, users, items)
     feature = build_feature(FeatureSettings(feature_port=free_port(), redis_url=redis_url), store)
-    registry = ModelRegistry(model_dir, fs=demo_fs)
+    registry = ModelRegistry(model_dir, feature_set=demo_feature_set)
     registry.load_current()
     inference = build_inference(InferenceSettings(inference_port=free_port(), model_dir=model_dir), registry)
     fc = FeatureClient(feature.address, "ranker")
     ic = InferenceClient(inference.address, "ranker")
     ranker_settings = RankerSettings(ranker_port=free_port(), model_dir=model_dir)
-    ranker = build_ranker(ranker_settings, build_pipeline(ranker_settings, fc, ic, demo_fs))
+    ranker = build_ranker(ranker_settings, build_pipeline(ranker_settings, fc, ic, demo_feature_set))
     servers = (feature, inference, ranker)
     for s in servers:
         await s.start()

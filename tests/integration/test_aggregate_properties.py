@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 
 from recmesh.events import Event
 from recmesh.features.backfill import ReplayState
-from recmesh.features.repository import FeatureDef, FeatureSet, FeatureValue, parse_repository
+from recmesh.features.repository import FeatureDef, FeatureSet, FeatureValue, parse_feature_set
 from services.feature.catalog import load_catalog
 from services.feature.offline_cache import OfflineCache
 from services.feature.store import FeatureStore
@@ -112,7 +112,7 @@ window = "1h"
 recent_items = "recent_3"
 """
 
-FS: FeatureSet = parse_repository(REPOSITORY, Path("properties/recmesh.toml"))
+FEATURE_SET: FeatureSet = parse_feature_set(REPOSITORY, Path("properties/recmesh.toml"))
 
 
 @dataclass(frozen=True)
@@ -131,7 +131,7 @@ class Ev:
             raw["price"] = self.price
         from recmesh.events import validate_event
 
-        return validate_event(raw, FS.event_schema)
+        return validate_event(raw, FEATURE_SET.event_schema)
 
 
 events_st = st.lists(
@@ -231,10 +231,12 @@ async def _online(
     client = redis.Redis.from_url(url, protocol=2)
     try:
         await client.flushdb()
-        await load_catalog(client, FS, [], [(i, {"tags": CATEGORIES[i]}) for i in ITEMS])
+        await load_catalog(client, FEATURE_SET, [], [(i, {"tags": CATEGORIES[i]}) for i in ITEMS])
         # no background re-reads past the loop
-        store = FeatureStore(client, FS, offline=OfflineCache(client, FS, static_ttl_s=600.0))
-        writer = EventWriter(client, FS, store.offline.attributes)
+        store = FeatureStore(
+            client, FEATURE_SET, offline=OfflineCache(client, FEATURE_SET, static_ttl_s=600.0)
+        )
+        writer = EventWriter(client, FEATURE_SET, store.offline.attributes)
         for batch in batches(arrivals, cuts):
             if batch:
                 await writer.apply([e.event() for e in batch])
@@ -262,10 +264,10 @@ def test_every_aggregation_matches_the_reference_online(
     for r in results:
         as_of, user, lookup = r["as_of"], r["user"], r["lookup"]
         assert isinstance(as_of, int) and isinstance(user, str)
-        for f in FS.features_of("user", "realtime"):
+        for f in FEATURE_SET.features_of("user", "realtime"):
             check(lookup.user, f, reference(f, kept, user, as_of))  # type: ignore[attr-defined]
         for item, row in zip(ITEMS, lookup.items, strict=True):  # type: ignore[attr-defined]
-            for f in FS.features_of("item", "realtime"):
+            for f in FEATURE_SET.features_of("item", "realtime"):
                 check(row, f, reference(f, kept, item, as_of))
 
 
@@ -275,14 +277,14 @@ def test_the_replay_matches_the_reference(arrivals: list[Ev], as_of: int) -> Non
     """The replay reads a log in event-time order: with the events arriving that
     way, it keeps the same events as the online store and computes the same values."""
     in_time = sorted(arrivals, key=lambda e: (e.t, e.event_id))
-    replay = ReplayState(FS, {}, {i: {"tags": CATEGORIES[i]} for i in ITEMS})
+    replay = ReplayState(FEATURE_SET, {}, {i: {"tags": CATEGORIES[i]} for i in ITEMS})
     for e in in_time:
         replay.apply(e.event())
     kept = first_written(in_time)
     for entity, ids in (("user", USERS), ("item", ITEMS)):
         for entity_id in ids:
             got = replay.features(entity, entity_id, as_of)  # type: ignore[arg-type]
-            for f in FS.features_of(entity, "realtime"):  # type: ignore[arg-type]
+            for f in FEATURE_SET.features_of(entity, "realtime"):  # type: ignore[arg-type]
                 assert same(got[f.name], reference(f, kept, entity_id, as_of)), (f.name, entity_id)
 
 

@@ -17,7 +17,7 @@ from prometheus_client import generate_latest
 from recmesh.clients.feature import FeatureClient
 from recmesh.clients.inference import InferenceClient
 from recmesh.clients.ranker import RankerClient
-from recmesh.features.repository import DEMO_REPOSITORY, load_repository
+from recmesh.features.repository import DEMO_REPOSITORY, load_feature_set
 from recmesh.resilience import BreakerState
 from recmesh.settings import FeatureSettings, GatewaySettings, RankerSettings
 from services.feature.server import build_server as build_feature
@@ -96,7 +96,7 @@ def _gateway(recommender: Recommender) -> httpx.AsyncClient:
 @contextlib.asynccontextmanager
 async def ranker_behind(fc: FeatureClient, ic: InferenceClient) -> AsyncIterator[Recommender]:
     settings = RankerSettings(ranker_port=free_port(), model_dir=NO_VECTORS)
-    ranker = build_ranker(settings, build_pipeline(settings, fc, ic, load_repository(DEMO_REPOSITORY)))
+    ranker = build_ranker(settings, build_pipeline(settings, fc, ic, load_feature_set(DEMO_REPOSITORY)))
     await ranker.start()
     await ranker.set_serving()
     rc = RankerClient(ranker.address, "gateway")

@@ -14,7 +14,7 @@ import redis.asyncio as redis
 from prometheus_client import REGISTRY
 
 from recmesh.events import Event
-from recmesh.features.repository import DEMO_REPOSITORY, load_repository
+from recmesh.features.repository import DEMO_REPOSITORY, load_feature_set
 from recmesh.redis_client import connect
 from recmesh.settings import IngestSettings
 from services.feature.ingest import running
@@ -40,7 +40,7 @@ async def test_a_burst_moves_processing_delay_and_state_growth(
     kafka_bootstrap: str, scratch_redis_url: str, redis_client: redis.Redis, topics: dict[str, str]
 ) -> None:
     client = connect(scratch_redis_url, 4)
-    store = FeatureStore(client, load_repository(DEMO_REPOSITORY))
+    store = FeatureStore(client, load_feature_set(DEMO_REPOSITORY))
     now = int(time.time() * 1000)
     # Existing state, so growth is measured against a real base (above the floor).
     await write_events(store, [Event.model_validate(e) for e in _events("base", 4000, now - 60_000)])

@@ -22,7 +22,7 @@ from recmesh.clients.feature import FeatureClient
 from recmesh.clients.inference import InferenceClient
 from recmesh.clients.ranker import RankerClient
 from recmesh.features import keys
-from recmesh.features.repository import DEMO_REPOSITORY, load_repository
+from recmesh.features.repository import DEMO_REPOSITORY, load_feature_set
 from recmesh.redis_client import connect
 from recmesh.settings import FeatureSettings, GatewaySettings, IngestSettings, RankerSettings
 from recmesh.tools.demo.generate import make_catalog, offline_rows
@@ -43,7 +43,7 @@ from tests.integration.conftest import Mesh
 
 ROOT = Path(__file__).resolve().parents[2]
 
-FS = load_repository(DEMO_REPOSITORY)
+FEATURE_SET = load_feature_set(DEMO_REPOSITORY)
 
 
 class OwnRedis:
@@ -121,17 +121,17 @@ async def _committed(bootstrap: str, topic: str, group: str) -> int:
 
 async def test_redis_down_while_serving_falls_back_without_5xx(own_redis: OwnRedis, mesh: Mesh) -> None:
     client = connect(own_redis.url, 8)
-    store = FeatureStore(client, FS)
+    store = FeatureStore(client, FEATURE_SET)
     await store.prepare()
     users, items = offline_rows(make_catalog())
-    await load_catalog(client, FS, users, items)
+    await load_catalog(client, FEATURE_SET, users, items)
     feature = build_feature(FeatureSettings(feature_port=free_port(), redis_url=own_redis.url), store)
     await feature.start()
     await feature.set_serving()
     fc = FeatureClient(feature.address, "ranker")
     ic = InferenceClient(mesh.inference.address, "ranker")
     ranker_settings = RankerSettings(ranker_port=free_port(), model_dir=own_redis.dir / "no-vectors")
-    ranker = build_ranker(ranker_settings, build_pipeline(ranker_settings, fc, ic, FS))
+    ranker = build_ranker(ranker_settings, build_pipeline(ranker_settings, fc, ic, FEATURE_SET))
     await ranker.start()
     await ranker.set_serving()
     rc, gw_fc = RankerClient(ranker.address, "gateway"), FeatureClient(feature.address, "gateway")
@@ -189,7 +189,7 @@ async def test_redis_down_while_consuming_commits_nothing_and_loses_nothing(
     client = connect(own_redis.url, 4)
     group = settings.consumer_group
     try:
-        async with running(settings, FeatureStore(client, FS)) as ingestor:
+        async with running(settings, FeatureStore(client, FEATURE_SET)) as ingestor:
             await _produce(kafka_bootstrap, topics["events"], _clicks(100, 10, "a"))
             await poll_until(lambda: asyncio.sleep(0, ingestor.applied == 100), "first 100 applied", 20)
             await poll_until(
@@ -269,7 +269,7 @@ async def test_broker_restart_consumer_carries_on(tmp_path: Path, own_redis: Own
                               dlq_topic="ub.dlq", consumer_group="g-restart")  # fmt: skip
     client = connect(own_redis.url, 4)
     try:
-        async with running(settings, FeatureStore(client, FS), metadata_max_age_ms=1000) as ingestor:
+        async with running(settings, FeatureStore(client, FEATURE_SET), metadata_max_age_ms=1000) as ingestor:
             await _produce(bootstrap, "ub", _clicks(50, 5, "before"))
             await poll_until(
                 lambda: asyncio.sleep(0, ingestor.applied == 50), "applied before the restart", 20

@@ -13,7 +13,7 @@ from prometheus_client import REGISTRY
 from recmesh.events import Event
 from recmesh.features import keys
 from recmesh.features.backfill import ReplayState
-from recmesh.features.repository import DEMO_REPOSITORY, FeatureSet, load_repository
+from recmesh.features.repository import DEMO_REPOSITORY, FeatureSet, load_feature_set
 from recmesh.redis_client import AnyRedis, connect
 from recmesh.tools.demo.generate import generate_events, make_catalog, offline_rows
 from services.feature.catalog import load_catalog
@@ -32,7 +32,7 @@ def e(eid: str, user: str, item: str, behavior: str, t: int) -> Event:
     )
 
 
-FS: FeatureSet = load_repository(DEMO_REPOSITORY)
+FEATURE_SET: FeatureSet = load_feature_set(DEMO_REPOSITORY)
 USERS = [("u1", {"age_band": "25-34", "interest_tags": ["news"]})]
 ITEMS = [("i1", {"category": "news", "length": 60, "author_level": 2, "popularity": 5.0}),
          ("i2", {"category": "food", "length": 90, "author_level": 3, "popularity": 1.0})]  # fmt: skip
@@ -41,10 +41,10 @@ ITEMS = [("i1", {"category": "news", "length": 60, "author_level": 2, "popularit
 async def loaded_store(
     client: redis.Redis, static_ttl_s: float = 5.0, profile_ttl_s: float = 60.0
 ) -> FeatureStore:
-    offline = OfflineCache(client, FS, static_ttl_s=static_ttl_s, profile_ttl_s=profile_ttl_s)
-    store = FeatureStore(client, FS, offline=offline)
+    offline = OfflineCache(client, FEATURE_SET, static_ttl_s=static_ttl_s, profile_ttl_s=profile_ttl_s)
+    store = FeatureStore(client, FEATURE_SET, offline=offline)
     await store.prepare()
-    await load_catalog(client, FS, USERS, ITEMS)  # type: ignore[arg-type]
+    await load_catalog(client, FEATURE_SET, USERS, ITEMS)  # type: ignore[arg-type]
     return store
 
 
@@ -100,7 +100,7 @@ async def test_an_event_id_counts_once_whatever_else_it_carries(redis_client: re
     assert (i1["clicks_10m"][0], i1["views_10m"][0], i2["clicks_10m"][0]) == (1, 0, 1)
     assert got.user["clicks_5m"][0] == 2
     # The replay applies the same rule.
-    replay = ReplayState(FS, dict(USERS), dict(ITEMS))
+    replay = ReplayState(FEATURE_SET, dict(USERS), dict(ITEMS))
     for ev in [e("same", "u1", "i1", "click", T0 - MIN), e("same", "u1", "i2", "click", T0 - MIN)]:
         replay.apply(ev)
     assert replay.duplicates == 1 and replay.features("item", "i2", T0)["clicks_10m"][0] == 0
@@ -119,7 +119,7 @@ async def test_item_ages_come_from_each_features_own_events(redis_client: redis.
         "future-click": [("view", T0 - MIN), ("click", T0 + MIN)],  # after as_of: not the newest
         "old-view": [("view", T0 - 11 * MIN), ("click", T0 - 2 * MIN)],  # view outside the window
     }
-    replay = ReplayState(FS, {}, {})
+    replay = ReplayState(FEATURE_SET, {}, {})
     batch = []
     for item, evs in cases.items():
         for n, (behavior, t) in enumerate(evs):
@@ -142,11 +142,11 @@ async def check_parity_with_replay(client: AnyRedis) -> None:
     features at every as-of time probed, even when applied out of order."""
     catalog = make_catalog()
     users, items = offline_rows(catalog)
-    store = FeatureStore(client, FS)
-    await load_catalog(client, FS, users, items)
+    store = FeatureStore(client, FEATURE_SET)
+    await load_catalog(client, FEATURE_SET, users, items)
     events = [Event.model_validate(x) for x in generate_events(catalog, T0, 40 * MIN, 300, seed=3)]
-    writer = EventWriter(client, FS, store.offline.attributes)
-    replay = ReplayState(FS, dict(users), dict(items))
+    writer = EventWriter(client, FEATURE_SET, store.offline.attributes)
+    replay = ReplayState(FEATURE_SET, dict(users), dict(items))
     rng = random.Random(2)
     probe_users = sorted({ev.user_id for ev in events})[:25]
     probe_items = [ev.item_id for ev in rng.sample(events, 40)]
@@ -187,7 +187,7 @@ async def test_online_equals_offline_replay_on_a_redis_cluster(redis_cluster_url
 
         from recmesh.features import keys as k
 
-        user_keys = [k.stream("user", "u1", s.id) for s in FS.streams_of("user")]
+        user_keys = [k.stream("user", "u1", s.id) for s in FEATURE_SET.streams_of("user")]
         assert len({key_slot(x.encode()) for x in (*user_keys, k.user_ids("u1"), k.user_profile("u1"))}) == 1
     finally:
         await client.aclose()
@@ -197,7 +197,7 @@ async def test_redis_down_falls_back_to_cached_offline_features(redis_client: re
     store = await loaded_store(redis_client)
     await store.lookup("u1", ["i1"], T0, timeout_s=1.0)  # warms the offline caches
     dead = connect("redis://127.0.0.1:1/0", 4)
-    broken = FeatureStore(dead, FS, offline=store.offline)
+    broken = FeatureStore(dead, FEATURE_SET, offline=store.offline)
     got = await broken.lookup("u1", ["i1", "i2"], T0, timeout_s=0.5)
     assert got.degraded == ["realtime_store_unavailable"]
     assert got.user["clicks_5m"] == (0, "default", -1)
@@ -210,7 +210,7 @@ async def test_redis_down_falls_back_to_cached_offline_features(redis_client: re
 async def test_slow_redis_times_out_within_budget(redis_client: redis.Redis, scratch_redis_url: str) -> None:
     await loaded_store(redis_client)
     reader = connect(scratch_redis_url, 4)
-    slow = FeatureStore(reader, FS)
+    slow = FeatureStore(reader, FEATURE_SET)
     await slow.prepare()
     await redis_client.client_pause(300)
     started = time.perf_counter()
@@ -254,7 +254,7 @@ async def test_an_offline_load_reaches_lookups_long_before_the_ttls(redis_client
     inline = static_reads("inline")
     await load_catalog(
         redis_client,
-        FS,
+        FEATURE_SET,
         [("u1", {"age_band": "35-44", "interest_tags": ["food"]})],
         [("i1", {"category": "sports", "length": 60, "author_level": 2, "popularity": 5.0})],
     )
@@ -293,7 +293,7 @@ async def test_the_newest_index_answers_as_the_sorted_sets_do(redis_client: redi
            T0 - rng.randrange(20 * MIN)) for n in range(200)),
         key=lambda ev: ev.event_time,
     )  # fmt: skip
-    writer = EventWriter(redis_client, FS, store.offline.attributes)
+    writer = EventWriter(redis_client, FEATURE_SET, store.offline.attributes)
     for start in range(0, len(events), 50):
         await writer.apply(events[start : start + 50])
     # A missing index (evicted, written before it existed) re-made by a batch

@@ -48,11 +48,13 @@ async def serving(model_dir: Path, batching: bool) -> AsyncIterator[tuple[Infere
 
 
 @pytest.fixture(scope="module")
-def card_and_holdout(model_dir: Path, demo_fs: FeatureSet) -> tuple[dict[str, Any], np.ndarray, np.ndarray]:
+def card_and_holdout(
+    model_dir: Path, demo_feature_set: FeatureSet
+) -> tuple[dict[str, Any], np.ndarray, np.ndarray]:
     path = current_model(model_dir)
     assert path is not None
     card: dict[str, Any] = json.loads((path / "card.json").read_text())
-    x, y = holdout(card, demo_fs)
+    x, y = holdout(card, demo_feature_set)
     return card, x, y
 
 

@@ -16,7 +16,7 @@ import redis.asyncio as redis
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from recmesh.features.covisit import pair_increments, previous_items
-from recmesh.features.repository import DEMO_REPOSITORY, FIELD_SEP, load_repository
+from recmesh.features.repository import DEMO_REPOSITORY, FIELD_SEP, load_feature_set
 from recmesh.redis_client import connect
 from recmesh.settings import IngestSettings
 from services.feature.ingest import running
@@ -25,7 +25,7 @@ from services.feature.store import FeatureStore
 from services.feature.writer import EventWriter, PreparedBatch, WriteResult
 from tests.helpers import poll_until, produce_events
 
-FS = load_repository(DEMO_REPOSITORY)
+FEATURE_SET = load_feature_set(DEMO_REPOSITORY)
 
 
 async def _produce(bootstrap: str, topic: str, records: list[tuple[bytes, bytes]]) -> None:
@@ -85,7 +85,7 @@ async def test_good_events_land_bad_ones_are_dead_lettered_and_offsets_commit(
         dlq_topic=topics["dlq"], consumer_group=f"g-{topics['events']}",
     )  # fmt: skip
     client = connect(scratch_redis_url, 4)
-    store = FeatureStore(client, FS)
+    store = FeatureStore(client, FEATURE_SET)
     async with running(settings, store) as ingestor:
         await poll_until(lambda: asyncio.sleep(0, ingestor.applied == 50), "50 events applied", 15)
         parts = [TopicPartition(topics["events"], p) for p in range(3)]
@@ -123,7 +123,7 @@ async def test_the_consumer_learns_co_visits_once_per_event(
         dlq_topic=topics["dlq"], consumer_group=f"g-{topics['events']}",
     )  # fmt: skip
     client = connect(scratch_redis_url, 4)
-    store = FeatureStore(client, FS)
+    store = FeatureStore(client, FEATURE_SET)
     async with running(settings, store) as ingestor:
         await poll_until(lambda: asyncio.sleep(0, ingestor.applied == 6), "6 events applied", 15)
         assert ingestor.duplicates == 3, "the second copy of each event id is dropped and counted"
@@ -139,7 +139,7 @@ def _expected_covisits(views: Sequence[Mapping[str, object]]) -> dict[str, dict[
     for v in sorted(views, key=lambda v: int(str(v["event_time"]))):
         earlier = by_user.setdefault(str(v["user_id"]), [])
         t, item = int(str(v["event_time"])), str(v["item_id"])
-        roles = FS.roles
+        roles = FEATURE_SET.roles
         window = [
             f"{eid}{FIELD_SEP}{i}" for et, eid, i in reversed(earlier) if t - roles.covisit_window_ms < et < t
         ]
@@ -183,7 +183,7 @@ async def test_co_visits_over_many_small_batches_are_those_of_the_rule(
         dlq_topic=topics["dlq"], consumer_group=f"g-{topics['events']}", max_batch=20,
     )  # fmt: skip
     client = connect(scratch_redis_url, 4)
-    store = FeatureStore(client, FS)
+    store = FeatureStore(client, FEATURE_SET)
     writer = _UnevenWriter(store)
     async with running(settings, store, writer=writer) as ingestor:
         await poll_until(lambda: asyncio.sleep(0, ingestor.applied == 700), "700 events applied", 30)

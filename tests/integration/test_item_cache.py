@@ -63,13 +63,13 @@ def _hits() -> float:
 
 
 async def test_held_reads_answer_as_redis_does_until_the_ingest_writes(
-    client: redis.Redis, demo_fs: FeatureSet
+    client: redis.Redis, demo_feature_set: FeatureSet
 ) -> None:
     now = int(time.time() * 1000)
-    plain = FeatureStore(client, demo_fs)
+    plain = FeatureStore(client, demo_feature_set)
     cache = ItemReadCache(bound_ms=10_000)  # long: what refreshes below is the ingest's word
-    held = FeatureStore(client, demo_fs, item_reads=cache)
-    writer = EventWriter(client, demo_fs, plain.offline.attributes)
+    held = FeatureStore(client, demo_feature_set, item_reads=cache)
+    writer = EventWriter(client, demo_feature_set, plain.offline.attributes)
     await writer.apply([_event(n, ITEMS[n % 4], now - 60_000 + n) for n in range(12)])
     async with _following(client, cache):
         first = await held.lookup("icu", ITEMS, now, 2.0)
@@ -101,17 +101,17 @@ async def test_held_reads_answer_as_redis_does_until_the_ingest_writes(
             await asyncio.sleep(0.01)
 
 
-async def test_not_subscribed_serves_nothing_held(client: redis.Redis, demo_fs: FeatureSet) -> None:
+async def test_not_subscribed_serves_nothing_held(client: redis.Redis, demo_feature_set: FeatureSet) -> None:
     now = int(time.time() * 1000)
     cache = ItemReadCache(bound_ms=10_000)
-    held = FeatureStore(client, demo_fs, item_reads=cache)
+    held = FeatureStore(client, demo_feature_set, item_reads=cache)
     await held.lookup("icu", ITEMS, now, 2.0)
     hits = _hits()
     await held.lookup("icu", ITEMS, now, 2.0)
     assert _hits() == hits
 
 
-async def test_the_acl_users_may_publish_and_follow(tmp_path: Path, demo_fs: FeatureSet) -> None:
+async def test_the_acl_users_may_publish_and_follow(tmp_path: Path, demo_feature_set: FeatureSet) -> None:
     acl = tmp_path / "users.acl"
     acl.write_text(aclfile({"ingest": "pw-i", "feature": "pw-f"}))
     port = free_port()
@@ -124,7 +124,9 @@ async def test_the_acl_users_may_publish_and_follow(tmp_path: Path, demo_fs: Fea
         cache = ItemReadCache(bound_ms=10_000)
         async with _following(feature, cache):
             cache.put(["x"], [(1, 1)], as_of_ms=0, read_at=time.monotonic())
-            writer = EventWriter(ingest, demo_fs, FeatureStore(ingest, demo_fs).offline.attributes)
+            writer = EventWriter(
+                ingest, demo_feature_set, FeatureStore(ingest, demo_feature_set).offline.attributes
+            )
             await writer.apply([_event(1, "x", int(time.time() * 1000))])
             await _until(lambda: cache.get(["x"], 0, time.monotonic())[0] == {}, "the write dropped x")
         assert await ingest.publish(keys.ITEMS_CHANGED, "y") >= 0

@@ -15,7 +15,7 @@ import redis.asyncio as redis
 from aiokafka.partitioner import DefaultPartitioner
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, Producer, TopicPartition
 
-from recmesh.features.repository import DEMO_REPOSITORY, load_repository
+from recmesh.features.repository import DEMO_REPOSITORY, load_feature_set
 from recmesh.redis_client import connect
 from recmesh.settings import IngestSettings
 from services.feature.ingest import running
@@ -111,7 +111,7 @@ async def test_confluent_kafka_events_become_features_and_dead_letters_read_back
         dlq_topic=topics["dlq"], consumer_group=f"g-{topics['events']}",
     )  # fmt: skip
     client = connect(scratch_redis_url, 4)
-    store = FeatureStore(client, load_repository(DEMO_REPOSITORY))
+    store = FeatureStore(client, load_feature_set(DEMO_REPOSITORY))
     try:
         async with running(settings, store) as ingestor:
             await poll_until(lambda: asyncio.sleep(0, ingestor.applied == 40), "40 events applied", 15)

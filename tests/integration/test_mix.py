@@ -26,7 +26,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from recmesh.features.repository import DEMO_REPOSITORY, load_repository
+from recmesh.features.repository import DEMO_REPOSITORY, load_feature_set
 from recmesh.modeldir import EMBEDDER_DIR
 from recmesh.redis_client import connect
 from recmesh.tools.demo.generate import make_catalog, offline_rows
@@ -53,7 +53,7 @@ async def gateway_url(
     client = connect(redis_url, 4)
     try:
         await client.flushdb()
-        await load_catalog(client, load_repository(DEMO_REPOSITORY), *offline_rows(make_catalog()))
+        await load_catalog(client, load_feature_set(DEMO_REPOSITORY), *offline_rows(make_catalog()))
     finally:
         await client.aclose()
     own = tmp_path / "models"

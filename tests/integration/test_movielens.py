@@ -25,7 +25,7 @@ from aiokafka import AIOKafkaProducer
 from recmesh.clients.feature import FeatureClient
 from recmesh.clients.inference import InferenceClient
 from recmesh.clients.ranker import RankerClient
-from recmesh.features.repository import FeatureSet, load_repository
+from recmesh.features.repository import FeatureSet, load_feature_set
 from recmesh.features.served import dump_topic, read_served
 from recmesh.features.wire import row_to_json
 from recmesh.redis_client import connect
@@ -64,7 +64,7 @@ def movielens_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
 class Slice:
     repo: Path  # a copy of examples/movielens with a slice of the ratings
     ratings: Path
-    fs: FeatureSet
+    feature_set: FeatureSet
 
 
 @pytest.fixture
@@ -82,7 +82,7 @@ def _slice(movielens_data: Path, tmp_path: Path, users: int) -> Slice:
     kept = [line for line in lines[1:] if int(line.split("\t")[0]) <= users]
     ratings = repo / "data" / "ratings-slice.inter"
     ratings.write_text("\n".join([lines[0], *kept]) + "\n")
-    return Slice(repo, ratings, load_repository(repo))
+    return Slice(repo, ratings, load_feature_set(repo))
 
 
 @dataclass
@@ -97,7 +97,7 @@ async def movielens_mesh(
     movielens: Slice, scratch_redis_url: str, kafka_bootstrap: str, topics: dict[str, str], tmp_path: Path,
     redis_client: object, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
 ) -> AsyncIterator[Served]:  # fmt: skip
-    fs = movielens.fs
+    feature_set = movielens.feature_set
     monkeypatch.setenv("RECMESH_REPOSITORY", str(movielens.repo))
     monkeypatch.setenv("REDIS_URL", scratch_redis_url)
     monkeypatch.setenv("KAFKA_BOOTSTRAP", kafka_bootstrap)
@@ -112,26 +112,26 @@ async def movielens_mesh(
     assert "loaded 943 users and 1,682 items" in out, out
 
     client = connect(scratch_redis_url, 8)
-    store = FeatureStore(client, fs)
+    store = FeatureStore(client, feature_set)
     await store.prepare()
     served_topic = f"served-{topics['events']}"
     await ensure_topics(kafka_bootstrap, {served_topic: 1})
     served_log = ServedLog(
         lambda: AIOKafkaProducer(bootstrap_servers=kafka_bootstrap), served_topic, rate=1.0,
-        feature_version=fs.version,
+        feature_version=feature_set.version,
     )  # fmt: skip
     stop_log = asyncio.Event()
     log_task = asyncio.create_task(served_log.run(stop_log))
     feature = build_feature(
         FeatureSettings(feature_port=free_port(), redis_url=scratch_redis_url), store, served_log
     )
-    registry = ModelRegistry(models, fs=fs)
+    registry = ModelRegistry(models, feature_set=feature_set)
     registry.load_current()
     inference = build_inference(InferenceSettings(inference_port=free_port(), model_dir=models), registry)
     fc = FeatureClient(feature.address, "ranker")
     ic = InferenceClient(inference.address, "ranker")
     ranker_settings = RankerSettings(ranker_port=free_port(), model_dir=models)
-    ranker = build_ranker(ranker_settings, build_pipeline(ranker_settings, fc, ic, fs))
+    ranker = build_ranker(ranker_settings, build_pipeline(ranker_settings, fc, ic, feature_set))
     for server in (feature, inference, ranker):
         await server.start()
         await server.set_serving()
@@ -165,12 +165,12 @@ async def test_movielens_is_served_and_matches_its_replay(
     movielens_mesh: Served, movielens: Slice, kafka_bootstrap: str, topics: dict[str, str], tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
 ) -> None:  # fmt: skip
-    fs = movielens.fs
+    feature_set = movielens.feature_set
     features, ranker = movielens_mesh.feature, movielens_mesh.ranker
     # User 13 rated movies in the slice's last day: real-time features are live.
     looked = await features.get_features("13", ["50", "181", "1"], 0, cap_s=5.0)
     user = row_to_json(looked.user)
-    assert looked.feature_version == fs.version and list(looked.degraded) == []
+    assert looked.feature_version == feature_set.version and list(looked.degraded) == []
     assert user["ratings_1d"]["source"] == "realtime" and user["ratings_1d"]["value"] > 0
     assert user["recent_movies"]["value"] and 1.0 <= user["mean_rating_1d"]["value"] <= 5.0
     assert user["occupation"]["source"] == "offline"
@@ -193,7 +193,7 @@ async def test_movielens_is_served_and_matches_its_replay(
 
     await poll_until(logged, "served rows logged", 30)
     rows = read_served(served)
-    assert rows and {r["feature_version"] for r in rows} == {fs.version}
+    assert rows and {r["feature_version"] for r in rows} == {feature_set.version}
     code = await asyncio.to_thread(
         cli_main, ["features", "compare", "--served", str(served), "--events", str(events), "--json"]
     )

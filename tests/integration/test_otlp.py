@@ -216,12 +216,12 @@ PORT_VARS = (
 
 
 @pytest.fixture(scope="module")
-async def mesh_redis(redis_url: str, demo_fs: FeatureSet) -> str:
+async def mesh_redis(redis_url: str, demo_feature_set: FeatureSet) -> str:
     """Database 3 with the demo catalog, so a recommendation runs every hop."""
     url = redis_url.rsplit("/", 1)[0] + "/3"
     client = connect(url, 4)
     try:
-        await load_catalog(client, demo_fs, *offline_rows(make_catalog()))
+        await load_catalog(client, demo_feature_set, *offline_rows(make_catalog()))
     finally:
         await client.aclose()
     return url

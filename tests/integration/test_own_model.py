@@ -30,7 +30,7 @@ W = np.array([[0.8], [0.3], [1.5], [0.2], [-0.4], [0.1]], np.float32)
 B = np.array([-1.0], np.float32)
 
 
-def own_model(directory: Path, fs: FeatureSet, width: int = 6, feature: str = "clicks_10m") -> Path:
+def own_model(directory: Path, feature_set: FeatureSet, width: int = 6, feature: str = "clicks_10m") -> Path:
     """A logistic model over six columns, with two outputs: the score and its logit."""
     directory.mkdir(parents=True, exist_ok=True)
     weights = np.resize(W, (width, 1)).astype(np.float32)
@@ -50,7 +50,7 @@ def own_model(directory: Path, fs: FeatureSet, width: int = 6, feature: str = "c
     model.ir_version = 8
     onnx.save(model, str(directory / "model.onnx"))
     (directory / "config.toml").write_text(f"""
-feature_set_version = "{fs.version}"
+feature_set_version = "{feature_set.version}"
 version = "team-logreg-1"
 description = "a logistic regression trained elsewhere"
 
@@ -90,10 +90,14 @@ def own_dir(model_dir: Path, tmp_path: Path) -> Path:
 
 
 async def test_an_outside_model_is_imported_activated_and_served(
-    mesh: Mesh, own_dir: Path, demo_fs: FeatureSet, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    mesh: Mesh,
+    own_dir: Path,
+    demo_feature_set: FeatureSet,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
-    team = own_model(tmp_path / "team-model", demo_fs)
-    registry = ModelRegistry(own_dir, fs=demo_fs)
+    team = own_model(tmp_path / "team-model", demo_feature_set)
+    registry = ModelRegistry(own_dir, feature_set=demo_feature_set)
     registry.load_current()
     server = build_server(
         InferenceSettings(inference_port=free_port(), model_dir=own_dir, batching=False), registry
@@ -113,7 +117,7 @@ async def test_an_outside_model_is_imported_activated_and_served(
 
         items = ["i1", "i2", "i3", "i4"]
         served = await mesh.feature_client.get_features("u42", items, 0, cap_s=2.0)
-        scored = await client.score_features(demo_fs.version, served.user, served.items)
+        scored = await client.score_features(demo_feature_set.version, served.user, served.items)
         assert scored.model_version == "team-logreg-1" and scored.level == 0
         card = json.loads((own_dir / "ctr" / "team-logreg-1" / "card.json").read_text())
         x = Vectorizer(transforms_from_card(card["input"]["transforms"])).matrix(
@@ -122,7 +126,9 @@ async def test_an_outside_model_is_imported_activated_and_served(
         want = 1 / (1 + np.exp(-(x @ W + B))).ravel()
         np.testing.assert_allclose(scored.scores, want, rtol=1e-5)
         # A degraded level asks for a variant the team did not ship: level 0 answers.
-        assert (await client.score_features(demo_fs.version, served.user, served.items, level=3)).level == 0
+        assert (
+            await client.score_features(demo_feature_set.version, served.user, served.items, level=3)
+        ).level == 0
     finally:
         await client.close()
         follower.cancel()
@@ -141,14 +147,14 @@ async def test_an_outside_model_is_imported_activated_and_served(
     ],
 )
 def test_a_model_that_does_not_fit_is_refused_with_the_reason(
-    own_dir: Path, demo_fs: FeatureSet, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+    own_dir: Path, demo_feature_set: FeatureSet, tmp_path: Path, capsys: pytest.CaptureFixture[str],
     change: dict[str, object], says: str,
 ) -> None:  # fmt: skip
-    team = own_model(tmp_path / "team", demo_fs, width=int(change.get("width", 6)),  # type: ignore[call-overload]
+    team = own_model(tmp_path / "team", demo_feature_set, width=int(change.get("width", 6)),  # type: ignore[call-overload]
                      feature=str(change.get("feature", "clicks_10m")))  # fmt: skip
     config = team / "config.toml"
     if "version" in change:
-        config.write_text(config.read_text().replace(demo_fs.version, str(change["version"])))
+        config.write_text(config.read_text().replace(demo_feature_set.version, str(change["version"])))
     if "kind" in change:
         old, new = 'kind = "log1p"\nfeature = "views_10m"', 'kind = "distribution"\nfeature = "views_10m"'
         config.write_text(config.read_text().replace(old, new))

@@ -36,14 +36,14 @@ async def test_kafka_to_online_equals_backfill(
     redis_client: object,
     topics: dict[str, str],
     tmp_path: Path,
-    demo_fs: FeatureSet,
+    demo_feature_set: FeatureSet,
 ) -> None:
     catalog = make_catalog()
     users, items = offline_rows(catalog)
     events = list(generate_events(catalog, T0, 30 * MIN, 250, seed=21))
     client = connect(scratch_redis_url, 8)
-    store = FeatureStore(client, demo_fs)
-    await load_catalog(client, demo_fs, users, items)
+    store = FeatureStore(client, demo_feature_set)
+    await load_catalog(client, demo_feature_set, users, items)
 
     # Online: through the broker (shuffled, as partitions interleave) and the consumer.
     shuffled = events[:]
@@ -63,7 +63,7 @@ async def test_kafka_to_online_equals_backfill(
     # Offline: the backfill over the same log.
     log, out = tmp_path / "events.jsonl", tmp_path / "rows.jsonl"
     write_events(log, shuffled)
-    backfill(demo_fs, log, out, dict(users), dict(items), run_size=500)
+    backfill(demo_feature_set, log, out, dict(users), dict(items), run_size=500)
     rows = [orjson.loads(line) for line in out.read_text().splitlines()]
     sample = random.Random(6).sample(rows, 80)
 

@@ -249,13 +249,13 @@ async def test_a_teams_own_table_and_vectors_are_served_as_recall_sources(
 
     from recmesh.tools.cli.main import main as cli_main
 
-    fs = mesh.store.feature_set
+    feature_set = mesh.store.feature_set
     music = [i for i in CATALOG.item_ids if CATEGORY[i] == CATALOG.items[0]["category"]][:3]
     picks = [i for i in CATALOG.item_ids if i not in music][-5:]  # items nothing else would propose
     table = tmp_path / "similar.jsonl"
     table.write_text("\n".join(_json.dumps({"item_id": m, "similar_id": p, "score": 1.0 - n / 10})
                                for m in music for n, p in enumerate(picks)) + "\n")  # fmt: skip
-    where = ["--model-dir", str(tmp_path), "--repository", str(fs.path)]
+    where = ["--model-dir", str(tmp_path), "--repository", str(feature_set.path)]
     assert cli_main(["recall", "import", "--similar", str(table), *where]) == 0
     # ... and a two-tower model's vectors: the user's points at items nothing else proposes
     towards = [i for i in CATALOG.item_ids if i not in music and i not in picks][:4]
@@ -268,12 +268,14 @@ async def test_a_teams_own_table_and_vectors_are_served_as_recall_sources(
         == 0
     )
     now = int(time.time() * 1000)
-    behavior = sorted(fs.roles.learnt_behaviors)[0]
+    behavior = sorted(feature_set.roles.learnt_behaviors)[0]
     events = [Event(event_id=f"byo-{n}", user_id="u1996", item_id=iid, behavior=behavior,
                     event_time=now - 10_000 + n) for n, iid in enumerate(music)]  # fmt: skip
     await write_events(mesh.store, events)
     settings = RankerSettings(ranker_port=free_port(), model_dir=tmp_path, max_per_category=0)
-    ranker = build_ranker(settings, build_pipeline(settings, mesh.feature_client, mesh.inference_client, fs))
+    ranker = build_ranker(
+        settings, build_pipeline(settings, mesh.feature_client, mesh.inference_client, feature_set)
+    )
     await ranker.start()
     await ranker.set_serving()
     client = RankerClient(ranker.address, "test")

@@ -18,7 +18,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from recmesh.features.repository import DEMO_REPOSITORY, load_repository
+from recmesh.features.repository import DEMO_REPOSITORY, load_feature_set
 from recmesh.redis_client import connect
 from recmesh.tools.demo.generate import make_catalog, offline_rows
 from recmesh.tools.localinfra import ManagedProcess
@@ -81,7 +81,7 @@ async def mesh(redis_url: str, model_dir: Path, tmp_path: Path) -> AsyncIterator
     client = connect(url, 4)
     try:
         await client.flushdb()
-        await load_catalog(client, load_repository(DEMO_REPOSITORY), *offline_rows(make_catalog()))
+        await load_catalog(client, load_feature_set(DEMO_REPOSITORY), *offline_rows(make_catalog()))
     finally:
         await client.aclose()
     m = Mesh(url, model_dir, tmp_path)

@@ -13,15 +13,15 @@ from redis.crc import key_slot
 from recmesh.events import Event
 from recmesh.features import keys
 from recmesh.features.covisit import COVISIT_TTL_S
-from recmesh.features.repository import DEMO_REPOSITORY, load_repository
+from recmesh.features.repository import DEMO_REPOSITORY, load_feature_set
 from recmesh.redis_client import AnyRedis, connect
 from services.feature.catalog import load_catalog
 from services.feature.recall_store import RecallStore
 from services.feature.store import FeatureStore
 from services.feature.writer import EventWriter
 
-FS = load_repository(DEMO_REPOSITORY)
-COVISIT_WINDOW_MS = FS.roles.covisit_window_ms
+FEATURE_SET = load_feature_set(DEMO_REPOSITORY)
+COVISIT_WINDOW_MS = FEATURE_SET.roles.covisit_window_ms
 
 
 async def check_covisitation(client: AnyRedis, path: str) -> None:
@@ -32,15 +32,17 @@ async def check_covisitation(client: AnyRedis, path: str) -> None:
     def i(n: int) -> str:
         return f"cv{tag}-{n}"
 
-    store, recall = FeatureStore(client, FS), RecallStore(client)
+    store, recall = FeatureStore(client, FEATURE_SET), RecallStore(client)
     writer = EventWriter(
-        client, FS, store.offline.attributes, pipelined=True if path == "pipelined" else None
+        client, FEATURE_SET, store.offline.attributes, pipelined=True if path == "pipelined" else None
     )
 
     async def apply(events: list[Event]) -> int:
         return (await writer.apply(sorted(events, key=lambda e: e.event_time))).covisit_pairs
 
-    await load_catalog(client, FS, [], [(i(n), {"category": "news", "popularity": 1.0}) for n in range(6)])
+    await load_catalog(
+        client, FEATURE_SET, [], [(i(n), {"category": "news", "popularity": 1.0}) for n in range(6)]
+    )
     t = int(time.time() * 1000) - 60_000
 
     def ev(eid: str, user: str, item: str, dt: int, behavior: str = "view") -> Event:

@@ -68,7 +68,7 @@ def handled(method: str, slo_class: str) -> float:
 
 @pytest.fixture
 async def secured(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, redis_url: str, demo_fs: FeatureSet
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, redis_url: str, demo_feature_set: FeatureSet
 ) -> AsyncIterator[Secured]:
     pki = write_local_pki(tmp_path / "tls", IDENTITIES)
     monkeypatch.setenv("RECMESH_TLS", "on")
@@ -77,7 +77,7 @@ async def secured(
     reset_process_tls()
     redis = connect(redis_url, 4)
     server = build_server(
-        FeatureSettings(feature_port=free_port(), redis_url=redis_url), FeatureStore(redis, demo_fs)
+        FeatureSettings(feature_port=free_port(), redis_url=redis_url), FeatureStore(redis, demo_feature_set)
     )
     await server.start()
     await server.set_serving()

@@ -83,17 +83,17 @@ async def test_served_rows_match_the_replay_and_an_injected_skew_is_reported(
     topics: dict[str, str],
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
-    demo_fs: FeatureSet,
+    demo_feature_set: FeatureSet,
 ) -> None:
     catalog = make_catalog()
     users, items = offline_rows(catalog)
     events = list(generate_events(catalog, T0, 20 * MIN, 120, seed=5))
     write_events(tmp_path / "events.jsonl", events)
-    users_csv = write_csv(demo_fs, tmp_path / "offline", "user", users)
-    items_csv = write_csv(demo_fs, tmp_path / "offline", "item", items)
+    users_csv = write_csv(demo_feature_set, tmp_path / "offline", "user", users)
+    items_csv = write_csv(demo_feature_set, tmp_path / "offline", "item", items)
     client = connect(scratch_redis_url, 8)
-    store = FeatureStore(client, demo_fs)
-    await load_catalog(client, demo_fs, users, items)
+    store = FeatureStore(client, demo_feature_set)
+    await load_catalog(client, demo_feature_set, users, items)
     await write_to_store(store, [Event.model_validate(e) for e in events])
 
     served_topic = f"served-{topics['events']}"
@@ -120,13 +120,13 @@ async def test_served_rows_match_the_replay_and_an_injected_skew_is_reported(
     dumped = tmp_path / "served.jsonl"
     assert (await dump_topic(kafka_bootstrap, served_topic, dumped, timeout_s=20)).written == 10
     rows = read_served(dumped)
-    assert {r["feature_version"] for r in rows} == {demo_fs.version}
+    assert {r["feature_version"] for r in rows} == {demo_feature_set.version}
     assert all(len(r["item_ids"]) == 31 and r["request_id"] for r in rows)
 
     report = compare(
-        demo_fs,
+        demo_feature_set,
         rows,
-        sorted_events(tmp_path / "events.jsonl", demo_fs.event_schema),
+        sorted_events(tmp_path / "events.jsonl", demo_feature_set.event_schema),
         dict(users),
         dict(items),
     )
@@ -157,7 +157,7 @@ async def test_a_store_behind_the_stream_is_told_apart_from_a_wrong_value(
     redis_client: redis.Redis,
     topics: dict[str, str],
     tmp_path: Path,
-    demo_fs: FeatureSet,
+    demo_feature_set: FeatureSet,
 ) -> None:
     """The real ingest applies the first 15 minutes of a log and stops; the last 5
     reach the topic only. Look-ups as of the end are served from a store behind the
@@ -170,8 +170,8 @@ async def test_a_store_behind_the_stream_is_told_apart_from_a_wrong_value(
     applied = [e for e in events if int(e["event_time"]) < T0 + 15 * MIN]
     late = events[len(applied) :]
     client = connect(scratch_redis_url, 8)
-    store = FeatureStore(client, demo_fs)
-    await load_catalog(client, demo_fs, users, items)
+    store = FeatureStore(client, demo_feature_set)
+    await load_catalog(client, demo_feature_set, users, items)
     ingest = IngestSettings(
         kafka_bootstrap=kafka_bootstrap, redis_url=scratch_redis_url, events_topic=topics["events"],
         dlq_topic=topics["dlq"], consumer_group=f"g-{topics['events']}", state_sample_s=0,
@@ -211,8 +211,14 @@ async def test_a_store_behind_the_stream_is_told_apart_from_a_wrong_value(
                for r in rows), "nothing was applied meanwhile"  # fmt: skip
 
     def report(positions: bool) -> CompareReport:
-        return compare(demo_fs, rows, sorted_events(log, demo_fs.event_schema), dict(users), dict(items),
-                       read_positions(places) if positions else None)  # fmt: skip
+        return compare(
+            demo_feature_set,
+            rows,
+            sorted_events(log, demo_feature_set.event_schema),
+            dict(users),
+            dict(items),
+            read_positions(places) if positions else None,
+        )
 
     told = report(positions=True)
     assert told.features["clicks_10m"].mismatched == len(late_users), "the injected click, in every row"

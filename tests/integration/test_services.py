@@ -50,13 +50,13 @@ async def test_health_and_reflection_are_standard(mesh: Mesh) -> None:
     await channel.close()
 
 
-async def test_feature_lookup_over_grpc_sees_fresh_events(mesh: Mesh, demo_fs: FeatureSet) -> None:
+async def test_feature_lookup_over_grpc_sees_fresh_events(mesh: Mesh, demo_feature_set: FeatureSet) -> None:
     now = int(time.time() * 1000)
     await write_events(mesh.store, [
         Event(event_id="g1", user_id="u5", item_id="i3", behavior="click", event_time=now - 1000),
     ])  # fmt: skip
     resp = await mesh.feature_client.get_features("u5", ["i3", "i4"], now, cap_s=2.0)
-    assert resp.feature_version == demo_fs.version
+    assert resp.feature_version == demo_feature_set.version
     assert resp.as_of_ms == now
     assert resp.user.features["clicks_5m"].number >= 1
     assert resp.user.features["clicks_5m"].age_ms == 1000
@@ -125,7 +125,7 @@ async def test_score_checks_the_schema(mesh: Mesh) -> None:
         await mesh.inference_client.score_features("fs-v0", features_pb2.FeatureRow(entity_id="u1"), table)
 
 
-async def test_score_builds_the_inputs_from_served_features(mesh: Mesh, demo_fs: FeatureSet) -> None:
+async def test_score_builds_the_inputs_from_served_features(mesh: Mesh, demo_feature_set: FeatureSet) -> None:
     """Scoring served features is scoring the rows the model card's transforms make of them."""
     from recmesh.features.vectorize import Vectorizer, transforms_from_card
     from recmesh.features.wire import row_values, table_columns
@@ -133,15 +133,21 @@ async def test_score_builds_the_inputs_from_served_features(mesh: Mesh, demo_fs:
     now = int(time.time() * 1000)
     items = ["i3", "i4", "i5"]
     served = await mesh.feature_client.get_features("u5", items, now, cap_s=2.0)
-    by_features = await mesh.inference_client.score_features(demo_fs.version, served.user, served.items)
+    by_features = await mesh.inference_client.score_features(
+        demo_feature_set.version, served.user, served.items
+    )
     card = mesh_card(mesh)
     vec = Vectorizer(transforms_from_card(card["input"]["transforms"]))
     rows = vec.matrix([row_values(served.user)], table_columns(served.items), items, ["u5"])
-    by_rows = await mesh.inference_client.score(demo_fs.version, list(card["input"]["columns"]), rows)
+    by_rows = await mesh.inference_client.score(
+        demo_feature_set.version, list(card["input"]["columns"]), rows
+    )
     assert len(by_features.scores) == 3 and by_features.scores == by_rows.scores
     # Features the request lacks take their declared defaults: no columns at all still scores.
     bare = await mesh.inference_client.score_features(
-        demo_fs.version, features_pb2.FeatureRow(entity_id="u5"), features_pb2.FeatureTable(entity_ids=items)
+        demo_feature_set.version,
+        features_pb2.FeatureRow(entity_id="u5"),
+        features_pb2.FeatureTable(entity_ids=items),
     )
     assert len(bare.scores) == 3
 

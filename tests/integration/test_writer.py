@@ -11,12 +11,12 @@ import redis.asyncio as redis
 
 from recmesh.events import Event
 from recmesh.features import keys
-from recmesh.features.repository import DEMO_REPOSITORY, load_repository
+from recmesh.features.repository import DEMO_REPOSITORY, load_feature_set
 from services.feature.catalog import load_catalog
 from services.feature.store import FeatureStore
 from services.feature.writer import EventWriter
 
-FS = load_repository(DEMO_REPOSITORY)
+FEATURE_SET = load_feature_set(DEMO_REPOSITORY)
 
 
 @pytest.fixture
@@ -41,7 +41,7 @@ def _batches(seed: int) -> list[list[Event]]:
     now = int(time.time() * 1000)
     events = [
         Event(event_id=f"e{n}", user_id=f"u{rng.randrange(40)}", item_id=f"i{rng.randrange(30)}",
-              behavior=rng.choice(FS.behaviors), event_time=now - rng.randrange(50 * 60_000))
+              behavior=rng.choice(FEATURE_SET.behaviors), event_time=now - rng.randrange(50 * 60_000))
         for n in range(3000)
     ]  # fmt: skip
     events.sort(key=lambda e: e.event_time + rng.randrange(-120_000, 120_000))
@@ -75,10 +75,10 @@ async def test_the_one_script_write_equals_the_pipelined_write(
 ) -> None:
     a, b = two_dbs
     statics = [(f"i{n}", {"category": f"c{n % 4}", "popularity": 1.0}) for n in range(30)]
-    await load_catalog(a, FS, [], statics)  # type: ignore[arg-type]
-    await load_catalog(b, FS, [], statics)  # type: ignore[arg-type]
-    pipelined = EventWriter(a, FS, FeatureStore(a, FS).offline.attributes, pipelined=True)
-    script = EventWriter(b, FS, FeatureStore(b, FS).offline.attributes)
+    await load_catalog(a, FEATURE_SET, [], statics)  # type: ignore[arg-type]
+    await load_catalog(b, FEATURE_SET, [], statics)  # type: ignore[arg-type]
+    pipelined = EventWriter(a, FEATURE_SET, FeatureStore(a, FEATURE_SET).offline.attributes, pipelined=True)
+    script = EventWriter(b, FEATURE_SET, FeatureStore(b, FEATURE_SET).offline.attributes)
     counted_a = counted_b = dups_a = dups_b = 0
     batches = _batches(7)
     for batch in batches:
@@ -101,7 +101,7 @@ async def test_the_one_script_write_equals_the_pipelined_write(
             held = await b.hget(keys.newest("item", f"i{n}"), stream)
             assert (int(held) if held is not None else None) == (int(top[0][1]) if top else None), f"i{n}"
         if await b.exists(keys.newest("item", f"i{n}")):
-            assert 0 < await b.ttl(keys.newest("item", f"i{n}")) <= FS.ttl_s
+            assert 0 < await b.ttl(keys.newest("item", f"i{n}")) <= FEATURE_SET.ttl_s
 
     # Everything again, as after a crash before the commit: nothing changes.
     for batch in batches:
@@ -119,7 +119,7 @@ async def test_the_history_keeps_each_users_newest_distinct_items_capped(
     both write paths alike, and read as of a time."""
     from services.feature.recall_store import RecallStore
 
-    cap = FS.roles.history_cap
+    cap = FEATURE_SET.roles.history_cap
     now = int(time.time() * 1000)
     events = [
         Event(event_id=f"h{n}", user_id="u1", item_id=f"i{n}", behavior="click", event_time=now - 10_000 + n)
@@ -136,7 +136,9 @@ async def test_the_history_keeps_each_users_newest_distinct_items_capped(
     ]
     events.sort(key=lambda e: e.event_time)
     for client, pipelined in zip(two_dbs, (False, True), strict=True):
-        writer = EventWriter(client, FS, FeatureStore(client, FS).offline.attributes, pipelined=pipelined)
+        writer = EventWriter(
+            client, FEATURE_SET, FeatureStore(client, FEATURE_SET).offline.attributes, pipelined=pipelined
+        )
         await writer.apply(events)
         history = await RecallStore(client).history("u1", now, 1000)
         assert history[0] == "i0" and "seen-only" not in history
@@ -149,7 +151,7 @@ async def test_the_history_keeps_each_users_newest_distinct_items_capped(
 
 async def test_the_applied_mark_never_moves_back(two_dbs: tuple[redis.Redis, redis.Redis]) -> None:
     client, _ = two_dbs
-    writer = EventWriter(client, FS, FeatureStore(client, FS).offline.attributes)
+    writer = EventWriter(client, FEATURE_SET, FeatureStore(client, FEATURE_SET).offline.attributes)
     key = keys.applied("topic")
     await writer.mark_applied("topic", {0: (10, 1_000), 1: (5, -1)})
     assert keys.parse_applied(await client.hgetall(key)) == {0: (10, 1_000), 1: (5, -1)}

@@ -63,11 +63,11 @@ from recmesh.features.repository.feature_set import FeatureDef, FeatureSet, Reca
 from recmesh.features.repository.load import (
     DEMO_REPOSITORY,
     RepositoryError,
+    configured_feature_set,
     key_location,
-    load_repository,
-    parse_repository,
-    resolve_repository,
-    serving_repository,
+    load_feature_set,
+    parse_feature_set,
+    served_feature_set,
 )
 from recmesh.features.repository.separators import FIELD_SEP, VALUE_SEP, clean
 from recmesh.features.repository.terms import (
@@ -138,10 +138,10 @@ __all__ = [
     "TrainingDecl",
     "clean",
     "compile_repository",
+    "configured_feature_set",
     "key_location",
-    "load_repository",
+    "load_feature_set",
     "parse_duration_ms",
-    "parse_repository",
-    "resolve_repository",
-    "serving_repository",
+    "parse_feature_set",
+    "served_feature_set",
 ]

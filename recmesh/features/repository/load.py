@@ -49,17 +49,17 @@ def _line_of(text: str, loc: tuple[str | int, ...]) -> int | None:
     return best
 
 
-def key_location(fs: FeatureSet, key: str) -> str:
+def key_location(feature_set: FeatureSet, key: str) -> str:
     """ "path:line" of a dotted repository key (the file's name alone when the
     line cannot be found), for messages about the team's file."""
-    if fs.path is None:
+    if feature_set.path is None:
         return "(repository)"
     try:
-        text = fs.path.read_text()
+        text = feature_set.path.read_text()
     except OSError:
-        return str(fs.path)
+        return str(feature_set.path)
     line = _line_of(text, tuple(key.split(".")))
-    return f"{fs.path}{f':{line}' if line else ''}"
+    return f"{feature_set.path}{f':{line}' if line else ''}"
 
 
 def _describe(err: ValidationError, path: Path, text: str) -> str:
@@ -75,7 +75,7 @@ def _describe(err: ValidationError, path: Path, text: str) -> str:
     return "\n".join(out)
 
 
-def parse_repository(text: str, path: Path) -> FeatureSet:
+def parse_feature_set(text: str, path: Path) -> FeatureSet:
     try:
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as err:
@@ -92,7 +92,7 @@ def parse_repository(text: str, path: Path) -> FeatureSet:
         raise RepositoryError(f"{path}{f':{line}' if line else ''}: {err}") from None
 
 
-def load_repository(path: Path) -> FeatureSet:
+def load_feature_set(path: Path) -> FeatureSet:
     """Read, validate and compile a repository file (a directory means its recmesh.toml)."""
     if path.is_dir():
         path = path / "recmesh.toml"
@@ -100,7 +100,7 @@ def load_repository(path: Path) -> FeatureSet:
         text = path.read_text()
     except OSError as err:
         raise RepositoryError(f"{path}: cannot read the repository file: {err.strerror or err}") from None
-    return parse_repository(text, path)
+    return parse_feature_set(text, path)
 
 
 # The demo repository, next to the source tree (a checkout or an editable
@@ -109,30 +109,36 @@ def load_repository(path: Path) -> FeatureSet:
 DEMO_REPOSITORY = Path(__file__).resolve().parents[3] / "examples" / "demo" / "recmesh.toml"
 
 
-def resolve_repository(path: Path | None) -> FeatureSet:
+def configured_feature_set(path: Path | None) -> FeatureSet:
     """The repository a process serves: `path` (RECMESH_REPOSITORY), else the demo one."""
     if path is not None:
-        return load_repository(path)
+        return load_feature_set(path)
     if DEMO_REPOSITORY.exists():
-        return load_repository(DEMO_REPOSITORY)
+        return load_feature_set(DEMO_REPOSITORY)
     raise RepositoryError(
         "RECMESH_REPOSITORY is not set and there is no demo repository next to this installation: "
         "point RECMESH_REPOSITORY at your recmesh.toml (docs/features.md)"
     )
 
 
-def serving_repository(path: Path | None, service: str) -> FeatureSet:
+def served_feature_set(path: Path | None, service: str) -> FeatureSet:
     """The repository a service serves, announced in its log (a warning when it is the demo's)."""
     import structlog
 
-    fs = resolve_repository(path)
+    feature_set = configured_feature_set(path)
     log = structlog.get_logger(f"recmesh.{service}")
-    log.info("repository", name=fs.name, feature_set_version=fs.version, path=str(fs.path),
-             features=len(fs.features), streams=len(fs.streams))  # fmt: skip
-    if fs.demo:
+    log.info(
+        "repository",
+        name=feature_set.name,
+        feature_set_version=feature_set.version,
+        path=str(feature_set.path),
+        features=len(feature_set.features),
+        streams=len(feature_set.streams),
+    )
+    if feature_set.demo:
         log.warning(
             "serving_demo_repository",
             detail="the demo's feature repository is served: set RECMESH_REPOSITORY to your recmesh.toml "
             "(docs/features.md)",
         )
-    return fs
+    return feature_set

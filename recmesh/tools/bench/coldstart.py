@@ -25,7 +25,7 @@ from recmesh.clients.base import HealthProbe
 from recmesh.clients.feature import FeatureClient
 from recmesh.clients.inference import InferenceClient
 from recmesh.clients.ranker import RankerClient
-from recmesh.features.repository import DEMO_REPOSITORY, load_repository
+from recmesh.features.repository import DEMO_REPOSITORY, load_feature_set
 from recmesh.redis_client import connect
 from recmesh.tools.bench.common import Infra, emit, free_port, infrastructure, plaintext_unless_set
 from recmesh.tools.bench.inference import schema
@@ -100,7 +100,7 @@ async def run(model_root: Path) -> list[dict[str, Any]]:
 async def _load_demo_catalog(redis_url: str) -> None:
     client = connect(redis_url, 4)
     users, items = offline_rows(make_catalog())
-    await load_catalog(client, load_repository(DEMO_REPOSITORY), users, items)
+    await load_catalog(client, load_feature_set(DEMO_REPOSITORY), users, items)
     await client.aclose()
 
 
@@ -198,7 +198,7 @@ def main(args: Any) -> int:
             train(
                 TrainConfig(sessions=1500, hours=2.0, epochs=1, hidden=hidden),
                 root / size,
-                load_repository(DEMO_REPOSITORY),
+                load_feature_set(DEMO_REPOSITORY),
                 progress=lambda _: None,
             )
         rows = asyncio.run(run(root))

@@ -28,7 +28,7 @@ import psutil
 
 from recmesh.clients.inference import InferenceClient
 from recmesh.errors import FailedPrecondition
-from recmesh.features.repository import FeatureSet, resolve_repository
+from recmesh.features.repository import FeatureSet, configured_feature_set
 from recmesh.features.vectorize import transforms_from_card
 from recmesh.modeldir import current_model
 from recmesh.settings import CommonSettings, InferenceSettings
@@ -77,28 +77,35 @@ def session_memory(path: Path, level: int, width: int) -> int:
     return int(out.stdout.strip().splitlines()[-1])
 
 
-def holdout(card: dict[str, Any], fs: FeatureSet) -> tuple[np.ndarray, np.ndarray]:
+def holdout(card: dict[str, Any], feature_set: FeatureSet) -> tuple[np.ndarray, np.ndarray]:
     """The card's time-based holdout, rebuilt from what it was trained on (the
     demo generator's configuration, or the event log and catalog files) with
     the model's own inputs."""
     data = card["training_data"]
-    if card["feature_set_version"] != fs.version:
+    if card["feature_set_version"] != feature_set.version:
         raise FailedPrecondition(
             f"model {card['version']} was built on {card['feature_set_version']}, the repository "
-            f"{fs.path} is {fs.version}: point RECMESH_REPOSITORY at the one it was trained with"
+            f"{feature_set.path} is {feature_set.version}: point RECMESH_REPOSITORY at the one it was "
+            "trained with"
         )
     transforms = transforms_from_card(card["input"]["transforms"])
     if "demo" in data:
         demo = data["demo"]
         cfg = TrainConfig(seed=demo["seed"], sessions=demo["sessions"], hours=demo["hours"],
                           start_ms=demo["start_ms"], shuffle_times=demo["shuffle_times"])  # fmt: skip
-        ds = demo_dataset(fs, cfg, transforms)
+        ds = demo_dataset(feature_set, cfg, transforms)
     else:
         from recmesh.features.eventlog import sorted_events
         from recmesh.features.offline import read_catalog
 
-        users, items = read_catalog(fs, data.get("users"), data.get("items"))
-        ds = build_dataset(fs, sorted_events(Path(data["events"]), fs.event_schema), users, items, transforms)
+        users, items = read_catalog(feature_set, data.get("users"), data.get("items"))
+        ds = build_dataset(
+            feature_set,
+            sorted_events(Path(data["events"]), feature_set.event_schema),
+            users,
+            items,
+            transforms,
+        )
     ho = ds.t >= data["holdout_from_ms"]
     return ds.x[ho], ds.y[ho]
 
@@ -155,14 +162,14 @@ async def run(model_dir: Path | None, rows: int, repeats: int) -> dict[str, Any]
     with tempfile.TemporaryDirectory(prefix="recmesh-bench-") as tmp:
         work = Path(tmp)
         path = current_model(model_dir) if model_dir is not None else None
-        fs = resolve_repository(CommonSettings().repository)
+        feature_set = configured_feature_set(CommonSettings().repository)
         if model_dir is None or path is None:
             model_dir = work / "models"
-            train(TrainConfig(), model_dir, fs, progress=lambda _: None)
+            train(TrainConfig(), model_dir, feature_set, progress=lambda _: None)
             path = current_model(model_dir)
         assert path is not None
         card: dict[str, Any] = json.loads((path / "card.json").read_text())
-        x, y = holdout(card, fs)
+        x, y = holdout(card, feature_set)
         local = in_process(path, x, rows, repeats)
         remote = await over_grpc(model_dir, card, x, rows, repeats, work)
         model = load(path)

@@ -60,10 +60,10 @@ def _mesh_env(state_dir: Path, extra: Mapping[str, str]) -> tuple[dict[str, int]
 
 
 def _declares_item_texts(env: Mapping[str, str]) -> bool:
-    from recmesh.features.repository import resolve_repository
+    from recmesh.features.repository import configured_feature_set
 
     where = env.get("RECMESH_REPOSITORY")
-    return resolve_repository(Path(where) if where else None).decl.items.texts is not None
+    return configured_feature_set(Path(where) if where else None).decl.items.texts is not None
 
 
 async def _background_done(

@@ -34,7 +34,7 @@ from recmesh.clients.base import ResiliencePolicy
 from recmesh.clients.feature import FeatureClient
 from recmesh.events import Event
 from recmesh.features import keys
-from recmesh.features.repository import DEMO_REPOSITORY, FeatureSet, load_repository
+from recmesh.features.repository import DEMO_REPOSITORY, FeatureSet, load_feature_set
 from recmesh.producer import make_producer
 from recmesh.redis_client import AnyRedis, connect
 from recmesh.settings import IngestSettings
@@ -104,7 +104,9 @@ class _Ingest:
             await asyncio.sleep(0.01)
 
 
-async def _memory(store_client: Any, fs: FeatureSet, users: list[str], items: list[str]) -> dict[str, float]:
+async def _memory(
+    store_client: Any, feature_set: FeatureSet, users: list[str], items: list[str]
+) -> dict[str, float]:
     """Bytes (MEMORY USAGE) of every key an active user or item holds, and the
     events its streams hold."""
 
@@ -118,7 +120,7 @@ async def _memory(store_client: Any, fs: FeatureSet, users: list[str], items: li
         return sum([int(await store_client.zcard(k)) for k in streams])
 
     def streams(entity: str, entity_id: str) -> list[str]:
-        return [keys.stream(entity, entity_id, s.id) for s in fs.streams_of(entity)]  # type: ignore[arg-type]
+        return [keys.stream(entity, entity_id, s.id) for s in feature_set.streams_of(entity)]  # type: ignore[arg-type]
 
     user_bytes = [await usage([*streams("user", u), keys.user_ids(u), keys.user_profile(u)]) for u in users]
     user_events = [await events_in(streams("user", u)) for u in users]
@@ -165,8 +167,8 @@ async def run(
 ) -> dict[str, Any]:  # fmt: skip
     rng = random.Random(7)
     async with infrastructure({TOPIC: 3, DLQ: 1, SERVED: 1}, redis_persistence=persistence) as infra:
-        client, fs, store = await _prepare(infra)
-        ingested = await _ingest_phase(infra, client, fs, store, rng, events, rate, seconds)
+        client, feature_set, store = await _prepare(infra)
+        ingested = await _ingest_phase(infra, client, feature_set, store, rng, events, rate, seconds)
         looked_up = await _lookup_phase(infra, store, rng, lookups, n_items, concurrency, served_rate)
         await client.aclose()
     return _figures(events, n_items, concurrency, rate, served_rate, ingested, looked_up)
@@ -175,18 +177,24 @@ async def run(
 async def _prepare(infra: Infra) -> tuple[AnyRedis, FeatureSet, FeatureStore]:
     """The Redis client, the demo repository and its store, with the demo catalog loaded."""
     client = connect(infra.redis_url, 32)
-    fs = load_repository(DEMO_REPOSITORY)
-    store = FeatureStore(client, fs)
+    feature_set = load_feature_set(DEMO_REPOSITORY)
+    store = FeatureStore(client, feature_set)
     await store.prepare()
     users, items = offline_rows(make_catalog())
-    await load_catalog(client, fs, users, items)
-    return client, fs, store
+    await load_catalog(client, feature_set, users, items)
+    return client, feature_set, store
 
 
 async def _ingest_phase(
-    infra: Infra, client: AnyRedis, fs: FeatureSet, store: FeatureStore, rng: random.Random, events: int,
-    rate: int, seconds: float,
-) -> _Ingested:  # fmt: skip
+    infra: Infra,
+    client: AnyRedis,
+    feature_set: FeatureSet,
+    store: FeatureStore,
+    rng: random.Random,
+    events: int,
+    rate: int,
+    seconds: float,
+) -> _Ingested:
     # 1. ingest throughput, nothing lost
     now = int(time.time() * 1000)
     batch = _synthetic(events, rng, now, 9 * 60_000)
@@ -198,7 +206,7 @@ async def _ingest_phase(
         ingest_rate = (events - ingest.first_batch) / max(1e-9, ingest.last - ingest.first)
         lost = events - await _stored(client)
         memory = await _memory(
-            client, fs, [f"u{i}" for i in range(0, 2000, 40)], [f"i{i}" for i in range(0, 3000, 60)]
+            client, feature_set, [f"u{i}" for i in range(0, 2000, 40)], [f"i{i}" for i in range(0, 3000, 60)]
         )
         fresh = await _freshness(infra, ingest, rng, rate, seconds)
     return _Ingested(produce_rate, ingest_rate, lost, memory, fresh)

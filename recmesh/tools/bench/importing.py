@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from recmesh.features import keys
-from recmesh.features.repository import load_repository
+from recmesh.features.repository import load_feature_set
 from recmesh.tools.bench.common import emit, infrastructure
 
 TOPIC, DLQ = "bench-import.user_behavior", "bench-import.user_behavior.dlq"
@@ -138,16 +138,20 @@ def write_files(out: Path, items: int, users: int, events: int, seed: int = 5) -
     return {"repo": out / "recmesh.toml", "events": out / "events.csv"}
 
 
-async def _memory(client: Any, fs: Any, users: list[str], items: list[str]) -> dict[str, float]:
+async def _memory(client: Any, feature_set: Any, users: list[str], items: list[str]) -> dict[str, float]:
     async def usage(names: list[str]) -> int:
         pipe = client.pipeline(transaction=False)
         for k in names:
             pipe.memory_usage(k)
         return sum(int(x or 0) for x in await pipe.execute())
 
-    user_rt = [await usage([*(keys.stream("user", u, s.id) for s in fs.streams_of("user")), keys.user_ids(u)])
-               for u in users]  # fmt: skip
-    item_rt = [await usage([*(keys.stream("item", i, s.id) for s in fs.streams_of("item")),
+    user_rt = [
+        await usage(
+            [*(keys.stream("user", u, s.id) for s in feature_set.streams_of("user")), keys.user_ids(u)]
+        )
+        for u in users
+    ]
+    item_rt = [await usage([*(keys.stream("item", i, s.id) for s in feature_set.streams_of("item")),
                             keys.newest("item", i), keys.item_covisits(i)]) for i in items]  # fmt: skip
     return {
         "realtime_bytes_per_active_user": round(sum(user_rt) / max(1, len(user_rt))),
@@ -183,7 +187,7 @@ async def run(items: int, users: int, events: int) -> dict[str, Any]:
         t = time.perf_counter()
         files = await asyncio.to_thread(write_files, infra.workdir, items, users, events)
         write_s = time.perf_counter() - t
-        fs = load_repository(files["repo"])
+        feature_set = load_feature_set(files["repo"])
         env = {"RECMESH_REPOSITORY": str(files["repo"]), "REDIS_URL": infra.redis_url,
                "KAFKA_BOOTSTRAP": infra.kafka_bootstrap, "RECMESH_EVENTS_TOPIC": TOPIC}  # fmt: skip
         catalog = await asyncio.to_thread(_cli, ["catalog", "load"], env)
@@ -192,7 +196,7 @@ async def run(items: int, users: int, events: int) -> dict[str, Any]:
         )
 
         client = connect(infra.redis_url, 8)
-        store = FeatureStore(client, fs)
+        store = FeatureStore(client, feature_set)
         settings = IngestSettings(kafka_bootstrap=infra.kafka_bootstrap, redis_url=infra.redis_url,
                                   events_topic=TOPIC, dlq_topic=DLQ, consumer_group="bench-import",
                                   state_sample_s=0)  # fmt: skip
@@ -204,12 +208,12 @@ async def run(items: int, users: int, events: int) -> dict[str, Any]:
         # Active users and items: a uniform sample of those the log names (a
         # sample of events would be one of the busiest).
         active_users, active_items = set(), set()
-        for e in good_events(EventMapper(fs), files["events"]):
+        for e in good_events(EventMapper(feature_set), files["events"]):
             active_users.add(e.user_id)
             active_items.add(e.item_id)
         draw = random.Random(1)
         memory = await _memory(
-            client, fs, draw.sample(sorted(active_users), min(400, len(active_users))),
+            client, feature_set, draw.sample(sorted(active_users), min(400, len(active_users))),
             draw.sample(sorted(active_items), min(400, len(active_items))),
         )  # fmt: skip
         memory["active_users"], memory["active_items"] = len(active_users), len(active_items)

@@ -42,7 +42,7 @@ import numpy as np
 
 from recmesh.clients.base import HealthProbe
 from recmesh.clients.inference import InferenceClient
-from recmesh.features.repository import DEMO_REPOSITORY, load_repository
+from recmesh.features.repository import DEMO_REPOSITORY, load_feature_set
 from recmesh.modeldir import current_model
 from recmesh.settings import InferenceSettings
 from recmesh.stats import percentile
@@ -197,8 +197,13 @@ async def run(
         work = Path(tmp)
         if model_dir is None or current_model(model_dir) is None:
             model_dir = work / "models"
-            fs = load_repository(DEMO_REPOSITORY)
-            train(TrainConfig(sessions=1500, hours=2.0, epochs=3), model_dir, fs, progress=lambda _: None)
+            feature_set = load_feature_set(DEMO_REPOSITORY)
+            train(
+                TrainConfig(sessions=1500, hours=2.0, epochs=3),
+                model_dir,
+                feature_set,
+                progress=lambda _: None,
+            )
         started: dict[str, tuple[subprocess.Popen[bytes], str]] = {}
         cold: list[float] = []
         first_score: list[float] = []

@@ -74,7 +74,7 @@ async def _ranking(
 
 
 async def evaluate(
-    fs: FeatureSet,
+    feature_set: FeatureSet,
     split: Split,
     model_dir: Path,
     state_dir: Path,
@@ -82,7 +82,7 @@ async def evaluate(
     progress: Callable[[str], None] = print,
 ) -> dict[str, Any]:
     """HR@k and NDCG@k of the served ranking, recall alone and popularity (module docstring)."""
-    progress(f"starting a mesh on {fs.name!r} with the held-out model (state in {state_dir}) ...")
+    progress(f"starting a mesh on {feature_set.name!r} with the held-out model (state in {state_dir}) ...")
     started = time.perf_counter()
     # A throwaway mesh on loopback with this process its only client: its own
     # Redis and broker (no ACL users) and plaintext gRPC, so this process can
@@ -90,13 +90,18 @@ async def evaluate(
     async with infrastructure({}) as infra:
         # Recall lists are not reused across requests (RECALL_CACHE_S=0): each
         # ranking sees exactly what was replayed before it, so runs repeat.
-        env = {"RECMESH_REPOSITORY": str(fs.path), "RECMESH_MODEL_DIR": str(model_dir), "RECMESH_TLS": "off",
-               "REDIS_URL": infra.redis_url, "KAFKA_BOOTSTRAP": infra.kafka_bootstrap,
-               "RECMESH_RANKER_RECALL_CACHE_S": "0"}  # fmt: skip
-        recall = files.load_current(model_dir, fs.version)
+        env = {
+            "RECMESH_REPOSITORY": str(feature_set.path),
+            "RECMESH_MODEL_DIR": str(model_dir),
+            "RECMESH_TLS": "off",
+            "REDIS_URL": infra.redis_url,
+            "KAFKA_BOOTSTRAP": infra.kafka_bootstrap,
+            "RECMESH_RANKER_RECALL_CACHE_S": "0",
+        }
+        recall = files.load_current(model_dir, feature_set.version)
         async with started_mesh(state_dir, env=env, demo_events=0) as mesh:
             ranker = mesh.addr("RANKER_PORT")
-            figures = await _replay_and_rank(fs, split, infra.redis_url, ranker, k, progress, recall)
+            figures = await _replay_and_rank(feature_set, split, infra.redis_url, ranker, k, progress, recall)
     return {**figures, "total_s": round(time.perf_counter() - started, 1)}
 
 
@@ -155,14 +160,14 @@ class _Baselines:
     tables: list[str]
 
     @classmethod
-    def of(cls, fs: FeatureSet, recall: files.RecallVersion | None) -> _Baselines:
-        rule = LabelRule.of(fs)
-        learnt = fs.roles.learnt_behaviors or dict.fromkeys(rule.examples, 1.0)
+    def of(cls, feature_set: FeatureSet, recall: files.RecallVersion | None) -> _Baselines:
+        rule = LabelRule.of(feature_set)
+        learnt = feature_set.roles.learnt_behaviors or dict.fromkeys(rule.examples, 1.0)
         return cls(
-            Popularity(fs.roles.popularity_behaviors or rule.examples),
+            Popularity(feature_set.roles.popularity_behaviors or rule.examples),
             SequentialKnn(learnt),
-            Histories(learnt, fs.roles.history_cap or 50),
-            fs.roles.seen is not None,
+            Histories(learnt, feature_set.roles.history_cap or 50),
+            feature_set.roles.seen is not None,
             recall,
             sorted(recall.tables) if recall is not None else [],
         )
@@ -262,7 +267,7 @@ def _before(events: Sequence[Event], start: int, t_ms: int) -> int:
 
 
 async def _replay_and_rank(
-    fs: FeatureSet,
+    feature_set: FeatureSet,
     split: Split,
     redis_url: str,
     ranker_addr: str,
@@ -274,11 +279,11 @@ async def _replay_and_rank(
     from services.feature.store import FeatureStore
     from services.feature.writer import EventWriter
 
-    base = _Baselines.of(fs, recall)
+    base = _Baselines.of(feature_set, recall)
     tally = _Tally({n: {g: Quality(k) for g in GROUPS} for n in base.names()})
     budget_s = configured_classes()[SLO_CLASS].budget_ms / 1000
     client = connect(redis_url, 8)
-    writer = EventWriter(client, fs, FeatureStore(client, fs).offline.attributes)
+    writer = EventWriter(client, feature_set, FeatureStore(client, feature_set).offline.attributes)
     ranker = RankerClient(ranker_addr, "ranking-eval", plaintext=True)
     events, written, replay_s, rank_s = split.training, 0, 0.0, 0.0
     try:
@@ -392,7 +397,12 @@ def table(f: dict[str, Any]) -> str:
 
 
 def run(
-    fs: FeatureSet, split: Split, model_dir: Path, state_dir: Path, k: int, progress: Callable[[str], None]
+    feature_set: FeatureSet,
+    split: Split,
+    model_dir: Path,
+    state_dir: Path,
+    k: int,
+    progress: Callable[[str], None],
 ) -> dict[str, Any]:
     state_dir.mkdir(parents=True, exist_ok=True)
-    return asyncio.run(evaluate(fs, split, model_dir.resolve(), state_dir, k, progress))
+    return asyncio.run(evaluate(feature_set, split, model_dir.resolve(), state_dir, k, progress))

@@ -31,12 +31,12 @@ def _say(args: argparse.Namespace) -> Callable[[str], None]:
 
 
 def repository(args: argparse.Namespace) -> FeatureSet:
-    from recmesh.features.repository import load_repository, resolve_repository
+    from recmesh.features.repository import configured_feature_set, load_feature_set
     from recmesh.settings import CommonSettings
 
     if getattr(args, "repository", None):
-        return load_repository(Path(args.repository))
-    return resolve_repository(CommonSettings().repository)
+        return load_feature_set(Path(args.repository))
+    return configured_feature_set(CommonSettings().repository)
 
 
 # --- repository --------------------------------------------------------------------
@@ -45,20 +45,20 @@ def repository(args: argparse.Namespace) -> FeatureSet:
 def _cmd_repository_show(args: argparse.Namespace) -> int:
     from recmesh.features.offline import columns_of
 
-    fs = repository(args)
-    info = fs.describe()
+    feature_set = repository(args)
+    info = feature_set.describe()
     problems: list[str] = []
     entities: tuple[Entity, ...] = ("user", "item")
     for entity in entities:
-        source = fs.entity_source(entity)
+        source = feature_set.entity_source(entity)
         if source is None:
             continue
         if not source.exists():
             problems.append(f"{entity}s source {source} does not exist (yet)")
             continue
-        have = set(columns_of(source, fs.entity_delimiter(entity)))
-        offline = fs.features_of(entity, "offline")
-        want = [fs.entity_id_column(entity), *(f.column for f in offline)]
+        have = set(columns_of(source, feature_set.entity_delimiter(entity)))
+        offline = feature_set.features_of(entity, "offline")
+        want = [feature_set.entity_id_column(entity), *(f.column for f in offline)]
         missing = [c for c in want if c not in have]
         if missing:
             problems.append(f"{source}: no column {', '.join(map(repr, missing))}")
@@ -66,9 +66,12 @@ def _cmd_repository_show(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(info))
         return 1 if problems else 0
-    print(f"repository {fs.name!r} ({fs.path}), feature set {fs.version}{' [demo]' if fs.demo else ''}")
-    print(f"  behaviours: {', '.join(fs.behaviors)}")
-    for f in fs.features:
+    print(
+        f"repository {feature_set.name!r} ({feature_set.path}), feature set {feature_set.version}"
+        f"{' [demo]' if feature_set.demo else ''}"
+    )
+    print(f"  behaviours: {', '.join(feature_set.behaviors)}")
+    for f in feature_set.features:
         if f.kind == "realtime":
             window_s = f.window_ms // 1000 if f.window_ms else 0
             what = f"{f.aggregate} over {window_s}s of {'/'.join(sorted(f.behaviors))}"
@@ -77,7 +80,7 @@ def _cmd_repository_show(args: argparse.Namespace) -> int:
         else:
             what = f"offline {f.offline_type} from column {f.column!r}"
         print(f"  {f.entity:<5} {f.name:<24} {f.dtype:<8} {what}")
-    for s in fs.streams:
+    for s in feature_set.streams:
         print(f"  state {s.entity}:s:{s.id}  read {s.read}, kept {s.retention_ms // 1000}s, ttl {s.ttl_s}s")
     for src in info["recall_sources"]:
         print(f"  recall {src['source']:<9} {'on ' if src['on'] else 'off'}  {src['why']}")
@@ -90,11 +93,11 @@ def _cmd_repository_check(args: argparse.Namespace) -> int:
     from recmesh.features.check import check_log, errors
     from recmesh.features.eventlog import sorted_events
 
-    fs = repository(args)
+    feature_set = repository(args)
     started = time.perf_counter()
-    users, items = read_catalog(fs, args.users, args.items)
-    events = list(sorted_events(Path(args.log), fs.event_schema))
-    found = check_log(fs, events, users, items, ranking=True)
+    users, items = read_catalog(feature_set, args.users, args.items)
+    events = list(sorted_events(Path(args.log), feature_set.event_schema))
+    found = check_log(feature_set, events, users, items, ranking=True)
     for f in found:
         print(f"{f.level}: {f.text()}", file=sys.stderr)
     bad = errors(found)
@@ -103,18 +106,20 @@ def _cmd_repository_check(args: argparse.Namespace) -> int:
         print(json.dumps({"events": len(events), "errors": [f.text() for f in bad],
                           "warnings": [f.text() for f in found if f.level == "warning"]}))  # fmt: skip
     else:
-        print(f"{args.log}: {len(events):,} events against {fs.path} in {took:.1f} s: {len(bad)} errors, "
-              f"{len(found) - len(bad)} warnings")  # fmt: skip
+        print(
+            f"{args.log}: {len(events):,} events against {feature_set.path} in {took:.1f} s: "
+            f"{len(bad)} errors, {len(found) - len(bad)} warnings"
+        )
     return 2 if bad else 0
 
 
 # --- catalog -----------------------------------------------------------------------
 
 
-def _refuse_demo(fs: FeatureSet, args: argparse.Namespace, what: str) -> None:
-    if fs.demo and not args.demo:
+def _refuse_demo(feature_set: FeatureSet, args: argparse.Namespace, what: str) -> None:
+    if feature_set.demo and not args.demo:
         raise FailedPrecondition(
-            f"{fs.path} is the demo repository: {what} loads the demo catalog only with --demo "
+            f"{feature_set.path} is the demo repository: {what} loads the demo catalog only with --demo "
             "(set RECMESH_REPOSITORY to your recmesh.toml to load yours)"
         )
 
@@ -122,12 +127,12 @@ def _refuse_demo(fs: FeatureSet, args: argparse.Namespace, what: str) -> None:
 def _cmd_catalog_load(args: argparse.Namespace) -> int:
     from recmesh.settings import FeatureSettings
 
-    fs = repository(args)
-    _refuse_demo(fs, args, "catalog load")
+    feature_set = repository(args)
+    _refuse_demo(feature_set, args, "catalog load")
     say = _say(args)
     figures = asyncio.run(
         load_catalog_files(
-            fs, FeatureSettings().redis_url, Path(args.users) if args.users else None,
+            feature_set, FeatureSettings().redis_url, Path(args.users) if args.users else None,
             Path(args.items) if args.items else None, say,
         )
     )  # fmt: skip
@@ -192,7 +197,7 @@ def _cmd_events_import(args: argparse.Namespace) -> int:
     from recmesh.features.importer import EventMapper, good_events, scan
     from recmesh.settings import KafkaSettings
 
-    fs = repository(args)
+    feature_set = repository(args)
     say = _say(args)
     path = Path(args.file)
     if not path.exists():
@@ -201,9 +206,9 @@ def _cmd_events_import(args: argparse.Namespace) -> int:
         raise InvalidArgument("--to log needs --out LOG")
     if args.speed is not None and args.speed <= 0:
         raise InvalidArgument("--speed must be above 0")
-    mapper = EventMapper(fs)
+    mapper = EventMapper(feature_set)
     started = time.perf_counter()
-    say(f"checking {path} against {fs.path} ...")
+    say(f"checking {path} against {feature_set.path} ...")
     found = scan(mapper, path, args.delimiter)
     if found.bad:
         report = found.describe_bad(path)
@@ -249,20 +254,20 @@ def _cmd_events_send(args: argparse.Namespace) -> int:
     from recmesh.producer import produce_events
     from recmesh.settings import KafkaSettings
 
-    fs = repository(args)
+    feature_set = repository(args)
     if args.file:
         events = []
         for n, line in enumerate(Path(args.file).read_text().splitlines(), 1):
             if not line.strip():
                 continue
             try:
-                events.append(parse_event(line.encode(), fs.event_schema))
+                events.append(parse_event(line.encode(), feature_set.event_schema))
             except InvalidArgument as err:  # all or nothing: say where, send none
                 raise InvalidArgument(f"{args.file} line {n}: {err}; nothing was sent") from None
     else:
         from recmesh.tools.demo.live import demo_events
 
-        if not fs.demo:
+        if not feature_set.demo:
             raise InvalidArgument("--demo events are the demo repository's; give --file (or events import)")
         events = demo_events(args.demo, seed=args.seed)
     kafka = KafkaSettings()
@@ -337,10 +342,10 @@ def _cmd_features_get(args: argparse.Namespace) -> int:
 def _cmd_features_backfill(args: argparse.Namespace) -> int:
     from recmesh.features.backfill import backfill
 
-    fs = repository(args)
-    users, items = read_catalog(fs, args.users, args.items)
+    feature_set = repository(args)
+    users, items = read_catalog(feature_set, args.users, args.items)
     say = _say(args)
-    figures = backfill(fs, Path(args.events), Path(args.out), users, items, progress=say)
+    figures = backfill(feature_set, Path(args.events), Path(args.out), users, items, progress=say)
     print_figures(figures, args.json, f"wrote {figures['rows']} rows ({figures['positives']} positive) to "
                   f"{args.out} in {figures['seconds']} s")  # fmt: skip
     return 0
@@ -350,15 +355,15 @@ def _cmd_features_compare(args: argparse.Namespace) -> int:
     from recmesh.features.eventlog import sorted_events
     from recmesh.features.served import compare, format_report, positions_path, read_positions, read_served
 
-    fs = repository(args)
-    users, items = read_catalog(fs, args.users, args.items)
+    feature_set = repository(args)
+    users, items = read_catalog(feature_set, args.users, args.items)
     log = Path(args.events)
-    events = sorted_events(log, fs.event_schema)
+    events = sorted_events(log, feature_set.event_schema)
     places = Path(args.positions) if args.positions else positions_path(log)
     if args.positions and not places.exists():
         raise NotFound(f"--positions {places}: no such file")
     positions = read_positions(places) if places.exists() else None
-    report = compare(fs, read_served(Path(args.served)), events, users, items, positions)
+    report = compare(feature_set, read_served(Path(args.served)), events, users, items, positions)
     print(json.dumps(report.to_json()) if args.json else format_report(report))
     return 1 if report.mismatches else 0
 
@@ -376,13 +381,13 @@ def _cmd_features_dump_served(args: argparse.Namespace) -> int:
 
 def _cmd_demo_write(args: argparse.Namespace) -> int:
     from recmesh.features.offline import write_csv
-    from recmesh.features.repository import DEMO_REPOSITORY, load_repository
+    from recmesh.features.repository import DEMO_REPOSITORY, load_feature_set
     from recmesh.tools.demo.generate import make_catalog, offline_rows
 
-    fs = load_repository(DEMO_REPOSITORY)
+    feature_set = load_feature_set(DEMO_REPOSITORY)
     users, items = offline_rows(make_catalog())
     out = Path(args.out)
-    print(write_csv(fs, out, "user", users), write_csv(fs, out, "item", items))
+    print(write_csv(feature_set, out, "user", users), write_csv(feature_set, out, "item", items))
     return 0
 
 

@@ -18,10 +18,10 @@ def _model_dir(args: argparse.Namespace) -> Path:
 def _repository_texts() -> dict[str, str]:
     """The served repository's item texts (RECMESH_REPOSITORY, else the demo's)."""
     from recmesh.features.offline import read_texts
-    from recmesh.features.repository import resolve_repository
+    from recmesh.features.repository import configured_feature_set
     from recmesh.settings import CommonSettings
 
-    return read_texts(resolve_repository(CommonSettings().repository))
+    return read_texts(configured_feature_set(CommonSettings().repository))
 
 
 def _cmd_export(args: argparse.Namespace) -> int:
@@ -38,12 +38,14 @@ def _cmd_export(args: argparse.Namespace) -> int:
 
 def _cmd_items(args: argparse.Namespace) -> int:
     from recmesh.features.offline import read_texts
-    from recmesh.features.repository import resolve_repository
+    from recmesh.features.repository import configured_feature_set
     from recmesh.settings import CommonSettings
     from recmesh.tools.embedding.items import embed_items
 
-    fs = resolve_repository(Path(args.repository) if args.repository else CommonSettings().repository)
-    texts = read_texts(fs, Path(args.texts) if args.texts else None)
+    feature_set = configured_feature_set(
+        Path(args.repository) if args.repository else CommonSettings().repository
+    )
+    texts = read_texts(feature_set, Path(args.texts) if args.texts else None)
     embed_items(_model_dir(args), texts, progress=lambda m: print(m, file=sys.stderr))
     return 0
 

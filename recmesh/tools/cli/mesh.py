@@ -28,16 +28,16 @@ def _cmd_init(args: argparse.Namespace) -> int:
     if settings.redis_url is None or settings.kafka_bootstrap is None:
         print("recmesh init: set REDIS_URL and KAFKA_BOOTSTRAP", file=sys.stderr)
         return 2
-    fs = repository(args)
-    _refuse_demo(fs, args, "recmesh init")
+    feature_set = repository(args)
+    _refuse_demo(feature_set, args, "recmesh init")
     mesh = Mesh(settings)
 
     async def init() -> dict[str, Any]:
         await ensure_topics(mesh.kafka, mesh.topics(), timeout_s=args.wait)
-        return await load_catalog_files(fs, mesh.redis_url, None, None, print)
+        return await load_catalog_files(feature_set, mesh.redis_url, None, None, print)
 
     figures = asyncio.run(init())
-    print(f"topics created; catalog of repository {fs.name!r} loaded: {figures['users']} users, "
+    print(f"topics created; catalog of repository {feature_set.name!r} loaded: {figures['users']} users, "
           f"{figures['items']} items")  # fmt: skip
     return 0
 

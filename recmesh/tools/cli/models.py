@@ -88,18 +88,20 @@ def _model_dir(args: argparse.Namespace) -> Path:
     return Path(args.model_dir) if args.model_dir else InferenceSettings().model_dir
 
 
-def transforms_of(config: ModelConfig, fs: FeatureSet, where: Path) -> tuple[Transform, ...]:
+def transforms_of(config: ModelConfig, feature_set: FeatureSet, where: Path) -> tuple[Transform, ...]:
     """The config's transforms, completed from the repository (entity, name, defaults)."""
     out = []
     for n, t in enumerate(config.input.transforms):
         key = f"{where}: input.transforms[{n}]"
         if t.kind not in KINDS:
             raise InvalidArgument(f"{key}: unknown kind {t.kind!r}; known: {', '.join(KINDS)}")
-        f = fs.by_name.get(t.feature)
+        f = feature_set.by_name.get(t.feature)
         if f is None and t.feature not in ("item_id", "user_id"):
-            raise InvalidArgument(f"{key}: feature {t.feature!r} is not declared in repository {fs.name!r}")
+            raise InvalidArgument(
+                f"{key}: feature {t.feature!r} is not declared in repository {feature_set.name!r}"
+            )
         entity = t.entity or (f.entity if f is not None else t.feature.split("_")[0])
-        of_f = fs.by_name.get(t.of) if t.of else None
+        of_f = feature_set.by_name.get(t.of) if t.of else None
         out.append(
             Transform(
                 kind=t.kind, feature=t.feature, entity=entity,  # type: ignore[arg-type]
@@ -112,7 +114,7 @@ def transforms_of(config: ModelConfig, fs: FeatureSet, where: Path) -> tuple[Tra
     return tuple(out)
 
 
-def read_config(directory: Path, fs: FeatureSet) -> tuple[ModelConfig, tuple[Transform, ...]]:
+def read_config(directory: Path, feature_set: FeatureSet) -> tuple[ModelConfig, tuple[Transform, ...]]:
     where = directory / "config.toml"
     try:
         raw = tomllib.loads(where.read_text())
@@ -126,23 +128,23 @@ def read_config(directory: Path, fs: FeatureSet) -> tuple[ModelConfig, tuple[Tra
     except ValidationError as err:
         msgs = [f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in err.errors()]
         raise InvalidArgument(f"{where}: " + "; ".join(msgs)) from None
-    if config.feature_set_version != fs.version:
+    if config.feature_set_version != feature_set.version:
         raise FailedPrecondition(
             f"{where}: the model was built on feature set {config.feature_set_version!r}, the served "
-            f"repository {fs.name!r} is {fs.version!r}"
+            f"repository {feature_set.name!r} is {feature_set.version!r}"
         )
-    transforms = transforms_of(config, fs, where)
-    problems = check_against(transforms, fs)
+    transforms = transforms_of(config, feature_set, where)
+    problems = check_against(transforms, feature_set)
     if problems:
         raise FailedPrecondition(f"{where}: " + "; ".join(problems))
     return config, transforms
 
 
-def import_model(directory: Path, model_dir: Path, fs: FeatureSet) -> dict[str, Any]:
+def import_model(directory: Path, model_dir: Path, feature_set: FeatureSet) -> dict[str, Any]:
     """Validate a team's model directory and copy it in as a version; returns its card."""
     from services.inference.model import load_variant, read_card, session_options
 
-    config, transforms = read_config(directory, fs)
+    config, transforms = read_config(directory, feature_set)
     onnx_file = directory / config.file
     if not onnx_file.exists():
         raise InvalidArgument(f"{directory}: no {config.file} (config.toml's `file`)")
@@ -155,8 +157,12 @@ def import_model(directory: Path, model_dir: Path, fs: FeatureSet) -> dict[str, 
     if out.exists():
         raise FailedPrecondition(f"version {version!r} already exists in {model_dir / MODEL_NAME}")
     card: dict[str, Any] = {
-        "name": MODEL_NAME, "version": version, "feature_set_version": fs.version, "repository": fs.name,
-        "origin": "imported", "description": config.description,
+        "name": MODEL_NAME,
+        "version": version,
+        "feature_set_version": feature_set.version,
+        "repository": feature_set.name,
+        "origin": "imported",
+        "description": config.description,
         "input": {
             "name": config.input.name,
             "columns": vec.columns,
@@ -164,15 +170,16 @@ def import_model(directory: Path, model_dir: Path, fs: FeatureSet) -> dict[str, 
         },
         "output": {"name": config.output.name, "meaning": config.output.meaning},
         "variants": [{"level": 0, "file": variant_file(0), "file_bytes": onnx_file.stat().st_size}],
-        "imported_from": str(directory.resolve()), "imported_at_ms": int(time.time() * 1000),
-    }  # fmt: skip
+        "imported_from": str(directory.resolve()),
+        "imported_at_ms": int(time.time() * 1000),
+    }
     staging = model_dir / MODEL_NAME / f".{version}.importing"
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)
     try:
         shutil.copy(onnx_file, staging / variant_file(0))
         (staging / "card.json").write_text(json.dumps(card, indent=2) + "\n")
-        read_card(staging, fs)  # the card as the inference service will read it
+        read_card(staging, feature_set)  # the card as the inference service will read it
         load_variant(staging, 0, config.input.name, vec.width, session_options(), config.output.name)
         staging.rename(out)
     finally:
@@ -201,7 +208,7 @@ def versions(model_dir: Path) -> list[dict[str, Any]]:
     return sorted(out, key=lambda v: v["modified_ms"])
 
 
-def activate(model_dir: Path, version: str, fs: FeatureSet) -> Path:
+def activate(model_dir: Path, version: str, feature_set: FeatureSet) -> Path:
     """Point CURRENT at `version` after checking it loads for the served repository."""
     from services.inference.model import load
 
@@ -209,7 +216,7 @@ def activate(model_dir: Path, version: str, fs: FeatureSet) -> Path:
     if not (path / "card.json").exists():
         known = ", ".join(v["version"] for v in versions(model_dir)) or "none"
         raise NotFound(f"no model version {version!r} in {model_dir / MODEL_NAME} (versions: {known})")
-    load(path, 1, fs)  # the inference service's own load: card, transforms, every variant
+    load(path, 1, feature_set)  # the inference service's own load: card, transforms, every variant
     pointer = model_dir / MODEL_NAME / "CURRENT"
     tmp = pointer.with_suffix(".tmp")
     tmp.write_text(version + "\n")
@@ -220,17 +227,17 @@ def activate(model_dir: Path, version: str, fs: FeatureSet) -> Path:
 def _cmd_list(args: argparse.Namespace) -> int:
     from recmesh.tools.cli.data import repository
 
-    fs = repository(args)
+    feature_set = repository(args)
     rows = versions(_model_dir(args))
     if args.json:
-        print(json.dumps([{**r, "fits": r["feature_set_version"] == fs.version} for r in rows]))
+        print(json.dumps([{**r, "fits": r["feature_set_version"] == feature_set.version} for r in rows]))
         return 0
     if not rows:
         print(f"no model versions in {_model_dir(args) / MODEL_NAME}")
         return 0
     print(f"{'':2}{'version':<28} {'origin':<9} {'feature set':<16} {'fits':<5} {'AUC':>7}  levels")
     for r in rows:
-        fits = "yes" if r["feature_set_version"] == fs.version else "no"
+        fits = "yes" if r["feature_set_version"] == feature_set.version else "no"
         auc = f"{r['auc_holdout']:.4f}" if isinstance(r["auc_holdout"], float) else "-"
         print(f"{'*' if r['current'] else ' '} {r['version']:<28} {r['origin']:<9} "
               f"{r['feature_set_version'] or '?':<16} {fits:<5} {auc:>7}  {r['variants']}")  # fmt: skip
@@ -240,12 +247,12 @@ def _cmd_list(args: argparse.Namespace) -> int:
 def _cmd_import(args: argparse.Namespace) -> int:
     from recmesh.tools.cli.data import repository
 
-    fs = repository(args)
-    card = import_model(Path(args.directory), _model_dir(args), fs)
+    feature_set = repository(args)
+    card = import_model(Path(args.directory), _model_dir(args), feature_set)
     print(f"imported {card['version']} ({len(card['input']['columns'])} input columns) into "
           f"{_model_dir(args) / MODEL_NAME}")  # fmt: skip
     if args.activate:
-        activate(_model_dir(args), card["version"], fs)
+        activate(_model_dir(args), card["version"], feature_set)
         print(f"activated {card['version']}: the inference service switches to it within its poll (2 s)")
     return 0
 

@@ -23,10 +23,10 @@ def _cmd_build(args: argparse.Namespace) -> int:
     from recmesh.tools.cli.data import repository
     from recmesh.tools.training import recall
 
-    fs = repository(args)
+    feature_set = repository(args)
     say = (lambda m: print(m, file=sys.stderr, flush=True)) if args.json else print
-    events = list(sorted_events(Path(args.events), fs.event_schema))
-    card, _ = recall.build(fs, events, _model_dir(args), say, args.seed,
+    events = list(sorted_events(Path(args.events), feature_set.event_schema))
+    card, _ = recall.build(feature_set, events, _model_dir(args), say, args.seed,
                         {"events_file": str(Path(args.events).resolve())})  # fmt: skip
     print_figures(card, args.json, f"recall version {card['version']} is current in {_model_dir(args)}")
     return 0
@@ -36,18 +36,26 @@ def _cmd_import(args: argparse.Namespace) -> int:
     from recmesh.tools.cli.data import repository
     from recmesh.tools.training import recall
 
-    fs = repository(args)
+    feature_set = repository(args)
     if bool(args.similar) == bool(args.item_vectors):
         raise InvalidArgument("give one of --similar FILE or --item-vectors FILE [--user-vectors FILE]")
     if args.similar:
-        card = recall.import_similar(fs, Path(args.similar), _model_dir(args), args.weight, args.decay,
-                                     args.neighbours, not args.no_activate)  # fmt: skip
+        card = recall.import_similar(
+            feature_set,
+            Path(args.similar),
+            _model_dir(args),
+            args.weight,
+            args.decay,
+            args.neighbours,
+            not args.no_activate,
+        )
         s = card["sources"]["similar"]
         text = f"similar {s['items']:,} items, {s['entries']:,} pairs"
     else:
         users = Path(args.user_vectors) if args.user_vectors else None
-        card = recall.import_vectors(fs, Path(args.item_vectors), users, _model_dir(args), args.weight,
-                                     not args.no_activate)  # fmt: skip
+        card = recall.import_vectors(
+            feature_set, Path(args.item_vectors), users, _model_dir(args), args.weight, not args.no_activate
+        )
         s = card["sources"]["vectors"]
         text = f"vectors: {s['items']:,} items, {s['users']:,} users, {s['dim']} dimensions"
     print_figures(card, args.json, f"recall version {card['version']}: {text} (fusion weight {args.weight})")
@@ -76,8 +84,8 @@ def _cmd_activate(args: argparse.Namespace) -> int:
     from recmesh.retrieval import files
     from recmesh.tools.cli.data import repository
 
-    fs = repository(args)
-    card = files.activate(_model_dir(args), args.version, fs.version)
+    feature_set = repository(args)
+    card = files.activate(_model_dir(args), args.version, feature_set.version)
     print(
         json.dumps(card)
         if args.json

@@ -19,12 +19,14 @@ def _ranking_dir() -> Path:
     return UpSettings().state_dir / "ranking"
 
 
-def check_or_refuse(fs: Any, events: list[Any], users: Any, items: Any, ranking: bool, say: Any) -> None:
+def check_or_refuse(
+    feature_set: Any, events: list[Any], users: Any, items: Any, ranking: bool, say: Any
+) -> None:
     """Refuse in one line, before minutes of replay, what training would fail on
     (recmesh.features.check); say the warnings and carry on."""
     from recmesh.features.check import check_log, errors
 
-    found = check_log(fs, events, users, items, ranking=ranking)
+    found = check_log(feature_set, events, users, items, ranking=ranking)
     for f in found:
         if f.level == "warning":
             say(f"warning: {f.text()}")
@@ -33,17 +35,17 @@ def check_or_refuse(fs: Any, events: list[Any], users: Any, items: Any, ranking:
         raise InvalidArgument(bad[0].text())
 
 
-def _target(fs: Any, given: list[str] | None) -> frozenset[str] | None:
+def _target(feature_set: Any, given: list[str] | None) -> frozenset[str] | None:
     """--target: the behaviours whose last positive example is held out (default: any example)."""
     from recmesh.features.backfill import LabelRule
 
     if not given:
         return None
-    examples = LabelRule.of(fs).examples
+    examples = LabelRule.of(feature_set).examples
     wrong = sorted(set(given) - examples)
     if wrong:
         raise InvalidArgument(
-            f"--target {wrong}: not among training.examples {sorted(examples)} of {fs.path} "
+            f"--target {wrong}: not among training.examples {sorted(examples)} of {feature_set.path} "
             "(a target is a positive example)"
         )
     return frozenset(given)
@@ -51,7 +53,7 @@ def _target(fs: Any, given: list[str] | None) -> frozenset[str] | None:
 
 def _tune_blend(
     cfg: Any,
-    fs: Any,
+    feature_set: Any,
     dataset: Any,
     tuned: Any,
     users: Any,
@@ -76,8 +78,8 @@ def _tune_blend(
         say(f"a probe model for the blend: the same training without the {len(tuned.hold.as_of):,} tuning "
             f"users' held-out parts ({len(dataset.y) - len(probe.y):,} rows) ...")  # fmt: skip
         with tempfile.TemporaryDirectory(prefix="recmesh-probe-") as tmp:
-            train(cfg, Path(tmp), fs, probe, progress=lambda _: None)
-            changes = recall.tune_blend(fs, tuned, users, items, Path(tmp), model_dir, version, say)
+            train(cfg, Path(tmp), feature_set, probe, progress=lambda _: None)
+            changes = recall.tune_blend(feature_set, tuned, users, items, Path(tmp), model_dir, version, say)
     recall_files.set_current(model_dir, version)
     return changes
 
@@ -102,7 +104,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
     from recmesh.tools.cli.data import repository
     from recmesh.tools.training.train import TrainConfig, train
 
-    fs = repository(args)
+    feature_set = repository(args)
     model_dir = Path(args.model_dir) if args.model_dir else InferenceSettings().model_dir
     say = (lambda m: print(m, file=sys.stderr, flush=True)) if args.json else print
     cfg = TrainConfig(seed=args.seed, sessions=args.sessions, epochs=args.epochs)
@@ -111,26 +113,34 @@ def _cmd_train(args: argparse.Namespace) -> int:
             "--ranking needs the event log (--events LOG) to hold users' last examples out of"
         )
     if args.events:
-        run = _from_log(args, fs, model_dir, say)
-    elif not fs.demo:
-        raise InvalidArgument(f"repository {fs.name!r}: give your event log with --events LOG")
+        run = _from_log(args, feature_set, model_dir, say)
+    elif not feature_set.demo:
+        raise InvalidArgument(f"repository {feature_set.name!r}: give your event log with --events LOG")
     else:
         run = _Training(model_dir)
-    card = train(cfg, run.model_dir, fs, run.dataset, progress=say)
+    card = train(cfg, run.model_dir, feature_set, run.dataset, progress=say)
     recall_card = run.recall_card
     if recall_card is not None and run.tuned is not None and run.dataset is not None:
         recall_card |= _tune_blend(
-            cfg, fs, run.dataset, run.tuned, run.users, run.items, run.model_dir, recall_card["version"], say
+            cfg,
+            feature_set,
+            run.dataset,
+            run.tuned,
+            run.users,
+            run.items,
+            run.model_dir,
+            recall_card["version"],
+            say,
         )
     figures = _figures(card, recall_card)
     if run.split is not None:
-        figures["ranking"] = _rank_held_out(args, fs, run.split, card["version"], run.model_dir, say)
+        figures["ranking"] = _rank_held_out(args, feature_set, run.split, card["version"], run.model_dir, say)
     print_figures(figures, args.json, f"model {card['version']}: AUC {figures['auc_holdout']} "
                   f"(offline-only {figures['auc_holdout_offline_only']})")  # fmt: skip
     return 0
 
 
-def _from_log(args: argparse.Namespace, fs: Any, model_dir: Path, say: Any) -> _Training:
+def _from_log(args: argparse.Namespace, feature_set: Any, model_dir: Path, say: Any) -> _Training:
     """Training rows replayed from --events (with --ranking, from its training
     part, the model going to the ranking state), and learnt retrieval from the
     same events when the repository declares it."""
@@ -138,30 +148,39 @@ def _from_log(args: argparse.Namespace, fs: Any, model_dir: Path, say: Any) -> _
     from recmesh.features.offline import read_catalog
     from recmesh.tools.training.train import build_dataset
 
-    target = _target(fs, args.target)  # a wrong one is refused before the log is read
-    users, items = read_catalog(fs, args.users, args.items)
-    say(f"replaying {args.events} through repository {fs.name!r} ({fs.version}) for training rows ...")
-    logged_all = list(sorted_events(Path(args.events), fs.event_schema))
+    target = _target(feature_set, args.target)  # a wrong one is refused before the log is read
+    users, items = read_catalog(feature_set, args.users, args.items)
+    say(
+        f"replaying {args.events} through repository {feature_set.name!r} ({feature_set.version}) "
+        "for training rows ..."
+    )
+    logged_all = list(sorted_events(Path(args.events), feature_set.event_schema))
     events = iter(logged_all)
-    check_or_refuse(fs, logged_all, users, items, bool(args.ranking), say)
+    check_or_refuse(feature_set, logged_all, users, items, bool(args.ranking), say)
     run = _Training(model_dir, users=users, items=items)
     split = None
     if args.ranking:
-        split = run.split = _hold_out(args, fs, logged_all, target, say)
+        split = run.split = _hold_out(args, feature_set, logged_all, target, say)
         events = iter(split.training)
         run.model_dir = _ranking_dir() / "models"
-    if fs.roles.learnt_behaviors:
+    if feature_set.roles.learnt_behaviors:
         # Learnt retrieval from the same log (the training part with --ranking),
         # beside the model it serves with.
         from recmesh.tools.training import recall
 
         logged = split.training if split is not None else list(events)
         run.recall_card, run.tuned = recall.build(
-            fs, logged, run.model_dir, say, args.seed, {"events_file": str(Path(args.events).resolve())},
-            activate=False, target=target,
-        )  # fmt: skip
+            feature_set,
+            logged,
+            run.model_dir,
+            say,
+            args.seed,
+            {"events_file": str(Path(args.events).resolve())},
+            activate=False,
+            target=target,
+        )
         events = iter(logged)
-    dataset = run.dataset = build_dataset(fs, events, users, items)
+    dataset = run.dataset = build_dataset(feature_set, events, users, items)
     recall_card = run.recall_card
     dataset.source = {
         "events": str(Path(args.events).resolve()),
@@ -176,14 +195,14 @@ def _from_log(args: argparse.Namespace, fs: Any, model_dir: Path, say: Any) -> _
 
 
 def _hold_out(
-    args: argparse.Namespace, fs: Any, events: list[Any], target: frozenset[str] | None, say: Any
+    args: argparse.Namespace, feature_set: Any, events: list[Any], target: frozenset[str] | None, say: Any
 ) -> Any:
     """--ranking: each (sampled) user's last positive example held out (leave_last_out)."""
     from recmesh.features.backfill import LabelRule
     from recmesh.tools.training.ranking import leave_last_out
 
-    split = leave_last_out(LabelRule.of(fs), events, args.ranking_users, args.seed, target,
-                           fs.roles.seen_behaviors)  # fmt: skip
+    split = leave_last_out(LabelRule.of(feature_set), events, args.ranking_users, args.seed, target,
+                           feature_set.roles.seen_behaviors)  # fmt: skip
     say(
         f"leave-last-out: {len(split.targets)} users' last positive examples held out "
         f"({split.held_out_events} events; {split.users_with_a_positive} users have one)"
@@ -216,13 +235,13 @@ def _figures(card: dict[str, Any], recall_card: dict[str, Any] | None) -> dict[s
 
 
 def _rank_held_out(
-    args: argparse.Namespace, fs: Any, split: Any, version: str, model_dir: Path, say: Any
+    args: argparse.Namespace, feature_set: Any, split: Any, version: str, model_dir: Path, say: Any
 ) -> dict[str, Any]:
     """--ranking: the held-out examples ranked by a mesh serving the model (recmesh.tools.bench.ranking)."""
     from recmesh.tools.bench import ranking
 
     say(f"ranking the held-out examples with the served mesh (model {version} in {model_dir}) ...")
-    figures = ranking.run(fs, split, model_dir, _ranking_dir() / "mesh", args.k, say)
+    figures = ranking.run(feature_set, split, model_dir, _ranking_dir() / "mesh", args.k, say)
     say(ranking.table(figures))
     say(f"(the model in {model_dir} never saw the held-out examples; train without --ranking "
         "for the model to serve)")  # fmt: skip

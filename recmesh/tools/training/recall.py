@@ -31,37 +31,37 @@ Progress = Callable[[str], None]
 TUNING_USERS = 2000
 
 
-def config_of(fs: FeatureSet) -> rb.BuildConfig:
-    decl = fs.decl.recall.learnt
-    if not fs.roles.learnt_behaviors:
+def config_of(feature_set: FeatureSet) -> rb.BuildConfig:
+    decl = feature_set.decl.recall.learnt
+    if not feature_set.roles.learnt_behaviors:
         raise InvalidArgument(
-            f"repository {fs.name!r}: learnt retrieval is off "
+            f"repository {feature_set.name!r}: learnt retrieval is off "
             "([recall.learnt] enabled = false or methods = [])"
         )
     return rb.BuildConfig(
-        behaviors=fs.roles.learnt_behaviors,
+        behaviors=feature_set.roles.learnt_behaviors,
         previous=decl.previous,
         neighbours=decl.neighbours,
         history=decl.history,
         ease_items=decl.ease_items,
         methods=tuple(dict.fromkeys(decl.methods)),
-        seen_behaviors=fs.roles.seen_behaviors,
+        seen_behaviors=feature_set.roles.seen_behaviors,
     )
 
 
 def targets(
-    fs: FeatureSet, events: Sequence[Event], target: Collection[str] | None = None
+    feature_set: FeatureSet, events: Sequence[Event], target: Collection[str] | None = None
 ) -> tuple[list[bool], str]:
     """Which events the tuning split may hold out, and how they were chosen: the
     training label's positives (what `train --ranking` targets) of the `target`
     behaviours when given (`train --target`), else of the strongest learnt
     behaviours among them (a funnel's purchases, not its views); without a
     training label, events of the strongest learnt behaviours."""
-    weights = fs.roles.learnt_behaviors
-    if fs.decl.training is not None:
+    weights = feature_set.roles.learnt_behaviors
+    if feature_set.decl.training is not None:
         from recmesh.features.backfill import LabelRule, positive_examples
 
-        positive = positive_examples(LabelRule.of(fs), events)
+        positive = positive_examples(LabelRule.of(feature_set), events)
         kinds = {ev.behavior for ev, p in zip(events, positive, strict=True) if p}
         if target is None and kinds and all(b in weights for b in kinds):
             top = max(weights[b] for b in kinds)
@@ -76,20 +76,20 @@ def targets(
     return [ev.behavior in strongest for ev in events], f"events of {sorted(strongest)}"
 
 
-def served_popularity(fs: FeatureSet) -> rb.Popularity | None:
+def served_popularity(feature_set: FeatureSet) -> rb.Popularity | None:
     """What the ranker's `popular` source serves, as the tuning must weigh it: the
     declared popularity feature's ranking (from the catalog), or counts of the
     popularity behaviours in the events; None without either (no popular source
     worth a weight: the learnt behaviours' counts stand in)."""
-    roles = fs.roles
+    roles = feature_set.roles
     if roles.popularity_feature is not None:
         from recmesh.features.offline import read_entities
 
-        source = fs.entity_source("item")
+        source = feature_set.entity_source("item")
         if source is None:
             return None
         values: dict[str, float] = {}
-        for item_id, row in read_entities(fs, "item", source):
+        for item_id, row in read_entities(feature_set, "item", source):
             value = row.get(roles.popularity_feature)
             if isinstance(value, int | float):
                 values[item_id] = float(value)
@@ -107,7 +107,7 @@ def served_popularity(fs: FeatureSet) -> rb.Popularity | None:
 
 
 def build(
-    fs: FeatureSet,
+    feature_set: FeatureSet,
     events: Sequence[Event],
     model_dir: Path,
     progress: Progress = print,
@@ -121,12 +121,12 @@ def build(
     model_dir/recall (current when `activate`); its card, and the tuning (the
     split and each tuning user's fused candidates, what `tune_blend` scores
     with the model trained beside the tables)."""
-    cfg = config_of(fs)
+    cfg = config_of(feature_set)
     started = time.perf_counter()
-    is_target, what = targets(fs, events, target)
+    is_target, what = targets(feature_set, events, target)
     progress(f"learnt retrieval: tuning {', '.join(cfg.methods)} on {len(events):,} events, "
              f"each user's last of {what} held out ...")  # fmt: skip
-    tuned = rb.tune(events, cfg, is_target, TUNING_USERS, seed, progress, served_popularity(fs))
+    tuned = rb.tune(events, cfg, is_target, TUNING_USERS, seed, progress, served_popularity(feature_set))
     data = rb.interactions(events, cfg.behaviors)
     if not len(data.items):
         raise InvalidArgument(
@@ -135,8 +135,8 @@ def build(
         )
     tables, sources = _tables(data, cfg, tuned)
     card = {
-        "feature_set_version": fs.version,
-        "repository": fs.name,
+        "feature_set_version": feature_set.version,
+        "repository": feature_set.name,
         "built_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "built_from": {
             **(source or {}),
@@ -195,7 +195,7 @@ BLEND_GRID = (0.0, 0.5, 1.0, 2.0, 4.0, 8.0, 32.0)
 
 
 def tune_blend(
-    fs: FeatureSet,
+    feature_set: FeatureSet,
     tuned: rb.Tuned,
     users: Mapping[str, Mapping[str, Any]],
     items: Mapping[str, Mapping[str, Any]],
@@ -219,7 +219,7 @@ def tune_blend(
     if hold is None or not tuned.candidates:
         return {}
     started = time.perf_counter()
-    version, scored = _probe_scores(fs, hold, tuned.candidates, users, items, probe_dir)
+    version, scored = _probe_scores(feature_set, hold, tuned.candidates, users, items, probe_dir)
     targets = {u: hold.targets[u] for u in scored}
     ndcg = _blend_ndcg(scored, targets)
     top = max(BLEND_GRID, key=lambda w: (round(ndcg[w], 6), -w))
@@ -244,7 +244,7 @@ def tune_blend(
 
 
 def _probe_scores(
-    fs: FeatureSet,
+    feature_set: FeatureSet,
     hold: rb.Holdout,
     candidates: Mapping[str, list[str]],
     users: Mapping[str, Mapping[str, Any]],
@@ -268,7 +268,7 @@ def _probe_scores(
     )
     queries = [Query(u, hold.as_of[u], tuple(c)) for u, c in sorted(candidates.items()) if c]
     scored: dict[str, tuple[list[str], list[float]]] = {}
-    for q, uf, rows in features_as_of(fs, hold.training, users, items, queries):
+    for q, uf, rows in features_as_of(feature_set, hold.training, users, items, queries):
         names = {t.feature for t in vec.transforms if t.entity == "item"}
         x = vec.matrix([uf], {n: [r.get(n) for r in rows] for n in names}, list(q.items), [q.user_id])
         (out,) = session.run(None, {card["input"]["name"]: x.astype(np.float32)})
@@ -335,11 +335,18 @@ def read_similar(path: Path) -> dict[str, list[tuple[str, float]]]:
     return rows
 
 
-def _beside_current(fs: FeatureSet, model_dir: Path) -> tuple[dict[str, Any], files.RecallVersion | None]:
+def _beside_current(
+    feature_set: FeatureSet, model_dir: Path
+) -> tuple[dict[str, Any], files.RecallVersion | None]:
     """A new version's card starting from the current version's (its tables kept)."""
-    card: dict[str, Any] = {"feature_set_version": fs.version, "repository": fs.name, "sources": {},
-                            "fusion": {}, "history": fs.roles.history_cap}  # fmt: skip
-    current = files.load_current(model_dir, fs.version)
+    card: dict[str, Any] = {
+        "feature_set_version": feature_set.version,
+        "repository": feature_set.name,
+        "sources": {},
+        "fusion": {},
+        "history": feature_set.roles.history_cap,
+    }
+    current = files.load_current(model_dir, feature_set.version)
     if current is not None:
         card = {k: v for k, v in current.card.items() if k not in ("version", "files", "vectors_file")}
         card["sources"] = dict(card.get("sources", {}))
@@ -349,14 +356,20 @@ def _beside_current(fs: FeatureSet, model_dir: Path) -> tuple[dict[str, Any], fi
 
 
 def import_similar(
-    fs: FeatureSet, path: Path, model_dir: Path, weight: float, decay: float, neighbours: int, activate: bool
+    feature_set: FeatureSet,
+    path: Path,
+    model_dir: Path,
+    weight: float,
+    decay: float,
+    neighbours: int,
+    activate: bool,
 ) -> dict[str, Any]:
     """A version holding the team's table as the `similar` source, beside the
     current version's tables and vectors (kept as they are)."""
     table = NeighbourTable.from_pairs(read_similar(path), neighbours)
     if not len(table.indices):
         raise InvalidArgument(f"{path}: no pair with a positive score")
-    card, current = _beside_current(fs, model_dir)
+    card, current = _beside_current(feature_set, model_dir)
     tables = {**(current.tables if current else {}), "similar": table}
     card["sources"]["similar"] = {"decay": decay, "imported_from": str(path.resolve()), "items": len(table),
                                   "entries": len(table.indices), "bytes": table.nbytes}  # fmt: skip
@@ -367,7 +380,7 @@ def import_similar(
 
 
 def import_vectors(
-    fs: FeatureSet, items: Path, users: Path | None, model_dir: Path, weight: float, activate: bool
+    feature_set: FeatureSet, items: Path, users: Path | None, model_dir: Path, weight: float, activate: bool
 ) -> dict[str, Any]:
     """A version holding the team's item (and user) vectors as the `vectors`
     source, beside the current version's tables."""
@@ -382,7 +395,7 @@ def import_vectors(
             f"{users}: user vectors have {user_matrix.shape[1]} numbers, item vectors {item_matrix.shape[1]}"
         )
     two = TwoTower(item_ids, item_matrix, user_ids, user_matrix)
-    card, current = _beside_current(fs, model_dir)
+    card, current = _beside_current(feature_set, model_dir)
     sources = [str(items.resolve()), str(users.resolve()) if users else None]
     card["sources"]["vectors"] = {"imported_from": sources, "items": len(item_ids), "users": len(user_ids),
                                   "dim": two.dim, "bytes": two.nbytes}  # fmt: skip

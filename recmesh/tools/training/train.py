@@ -120,7 +120,7 @@ def demo_source(cfg: TrainConfig) -> tuple[list[Event], dict[str, dict[str, Any]
 
 
 def build_dataset(
-    fs: FeatureSet,
+    feature_set: FeatureSet,
     events: Iterable[Event],
     users: Mapping[str, Mapping[str, Any]],
     items: Mapping[str, Mapping[str, Any]],
@@ -128,13 +128,13 @@ def build_dataset(
 ) -> Dataset:
     """Point-in-time rows of `events` (sorted by time) as model inputs; the
     inputs are planned from these rows unless given (a model's own)."""
-    examples = list(training_examples(fs, events, users, items))
+    examples = list(training_examples(feature_set, events, users, items))
     if not examples:
         raise InvalidArgument(
-            f"no training examples: no {LabelRule.of(fs).examples_text()} events in the log"
+            f"no training examples: no {LabelRule.of(feature_set).examples_text()} events in the log"
         )
     if transforms is None:
-        transforms = plan_inputs(fs, [e.user for e in examples], [e.item for e in examples])
+        transforms = plan_inputs(feature_set, [e.user for e in examples], [e.item for e in examples])
     vec = Vectorizer(transforms)
     x = np.empty((len(examples), vec.width), np.float32)
     chunk = 4096
@@ -163,10 +163,10 @@ def rows_before(dataset: Dataset, cut: Mapping[str, int]) -> Dataset:
 
 
 def demo_dataset(
-    fs: FeatureSet, cfg: TrainConfig, transforms: tuple[Transform, ...] | None = None
+    feature_set: FeatureSet, cfg: TrainConfig, transforms: tuple[Transform, ...] | None = None
 ) -> Dataset:
     events, users, items = demo_source(cfg)
-    ds = build_dataset(fs, events, users, items, transforms)
+    ds = build_dataset(feature_set, events, users, items, transforms)
     ds.source = {"demo": {"seed": cfg.seed, "sessions": cfg.sessions, "hours": cfg.hours,
                           "start_ms": cfg.start_ms, "shuffle_times": cfg.shuffle_times}}  # fmt: skip
     return ds
@@ -209,7 +209,7 @@ class _Trained:
 def train(
     cfg: TrainConfig,
     model_dir: Path,
-    fs: FeatureSet,
+    feature_set: FeatureSet,
     dataset: Dataset | None = None,
     progress: Callable[[str], None] = print,
     origin: str | None = None,
@@ -219,20 +219,20 @@ def train(
     started = time.perf_counter()
     if dataset is None:
         progress(f"building point-in-time rows ({cfg.sessions} demo sessions over {cfg.hours} h) ...")
-        dataset = demo_dataset(fs, cfg)
-    rows = _split_rows(dataset, cfg, fs)
+        dataset = demo_dataset(feature_set, cfg)
+    rows = _split_rows(dataset, cfg, feature_set)
     y, t = rows.y, rows.t
     progress(
         f"{len(y)} rows, {rows.x.shape[1]} input columns, positive rate {y.mean():.3f}; "
         f"holdout = last {cfg.holdout_fraction:.0%} by time"
     )
     layout = Layout.of(dataset.transforms)
-    l2 = fs.decl.training.embedding_l2 if fs.decl.training else EMBEDDING_L2_DEFAULT
+    l2 = feature_set.decl.training.embedding_l2 if feature_set.decl.training else EMBEDDING_L2_DEFAULT
     trained = _train_variants(cfg, layout, rows, l2, progress)
     auc_full, prefix_auc = trained.variant_auc[0], trained.prefix_auc
-    auc_base = _offline_baseline(cfg, fs, dataset.transforms, layout, rows, l2, progress)
+    auc_base = _offline_baseline(cfg, feature_set, dataset.transforms, layout, rows, l2, progress)
     card = export(
-        trained.family, trained.variants, dataset, model_dir, fs,
+        trained.family, trained.variants, dataset, model_dir, feature_set,
         metrics={
             "auc_holdout": round(auc_full, 4),
             "auc_holdout_offline_only": round(auc_base, 4),
@@ -244,10 +244,10 @@ def train(
             **dataset.source,
             "from_ms": int(t.min()), "to_ms": int(t.max()), "rows": len(y),
             "holdout_rows": int(rows.ho.sum()), "holdout_from_ms": int(rows.split) + 1,
-            "positive_rate": round(float(y.mean()), 4), "label": LabelRule.of(fs).describe(),
+            "positive_rate": round(float(y.mean()), 4), "label": LabelRule.of(feature_set).describe(),
         },
         seed=cfg.seed,
-        origin=origin or ("demo" if fs.demo or "demo" in dataset.source else "trained"),
+        origin=origin or ("demo" if feature_set.demo or "demo" in dataset.source else "trained"),
         started=started,
     )  # fmt: skip
     progress(f"exported {len(trained.variants)} variants to {model_dir / MODEL_NAME / card['version']} "
@@ -255,14 +255,14 @@ def train(
     return card
 
 
-def _split_rows(dataset: Dataset, cfg: TrainConfig, fs: FeatureSet) -> _Rows:
+def _split_rows(dataset: Dataset, cfg: TrainConfig, feature_set: FeatureSet) -> _Rows:
     """The rows split by time; refused when either part's labels are all one class."""
     x, y, t = dataset.x, dataset.y, dataset.t
     split, tr, ho = split_by_time(t, cfg.holdout_fraction)
     if not 0 < y[tr].mean() < 1 or not 0 < y[ho].mean() < 1:
         raise InvalidArgument(
             f"labels are all one class in the training or holdout part (positive rate {y.mean():.3f}; "
-            f"rule: {LabelRule.of(fs).describe()}): check training.label in the repository"
+            f"rule: {LabelRule.of(feature_set).describe()}): check training.label in the repository"
         )
     return _Rows(x, y, t, dataset.w, split, tr, ho)
 
@@ -304,14 +304,14 @@ def _train_variants(
 
 
 def _offline_baseline(
-    cfg: TrainConfig, fs: FeatureSet, transforms: tuple[Transform, ...], layout: Layout, rows: _Rows,
+    cfg: TrainConfig, feature_set: FeatureSet, transforms: tuple[Transform, ...], layout: Layout, rows: _Rows,
     l2: float, progress: Callable[[str], None],
 ) -> float:  # fmt: skip
     """The holdout AUC of the same family trained without the real-time features' columns."""
     progress("training baseline (same family, offline features only) ...")
     realtime_cols = {
-        c for tf in transforms if fs.by_name.get(tf.feature) is not None
-        and fs.by_name[tf.feature].kind == "realtime" for c in tf.columns
+        c for tf in transforms if feature_set.by_name.get(tf.feature) is not None
+        and feature_set.by_name[tf.feature].kind == "realtime" for c in tf.columns
     }  # fmt: skip
     base_variant = offline_only(layout, realtime_cols)
     x, y, tr, ho = rows.x, rows.y, rows.tr, rows.ho
@@ -342,7 +342,7 @@ def export(
     variants: tuple[Variant, ...],
     dataset: Dataset,
     model_dir: Path,
-    fs: FeatureSet,
+    feature_set: FeatureSet,
     *,
     metrics: dict[str, Any],
     variant_auc: dict[int, float],
@@ -362,8 +362,8 @@ def export(
     card: dict[str, Any] = {
         "name": MODEL_NAME,
         "version": version,
-        "feature_set_version": fs.version,
-        "repository": fs.name,
+        "feature_set_version": feature_set.version,
+        "repository": feature_set.name,
         "origin": origin,
         "input": {
             "name": "features",
@@ -372,7 +372,7 @@ def export(
         },
         "output": {
             "name": "score",
-            "meaning": f"P(label) for an impression; label: {LabelRule.of(fs).describe()}",
+            "meaning": f"P(label) for an impression; label: {LabelRule.of(feature_set).describe()}",
         },
         "training_data": training_data,
         "metrics": metrics,

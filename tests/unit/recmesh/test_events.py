@@ -8,7 +8,7 @@ import pytest
 
 from recmesh.errors import InvalidArgument
 from recmesh.events import Event, EventSchema, conform, parse_event, validate_event
-from recmesh.features.repository import FeatureSet, parse_repository
+from recmesh.features.repository import FeatureSet, parse_feature_set
 
 GOOD = (
     b'{"event_id": "e1", "user_id": "u1", "item_id": "i1", "behavior": "view", '
@@ -28,17 +28,17 @@ values = ["rating"]
 
 @pytest.fixture(scope="module")
 def rated() -> EventSchema:
-    return parse_repository(RATED, Path("rated.toml")).event_schema
+    return parse_feature_set(RATED, Path("rated.toml")).event_schema
 
 
-def test_good_event_with_extra_fields(demo_fs: FeatureSet) -> None:
-    e = parse_event(GOOD, demo_fs.event_schema)
+def test_good_event_with_extra_fields(demo_feature_set: FeatureSet) -> None:
+    e = parse_event(GOOD, demo_feature_set.event_schema)
     assert (e.user_id, e.behavior, e.event_time) == ("u1", "view", 1767225600000)
     assert e.values == {} and "x" not in e.to_dict()  # undeclared extras are not carried on
 
 
-def test_aliases_map_onto_the_vocabulary(demo_fs: FeatureSet) -> None:
-    e = parse_event(GOOD.replace(b'"view"', b'"addtocart"'), demo_fs.event_schema)
+def test_aliases_map_onto_the_vocabulary(demo_feature_set: FeatureSet) -> None:
+    e = parse_event(GOOD.replace(b'"view"', b'"addtocart"'), demo_feature_set.event_schema)
     assert e.behavior == "add_to_cart"
     assert e.to_dict()["behavior"] == "add_to_cart"
 
@@ -81,31 +81,33 @@ def test_conform_checks_an_event_parsed_without_a_schema(rated: EventSchema) -> 
         ),
     ],
 )
-def test_bad_events_name_the_problem(demo_fs: FeatureSet, raw: bytes, message: str) -> None:
+def test_bad_events_name_the_problem(demo_feature_set: FeatureSet, raw: bytes, message: str) -> None:
     with pytest.raises(InvalidArgument, match=message):
-        parse_event(raw, demo_fs.event_schema)
+        parse_event(raw, demo_feature_set.event_schema)
 
 
-def test_an_unknown_behaviour_names_the_vocabulary_and_aliases(demo_fs: FeatureSet) -> None:
+def test_an_unknown_behaviour_names_the_vocabulary_and_aliases(demo_feature_set: FeatureSet) -> None:
     with pytest.raises(InvalidArgument, match="unknown behaviour 'like'") as err:
-        parse_event(GOOD.replace(b'"view"', b'"like"'), demo_fs.event_schema)
+        parse_event(GOOD.replace(b'"view"', b'"like"'), demo_feature_set.event_schema)
     assert "view, click, add_to_cart, purchase" in str(err.value) and "addtocart" in str(err.value)
 
 
-def test_event_time_is_an_integer_as_json_schema_reads_one(demo_fs: FeatureSet) -> None:
+def test_event_time_is_an_integer_as_json_schema_reads_one(demo_feature_set: FeatureSet) -> None:
     # The gateway publishes Event's JSON Schema, where 1767225600000.0 is an integer.
     raw = GOOD.replace(b'"event_time": 1767225600000', b'"event_time": 1767225600000.0')
-    assert parse_event(raw, demo_fs.event_schema).event_time == 1767225600000
+    assert parse_event(raw, demo_feature_set.event_schema).event_time == 1767225600000
 
 
 @pytest.mark.parametrize("space", ["\x85", "\ufeff", "\x1c", "\xa0", "\u2028", "\t"])
-def test_ids_refuse_whitespace_as_every_regex_dialect_reads_it(demo_fs: FeatureSet, space: str) -> None:
+def test_ids_refuse_whitespace_as_every_regex_dialect_reads_it(
+    demo_feature_set: FeatureSet, space: str
+) -> None:
     # With `\s`, pydantic (Rust regex) refused U+0085 while the published schema
     # (ECMA-262) allowed it, and the other way round for U+FEFF.
     for field in ("event_id", "user_id", "item_id"):
         event = {**json.loads(GOOD), field: f"a{space}1"}
         raw = json.dumps(event).encode()  # escaped as JSON requires of control characters
         with pytest.raises(InvalidArgument, match=field):
-            parse_event(raw, demo_fs.event_schema)
+            parse_event(raw, demo_feature_set.event_schema)
         schema = Event.model_json_schema()["properties"][field]["pattern"]
         assert not re.search(schema, "a" + space + "1")

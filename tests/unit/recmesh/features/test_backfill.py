@@ -18,26 +18,28 @@ from recmesh.features.backfill import (
     training_examples,
 )
 from recmesh.features.eventlog import write_events
-from recmesh.features.repository import FeatureSet, parse_repository
+from recmesh.features.repository import FeatureSet, parse_feature_set
 from recmesh.tools.demo.generate import generate_events, make_catalog
 
 MIN = 60_000
 T0 = 1_000 * MIN + 1_767_225_600_000
 
 
-def event(fs: FeatureSet, eid: str, behavior: str, t: int, user: str = "u", item: str = "i") -> Event:
+def event(
+    feature_set: FeatureSet, eid: str, behavior: str, t: int, user: str = "u", item: str = "i"
+) -> Event:
     obj = {"event_id": eid, "user_id": user, "item_id": item, "behavior": behavior, "event_time": t}
-    return validate_event(obj, fs.event_schema)
+    return validate_event(obj, feature_set.event_schema)
 
 
-def test_features_never_see_the_future(demo_fs: FeatureSet) -> None:
+def test_features_never_see_the_future(demo_feature_set: FeatureSet) -> None:
     events = [
-        event(demo_fs, "v1", "view", T0),
-        event(demo_fs, "c1", "click", T0 + 2000),
-        event(demo_fs, "v2", "view", T0 + 60_000),
+        event(demo_feature_set, "v1", "view", T0),
+        event(demo_feature_set, "c1", "click", T0 + 2000),
+        event(demo_feature_set, "v2", "view", T0 + 60_000),
     ]
     items = {"i": {"category": "news"}}
-    first, second = training_examples(demo_fs, events, {}, items)
+    first, second = training_examples(demo_feature_set, events, {}, items)
     assert first.label == 1 and first.as_of_ms == T0 - 1
     assert first.user["clicks_5m"] == 0 and first.item["views_10m"] == 0, "its own view is not a feature"
     assert second.label == 0
@@ -48,26 +50,28 @@ def test_features_never_see_the_future(demo_fs: FeatureSet) -> None:
     assert second.item["category"] == "news" and second.user["age_band"] == "unknown"
 
 
-def test_the_demo_label_is_a_click_within_ten_seconds_inclusive(demo_fs: FeatureSet) -> None:
-    rule = LabelRule.of(demo_fs)
+def test_the_demo_label_is_a_click_within_ten_seconds_inclusive(demo_feature_set: FeatureSet) -> None:
+    rule = LabelRule.of(demo_feature_set)
     assert (rule.examples, rule.behaviors, rule.within_ms) == (
         frozenset({"view"}),
         frozenset({"click"}),
         10_000,
     )
     events = [
-        event(demo_fs, "v1", "view", T0, item="a"),
-        event(demo_fs, "c1", "click", T0, item="a"),  # at the same time, after the view: positive
-        event(demo_fs, "v2", "view", T0 + MIN, item="b"),
-        event(demo_fs, "c2", "click", T0 + MIN + 10_000, item="b"),  # exactly 10 s later: positive
-        event(demo_fs, "v3", "view", 2 * MIN + T0, item="c"),
-        event(demo_fs, "c3", "click", 2 * MIN + T0 + 10_001, item="c"),  # 1 ms too late
-        event(demo_fs, "v4", "view", 3 * MIN + T0, item="d"),
-        event(demo_fs, "c4", "click", 3 * MIN + T0 + 1000, item="other"),  # another item
-        event(demo_fs, "v5", "view", 4 * MIN + T0, item="e"),
-        event(demo_fs, "c5", "click", 4 * MIN + T0 + 1000, user="someone-else", item="e"),  # another user
+        event(demo_feature_set, "v1", "view", T0, item="a"),
+        event(demo_feature_set, "c1", "click", T0, item="a"),  # at the same time, after the view: positive
+        event(demo_feature_set, "v2", "view", T0 + MIN, item="b"),
+        event(demo_feature_set, "c2", "click", T0 + MIN + 10_000, item="b"),  # exactly 10 s later: positive
+        event(demo_feature_set, "v3", "view", 2 * MIN + T0, item="c"),
+        event(demo_feature_set, "c3", "click", 2 * MIN + T0 + 10_001, item="c"),  # 1 ms too late
+        event(demo_feature_set, "v4", "view", 3 * MIN + T0, item="d"),
+        event(demo_feature_set, "c4", "click", 3 * MIN + T0 + 1000, item="other"),  # another item
+        event(demo_feature_set, "v5", "view", 4 * MIN + T0, item="e"),
+        event(
+            demo_feature_set, "c5", "click", 4 * MIN + T0 + 1000, user="someone-else", item="e"
+        ),  # another user
     ]
-    got = {(e.item_id, e.as_of_ms + 1): e.label for e in training_examples(demo_fs, events, {}, {})}
+    got = {(e.item_id, e.as_of_ms + 1): e.label for e in training_examples(demo_feature_set, events, {}, {})}
     assert got == {
         ("a", T0): 1,
         ("b", T0 + MIN): 1,
@@ -91,15 +95,15 @@ label = { behaviors = ["view"], within = "10s" }
 
 
 def test_an_example_is_not_its_own_label() -> None:
-    fs = parse_repository(SELF_LABEL, Path("self-label.toml"))
+    feature_set = parse_feature_set(SELF_LABEL, Path("self-label.toml"))
     events = [
-        event(fs, "v1", "view", T0),
-        event(fs, "v1", "view", T0 + 1),  # the same event delivered again: no example, no label
-        event(fs, "v2", "view", T0 + 5000),  # another view of the item: labels v1
+        event(feature_set, "v1", "view", T0),
+        event(feature_set, "v1", "view", T0 + 1),  # the same event delivered again: no example, no label
+        event(feature_set, "v2", "view", T0 + 5000),  # another view of the item: labels v1
     ]
-    got = [(e.as_of_ms + 1, e.label) for e in training_examples(fs, events, {}, {})]
+    got = [(e.as_of_ms + 1, e.label) for e in training_examples(feature_set, events, {}, {})]
     assert got == [(T0, 1), (T0 + 5000, 0)]
-    assert [e.label for e in training_examples(fs, events[:2], {}, {})] == [0]
+    assert [e.label for e in training_examples(feature_set, events[:2], {}, {})] == [0]
 
 
 RATED = """
@@ -124,13 +128,13 @@ negatives = 3
 
 
 def test_negatives_are_catalog_items_the_user_had_no_event_on_yet() -> None:
-    fs = parse_repository(RATED, Path("rated.toml"))
+    feature_set = parse_feature_set(RATED, Path("rated.toml"))
     items: dict[str, dict[str, Any]] = {f"m{n}": {} for n in range(6)}
 
     def rated(eid: str, user: str, item: str, t: int, rating: float) -> Event:
         return validate_event(
             {"event_id": eid, "user_id": user, "item_id": item, "behavior": "view", "event_time": t,
-             "rating": rating}, fs.event_schema,
+             "rating": rating}, feature_set.event_schema,
         )  # fmt: skip
 
     events = [
@@ -139,7 +143,7 @@ def test_negatives_are_catalog_items_the_user_had_no_event_on_yet() -> None:
         rated("c", "u1", "m1", T0 + 2000, 4),
         rated("d", "u1", "m2", T0 + 3000, 1),
     ]
-    rows = list(training_examples(fs, events, {}, items))
+    rows = list(training_examples(feature_set, events, {}, items))
     assert [(r.item_id, r.label) for r in rows if r.item_id in ("m0", "m1", "m2") and r.as_of_ms + 1 in
             (T0, T0 + 1000, T0 + 2000, T0 + 3000) and r.label] == [("m0", 1), ("m1", 1)]  # fmt: skip
     assert len(rows) == 4 * (1 + 3)
@@ -156,16 +160,18 @@ def test_negatives_are_catalog_items_the_user_had_no_event_on_yet() -> None:
         views = sum(1 for e in events if e.item_id == n.item_id and e.event_time <= n.as_of_ms)
         assert n.item["views_1d"] == views
     assert any(n.item["views_1d"] for group in by_example for n in group[1:])  # some had views
-    assert [(r.item_id, r.label) for r in training_examples(fs, events, {}, items)] == [
+    assert [(r.item_id, r.label) for r in training_examples(feature_set, events, {}, items)] == [
         (r.item_id, r.label) for r in rows
     ]  # deterministic: a replay draws the same
 
 
-def test_a_duplicate_event_id_of_the_same_user_is_dropped(demo_fs: FeatureSet) -> None:
-    state = ReplayState(demo_fs, {}, {"i": {"category": "news"}})
-    assert state.apply(event(demo_fs, "c1", "click", T0)) is True
-    assert state.apply(event(demo_fs, "c1", "click", T0 + 1000)) is False
-    assert state.apply(event(demo_fs, "c1", "click", T0 + 1000, user="u2")) is True  # ids are per user
+def test_a_duplicate_event_id_of_the_same_user_is_dropped(demo_feature_set: FeatureSet) -> None:
+    state = ReplayState(demo_feature_set, {}, {"i": {"category": "news"}})
+    assert state.apply(event(demo_feature_set, "c1", "click", T0)) is True
+    assert state.apply(event(demo_feature_set, "c1", "click", T0 + 1000)) is False
+    assert (
+        state.apply(event(demo_feature_set, "c1", "click", T0 + 1000, user="u2")) is True
+    )  # ids are per user
     assert (state.applied, state.duplicates) == (2, 1)
     assert state.features("user", "u", T0 + 2000)["clicks_5m"] == (1, 2000)
     assert state.features("item", "i", T0 + 2000)["clicks_10m"] == (2, 1000)
@@ -175,14 +181,16 @@ def test_a_duplicate_event_id_of_the_same_user_is_dropped(demo_fs: FeatureSet) -
     }  # fmt: skip
 
 
-def _demo_events(catalog: Any, fs: FeatureSet) -> list[Event]:
+def _demo_events(catalog: Any, feature_set: FeatureSet) -> list[Event]:
     raw = generate_events(catalog, 1_767_225_600_000, 30 * MIN, 150, seed=9)
-    return [validate_event(e, fs.event_schema) for e in raw]
+    return [validate_event(e, feature_set.event_schema) for e in raw]
 
 
-def test_backfill_of_a_shuffled_log_equals_the_in_memory_replay(demo_fs: FeatureSet, tmp_path: Path) -> None:
+def test_backfill_of_a_shuffled_log_equals_the_in_memory_replay(
+    demo_feature_set: FeatureSet, tmp_path: Path
+) -> None:
     catalog = make_catalog()
-    events = _demo_events(catalog, demo_fs)
+    events = _demo_events(catalog, demo_feature_set)
     shuffled = events[:]
     random.Random(4).shuffle(shuffled)
     log = tmp_path / "events.jsonl"
@@ -190,13 +198,13 @@ def test_backfill_of_a_shuffled_log_equals_the_in_memory_replay(demo_fs: Feature
     users = {u["user_id"]: u for u in catalog.users}
     items = {i["item_id"]: i for i in catalog.items}
     out = tmp_path / "rows.jsonl"
-    figures = backfill(demo_fs, log, out, users, items, run_size=97)  # many spilled runs
+    figures = backfill(demo_feature_set, log, out, users, items, run_size=97)  # many spilled runs
     rows = [orjson.loads(line) for line in out.read_text().splitlines()]
-    want = list(training_examples(demo_fs, events, users, items))
+    want = list(training_examples(demo_feature_set, events, users, items))
     assert figures["rows"] == len(rows) == len(want) > 100
     assert figures["positives"] == sum(w.label for w in want) > 0
-    assert figures["feature_version"] == demo_fs.version
-    assert {r["feature_version"] for r in rows} == {demo_fs.version}
+    assert figures["feature_version"] == demo_feature_set.version
+    assert {r["feature_version"] for r in rows} == {demo_feature_set.version}
     assert [(r["user_id"], r["item_id"], r["as_of_ms"], r["label"], r["user"], r["item"]) for r in rows] == [
         (w.user_id, w.item_id, w.as_of_ms, w.label, w.user, w.item) for w in want
     ]
@@ -218,19 +226,19 @@ negatives = 2
 
 
 def test_implicit_feedback_every_example_is_a_positive_weighted_by_its_behaviour() -> None:
-    fs = parse_repository(FUNNEL, Path("funnel.toml"))
-    rule = LabelRule.of(fs)
+    feature_set = parse_feature_set(FUNNEL, Path("funnel.toml"))
+    rule = LabelRule.of(feature_set)
     assert (
         "every purchase/view event is a positive (implicit feedback); weighted purchase 4" in rule.describe()
     )
     items: dict[str, dict[str, Any]] = {f"p{n}": {} for n in range(8)}
     events = [
-        event(fs, "v1", "view", T0, item="p0"),
-        event(fs, "c1", "cart", T0 + 1000, item="p0"),  # not an example behaviour: no row
-        event(fs, "b1", "purchase", T0 + 2000, item="p0"),
-        event(fs, "v2", "view", T0 + 3000, item="p1"),
+        event(feature_set, "v1", "view", T0, item="p0"),
+        event(feature_set, "c1", "cart", T0 + 1000, item="p0"),  # not an example behaviour: no row
+        event(feature_set, "b1", "purchase", T0 + 2000, item="p0"),
+        event(feature_set, "v2", "view", T0 + 3000, item="p1"),
     ]
-    rows = list(training_examples(fs, events, {}, items))
+    rows = list(training_examples(feature_set, events, {}, items))
     assert len(rows) == 3 * (1 + 2)
     examples = [r for r in rows if r.label == 1]
     assert [(r.item_id, r.as_of_ms + 1, r.weight) for r in examples] == [
@@ -239,24 +247,24 @@ def test_implicit_feedback_every_example_is_a_positive_weighted_by_its_behaviour
     negatives = [r for r in rows if r.label == 0]
     assert {r.weight for r in negatives} == {1.0} and not {r.item_id for r in negatives} & {"p0"}
     # Learnt retrieval and the default popularity count the examples, with the same weights.
-    assert fs.roles.learnt_behaviors == {"purchase": 4.0, "view": 1.0}
-    assert fs.roles.popularity_behaviors == frozenset({"purchase", "view"})
+    assert feature_set.roles.learnt_behaviors == {"purchase": 4.0, "view": 1.0}
+    assert feature_set.roles.popularity_behaviors == frozenset({"purchase", "view"})
 
 
-def test_features_as_of_answer_each_query_from_the_events_before_it(demo_fs: FeatureSet) -> None:
+def test_features_as_of_answer_each_query_from_the_events_before_it(demo_feature_set: FeatureSet) -> None:
     events = [
-        event(demo_fs, "v1", "view", T0, item="a"),
-        event(demo_fs, "c1", "click", T0 + 1000, item="a"),
-        event(demo_fs, "v2", "view", T0 + 2000, item="b"),
+        event(demo_feature_set, "v1", "view", T0, item="a"),
+        event(demo_feature_set, "c1", "click", T0 + 1000, item="a"),
+        event(demo_feature_set, "v2", "view", T0 + 2000, item="b"),
     ]
     queries = [Query("u", T0 + 1999, ("a", "b")), Query("u", T0 - 1, ("a",)), Query("u", T0 + 5000, ("b",))]
-    got = list(features_as_of(demo_fs, events, {}, {"a": {"category": "news"}}, queries))
+    got = list(features_as_of(demo_feature_set, events, {}, {"a": {"category": "news"}}, queries))
     assert [q.as_of_ms for q, _, _ in got] == [T0 - 1, T0 + 1999, T0 + 5000]  # answered in time order
     (_, early, [a_early]), (_, mid, [a_mid, b_mid]), (_, late, [b_late]) = got
     assert early["clicks_5m"] == 0 and a_early["views_10m"] == 0
     assert mid["clicks_5m"] == 1 and a_mid["views_10m"] == 1 and b_mid["views_10m"] == 0
     assert a_mid["category"] == "news" and late["last_viewed_3"] == ["b", "a"] and b_late["views_10m"] == 1
     # The same rows as the training replay computes for an example at that moment.
-    (example,) = [e for e in training_examples(demo_fs, events, {}, {"a": {"category": "news"}})
+    (example,) = [e for e in training_examples(demo_feature_set, events, {}, {"a": {"category": "news"}})
                   if e.item_id == "b"]  # fmt: skip
     assert example.user == mid and example.item == b_mid

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from recmesh.events import Event
 from recmesh.features.check import check_log, errors
-from recmesh.features.repository import parse_repository
+from recmesh.features.repository import parse_feature_set
 
 DAY = 86_400_000
 T0 = 1_767_225_600_000
@@ -38,10 +38,10 @@ negatives = 4
 """
 
 
-def _fs(tmp_path: Path, text: str = SHOP) -> object:
+def _feature_set(tmp_path: Path, text: str = SHOP) -> object:
     path = tmp_path / "recmesh.toml"
     path.write_text(text)
-    return parse_repository(text, path)
+    return parse_feature_set(text, path)
 
 
 def _ev(n: int, user: str, item: str, t: int, behavior: str = "purchase") -> Event:
@@ -51,13 +51,13 @@ def _ev(n: int, user: str, item: str, t: int, behavior: str = "purchase") -> Eve
 
 
 def test_a_valid_log_passes_with_the_warnings_a_team_should_read(tmp_path: Path) -> None:
-    fs = _fs(tmp_path)
+    feature_set = _feature_set(tmp_path)
     log = [
         _ev(n, f"u{n % 3}", f"p{n % 5}", T0 + n * DAY // 4, "purchase" if n % 4 else "view")
         for n in range(24)
     ]
     items = {f"p{n}": {"aisle": "a1" if n == 0 else "unknown"} for n in range(20)}
-    found = check_log(fs, log, {}, items)  # type: ignore[arg-type]
+    found = check_log(feature_set, log, {}, items)  # type: ignore[arg-type]
     assert errors(found) == []
     text = [f.text() for f in found]
     line = {f.key: f.where.rsplit(":", 1)[1] for f in found}
@@ -70,18 +70,18 @@ def test_a_valid_log_passes_with_the_warnings_a_team_should_read(tmp_path: Path)
 
 
 def test_ids_that_match_nothing_in_the_items_file_are_named(tmp_path: Path) -> None:
-    fs = _fs(tmp_path)
+    feature_set = _feature_set(tmp_path)
     log = [_ev(n, f"u{n % 2}", f"p{n}", T0 + n) for n in range(4)]
-    found = check_log(fs, log, {}, {"P-1": {"aisle": "a"}})  # type: ignore[arg-type]
+    found = check_log(feature_set, log, {}, {"P-1": {"aisle": "a"}})  # type: ignore[arg-type]
     assert any(f.key == "items.id" and "none of the log's 4 item ids" in f.message for f in found)
 
 
 def test_the_refusals_come_before_anything_else_and_name_the_label_line(tmp_path: Path) -> None:
-    fs = _fs(
+    feature_set = _feature_set(
         tmp_path,
         SHOP.replace("label = { implicit = true }", 'label = { behaviors = ["purchase"], within = "0s" }'),
     )
     log = [_ev(n, "u1", f"p{n}", T0 + n) for n in range(3)]
-    (err,) = errors(check_log(fs, log))  # type: ignore[arg-type]
+    (err,) = errors(check_log(feature_set, log))  # type: ignore[arg-type]
     assert err.key == "training.label" and err.where.endswith(":22")
     assert "write label = { implicit = true }" in err.message

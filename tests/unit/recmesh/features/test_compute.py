@@ -25,7 +25,7 @@ from recmesh.features.repository import (
     FeatureSet,
     FeatureValue,
     Stream,
-    parse_repository,
+    parse_feature_set,
 )
 
 MIN = 60_000
@@ -90,7 +90,7 @@ window = "1h"
 
 @pytest.fixture(scope="module")
 def extra_fs() -> FeatureSet:
-    return parse_repository(EXTRA, Path("compute-test.toml"))
+    return parse_feature_set(EXTRA, Path("compute-test.toml"))
 
 
 # (event_id, other entity's id, behaviour, time, other entity's attributes, event values)
@@ -113,10 +113,10 @@ def stream_events(stream: Stream, raw: list[Raw]) -> list[StreamEvent]:
 
 
 def features_of(
-    fs: FeatureSet, entity: str, raw: list[Raw], as_of: int
+    feature_set: FeatureSet, entity: str, raw: list[Raw], as_of: int
 ) -> dict[str, tuple[FeatureValue, int]]:
     out: dict[str, tuple[FeatureValue, int]] = {}
-    for s in fs.streams:
+    for s in feature_set.streams:
         if s.entity != entity:
             continue
         events = stream_events(s, raw)
@@ -134,9 +134,9 @@ def test_window_is_half_open() -> None:
     assert newest_at_or_before(times, 50) is None
 
 
-def test_aggregate_window_is_half_open(demo_fs: FeatureSet) -> None:
-    f = demo_fs.by_name["clicks_5m"]
-    s = demo_fs.stream(f.stream, "user")
+def test_aggregate_window_is_half_open(demo_feature_set: FeatureSet) -> None:
+    f = demo_feature_set.by_name["clicks_5m"]
+    s = demo_feature_set.stream(f.stream, "user")
     as_of = 100 * MIN
     raw = [ev("lo", "i1", "click", as_of - 5 * MIN, {"category": "a"}),
            ev("hi", "i2", "click", as_of, {"category": "a"}),
@@ -147,7 +147,7 @@ def test_aggregate_window_is_half_open(demo_fs: FeatureSet) -> None:
     assert aggregate(f, Layout.of(s), stream_events(s, raw), as_of - 5 * MIN - 1) == (0, -1)
 
 
-def test_user_features_apply_each_window(demo_fs: FeatureSet) -> None:
+def test_user_features_apply_each_window(demo_feature_set: FeatureSet) -> None:
     as_of = 100 * MIN
     raw = [
         ev("e1", "i1", "click", as_of - 9 * MIN, {"category": "sports"}),  # in 10m, not in 5m
@@ -156,13 +156,13 @@ def test_user_features_apply_each_window(demo_fs: FeatureSet) -> None:
         ev("e3", "i3", "view", as_of - 1 * MIN, {"category": "news"}),
         ev("e4", "i2", "add_to_cart", as_of, {"category": "news"}),
     ]
-    f = features_of(demo_fs, "user", raw, as_of)
+    f = features_of(demo_feature_set, "user", raw, as_of)
     assert f["clicks_5m"] == (1, 4 * MIN)
     assert f["category_clicks_10m"] == ({"sports": 1, "news": 1}, 4 * MIN)
     assert f["last_viewed_3"] == (["i3", "i2", "i1"], MIN)  # distinct, newest first
 
 
-def test_ages_are_per_feature(demo_fs: FeatureSet) -> None:
+def test_ages_are_per_feature(demo_feature_set: FeatureSet) -> None:
     """Each feature's age is as_of minus the newest event in its own window that
     matches its behaviours; a feature with an empty window has age -1 even when
     another feature of the same stream has a value."""
@@ -171,37 +171,40 @@ def test_ages_are_per_feature(demo_fs: FeatureSet) -> None:
         ev("c1", "i1", "click", as_of - 7 * MIN, {"category": "food"}),
         ev("v1", "i2", "view", as_of - 2 * MIN, {"category": "news"}),
     ]
-    f = features_of(demo_fs, "user", raw, as_of)
+    f = features_of(demo_feature_set, "user", raw, as_of)
     assert f["clicks_5m"] == (0, -1)  # the click is outside its 5 min
     assert f["category_clicks_10m"] == ({"food": 1}, 7 * MIN)
     assert f["last_viewed_3"] == (["i2", "i1"], 2 * MIN)  # the view is newer than the click
-    items = features_of(demo_fs, "item", raw, as_of)  # as if every event were on one item
+    items = features_of(demo_feature_set, "item", raw, as_of)  # as if every event were on one item
     assert items["clicks_10m"] == (1, 7 * MIN)
     assert items["views_10m"] == (1, 2 * MIN)
 
 
-def test_no_events_gives_defaults_and_unknown_age(demo_fs: FeatureSet) -> None:
-    f = features_of(demo_fs, "user", [], 1000)
+def test_no_events_gives_defaults_and_unknown_age(demo_feature_set: FeatureSet) -> None:
+    f = features_of(demo_feature_set, "user", [], 1000)
     assert f == {"clicks_5m": (0, -1), "category_clicks_10m": ({}, -1), "last_viewed_3": ([], -1)}
-    assert features_of(demo_fs, "item", [], 1000) == {"clicks_10m": (0, -1), "views_10m": (0, -1)}
+    assert features_of(demo_feature_set, "item", [], 1000) == {"clicks_10m": (0, -1), "views_10m": (0, -1)}
     # The default handed out is a copy: changing it leaves the declaration alone.
     value, _ = f["last_viewed_3"]
     assert isinstance(value, list)
     value.append("x")
-    assert demo_fs.by_name["last_viewed_3"].default == []
+    assert demo_feature_set.by_name["last_viewed_3"].default == []
 
 
-def test_member_encoding_round_trips(demo_fs: FeatureSet, extra_fs: FeatureSet) -> None:
-    s = demo_fs.stream("click", "user")  # event id + the item's category
+def test_member_encoding_round_trips(demo_feature_set: FeatureSet, extra_fs: FeatureSet) -> None:
+    s = demo_feature_set.stream("click", "user")  # event id + the item's category
     layout = Layout.of(s)
     member = encode_member(s, "id-1", "i9", {"category": "food"}, {})
     parts = member.split(FIELD_SEP)
     assert parts[0] == "id-1" and layout.other == -1 and parts[layout.attrs["category"]] == "food"
-    viewed = demo_fs.stream("click+view", "user")  # event id + the item id
+    viewed = demo_feature_set.stream("click+view", "user")  # event id + the item id
     parts = encode_member(viewed, "id-2", "i9", {}, {}).split(FIELD_SEP)
     assert parts[0] == "id-2" and parts[Layout.of(viewed).other] == "i9"
     # An item's member carries the user as well: an event id is unique per user only.
-    assert encode_member(demo_fs.stream("click", "item"), "id-3", "u1", {"category": "x"}, {}) == "id-3\x1fu1"
+    assert (
+        encode_member(demo_feature_set.stream("click", "item"), "id-3", "u1", {"category": "x"}, {})
+        == "id-3\x1fu1"
+    )
     # Values are stored as floats; a missing one is empty.
     rated = next(s for s in extra_fs.streams if s.values == ("rating",))
     at = Layout.of(rated).values["rating"]

@@ -8,11 +8,13 @@ def m(event_id: str, item_id: str, *rest: str) -> str:
     return FIELD_SEP.join((event_id, item_id, *rest))
 
 
-def test_previous_items_are_distinct_newest_first_without_the_item_itself(demo_fs: FeatureSet) -> None:
+def test_previous_items_are_distinct_newest_first_without_the_item_itself(
+    demo_feature_set: FeatureSet,
+) -> None:
     members = [m("e9", "i2").encode(), m("e8", "i1").encode(), m("e7", "i2").encode(), m("e6", "i3").encode()]
     assert previous_items("i1", members, 5) == ["i2", "i3"]
     many = [m(f"e{n}", f"i{n}") for n in range(20)]
-    previous = demo_fs.roles.covisit_previous
+    previous = demo_feature_set.roles.covisit_previous
     assert previous == 5  # the demo repository's covisit.previous
     assert previous_items("i0", many, previous) == [f"i{n}" for n in range(1, 6)]
     assert previous_items("i0", many, 2) == ["i1", "i2"]

@@ -10,7 +10,7 @@ import pytest
 
 from recmesh.errors import InvalidArgument
 from recmesh.features.importer import BadRecord, EventMapper, good_events, scan
-from recmesh.features.repository import FeatureSet, parse_repository
+from recmesh.features.repository import FeatureSet, parse_feature_set
 
 REPO = """
 [repository]
@@ -32,8 +32,8 @@ transaction = "purchase"
 """
 
 
-def fs(text: str = REPO) -> FeatureSet:
-    return parse_repository(text, Path("shop/recmesh.toml"))
+def feature_set(text: str = REPO) -> FeatureSet:
+    return parse_feature_set(text, Path("shop/recmesh.toml"))
 
 
 def write(path: Path, rows: list[dict[str, str]]) -> Path:
@@ -45,7 +45,7 @@ def write(path: Path, rows: list[dict[str, str]]) -> Path:
 
 
 def test_fields_units_and_aliases_are_mapped() -> None:
-    mapper = EventMapper(fs())
+    mapper = EventMapper(feature_set())
     (event,) = mapper.map(
         {"id": "r1", "visitorid": "257597", "itemid": "355908", "event": "addtocart",
          "timestamp": "1433221332.117", "amount": "9.5"}
@@ -70,13 +70,13 @@ def test_fields_units_and_aliases_are_mapped() -> None:
     ],
 )
 def test_time_units(unit: str, raw: str, ms: int) -> None:
-    mapper = EventMapper(fs(REPO.replace('time_unit = "s"', f'time_unit = "{unit}"')))
+    mapper = EventMapper(feature_set(REPO.replace('time_unit = "s"', f'time_unit = "{unit}"')))
     (event,) = mapper.map({"id": "r", "visitorid": "u", "itemid": "i", "event": "view", "timestamp": raw})
     assert event.event_time == ms
 
 
 def test_an_iso_time_without_a_zone_is_refused() -> None:
-    mapper = EventMapper(fs(REPO.replace('time_unit = "s"', 'time_unit = "iso8601"')))
+    mapper = EventMapper(feature_set(REPO.replace('time_unit = "s"', 'time_unit = "iso8601"')))
     with pytest.raises(ValueError, match="no time zone"):
         mapper.map(
             {"id": "r", "visitorid": "u", "itemid": "i", "event": "view", "timestamp": "2015-06-02T05:02:12"}
@@ -89,7 +89,7 @@ def test_without_ids_the_same_record_gets_the_same_id_and_derived_events() -> No
         'values = { price = "amount" }\n'
         'derive = [{ behavior = "purchase", when = { field = "price", above = 100 } }]',
     )
-    mapper = EventMapper(fs(text))
+    mapper = EventMapper(feature_set(text))
     record = {"visitorid": "u1", "itemid": "i1", "event": "view", "timestamp": "1433221332", "amount": "150"}
     first, derived = mapper.map(record)
     again, _ = mapper.map(dict(record))
@@ -118,7 +118,7 @@ def test_bad_records_are_counted_with_their_lines_and_nothing_else_is_lost(tmp_p
         {**good, "id": "r6", "event": "transaction"},
     ]
     path = write(tmp_path / "events.csv", rows)
-    mapper = EventMapper(fs())
+    mapper = EventMapper(feature_set())
     found = scan(mapper, path)
     assert (found.records, found.events, found.bad) == (6, 2, 4)
     assert [b.line for b in found.first_bad] == [3, 4, 5, 6]
@@ -134,10 +134,13 @@ def test_json_lines_and_a_wrong_header_are_read_and_named(tmp_path: Path) -> Non
         json.dumps({"id": "j1", "visitorid": 7, "itemid": 9, "event": "view", "timestamp": 1433221332}) + "\n"
     )
     (event,) = [
-        e for _, got in EventMapper(fs()).records(path) if not isinstance(got, BadRecord) for e in got
+        e
+        for _, got in EventMapper(feature_set()).records(path)
+        if not isinstance(got, BadRecord)
+        for e in got
     ]
     assert (event.user_id, event.item_id) == ("7", "9")
     bad = tmp_path / "broken.jsonl"
     bad.write_text('{"id": 1}\n[1, 2]\n')
     with pytest.raises(InvalidArgument, match=r"broken.jsonl:2: a line must hold a JSON object"):
-        list(EventMapper(fs()).records(bad))
+        list(EventMapper(feature_set()).records(bad))

@@ -6,9 +6,9 @@ from __future__ import annotations
 import re
 
 from recmesh.features import keys
-from recmesh.features.repository import DEMO_REPOSITORY, load_repository
+from recmesh.features.repository import DEMO_REPOSITORY, load_feature_set
 
-FS = load_repository(DEMO_REPOSITORY)
+FEATURE_SET = load_feature_set(DEMO_REPOSITORY)
 
 
 def _tag(key: str) -> str:
@@ -50,8 +50,8 @@ def test_acl_patterns_match_the_keys_they_grant() -> None:
 
 
 def test_state_families_name_every_stream_and_recognise_their_keys() -> None:
-    families = keys.state_families(FS)
-    for s in FS.streams:
+    families = keys.state_families(FEATURE_SET)
+    for s in FEATURE_SET.streams:
         assert keys.state_family(keys.stream(s.entity, "x", s.id), families) == f"{s.entity}:s:{s.id}"
     assert keys.state_family(keys.user_ids("u1"), families) == "user:ids"
     assert keys.state_family(keys.item_static("i1"), families) is None

@@ -11,9 +11,9 @@ from recmesh.features.repository import (
     DEMO_REPOSITORY,
     FeatureSet,
     RepositoryError,
-    load_repository,
+    load_feature_set,
     parse_duration_ms,
-    parse_repository,
+    parse_feature_set,
 )
 
 MIN = 60_000
@@ -101,7 +101,7 @@ recent_items = "recent"
 
 
 def parse(text: str) -> FeatureSet:
-    return parse_repository(text, PATH)
+    return parse_feature_set(text, PATH)
 
 
 def error(text: str) -> str:
@@ -116,14 +116,14 @@ def line_of(text: str, needle: str) -> int:
 
 
 def test_a_valid_repository_compiles() -> None:
-    fs = parse(FULL)
-    assert fs.name == "team" and fs.path == PATH.resolve() and not fs.demo
-    assert [f.name for f in fs.features] == [
+    feature_set = parse(FULL)
+    assert feature_set.name == "team" and feature_set.path == PATH.resolve() and not feature_set.demo
+    assert [f.name for f in feature_set.features] == [
         "age_band", "category", "length",  # offline first, in declaration order
         "clicks_5m", "category_clicks_10m", "recent", "spend_1h", "rating_mean_1d", "views_10m",
         "item_clicks_10m", "item_clicks_1h",
     ]  # fmt: skip
-    clicks = fs.by_name["clicks_5m"]
+    clicks = feature_set.by_name["clicks_5m"]
     assert (clicks.entity, clicks.kind, clicks.dtype, clicks.window_ms) == (
         "user",
         "realtime",
@@ -131,18 +131,24 @@ def test_a_valid_repository_compiles() -> None:
         5 * MIN,
     )
     assert clicks.behaviors == {"click"} and clicks.default == 0 and clicks.ttl_s == 3600  # default ttl: 1 h
-    assert fs.by_name["category_clicks_10m"].dtype == "counts" and fs.by_name["recent"].dtype == "strings"
-    assert fs.by_name["recent"].scan == 10  # default: max(n, 10)
-    mean = fs.by_name["rating_mean_1d"]
+    assert (
+        feature_set.by_name["category_clicks_10m"].dtype == "counts"
+        and feature_set.by_name["recent"].dtype == "strings"
+    )
+    assert feature_set.by_name["recent"].scan == 10  # default: max(n, 10)
+    mean = feature_set.by_name["rating_mean_1d"]
     assert mean.behaviors == {"view", "click", "purchase"}  # no filter: every behaviour
     assert (mean.dtype, mean.field, mean.ttl_s) == ("float", "rating", 2 * 86_400)
-    assert fs.by_name["category"].default == "unknown" and fs.by_name["length"].default == 0
-    assert fs.behaviors == ("view", "click", "purchase") and fs.value_names == ("rating", "price")
+    assert feature_set.by_name["category"].default == "unknown" and feature_set.by_name["length"].default == 0
+    assert feature_set.behaviors == ("view", "click", "purchase") and feature_set.value_names == (
+        "rating",
+        "price",
+    )
 
 
 def test_streams_group_features_by_entity_and_behaviour_filter() -> None:
-    fs = parse(FULL)
-    streams = {(s.entity, s.id): s for s in fs.streams}
+    feature_set = parse(FULL)
+    streams = {(s.entity, s.id): s for s in feature_set.streams}
     assert set(streams) == {
         ("user", "click"), ("user", "click+view"), ("user", "purchase"),
         ("item", "click+purchase+view"), ("item", "view"), ("item", "click"),
@@ -156,24 +162,26 @@ def test_streams_group_features_by_entity_and_behaviour_filter() -> None:
     recent = streams[("user", "click+view")]  # ["click", "view"]: one filter whatever the order
     assert recent.other_id and recent.read == "latest" and recent.scan == 10
     # Co-visitation (default: the recent items' behaviours, 30 min) shares that stream.
-    assert fs.roles.covisit_stream == "click+view" and recent.retention_ms >= 60 * MIN
+    assert feature_set.roles.covisit_stream == "click+view" and recent.retention_ms >= 60 * MIN
     assert streams[("user", "purchase")].values == ("price",)
     assert streams[("item", "click+purchase+view")].values == ("rating",)
     item_clicks = streams[("item", "click")]
     assert item_clicks.read == "count" and item_clicks.other_id
     assert not (item_clicks.attrs or item_clicks.values)
     assert item_clicks.windows == (60 * MIN, 10 * MIN)  # widest first
-    assert {s.id for s in fs.streams_of("item")} == {"click+purchase+view", "view", "click"}
-    assert fs.attributes_needed("item") == ("category",)  # what user count_by features group by
-    assert fs.attributes_needed("user") == ()
+    assert {s.id for s in feature_set.streams_of("item")} == {"click+purchase+view", "view", "click"}
+    assert feature_set.attributes_needed("item") == ("category",)  # what user count_by features group by
+    assert feature_set.attributes_needed("user") == ()
 
 
 def test_covisitation_gets_a_stream_of_its_own_when_no_feature_has_its_filter() -> None:
-    fs = parse(FULL + 'covisit = { behaviors = ["purchase", "view"], window = "2h", previous = 3 }\n')
-    s = fs.stream("purchase+view", "user")
+    feature_set = parse(
+        FULL + 'covisit = { behaviors = ["purchase", "view"], window = "2h", previous = 3 }\n'
+    )
+    s = feature_set.stream("purchase+view", "user")
     assert s.features == () and s.other_id and s.read == "range" and s.retention_ms >= 120 * MIN
     assert s.ttl_s >= 7200, "state expiring before the co-visitation window ends would lose earlier items"
-    assert (fs.roles.covisit_stream, fs.roles.covisit_previous) == ("purchase+view", 3)
+    assert (feature_set.roles.covisit_stream, feature_set.roles.covisit_previous) == ("purchase+view", 3)
 
 
 def test_the_version_is_a_content_hash_of_what_decides_values() -> None:
@@ -183,7 +191,7 @@ def test_the_version_is_a_content_hash_of_what_decides_values() -> None:
     # Descriptions, the file's location, recall roles and training rules do not count.
     assert parse(FULL.replace("category -> clicks", "clicks per category")).version == version
     assert parse(FULL.replace('description = "item category"', 'description = "x"')).version == version
-    assert parse_repository(FULL, Path("elsewhere/recmesh.toml")).version == version
+    assert parse_feature_set(FULL, Path("elsewhere/recmesh.toml")).version == version
     assert parse(FULL + 'covisit = { window = "1h" }\n').version == version
     assert (
         parse(
@@ -202,26 +210,35 @@ def test_the_version_is_a_content_hash_of_what_decides_values() -> None:
     assert len(versions) == len(changed) and version not in versions
 
 
-def test_the_demo_repository_loads(demo_fs: FeatureSet) -> None:
-    assert demo_fs.demo and demo_fs.name == "demo" and demo_fs.path == DEMO_REPOSITORY
-    assert load_repository(DEMO_REPOSITORY.parent).version == demo_fs.version  # a directory: its recmesh.toml
-    assert demo_fs.version == parse_repository(DEMO_REPOSITORY.read_text(), DEMO_REPOSITORY).version
-    assert {f.name for f in demo_fs.features} == {
+def test_the_demo_repository_loads(demo_feature_set: FeatureSet) -> None:
+    assert (
+        demo_feature_set.demo and demo_feature_set.name == "demo" and demo_feature_set.path == DEMO_REPOSITORY
+    )
+    assert (
+        load_feature_set(DEMO_REPOSITORY.parent).version == demo_feature_set.version
+    )  # a directory: its recmesh.toml
+    assert demo_feature_set.version == parse_feature_set(DEMO_REPOSITORY.read_text(), DEMO_REPOSITORY).version
+    assert {f.name for f in demo_feature_set.features} == {
         "age_band", "interest_tags", "category", "length", "author_level", "popularity",
         "clicks_5m", "category_clicks_10m", "last_viewed_3", "clicks_10m", "views_10m",
     }  # fmt: skip
-    assert demo_fs.roles.recent_items == "last_viewed_3" and demo_fs.roles.affinity == "category_clicks_10m"
+    assert (
+        demo_feature_set.roles.recent_items == "last_viewed_3"
+        and demo_feature_set.roles.affinity == "category_clicks_10m"
+    )
 
 
 def test_a_missing_file_is_named(tmp_path: Path) -> None:
     with pytest.raises(RepositoryError, match=r"nowhere\.toml: cannot read the repository file"):
-        load_repository(tmp_path / "nowhere.toml")
+        load_feature_set(tmp_path / "nowhere.toml")
 
 
 def test_aliases_map_onto_the_vocabulary() -> None:
-    fs = parse(BASE.replace('values = ["rating", "price"]', 'aliases = { buy = "purchase", tap = "click" }'))
-    assert fs.aliases == {"buy": "purchase", "tap": "click"}
-    schema = fs.event_schema
+    feature_set = parse(
+        BASE.replace('values = ["rating", "price"]', 'aliases = { buy = "purchase", tap = "click" }')
+    )
+    assert feature_set.aliases == {"buy": "purchase", "tap": "click"}
+    schema = feature_set.event_schema
     assert (schema.behavior("buy"), schema.behavior("tap"), schema.behavior("view")) == (
         "purchase",
         "click",
@@ -373,9 +390,9 @@ def test_a_repository_without_training_rules_serves_and_says_so_when_asked_to_tr
     from recmesh.errors import FailedPrecondition
     from recmesh.features.backfill import LabelRule
 
-    fs = parse(BASE)  # no [training]: it serves features all the same
+    feature_set = parse(BASE)  # no [training]: it serves features all the same
     with pytest.raises(FailedPrecondition, match=r"declares no \[training\]"):
-        LabelRule.of(fs)
+        LabelRule.of(feature_set)
 
 
 def test_a_bad_duration_names_its_key() -> None:
@@ -386,8 +403,8 @@ DERIVE = 'values = ["rating"]\nderive = [{ behavior = "click", when = { field = 
 
 
 def test_derive_rules_are_validated() -> None:
-    fs = parse(BASE.replace('values = ["rating", "price"]', DERIVE))
-    (rule,) = fs.decl.events.derive
+    feature_set = parse(BASE.replace('values = ["rating", "price"]', DERIVE))
+    (rule,) = feature_set.decl.events.derive
     assert (
         rule.behavior == "click" and rule.when.holds({"rating": 4.0}) and not rule.when.holds({"rating": 3.9})
     )

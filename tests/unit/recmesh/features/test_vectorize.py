@@ -149,30 +149,30 @@ def test_users_broadcast_or_one_per_row() -> None:
 
 
 @pytest.fixture(scope="module")
-def demo_rows(demo_fs: FeatureSet) -> list[Example]:
+def demo_rows(demo_feature_set: FeatureSet) -> list[Example]:
     """Point-in-time rows of a short demo log, as training builds them."""
     catalog = make_catalog()
     events = [
-        validate_event(e, demo_fs.event_schema)
+        validate_event(e, demo_feature_set.event_schema)
         for e in generate_events(catalog, 1_767_225_600_000, 30 * 60_000, 150, seed=9)
     ]
     users = {u["user_id"]: u for u in catalog.users}
     items = {i["item_id"]: i for i in catalog.items}
-    return list(training_examples(demo_fs, events, users, items))
+    return list(training_examples(demo_feature_set, events, users, items))
 
 
 @pytest.fixture(scope="module")
-def demo_plan(demo_fs: FeatureSet, demo_rows: list[Example]) -> tuple[Transform, ...]:
-    return plan_inputs(demo_fs, [e.user for e in demo_rows], [e.item for e in demo_rows])
+def demo_plan(demo_feature_set: FeatureSet, demo_rows: list[Example]) -> tuple[Transform, ...]:
+    return plan_inputs(demo_feature_set, [e.user for e in demo_rows], [e.item for e in demo_rows])
 
 
 def test_plan_inputs_reads_every_demo_feature_by_its_type(
-    demo_fs: FeatureSet, demo_plan: tuple[Transform, ...], demo_rows: list[Example]
+    demo_feature_set: FeatureSet, demo_plan: tuple[Transform, ...], demo_rows: list[Example]
 ) -> None:
     by_name = {t.name: t for t in demo_plan}
     assert len(by_name) == len(demo_plan)  # column names are unique
-    assert check_against(demo_plan, demo_fs) == []
-    assert {t.feature for t in demo_plan} == {f.name for f in demo_fs.features} | {"item_id"}
+    assert check_against(demo_plan, demo_feature_set) == []
+    assert {t.feature for t in demo_plan} == {f.name for f in demo_feature_set.features} | {"item_id"}
     for name in ("u_clicks_5m", "i_clicks_10m", "i_views_10m"):  # counts: long-tailed
         assert by_name[name].kind == "log1p"
     assert (
@@ -221,13 +221,13 @@ def test_the_planned_matrix_is_the_row_by_row_one(
     assert m[:, vec.columns.index("u_last_viewed_3_has")].any()  # some rows re-view a recent item
 
 
-def test_plan_inputs_learns_skew_and_vocabularies(demo_fs: FeatureSet) -> None:
+def test_plan_inputs_learns_skew_and_vocabularies(demo_feature_set: FeatureSet) -> None:
     n = 40
     users = [{"age_band": f"band{k % 20:02d}" if k < 30 else "band00"} for k in range(n)]
     items = [
         {"popularity": 1000.0 if k == 0 else 1.0, "length": 10 + k, "category": "news"} for k in range(n)
     ]
-    plan = {t.name: t for t in plan_inputs(demo_fs, users, items)}
+    plan = {t.name: t for t in plan_inputs(demo_feature_set, users, items)}
     assert plan["i_popularity"].kind == "log1p"  # a long tail
     assert plan["i_length"].kind == "value"
     # Most frequent first (ties by value), at most 16 values for a user feature.
@@ -237,7 +237,7 @@ def test_plan_inputs_learns_skew_and_vocabularies(demo_fs: FeatureSet) -> None:
     assert plan["i_category"].vocabulary == ("news",)
     many = [{"category": f"c{k:03d}"} for k in range(100)]
     assert (
-        len({t.name: t for t in plan_inputs(demo_fs, users[:1], many)}["i_category"].vocabulary)
+        len({t.name: t for t in plan_inputs(demo_feature_set, users[:1], many)}["i_category"].vocabulary)
         == MAX_VOCABULARY
     )
 
@@ -293,10 +293,10 @@ def test_transforms_round_trip_through_json(
     ],
 )
 def test_check_against_names_what_the_repository_cannot_serve(
-    demo_fs: FeatureSet, transform: Transform, problem: str
+    demo_feature_set: FeatureSet, transform: Transform, problem: str
 ) -> None:
     good = Transform("hash_bucket", "item_id", "item", "i_id_bucket", buckets=8)
-    problems = check_against([good, transform], demo_fs)
+    problems = check_against([good, transform], demo_feature_set)
     assert len(problems) == 1 and problems[0].startswith("inputs[1] (x): "), problems
     assert problem in problems[0]
-    assert check_against([good], demo_fs) == []
+    assert check_against([good], demo_feature_set) == []

@@ -39,8 +39,8 @@ def test_no_growth_without_two_samples_or_elapsed_time() -> None:
     assert growth_pct_per_min([(5.0, 100), (5.0, 900)]) == 0.0
 
 
-def test_state_families_come_from_the_key_layout(demo_fs: FeatureSet) -> None:
-    families = state_families(demo_fs)
+def test_state_families_come_from_the_key_layout(demo_feature_set: FeatureSet) -> None:
+    families = state_families(demo_feature_set)
     # One family per stream of the repository, plus event ids, co-visitation counts
     # and the users' histories (learnt retrieval's seeds).
     assert set(families) == {
@@ -61,9 +61,9 @@ def test_state_families_come_from_the_key_layout(demo_fs: FeatureSet) -> None:
     assert state_family(keys.stream("user", "42", "purchase"), families) is None  # no such stream
 
 
-def test_sizer_publishes_growth_per_family(demo_fs: FeatureSet) -> None:
-    sizer = StateSizer(cast(AnyRedis, object()), demo_fs)  # publish() never touches Redis
-    assert set(sizer.history) == set(state_families(demo_fs))
+def test_sizer_publishes_growth_per_family(demo_feature_set: FeatureSet) -> None:
+    sizer = StateSizer(cast(AnyRedis, object()), demo_feature_set)  # publish() never touches Redis
+    assert set(sizer.history) == set(state_families(demo_feature_set))
     sizes = dict.fromkeys(sizer.history, (1, 10_000))
     assert set(sizer.publish(sizes, 0.0).values()) == {0.0}
     sizes["user:s:click"] = (2, 12_500)

@@ -78,15 +78,15 @@ async def test_queued_lookups_are_produced_with_the_feature_set_version() -> Non
     assert record["item_ids"] == ["i1", "i2"] and record["degraded"] == ["related_timeout"]
 
 
-def _event(fs: FeatureSet, eid: str, behavior: str, t: int, item: str = "i1") -> Event:
+def _event(feature_set: FeatureSet, eid: str, behavior: str, t: int, item: str = "i1") -> Event:
     obj = {"event_id": eid, "user_id": "u1", "item_id": item, "behavior": behavior, "event_time": t}
-    return validate_event(obj, fs.event_schema)
+    return validate_event(obj, feature_set.event_schema)
 
 
-def _row(fs: FeatureSet, clicks_5m: int, clicks_10m: int, *, version: str | None = None,
+def _row(feature_set: FeatureSet, clicks_5m: int, clicks_10m: int, *, version: str | None = None,
          degraded: tuple[str, ...] = (), category: str = "news") -> dict[str, Any]:  # fmt: skip
     return served_record(
-        feature_version=version or fs.version, request_id="r", trace_id="", as_of_ms=T0 + 2000,
+        feature_version=version or feature_set.version, request_id="r", trace_id="", as_of_ms=T0 + 2000,
         user_id="u1", user={"clicks_5m": (clicks_5m, "realtime", 1000), "age_band": ("25-34", "offline", -1)},
         item_ids=["i1"], served_at_ms=T0 + 2000,
         item_columns={"clicks_10m": Column([clicks_10m], ["realtime"], [1000]),
@@ -95,27 +95,36 @@ def _row(fs: FeatureSet, clicks_5m: int, clicks_10m: int, *, version: str | None
     )  # fmt: skip
 
 
-def test_compare_recomputes_served_rows_with_the_replay(demo_fs: FeatureSet) -> None:
-    events = [_event(demo_fs, "c1", "click", T0 + 1000), _event(demo_fs, "c2", "click", T0 + 5000)]
+def test_compare_recomputes_served_rows_with_the_replay(demo_feature_set: FeatureSet) -> None:
+    events = [
+        _event(demo_feature_set, "c1", "click", T0 + 1000),
+        _event(demo_feature_set, "c2", "click", T0 + 5000),
+    ]
     users = {"u1": {"age_band": "25-34"}}
     items = {"i1": {"category": "news"}}
-    good = compare(demo_fs, [_row(demo_fs, 1, 1)], events, users, items)
+    good = compare(demo_feature_set, [_row(demo_feature_set, 1, 1)], events, users, items)
     assert good.rows == 1 and good.mismatches == 0
     assert {n: t.compared for n, t in good.features.items()} == dict.fromkeys(
         ("clicks_5m", "age_band", "clicks_10m", "category"), 1
     )
     # The click after the as-of time is not counted; a served 2 is a mismatch, with an example.
-    bad = compare(demo_fs, [_row(demo_fs, 2, 1, category="food")], events, users, items)
+    bad = compare(demo_feature_set, [_row(demo_feature_set, 2, 1, category="food")], events, users, items)
     assert bad.mismatches == 2
     assert bad.features["clicks_5m"].examples == [
         {"request_id": "r", "as_of_ms": T0 + 2000, "user_id": "u1", "served": 2, "replay": 1}
     ]
     assert bad.features["category"].mismatched == 1
-    other = compare(demo_fs, [_row(demo_fs, 9, 9, version="fs-other")], events, users, items)
+    other = compare(
+        demo_feature_set, [_row(demo_feature_set, 9, 9, version="fs-other")], events, users, items
+    )
     assert (other.rows, other.skipped_version, other.mismatches) == (1, 1, 0)
     # A degraded row served defaults on purpose: its real-time values are not compared.
     degraded = compare(
-        demo_fs, [_row(demo_fs, 0, 0, degraded=("realtime_store_timeout",))], events, users, items
+        demo_feature_set,
+        [_row(demo_feature_set, 0, 0, degraded=("realtime_store_timeout",))],
+        events,
+        users,
+        items,
     )
     assert degraded.skipped_degraded == 1 and degraded.mismatches == 0
     assert degraded.features["clicks_5m"].compared == 0 and degraded.features["category"].compared == 1

@@ -42,11 +42,11 @@ async def _serve(store: FeatureStore, redis_url: str) -> AsyncIterator[FeatureCl
 
 @pytest.fixture
 async def feature(
-    redis_client: redis.Redis, scratch_redis_url: str, demo_fs: FeatureSet
+    redis_client: redis.Redis, scratch_redis_url: str, demo_feature_set: FeatureSet
 ) -> AsyncIterator[FeatureClient]:
-    store = FeatureStore(redis_client, demo_fs)
+    store = FeatureStore(redis_client, demo_feature_set)
     await store.prepare()
-    await load_catalog(redis_client, demo_fs, USERS, ITEMS)  # type: ignore[arg-type]
+    await load_catalog(redis_client, demo_feature_set, USERS, ITEMS)  # type: ignore[arg-type]
     async for client in _serve(store, scratch_redis_url):
         yield client
 
@@ -72,11 +72,11 @@ async def test_a_lookup_answers_from_the_store(feature: FeatureClient) -> None:
     assert await feature.popular(2) == [("i1", 5.0), ("i2", 1.0)]
 
 
-async def test_a_store_out_of_reach_degrades_the_answer(demo_fs: FeatureSet) -> None:
+async def test_a_store_out_of_reach_degrades_the_answer(demo_feature_set: FeatureSet) -> None:
     dead_url = "redis://127.0.0.1:1/0"
     dead = connect(dead_url, 2)
     try:
-        async for client in _serve(FeatureStore(dead, demo_fs), dead_url):
+        async for client in _serve(FeatureStore(dead, demo_feature_set), dead_url):
             resp = await client.get_features("u1", ["i1"], T0)
             assert list(resp.degraded) == ["realtime_store_unavailable"]
             assert row_values(resp.user)["age_band"] == "unknown", "the declared default"

@@ -17,21 +17,21 @@ ASKED = ["i1", "i2", "i1"]  # i1 twice, as a caller may ask
 UNIQUE = ["i1", "i2"]
 
 
-def _store(fs: FeatureSet) -> FeatureStore:
-    return FeatureStore(redis.Redis(port=1), fs)  # never connects: decoding only
+def _store(feature_set: FeatureSet) -> FeatureStore:
+    return FeatureStore(redis.Redis(port=1), feature_set)  # never connects: decoding only
 
 
-def test_the_script_asks_for_every_items_count_windows(demo_fs: FeatureSet) -> None:
-    store = _store(demo_fs)
+def test_the_script_asks_for_every_items_count_windows(demo_feature_set: FeatureSet) -> None:
+    store = _store(demo_feature_set)
     # The Lua script's ARGV[2]: 'C|<stream>|<lo>' per count stream, lo = as-of less the window.
     assert store._plan.item_spec(AS_OF) == "C|click|400000;C|view|400000"
 
 
-def test_script_and_cluster_replies_decode_to_the_same_windows(demo_fs: FeatureSet) -> None:
+def test_script_and_cluster_replies_decode_to_the_same_windows(demo_feature_set: FeatureSet) -> None:
     # Per item, per stream (click, view): the window's count, then its newest event time (-1 none).
     flat: list[Any] = [2, 900_000, 0, -1, 1, 950_000, 3, 990_000]
-    script = _store(demo_fs)._item_windows(UNIQUE, ASKED, [flat])
-    cluster_store = _store(demo_fs)
+    script = _store(demo_feature_set)._item_windows(UNIQUE, ASKED, [flat])
+    cluster_store = _store(demo_feature_set)
     cluster_store._cluster = True  # plain commands: a ZCOUNT, then the newest (member, score) if any
     per_command: list[Any] = [
         2,
@@ -53,6 +53,6 @@ def test_script_and_cluster_replies_decode_to_the_same_windows(demo_fs: FeatureS
     assert per_command == [], "the reads are consumed from the front of the replies"
 
 
-def test_no_items_reads_nothing(demo_fs: FeatureSet) -> None:
-    windows = _store(demo_fs)._item_windows([], [], [])
+def test_no_items_reads_nothing(demo_feature_set: FeatureSet) -> None:
+    windows = _store(demo_feature_set)._item_windows([], [], [])
     assert windows == [StreamRead([[]]), StreamRead([[]])]

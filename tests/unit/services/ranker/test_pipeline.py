@@ -63,32 +63,36 @@ class Inference:
 
 
 def pipeline(
-    tmp_path: Path, fs: FeatureSet, features: Features, inference: Inference, blend: float = 0.0
+    tmp_path: Path, feature_set: FeatureSet, features: Features, inference: Inference, blend: float = 0.0
 ) -> RankPipeline:
     # no item vectors there: no semantic index; blend 0: the model's order alone
     settings = RankerSettings(model_dir=tmp_path, recall_blend=blend)
-    return build_pipeline(settings, features, inference, fs)  # type: ignore[arg-type]
+    return build_pipeline(settings, features, inference, feature_set)  # type: ignore[arg-type]
 
 
-async def test_every_node_answering_ranks_by_score(tmp_path: Path, demo_fs: FeatureSet) -> None:
-    ranked = await pipeline(tmp_path, demo_fs, Features(), Inference()).rank("u1", 3, 1_000)
+async def test_every_node_answering_ranks_by_score(tmp_path: Path, demo_feature_set: FeatureSet) -> None:
+    ranked = await pipeline(tmp_path, demo_feature_set, Features(), Inference()).rank("u1", 3, 1_000)
     assert [i for i, _ in ranked.items] == ["i3", "i2", "i1"]
     assert ranked.model_version == "model-v7" and ranked.feature_version == "fs-v1"
     assert ranked.degraded == []
 
 
 async def test_the_recall_blend_weighs_the_recall_order_against_the_models(
-    tmp_path: Path, demo_fs: FeatureSet
+    tmp_path: Path, demo_feature_set: FeatureSet
 ) -> None:
     # The stand-in model orders i3, i2, i1; recall i1, i2, i3. Equal weights tie
     # the ends (ties keep recall order) ahead of the middle; a heavier recall weight keeps its order.
     for blend, want in ((0.0, ["i3", "i2", "i1"]), (1.0, ["i1", "i3", "i2"]), (2.0, ["i1", "i2", "i3"])):
-        ranked = await pipeline(tmp_path, demo_fs, Features(), Inference(), blend).rank("u1", 3, 1_000)
+        ranked = await pipeline(tmp_path, demo_feature_set, Features(), Inference(), blend).rank(
+            "u1", 3, 1_000
+        )
         assert [i for i, _ in ranked.items] == want, blend
 
 
-async def test_a_failing_skippable_node_gives_its_neutral_answer(tmp_path: Path, demo_fs: FeatureSet) -> None:
-    run = pipeline(tmp_path, demo_fs, Features(user_down=True), Inference("down"))
+async def test_a_failing_skippable_node_gives_its_neutral_answer(
+    tmp_path: Path, demo_feature_set: FeatureSet
+) -> None:
+    run = pipeline(tmp_path, demo_feature_set, Features(user_down=True), Inference("down"))
     ranked = await run.rank("u1", 3, 1_000)
     # Scoring down: the recall order stands, unscored; the user look-up down: no user features.
     assert [i for i, _ in ranked.items] == ["i1", "i2", "i3"]
@@ -96,8 +100,10 @@ async def test_a_failing_skippable_node_gives_its_neutral_answer(tmp_path: Path,
     assert ranked.degraded == ["user_features_unavailable", "scoring_unavailable"]
 
 
-async def test_a_node_past_its_budget_share_falls_back_in_time(tmp_path: Path, demo_fs: FeatureSet) -> None:
-    run = pipeline(tmp_path, demo_fs, Features(), Inference("slow"))
+async def test_a_node_past_its_budget_share_falls_back_in_time(
+    tmp_path: Path, demo_feature_set: FeatureSet
+) -> None:
+    run = pipeline(tmp_path, demo_feature_set, Features(), Inference("slow"))
     started = time.perf_counter()
     with request_scope("A", 0.3):
         ranked = await run.rank("u1", 3, 1_000)
@@ -106,7 +112,9 @@ async def test_a_node_past_its_budget_share_falls_back_in_time(tmp_path: Path, d
     assert took < 0.3, f"scoring's share of the 300 ms budget, not the stand-in's 5 s: {took:.3f} s"
 
 
-async def test_a_required_node_failing_fails_the_request(tmp_path: Path, demo_fs: FeatureSet) -> None:
-    run = pipeline(tmp_path, demo_fs, Features(popular_down=True), Inference())
+async def test_a_required_node_failing_fails_the_request(
+    tmp_path: Path, demo_feature_set: FeatureSet
+) -> None:
+    run = pipeline(tmp_path, demo_feature_set, Features(popular_down=True), Inference())
     with pytest.raises(Unavailable, match="GetPopular"):
         await run.rank("u1", 3, 1_000)

@@ -84,7 +84,9 @@ async def test_new_vectors_are_picked_up_in_the_background(tmp_path: Path) -> No
     assert holder.index is not None and len(holder.index) == 60
 
 
-async def test_a_query_is_not_embedded_when_inference_is_skipped(tmp_path: Path, demo_fs: FeatureSet) -> None:
+async def test_a_query_is_not_embedded_when_inference_is_skipped(
+    tmp_path: Path, demo_feature_set: FeatureSet
+) -> None:
     """With inference presumed cold (x-recmesh-skip), semantic recall still
     answers from the viewed items and never calls Embed; otherwise it tries
     (here against a port nobody listens on, so the query is 'unavailable')."""
@@ -92,8 +94,8 @@ async def test_a_query_is_not_embedded_when_inference_is_skipped(tmp_path: Path,
     holder = IndexHolder(tmp_path)
     holder.refresh()
     client = InferenceClient(f"127.0.0.1:{free_port()}", "test")
-    source = SemanticSource(holder, demo_fs.roles, client)
-    user = {demo_fs.roles.recent_items or "": ["c2-0", "c2-1"]}
+    source = SemanticSource(holder, demo_feature_set.roles, client)
+    user = {demo_feature_set.roles.recent_items or "": ["c2-0", "c2-1"]}
     context = {"query": "jazz quartet"}
     try:
         skipped = await source.fetch(
@@ -108,8 +110,8 @@ async def test_a_query_is_not_embedded_when_inference_is_skipped(tmp_path: Path,
         await client.close()
 
 
-def test_the_intent_reads_the_repositorys_recent_items_feature(demo_fs: FeatureSet) -> None:
-    roles = demo_fs.roles
+def test_the_intent_reads_the_repositorys_recent_items_feature(demo_feature_set: FeatureSet) -> None:
+    roles = demo_feature_set.roles
     assert roles.recent_items == "last_viewed_3"
     assert last_viewed(roles, {"last_viewed_3": ["i1", "i2"], "interest_tags": ["news"]}) == ["i1", "i2"]
     assert last_viewed(roles, {}) == []
@@ -118,14 +120,16 @@ def test_the_intent_reads_the_repositorys_recent_items_feature(demo_fs: FeatureS
     assert last_viewed(undeclared, {"last_viewed_3": ["i1"]}) == []
 
 
-async def test_without_recent_items_and_query_there_is_no_intent(tmp_path: Path, demo_fs: FeatureSet) -> None:
+async def test_without_recent_items_and_query_there_is_no_intent(
+    tmp_path: Path, demo_feature_set: FeatureSet
+) -> None:
     _write(tmp_path)
     holder = IndexHolder(tmp_path)
     holder.refresh()
-    with_seeds = await SemanticSource(holder, demo_fs.roles).fetch(
+    with_seeds = await SemanticSource(holder, demo_feature_set.roles).fetch(
         RecallContext("u1", {"last_viewed_3": ["c2-0"]}, {}, 10, 0.5)
     )
     assert len(with_seeds.items) == 10 and all(i.startswith("c2-") for i, _ in with_seeds.items[:5])
-    undeclared = SemanticSource(holder, replace(demo_fs.roles, recent_items=None))
+    undeclared = SemanticSource(holder, replace(demo_feature_set.roles, recent_items=None))
     none = await undeclared.fetch(RecallContext("u1", {"last_viewed_3": ["c2-0"]}, {}, 10, 0.5))
     assert none.items == [] and none.attributes["index"] == "no_intent"

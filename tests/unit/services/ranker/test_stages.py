@@ -38,10 +38,10 @@ class RecordingFeatures:
     [([], True), (["related_timeout"], True), (["realtime_store_timeout"], False)],
 )
 async def test_the_candidate_lookup_rereads_the_user_only_after_a_fallback(
-    user_degraded: list[str], items_only: bool, demo_fs: FeatureSet
+    user_degraded: list[str], items_only: bool, demo_feature_set: FeatureSet
 ) -> None:
     features = RecordingFeatures(user_degraded)
-    env = Env(features, None, RankerSettings(), demo_fs, {})  # type: ignore[arg-type]
+    env = Env(features, None, RankerSettings(), demo_feature_set, {})  # type: ignore[arg-type]
     req = RequestState("u1", 5, 1_000, {}, frozenset())
     user = await _run_user(env, req, None, {}, 1.0)  # type: ignore[arg-type]
     inputs = {"user": user, "fuse": Candidates([Fused("i1", 1.0), Fused("i2", 0.5)])}
@@ -76,10 +76,10 @@ class CategoryFeatures:
 
 @pytest.mark.parametrize("multi", [False, True])
 async def test_the_diversity_categories_are_the_repositorys_recall_category(
-    multi: bool, demo_fs: FeatureSet
+    multi: bool, demo_feature_set: FeatureSet
 ) -> None:
-    assert demo_fs.roles.category == "category"
-    env = Env(CategoryFeatures(multi), None, RankerSettings(), demo_fs, {})  # type: ignore[arg-type]
+    assert demo_feature_set.roles.category == "category"
+    env = Env(CategoryFeatures(multi), None, RankerSettings(), demo_feature_set, {})  # type: ignore[arg-type]
     req = RequestState("u1", 5, 1_000, {}, frozenset())
     inputs = {"fuse": Candidates([Fused("i1", 1.0), Fused("i2", 0.5), Fused("i3", 0.2)])}
     out = await _run_features(env, req, None, inputs, 1.0)  # type: ignore[arg-type]
@@ -89,15 +89,16 @@ async def test_the_diversity_categories_are_the_repositorys_recall_category(
 
 
 async def test_the_user_lookup_asks_for_the_history_only_when_a_learnt_source_serves(
-    demo_fs: FeatureSet,
+    demo_feature_set: FeatureSet,
 ) -> None:
-    for serves, want in ((False, 0), (True, demo_fs.roles.history_cap)):
+    for serves, want in ((False, 0), (True, demo_feature_set.roles.history_cap)):
         features = RecordingFeatures([])
 
         def learnt_serves(source: str, answer: bool = serves) -> bool:
             return answer
 
-        env = Env(features, None, RankerSettings(), demo_fs, {}, history_limit=demo_fs.roles.history_cap,  # type: ignore[arg-type]
+        history = demo_feature_set.roles.history_cap
+        env = Env(features, None, RankerSettings(), demo_feature_set, {}, history_limit=history,  # type: ignore[arg-type]
                   learnt_serves=learnt_serves)  # fmt: skip
         await _run_user(env, RequestState("u1", 5, 1_000, {}, frozenset()), None, {}, 1.0)  # type: ignore[arg-type]
         assert features.calls[0]["history_limit"] == want

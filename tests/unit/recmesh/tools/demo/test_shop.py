@@ -8,7 +8,7 @@ from pathlib import Path
 from recmesh.features.backfill import LabelRule
 from recmesh.features.eventlog import sort_events
 from recmesh.features.importer import EventMapper, good_events
-from recmesh.features.repository import load_repository
+from recmesh.features.repository import load_feature_set
 from recmesh.tools.demo.shop import write_shop
 from recmesh.tools.training.ranking import leave_last_out
 
@@ -27,12 +27,12 @@ def test_the_shop_is_seeded_and_its_day_resolution_log_splits_the_same_every_tim
     products = (one / "products.csv").read_text().splitlines()[1:]
     assert 0 < sum(1 for p in products if not p.endswith(",")) < len(products) / 3  # few aisles known
 
-    fs = load_repository(ROOT / "examples" / "shop" / "purchases.toml")
-    events = list(sort_events(good_events(EventMapper(fs), one / "purchases.csv")))
-    again = list(sort_events(reversed(list(good_events(EventMapper(fs), two / "purchases.csv")))))
+    feature_set = load_feature_set(ROOT / "examples" / "shop" / "purchases.toml")
+    events = list(sort_events(good_events(EventMapper(feature_set), one / "purchases.csv")))
+    again = list(sort_events(reversed(list(good_events(EventMapper(feature_set), two / "purchases.csv")))))
     assert [e.event_id for e in events] == [e.event_id for e in again]  # ties in time: by event id
     assert len({e.event_time for e in events}) < len(events) / 2  # many purchases share a day
-    split = leave_last_out(LabelRule.of(fs), events)
-    twice = leave_last_out(LabelRule.of(fs), again)
+    split = leave_last_out(LabelRule.of(feature_set), events)
+    twice = leave_last_out(LabelRule.of(feature_set), again)
     assert [(t.user_id, t.item_id) for t in split.targets] == [(t.user_id, t.item_id) for t in twice.targets]
     assert len(split.targets) > 40

@@ -28,11 +28,11 @@ def test_every_item_has_a_text_about_its_category() -> None:
         assert any(w in f"{title} {description}" for w in words), item
 
 
-def test_the_repository_embeds_title_and_description(demo_fs: FeatureSet) -> None:
+def test_the_repository_embeds_title_and_description(demo_feature_set: FeatureSet) -> None:
     """`[items] texts` of the demo repository reads the shipped file: one text per
     item, its title and description joined as the demo's embedding text."""
     texts = read_item_texts(DEMO_DATA_DIR)
-    embedded = read_texts(demo_fs)
+    embedded = read_texts(demo_feature_set)
     assert embedded == {item_id: embedding_text(t, d) for item_id, (t, d) in texts.items()}
 
 

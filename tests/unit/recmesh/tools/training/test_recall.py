@@ -15,10 +15,10 @@ from recmesh.tools.cli.main import main as cli_main
 from recmesh.tools.training import recall
 
 
-def _events(fs: FeatureSet) -> list[Event]:
+def _events(feature_set: FeatureSet) -> list[Event]:
     """Per user six steps, each a view and a click on it a moment later (the
     demo's label: a click within 10 s makes the view a positive example)."""
-    assert set(fs.roles.learnt_behaviors) == {"click"}
+    assert set(feature_set.roles.learnt_behaviors) == {"click"}
     out = []
     for u in range(60):
         for s in range(6):
@@ -32,20 +32,24 @@ def _events(fs: FeatureSet) -> list[Event]:
     return sorted(out, key=lambda e: (e.event_time, e.event_id))
 
 
-def test_build_tunes_builds_and_records_a_current_version(tmp_path: Path, demo_fs: FeatureSet) -> None:
-    card, _ = recall.build(demo_fs, _events(demo_fs), tmp_path, progress=lambda _: None)
+def test_build_tunes_builds_and_records_a_current_version(
+    tmp_path: Path, demo_feature_set: FeatureSet
+) -> None:
+    card, _ = recall.build(demo_feature_set, _events(demo_feature_set), tmp_path, progress=lambda _: None)
     assert files.current_version(tmp_path) == card["version"]
-    assert card["feature_set_version"] == demo_fs.version
+    assert card["feature_set_version"] == demo_feature_set.version
     assert set(card["sources"]) == {"knn", "ease"} and card["tuning"]["users"] > 0
     assert set(card["fusion"]) <= {"knn", "ease", "popular"} and max(card["fusion"].values()) > 0
-    loaded = files.load_current(tmp_path, demo_fs.version)
+    loaded = files.load_current(tmp_path, demo_feature_set.version)
     assert loaded is not None and len(loaded.tables["knn"]) == 25
 
 
-def test_a_log_without_the_learnt_behaviours_is_a_clear_error(tmp_path: Path, demo_fs: FeatureSet) -> None:
-    events = [e for e in _events(demo_fs) if e.behavior == "view"]
+def test_a_log_without_the_learnt_behaviours_is_a_clear_error(
+    tmp_path: Path, demo_feature_set: FeatureSet
+) -> None:
+    events = [e for e in _events(demo_feature_set) if e.behavior == "view"]
     with pytest.raises(InvalidArgument, match="no event of the learnt behaviours"):
-        recall.build(demo_fs, events, tmp_path, progress=lambda _: None)
+        recall.build(demo_feature_set, events, tmp_path, progress=lambda _: None)
 
 
 @pytest.mark.parametrize(
@@ -63,14 +67,14 @@ def test_a_bad_similar_items_file_names_the_line(tmp_path: Path, text: str, mess
 
 
 def test_import_keeps_the_current_tables_and_the_cli_says_a_mistake_in_one_line(
-    tmp_path: Path, demo_fs: FeatureSet, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, demo_feature_set: FeatureSet, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    recall.build(demo_fs, _events(demo_fs), tmp_path, progress=lambda _: None)
+    recall.build(demo_feature_set, _events(demo_feature_set), tmp_path, progress=lambda _: None)
     table = tmp_path / "similar.jsonl"
     table.write_text(json.dumps({"item_id": "i1", "similar_id": "i2", "score": 1.0}) + "\n")
-    where = ["--model-dir", str(tmp_path), "--repository", str(demo_fs.path)]
+    where = ["--model-dir", str(tmp_path), "--repository", str(demo_feature_set.path)]
     assert cli_main(["recall", "import", "--similar", str(table), *where]) == 0
-    loaded = files.load_current(tmp_path, demo_fs.version)
+    loaded = files.load_current(tmp_path, demo_feature_set.version)
     assert loaded is not None and set(loaded.tables) == {"knn", "ease", "similar"}
     assert loaded.card["fusion"]["similar"] == 1.0
     capsys.readouterr()
@@ -81,15 +85,15 @@ def test_import_keeps_the_current_tables_and_the_cli_says_a_mistake_in_one_line(
     assert cli_main(["recall", "activate", "nope", *where]) == 2
 
 
-def test_the_tuning_weighs_the_popularity_the_ranker_serves(demo_fs: FeatureSet) -> None:
+def test_the_tuning_weighs_the_popularity_the_ranker_serves(demo_feature_set: FeatureSet) -> None:
     """The demo declares popularity as an item feature: the tuning ranks by it
     (from the catalog), as the ranker's popular source does, not by the log."""
     from recmesh.features.offline import read_entities
 
-    served = recall.served_popularity(demo_fs)
+    served = recall.served_popularity(demo_feature_set)
     assert served is not None
     ranked = served([])
-    source = demo_fs.entity_source("item")
+    source = demo_feature_set.entity_source("item")
     assert source is not None
-    values = {i: float(row["popularity"]) for i, row in read_entities(demo_fs, "item", source)}  # type: ignore[arg-type]
+    values = {i: float(row["popularity"]) for i, row in read_entities(demo_feature_set, "item", source)}  # type: ignore[arg-type]
     assert len(ranked) == len(values) and values[ranked[0]] == max(values.values())
