@@ -23,8 +23,8 @@ from typing import Any
 
 from recmesh.errors import InvalidArgument
 from recmesh.events import Event, validate_event
-from recmesh.features.offline import read_rows
 from recmesh.features.repository import ConstantBehavior, FeatureSet
+from recmesh.features.tabular import read_rows
 
 _UNIT_TO_MS = {"s": 1000.0, "ms": 1.0, "us": 0.001, "ns": 0.000001}
 

@@ -49,7 +49,7 @@ async def load_catalog_files(
     say: Callable[[str], None],
 ) -> dict[str, Any]:
     """Users and items into Redis, as the repository maps them (what `catalog load` and `init` do)."""
-    from recmesh.features.offline import Fallbacks, read_entities
+    from recmesh.features.tabular import Fallbacks, read_entities
     from recmesh.redis_client import connect
     from services.feature.catalog import load_catalog
 

@@ -284,7 +284,7 @@ class Mesh:
             await client.aclose()
 
     async def load_data(self) -> None:
-        from recmesh.features.offline import read_entities
+        from recmesh.features.tabular import read_entities
         from recmesh.redis_client import connect
         from recmesh.tools.catalog import load_catalog_files
         from services.feature.catalog import loaded_repository

@@ -19,7 +19,6 @@ from recmesh.clients.feature import FeatureClient
 from recmesh.events import Event
 from recmesh.features import keys
 from recmesh.features.eventlog import sorted_events, write_events
-from recmesh.features.offline import write_csv
 from recmesh.features.repository import FeatureSet
 from recmesh.features.served import (
     CompareReport,
@@ -30,6 +29,7 @@ from recmesh.features.served import (
     read_positions,
     read_served,
 )
+from recmesh.features.tabular import write_csv
 from recmesh.redis_client import connect
 from recmesh.settings import FeatureSettings, IngestSettings
 from recmesh.tools.cli.main import main as cli_main

@@ -96,7 +96,7 @@ def holdout(card: dict[str, Any], feature_set: FeatureSet) -> tuple[np.ndarray, 
         ds = demo_dataset(feature_set, cfg, transforms)
     else:
         from recmesh.features.eventlog import sorted_events
-        from recmesh.features.offline import read_catalog
+        from recmesh.features.tabular import read_catalog
 
         users, items = read_catalog(feature_set, data.get("users"), data.get("items"))
         ds = build_dataset(

@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from recmesh.errors import FailedPrecondition, InvalidArgument, NotFound, RecmeshError
-from recmesh.features.offline import read_catalog
 from recmesh.features.repository import Entity, FeatureSet
+from recmesh.features.tabular import read_catalog
 from recmesh.tools.catalog import load_catalog_files, progress_bar
 from recmesh.tools.cli.common import print_figures
 
@@ -43,7 +43,7 @@ def repository(args: argparse.Namespace) -> FeatureSet:
 
 
 def _cmd_repository_show(args: argparse.Namespace) -> int:
-    from recmesh.features.offline import columns_of
+    from recmesh.features.tabular import columns_of
 
     feature_set = repository(args)
     info = feature_set.describe()
@@ -380,8 +380,8 @@ def _cmd_features_dump_served(args: argparse.Namespace) -> int:
 
 
 def _cmd_demo_write(args: argparse.Namespace) -> int:
-    from recmesh.features.offline import write_csv
     from recmesh.features.repository import DEMO_REPOSITORY, load_feature_set
+    from recmesh.features.tabular import write_csv
     from recmesh.tools.demo.generate import make_catalog, offline_rows
 
     feature_set = load_feature_set(DEMO_REPOSITORY)

@@ -17,8 +17,8 @@ def _model_dir(args: argparse.Namespace) -> Path:
 
 def _repository_texts() -> dict[str, str]:
     """The served repository's item texts (RECMESH_REPOSITORY, else the demo's)."""
-    from recmesh.features.offline import read_texts
     from recmesh.features.repository import configured_feature_set
+    from recmesh.features.tabular import read_texts
     from recmesh.settings import CommonSettings
 
     return read_texts(configured_feature_set(CommonSettings().repository))
@@ -37,8 +37,8 @@ def _cmd_export(args: argparse.Namespace) -> int:
 
 
 def _cmd_items(args: argparse.Namespace) -> int:
-    from recmesh.features.offline import read_texts
     from recmesh.features.repository import configured_feature_set
+    from recmesh.features.tabular import read_texts
     from recmesh.settings import CommonSettings
     from recmesh.tools.embedding.items import embed_items
 

@@ -145,7 +145,7 @@ def _from_log(args: argparse.Namespace, feature_set: Any, model_dir: Path, say: 
     part, the model going to the ranking state), and learnt retrieval from the
     same events when the repository declares it."""
     from recmesh.features.eventlog import sorted_events
-    from recmesh.features.offline import read_catalog
+    from recmesh.features.tabular import read_catalog
     from recmesh.tools.training.train import build_dataset
 
     target = _target(feature_set, args.target)  # a wrong one is refused before the log is read

@@ -83,7 +83,7 @@ def served_popularity(feature_set: FeatureSet) -> rb.Popularity | None:
     worth a weight: the learnt behaviours' counts stand in)."""
     roles = feature_set.roles
     if roles.popularity_feature is not None:
-        from recmesh.features.offline import read_entities
+        from recmesh.features.tabular import read_entities
 
         source = feature_set.entity_source("item")
         if source is None:

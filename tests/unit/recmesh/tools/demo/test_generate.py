@@ -6,8 +6,8 @@ from pathlib import Path
 from typing import Any
 
 from recmesh.events import validate_event
-from recmesh.features.offline import read_entities, write_csv
 from recmesh.features.repository import DEMO_REPOSITORY, Entity, FeatureSet
+from recmesh.features.tabular import read_entities, write_csv
 from recmesh.tools.demo.generate import generate_events, make_catalog, offline_rows
 
 DEMO_DATA_DIR = DEMO_REPOSITORY.parent

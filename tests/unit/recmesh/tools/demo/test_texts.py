@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from recmesh.features.offline import read_texts
 from recmesh.features.repository import DEMO_REPOSITORY, FeatureSet
+from recmesh.features.tabular import read_texts
 from recmesh.tools.demo.generate import make_catalog
 from recmesh.tools.demo.texts import VOCAB, embedding_text, item_texts, read_item_texts, write_item_texts
 

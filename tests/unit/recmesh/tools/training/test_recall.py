@@ -88,7 +88,7 @@ def test_import_keeps_the_current_tables_and_the_cli_says_a_mistake_in_one_line(
 def test_the_tuning_weighs_the_popularity_the_ranker_serves(demo_feature_set: FeatureSet) -> None:
     """The demo declares popularity as an item feature: the tuning ranks by it
     (from the catalog), as the ranker's popular source does, not by the log."""
-    from recmesh.features.offline import read_entities
+    from recmesh.features.tabular import read_entities
 
     served = recall.served_popularity(demo_feature_set)
     assert served is not None
