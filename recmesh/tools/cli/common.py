@@ -1,13 +1,18 @@
-"""What the command groups share: how a result is printed, and commands whose
-module loads only when they run."""
+"""What the command groups share: the repository a command serves, how a result
+and progress are printed, and commands whose module loads only when they run."""
 
 from __future__ import annotations
 
 import argparse
 import importlib
 import json
+import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
+
+from recmesh.errors import FailedPrecondition
+from recmesh.features.repository import FeatureSet
 
 
 def print_figures(figures: Any, as_json: bool, text: str) -> None:
@@ -46,3 +51,31 @@ def positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
     return value
+
+
+def say_for(args: argparse.Namespace) -> Callable[[str], None]:
+    """Progress to stderr when the figures go to stdout as JSON."""
+    if getattr(args, "json", False):
+        return lambda m: print(m, file=sys.stderr, flush=True)
+    return lambda m: print(m, flush=True)
+
+
+def repository(args: argparse.Namespace) -> FeatureSet:
+    from recmesh.features.repository import configured_feature_set, load_feature_set
+    from recmesh.settings import CommonSettings
+
+    if getattr(args, "repository", None):
+        return load_feature_set(Path(args.repository))
+    return configured_feature_set(CommonSettings().repository)
+
+
+def refuse_demo(feature_set: FeatureSet, args: argparse.Namespace, what: str) -> None:
+    if feature_set.demo and not args.demo:
+        raise FailedPrecondition(
+            f"{feature_set.path} is the demo repository: {what} loads the demo catalog only with --demo "
+            "(set RECMESH_REPOSITORY to your recmesh.toml to load yours)"
+        )
+
+
+def repository_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--repository", help="the repository file (default: RECMESH_REPOSITORY, else the demo's)")

@@ -8,10 +8,38 @@ import os
 import sys
 
 from recmesh.errors import RecmeshError
-from recmesh.tools.cli import bench, data, embed, mesh, models, pipeline, recall, trace, train
+from recmesh.tools.cli import (
+    bench,
+    catalog,
+    demo,
+    embed,
+    events,
+    features,
+    mesh,
+    models,
+    pipeline,
+    recall,
+    repository,
+    trace,
+    train,
+)  # fmt: skip
 
 # In `recmesh --help` order.
-GROUPS = (mesh, train, recall, data, models, bench, trace, pipeline, embed)
+GROUPS = (
+    mesh,
+    train,
+    recall,
+    repository,
+    catalog,
+    events,
+    features,
+    demo,
+    models,
+    bench,
+    trace,
+    pipeline,
+    embed,
+)
 # Commands that start or prepare a mesh of their own: neither they nor the processes
 # they start read the local mesh's cli.env (clienv). Its REDIS_URL would stop `up`
 # and the benchmarks from starting their own Redis and point `init` (for external

@@ -20,7 +20,7 @@ def _cmd_init(args: argparse.Namespace) -> int:
     """Topics and the catalog for a mesh whose Redis and Kafka run elsewhere."""
     from recmesh.settings import UpSettings
     from recmesh.tools.catalog import load_catalog_files
-    from recmesh.tools.cli.data import _refuse_demo, repository
+    from recmesh.tools.cli.common import refuse_demo, repository
     from recmesh.tools.up import Mesh
     from recmesh.topics import ensure_topics
 
@@ -29,7 +29,7 @@ def _cmd_init(args: argparse.Namespace) -> int:
         print("recmesh init: set REDIS_URL and KAFKA_BOOTSTRAP", file=sys.stderr)
         return 2
     feature_set = repository(args)
-    _refuse_demo(feature_set, args, "recmesh init")
+    refuse_demo(feature_set, args, "recmesh init")
     mesh = Mesh(settings)
 
     async def init() -> dict[str, Any]:

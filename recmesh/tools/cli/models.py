@@ -225,7 +225,7 @@ def activate(model_dir: Path, version: str, feature_set: FeatureSet) -> Path:
 
 
 def _cmd_list(args: argparse.Namespace) -> int:
-    from recmesh.tools.cli.data import repository
+    from recmesh.tools.cli.common import repository
 
     feature_set = repository(args)
     rows = versions(_model_dir(args))
@@ -245,7 +245,7 @@ def _cmd_list(args: argparse.Namespace) -> int:
 
 
 def _cmd_import(args: argparse.Namespace) -> int:
-    from recmesh.tools.cli.data import repository
+    from recmesh.tools.cli.common import repository
 
     feature_set = repository(args)
     card = import_model(Path(args.directory), _model_dir(args), feature_set)
@@ -258,7 +258,7 @@ def _cmd_import(args: argparse.Namespace) -> int:
 
 
 def _cmd_activate(args: argparse.Namespace) -> int:
-    from recmesh.tools.cli.data import repository
+    from recmesh.tools.cli.common import repository
 
     path = activate(_model_dir(args), args.version, repository(args))
     print(f"activated {args.version} ({path}): the inference service switches to it within its poll (2 s)",

@@ -20,7 +20,7 @@ def _model_dir(args: argparse.Namespace) -> Path:
 
 def _cmd_build(args: argparse.Namespace) -> int:
     from recmesh.features.eventlog import sorted_events
-    from recmesh.tools.cli.data import repository
+    from recmesh.tools.cli.common import repository
     from recmesh.tools.training import recall
 
     feature_set = repository(args)
@@ -33,7 +33,7 @@ def _cmd_build(args: argparse.Namespace) -> int:
 
 
 def _cmd_import(args: argparse.Namespace) -> int:
-    from recmesh.tools.cli.data import repository
+    from recmesh.tools.cli.common import repository
     from recmesh.tools.training import recall
 
     feature_set = repository(args)
@@ -82,7 +82,7 @@ def _cmd_list(args: argparse.Namespace) -> int:
 
 def _cmd_activate(args: argparse.Namespace) -> int:
     from recmesh.retrieval import files
-    from recmesh.tools.cli.data import repository
+    from recmesh.tools.cli.common import repository
 
     feature_set = repository(args)
     card = files.activate(_model_dir(args), args.version, feature_set.version)

@@ -101,7 +101,7 @@ class _Training:
 
 def _cmd_train(args: argparse.Namespace) -> int:
     from recmesh.settings import InferenceSettings
-    from recmesh.tools.cli.data import repository
+    from recmesh.tools.cli.common import repository
     from recmesh.tools.training.train import TrainConfig, train
 
     feature_set = repository(args)
