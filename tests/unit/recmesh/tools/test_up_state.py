@@ -16,7 +16,7 @@ from recmesh.settings import UpSettings
 from recmesh.tools.bench.features import persistence_cost
 from recmesh.tools.cli.main import main
 from recmesh.tools.demo.live import demo_events
-from recmesh.tools.localinfra import REDIS_PERSISTENCE_ARGS, redis_data, redis_process, remove_redis_data
+from recmesh.tools.localinfra import REDIS_PERSISTENCE, redis_data, redis_process, remove_redis_data
 from recmesh.tools.up import Mesh, catalog_reload_reason, restart_note
 
 
@@ -45,12 +45,15 @@ def test_the_catalog_is_loaded_again_only_when_redis_lacks_the_current_one(tmp_p
     assert catalog_reload_reason(_loaded(2_000_000), "demo", "v1", [tmp_path / "gone.csv"]) is None
 
 
-def test_only_a_persistent_redis_keeps_an_append_only_file(tmp_path: Path) -> None:
-    kept = list(redis_process(1, tmp_path / "a", tmp_path, persist=True).argv)
-    assert " ".join(REDIS_PERSISTENCE_ARGS) in " ".join(kept) and kept.count("--appendonly") == 1
-    assert kept[kept.index("--save") + 1] == "", "no RDB snapshots"
-    plain = list(redis_process(1, tmp_path / "b", tmp_path).argv)
-    assert plain[plain.index("--appendonly") + 1] == "no" and "--appendfsync" not in plain
+def test_each_persistence_mode_keeps_what_it_says(tmp_path: Path) -> None:
+    def argv(mode: str) -> list[str]:
+        return list(redis_process(1, tmp_path / mode, tmp_path, persistence=mode).argv)
+
+    rdb, aof, off = argv("rdb"), argv("aof"), argv("off")
+    assert " ".join(REDIS_PERSISTENCE["rdb"]) in " ".join(rdb)
+    assert "300 1" in " ".join(rdb) and rdb[rdb.index("--appendonly") + 1] == "no", "snapshots, no AOF"
+    assert aof[aof.index("--appendonly") + 1] == "yes" and aof[aof.index("--save") + 1] == "", "AOF only"
+    assert off.count("--save") == 1 and off[off.index("--save") + 1] == "" and "--appendfsync" not in off
 
 
 def test_fresh_deletes_the_data_and_keeps_the_aclfile(tmp_path: Path) -> None:
@@ -103,28 +106,25 @@ def test_persistence_cost_is_the_ratio_per_round() -> None:
         {"off": figures(100.0, 10.0), "aof": figures(90.0, 12.0)},
         {"aof": figures(80.0, 10.0), "off": figures(100.0, 10.0)},
     ]
-    cost = persistence_cost(rounds)
+    cost = persistence_cost(rounds, "aof")
     expected = {"median": 0.85, "low": 0.8, "high": 0.9, "rounds": 2}
     assert cost["ingest_events_per_s"] == pytest.approx(expected)
     assert cost["freshness_p99_ms"]["high"] == pytest.approx(1.2)
     assert cost["lookup_p50_ms"]["median"] == 1.0
 
 
-def test_bench_compare_runs_both_configurations_in_alternating_order(
+def test_bench_compare_runs_every_configuration_in_rotating_order(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     from recmesh.tools.bench import features
 
-    ran: list[bool] = []
+    ran: list[str] = []
 
-    async def run(*args: Any, persistence: bool = False) -> dict[str, Any]:
+    async def run(*args: Any, persistence: str = "off") -> dict[str, Any]:
         ran.append(persistence)
         targets = {k: 1.0 for k in features.TARGETS}
-        return (
-            targets
-            | {k: (2.0 if persistence else 1.0) for k in features.PERSISTENCE_FIGURES}
-            | {"ingest_lost": 0}
-        )
+        scale = {"off": 1.0, "rdb": 1.5, "aof": 2.0}[persistence]
+        return targets | {k: scale for k in features.PERSISTENCE_FIGURES} | {"ingest_lost": 0}
 
     monkeypatch.setattr(features, "run", run)
     monkeypatch.setattr(features, "table", lambda f: "")
@@ -132,10 +132,11 @@ def test_bench_compare_runs_both_configurations_in_alternating_order(
     args = SimpleNamespace(redis_persistence="compare", repeat=3, json=True, events=1, lookups=1, items=1,
                            concurrency=1, rate=1, seconds=1.0, served_rate=1.0)  # fmt: skip
     assert features.main(args) == 0
-    assert ran == [False, True, True, False, False, True]
+    assert ran == ["off", "rdb", "aof", "aof", "rdb", "off", "off", "rdb", "aof"]
     out = json.loads(capsys.readouterr().out.splitlines()[-1])
-    assert set(out) == {"off", "aof", "persistence_cost"}
-    assert out["persistence_cost"]["ingest_events_per_s"] == {
+    assert set(out) == {"off", "rdb", "aof", "persistence_cost"}
+    assert out["persistence_cost"]["rdb"]["ingest_events_per_s"]["median"] == 1.5
+    assert out["persistence_cost"]["aof"]["ingest_events_per_s"] == {
         "median": 2.0,
         "low": 2.0,
         "high": 2.0,
