@@ -93,6 +93,9 @@ class Event(BaseModel):
         description="epoch milliseconds",
         json_schema_extra={"minimum": MIN_EVENT_TIME_MS},
     )
+    # The recommendation this event followed (its `request_id`), when the app sends it
+    # back: attribution then joins exactly; without it, by user, item and time.
+    request_id: str | None = Field(None, min_length=1, max_length=128, pattern=EVENT_ID_PATTERN)
     # The repository's numeric event fields present on this event (top level in
     # JSON; not a field of their own, so the published schema has no `values`).
     _values: dict[str, float] = PrivateAttr(default_factory=dict)
@@ -122,10 +125,13 @@ class Event(BaseModel):
         return schema.behavior(value) if schema is not None else value
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out = {
             "event_id": self.event_id, "user_id": self.user_id, "item_id": self.item_id,
             "behavior": self.behavior, "event_time": self.event_time, **self.values,
         }  # fmt: skip
+        if self.request_id is not None:
+            out["request_id"] = self.request_id
+        return out
 
     def to_json(self) -> bytes:
         return orjson.dumps(self.to_dict())

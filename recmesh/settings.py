@@ -304,6 +304,12 @@ class GatewaySettings(CommonSettings, KafkaSettings):
     cold_wake_timeout_s: float = Field(30.0, gt=0, validation_alias="RECMESH_COLD_WAKE_TIMEOUT_S")
     max_count: int = Field(100, ge=1, le=500, validation_alias="RECMESH_MAX_COUNT")  # the ranker caps at 500
     max_events_per_request: int = Field(1000, validation_alias="RECMESH_MAX_EVENTS_PER_REQUEST")
+    # The impression log (services/gateway/impressions.py): every answered recommendation
+    # at rate 1 (attribution joins clicks to what was shown: a sampled log would lose the
+    # clicks on unlogged answers), to this topic; past the queue bound, dropped and counted.
+    impressions_topic: str = Field("impressions", validation_alias="RECMESH_IMPRESSIONS_TOPIC")
+    impression_log_rate: float = Field(1.0, ge=0.0, le=1.0, validation_alias="RECMESH_IMPRESSION_LOG_RATE")
+    impression_log_queue: int = Field(10_000, ge=1, validation_alias="RECMESH_IMPRESSION_LOG_QUEUE")
     produce_timeout_s: float = Field(5.0, validation_alias="RECMESH_PRODUCE_TIMEOUT_S")
     # Overload protection (recmesh/admission.py, recmesh/controller.py).
     admission: AdmissionSettings = Field(default_factory=AdmissionSettings)
@@ -344,6 +350,7 @@ class UpSettings(CommonSettings, StateSettings):
     events_topic: str = Field("user_behavior", validation_alias="RECMESH_EVENTS_TOPIC")
     dlq_topic: str = Field("user_behavior.dlq", validation_alias="RECMESH_DLQ_TOPIC")
     served_topic: str = Field("served_features", validation_alias="RECMESH_SERVED_TOPIC")
+    impressions_topic: str = Field("impressions", validation_alias="RECMESH_IMPRESSIONS_TOPIC")
     topic_partitions: int = Field(3, validation_alias="RECMESH_TOPIC_PARTITIONS")
     gateway_http_port: int = 8000
     gateway_grpc_port: int = 50051

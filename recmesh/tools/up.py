@@ -142,9 +142,10 @@ class Mesh:
         self.cli_env: Path | None = None
 
     def topics(self) -> dict[str, int]:
-        """Topic -> partitions: events, their dead letters, and the served-feature log."""
+        """Topic -> partitions: events, their dead letters, the served-feature log, impressions."""
         s = self.s
-        return {s.events_topic: s.topic_partitions, s.dlq_topic: 1, s.served_topic: s.topic_partitions}
+        return {s.events_topic: s.topic_partitions, s.dlq_topic: 1, s.served_topic: s.topic_partitions,
+                s.impressions_topic: s.topic_partitions}  # fmt: skip
 
     def _child_env(self) -> dict[str, str]:
         s = self.s
@@ -172,6 +173,7 @@ class Mesh:
             RECMESH_EVENTS_TOPIC=s.events_topic,
             RECMESH_DLQ_TOPIC=s.dlq_topic,
             RECMESH_SERVED_TOPIC=s.served_topic,
+            RECMESH_IMPRESSIONS_TOPIC=s.impressions_topic,
             RECMESH_REPOSITORY=str(self.feature_set.path),
             PYTHONUNBUFFERED="1",
         )

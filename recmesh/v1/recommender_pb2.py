@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from recmesh.v1 import features_pb2 as recmesh_dot_v1_dot_features__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1crecmesh/v1/recommender.proto\x12\nrecmesh.v1\x1a\x19recmesh/v1/features.proto\"\x9e\x01\n\x10RecommendRequest\x12\x0f\n\x07user_id\x18\x01 \x01(\t\x12\r\n\x05\x63ount\x18\x02 \x01(\x05\x12:\n\x07\x63ontext\x18\x03 \x03(\x0b\x32).recmesh.v1.RecommendRequest.ContextEntry\x1a.\n\x0c\x43ontextEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\xa1\x01\n\x11RecommendResponse\x12%\n\x05items\x18\x01 \x03(\x0b\x32\x16.recmesh.v1.ScoredItem\x12\x11\n\tslo_class\x18\x02 \x01(\t\x12\x10\n\x08trace_id\x18\x03 \x01(\t\x12\x15\n\rmodel_version\x18\x04 \x01(\t\x12\x17\n\x0f\x66\x65\x61ture_version\x18\x05 \x01(\t\x12\x10\n\x08\x64\x65graded\x18\x06 \x03(\t2W\n\x0bRecommender\x12H\n\tRecommend\x12\x1c.recmesh.v1.RecommendRequest\x1a\x1d.recmesh.v1.RecommendResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1crecmesh/v1/recommender.proto\x12\nrecmesh.v1\x1a\x19recmesh/v1/features.proto\"\x9e\x01\n\x10RecommendRequest\x12\x0f\n\x07user_id\x18\x01 \x01(\t\x12\r\n\x05\x63ount\x18\x02 \x01(\x05\x12:\n\x07\x63ontext\x18\x03 \x03(\x0b\x32).recmesh.v1.RecommendRequest.ContextEntry\x1a.\n\x0c\x43ontextEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\xb5\x01\n\x11RecommendResponse\x12%\n\x05items\x18\x01 \x03(\x0b\x32\x16.recmesh.v1.ScoredItem\x12\x11\n\tslo_class\x18\x02 \x01(\t\x12\x10\n\x08trace_id\x18\x03 \x01(\t\x12\x15\n\rmodel_version\x18\x04 \x01(\t\x12\x17\n\x0f\x66\x65\x61ture_version\x18\x05 \x01(\t\x12\x10\n\x08\x64\x65graded\x18\x06 \x03(\t\x12\x12\n\nrequest_id\x18\x07 \x01(\t2W\n\x0bRecommender\x12H\n\tRecommend\x12\x1c.recmesh.v1.RecommendRequest\x1a\x1d.recmesh.v1.RecommendResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -39,7 +39,7 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_RECOMMENDREQUEST_CONTEXTENTRY']._serialized_start=184
   _globals['_RECOMMENDREQUEST_CONTEXTENTRY']._serialized_end=230
   _globals['_RECOMMENDRESPONSE']._serialized_start=233
-  _globals['_RECOMMENDRESPONSE']._serialized_end=394
-  _globals['_RECOMMENDER']._serialized_start=396
-  _globals['_RECOMMENDER']._serialized_end=483
+  _globals['_RECOMMENDRESPONSE']._serialized_end=414
+  _globals['_RECOMMENDER']._serialized_start=416
+  _globals['_RECOMMENDER']._serialized_end=503
 # @@protoc_insertion_point(module_scope)

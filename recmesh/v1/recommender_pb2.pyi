@@ -25,17 +25,19 @@ class RecommendRequest(_message.Message):
     def __init__(self, user_id: _Optional[str] = ..., count: _Optional[int] = ..., context: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class RecommendResponse(_message.Message):
-    __slots__ = ("items", "slo_class", "trace_id", "model_version", "feature_version", "degraded")
+    __slots__ = ("items", "slo_class", "trace_id", "model_version", "feature_version", "degraded", "request_id")
     ITEMS_FIELD_NUMBER: _ClassVar[int]
     SLO_CLASS_FIELD_NUMBER: _ClassVar[int]
     TRACE_ID_FIELD_NUMBER: _ClassVar[int]
     MODEL_VERSION_FIELD_NUMBER: _ClassVar[int]
     FEATURE_VERSION_FIELD_NUMBER: _ClassVar[int]
     DEGRADED_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     items: _containers.RepeatedCompositeFieldContainer[_features_pb2.ScoredItem]
     slo_class: str
     trace_id: str
     model_version: str
     feature_version: str
     degraded: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, items: _Optional[_Iterable[_Union[_features_pb2.ScoredItem, _Mapping]]] = ..., slo_class: _Optional[str] = ..., trace_id: _Optional[str] = ..., model_version: _Optional[str] = ..., feature_version: _Optional[str] = ..., degraded: _Optional[_Iterable[str]] = ...) -> None: ...
+    request_id: str
+    def __init__(self, items: _Optional[_Iterable[_Union[_features_pb2.ScoredItem, _Mapping]]] = ..., slo_class: _Optional[str] = ..., trace_id: _Optional[str] = ..., model_version: _Optional[str] = ..., feature_version: _Optional[str] = ..., degraded: _Optional[_Iterable[str]] = ..., request_id: _Optional[str] = ...) -> None: ...

@@ -21,7 +21,11 @@ from services.gateway.cold import build_cold_guard
 from services.gateway.edge import ClassPolicy, Edge
 from services.gateway.event_publisher import EventPublisher
 from services.gateway.grpc_api import build_grpc_server
+from services.gateway.impressions import impression_log_from
 from services.gateway.recommend import Recommender
+
+# The most the impression log may take to flush what it holds at shutdown.
+IMPRESSION_FLUSH_S = 5.0
 
 
 class Servers:
@@ -70,7 +74,11 @@ async def build(settings: GatewaySettings) -> Parts:
     gate, controller = build_overload(settings.admission)
     cold = build_cold_guard(settings, {"ranker": ranker.health, "inference": inference.health})
     feature_set = served_feature_set(settings.repository, "gateway")
-    recommender = Recommender(ranker, features, settings.max_count, cold, feature_set.version)
+    impressions = impression_log_from(settings)
+    stop_log = asyncio.Event()
+    log_task = asyncio.create_task(impressions.run(stop_log)) if impressions is not None else None
+    on_answer = impressions.offer if impressions is not None else None
+    recommender = Recommender(ranker, features, settings.max_count, cold, feature_set.version, on_answer)
     policy = ClassPolicy.from_settings(settings)
     checks = {"ranker": ranker.health, "feature": features.health, "inference": inference.health}
     deps = GatewayDeps(
@@ -90,7 +98,13 @@ async def build(settings: GatewaySettings) -> Parts:
         background.append(controller.run)
     if gate is not None:
         background.append(gate.watch_loop_lag)
-    closers: list[Step] = [publisher.stop]  # every event answered 202 is on the topic
+
+    async def flush_impressions() -> None:
+        if log_task is not None:
+            stop_log.set()
+            await asyncio.wait_for(log_task, IMPRESSION_FLUSH_S)
+
+    closers: list[Step] = [publisher.stop, flush_impressions]  # every event answered 202 is on the topic
     if cold is not None:
         closers.append(cold.close)
     closers += [ranker.close, features.close, inference.close, tool_inference.close]

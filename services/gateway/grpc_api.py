@@ -12,7 +12,7 @@ import grpc
 
 from recmesh.errors import RecmeshError
 from recmesh.grpcserver import MeshServer, Registration
-from recmesh.metadata import SLO_HEADER
+from recmesh.metadata import REQUEST_ID_HEADER, SLO_HEADER
 from recmesh.settings import GatewaySettings
 from recmesh.v1 import features_pb2, recommender_pb2, recommender_pb2_grpc
 from services.gateway.edge import Caller, Edge, abort_grpc
@@ -40,7 +40,9 @@ class RecommenderServicer(recommender_pb2_grpc.RecommenderServicer):
         except RecmeshError as err:
             await abort_grpc(context, err, None if caller is None else caller.slo.name)
         # The granted class, as REST's x-slo-class response header.
-        await context.send_initial_metadata(((SLO_HEADER, rec.slo_class),))
+        await context.send_initial_metadata(
+            ((SLO_HEADER, rec.slo_class), (REQUEST_ID_HEADER, rec.request_id))
+        )
         return recommender_pb2.RecommendResponse(
             items=[features_pb2.ScoredItem(item_id=i, score=s) for i, s in rec.items],
             slo_class=rec.slo_class,
@@ -48,6 +50,7 @@ class RecommenderServicer(recommender_pb2_grpc.RecommenderServicer):
             model_version=rec.model_version,
             feature_version=rec.feature_version,
             degraded=rec.degraded,
+            request_id=rec.request_id,
         )
 
 

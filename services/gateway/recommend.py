@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import asyncio
 import time
+import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import structlog
@@ -41,6 +43,12 @@ class Recommendation:
     model_version: str
     feature_version: str
     degraded: list[str] = field(default_factory=list)
+    # The answer's id: in the response, on its impression, and on the events an app sends back.
+    request_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+
+
+# Called with every answered recommendation (user, answer, as-of time): the impression log.
+OnAnswer = Callable[[str, Recommendation, int], None]
 
 
 class Recommender:
@@ -51,6 +59,7 @@ class Recommender:
         max_count: int,
         cold: ColdGuard | None = None,
         feature_version: str = "",
+        on_answer: OnAnswer | None = None,
     ) -> None:
         self._ranker = ranker
         self._features = features
@@ -58,6 +67,7 @@ class Recommender:
         # Named in a popularity fallback's answer (the repository's version).
         self._feature_version = feature_version
         self._cold = cold
+        self._on_answer = on_answer
         self._popular: list[tuple[str, float]] = []
         self._popular_at: float | None = None  # monotonic time of the last list received
 
@@ -92,7 +102,16 @@ class Recommender:
         self, user_id: str, count: int, context: dict[str, str], admitted: Admitted
     ) -> Recommendation:
         """The recommendation of a request `check` passed, admitted by the edge:
-        in its budget scope and admission slot (services/gateway/edge.py)."""
+        in its budget scope and admission slot (services/gateway/edge.py); every
+        answer goes to `on_answer` (the impression log)."""
+        rec = await self._recommend(user_id, count, context, admitted)
+        if self._on_answer is not None:
+            self._on_answer(user_id, rec, admitted.as_of_ms)
+        return rec
+
+    async def _recommend(
+        self, user_id: str, count: int, context: dict[str, str], admitted: Admitted
+    ) -> Recommendation:
         slo, notes, as_of_ms = admitted.slo, admitted.notes, admitted.as_of_ms
         span = trace.get_current_span()
         span.set_attribute("recmesh.as_of_ms", as_of_ms)

@@ -44,7 +44,7 @@ from starlette.types import Receive, Scope, Send
 
 from recmesh.errors import InvalidArgument, RecmeshError
 from recmesh.jsontypes import JsonInt
-from recmesh.metadata import SLO_HEADER
+from recmesh.metadata import REQUEST_ID_HEADER, SLO_HEADER
 from recmesh.telemetry import http_semconv_mode
 from services.gateway.edge import (
     PROBLEM_JSON,
@@ -91,6 +91,10 @@ class RecommendOut(BaseModel):
     model_version: str
     feature_version: str
     degraded: list[str]
+    request_id: str = Field(
+        description="this answer's id (also the x-request-id header): send it back on the events it "
+        "leads to (POST /v1/events, request_id) so clicks are credited to it exactly"
+    )
 
 
 class PayloadTooLarge(RecmeshError):
@@ -113,6 +117,7 @@ def recommendation_json(rec: Recommendation) -> bytes:
             "model_version": rec.model_version,
             "feature_version": rec.feature_version,
             "degraded": rec.degraded,
+            "request_id": rec.request_id,
         }
     )
 
@@ -182,7 +187,7 @@ class RecommendRoute:
                     rec = await self._recommender.recommend(body.user_id, body.count, body.context, admitted)
                 payload = recommendation_json(rec)
                 status = 200
-                extra.append((SLO_HEADER, caller.slo.name))
+                extra += [(SLO_HEADER, caller.slo.name), (REQUEST_ID_HEADER, rec.request_id)]
             except Exception as err:
                 answer = error_answer(err, None if caller is None else caller.slo.name)
                 status, payload, extra = answer.http_status, answer.body, answer.headers

@@ -598,6 +598,7 @@ def test_kafka_is_kraft_with_the_topics() -> None:
     assert topics["user_behavior.dlq"]["partitions"] == 1
     assert topics["user_behavior.dlq"]["config"]["retention.ms"] == 14 * day_ms
     assert topics["served_features"]["config"]["retention.ms"] == 7 * day_ms
+    assert topics["impressions"]["config"]["retention.ms"] == 7 * day_ms
     for spec in topics.values():
         assert spec["config"]["min.insync.replicas"] < spec["replicas"] <= brokers
 
@@ -775,6 +776,8 @@ def test_kafka_users_may_do_only_what_their_process_does() -> None:
     assert rights("recmesh-gateway") == {
         ("topic", "user_behavior", "Write"),
         ("topic", "user_behavior", "Describe"),
+        ("topic", "impressions", "Write"),
+        ("topic", "impressions", "Describe"),
     }
     assert rights("recmesh-feature-ingest") == {
         ("topic", "user_behavior", "Read"), ("topic", "user_behavior", "Describe"),
