@@ -21,8 +21,9 @@ $(STAMP): requirements.lock pyproject.toml
 venv: $(STAMP)
 
 ## Bring up the whole mesh on this machine (Redis, Kafka-protocol broker, 4 services).
+## `make run ARGS=--fresh` starts with an empty Redis; ARGS go to `recmesh up`.
 run: venv
-	$(BIN)/recmesh up
+	$(BIN)/recmesh up $(ARGS)
 
 ## Lint, type-check, unit, integration and end-to-end tests.
 test: venv lint typecheck
