@@ -440,6 +440,9 @@ class Mesh:
                 "FEATURE_ADDR": self.addr["feature"],
                 "INFERENCE_ADDR": self.addr["inference"],
                 "RANKER_ADDR": self.addr["ranker"],
+                # Plaintext or mutual TLS, as this mesh runs: a shell without RECMESH_TLS
+                # then talks to a `RECMESH_TLS=off recmesh up` mesh too.
+                "RECMESH_TLS": tls_settings().mode,
             }
         )
         return self.cli_env

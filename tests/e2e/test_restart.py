@@ -73,7 +73,7 @@ class Up:
     def clicks(self) -> dict[str, object]:
         """clicks_5m of USER as `recmesh features get` shows it, with this run's cli.env."""
         pairs = (line.split("=", 1) for line in (self.state / "secrets" / "cli.env").read_text().splitlines())
-        env = dict(os.environ, RECMESH_TLS="on", **{k: shlex.split(v)[0] for k, v in pairs})
+        env = {**os.environ, "RECMESH_TLS": "on", **{k: shlex.split(v)[0] for k, v in pairs}}
         out = subprocess.run(
             [sys.executable, "-m", "recmesh.tools.cli.main", "features", "get", "--user", USER],
             capture_output=True, text=True, check=True, env=env,

@@ -111,7 +111,7 @@ def test_a_shop_log_is_imported_measured_trained_and_served(shape: str, tmp_path
             time.sleep(0.3)
         assert "no item texts" in up_log.read_text()  # said once, nothing waits for vectors
         pairs = (line.split("=", 1) for line in (state / "secrets" / "cli.env").read_text().splitlines())
-        cli_env = dict(env, RECMESH_TLS="on", **{k: shlex.split(v)[0] for k, v in pairs})
+        cli_env = {**env, "RECMESH_TLS": "on", **{k: shlex.split(v)[0] for k, v in pairs}}
         _cli(cli_env, "events", "import", str(repo / "data" / source), "--shift-to-now", "--rate", "50000")
         body = _recommend_once_ingested(ports["GATEWAY_HTTP_PORT"], "s7")
         assert len(body["items"]) == 10 and body["model_version"].startswith("ctr-"), body

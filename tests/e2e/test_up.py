@@ -54,7 +54,7 @@ class Running:
     def cli_env(self) -> dict[str, str]:
         """The CLI's credentials and addresses, as `up` wrote them (secrets/cli.env)."""
         pairs = (line.split("=", 1) for line in (self.state / "secrets" / "cli.env").read_text().splitlines())
-        return dict(os.environ, RECMESH_TLS="on", **{k: shlex.split(v)[0] for k, v in pairs})
+        return {**os.environ, "RECMESH_TLS": "on", **{k: shlex.split(v)[0] for k, v in pairs}}
 
 
 def _alive(pid: int) -> bool:
