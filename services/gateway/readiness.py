@@ -88,8 +88,6 @@ class Readiness:
         names = list(self._checks)
         results = await asyncio.gather(*(self._checks[n]() for n in names))
         checks = dict(zip(names, results, strict=True))
-        if not self._publisher.ready:
-            await self._publisher.start()
         checks["event_broker"] = self._publisher.ready
         held, age = self._recommender.fallback_held()
         ready = checks.get("ranker", False) or held > 0
@@ -101,7 +99,11 @@ class Readiness:
         return ReadyState(ready, checks, held, None if age is None else round(age, 1))
 
     async def watch(self, interval_s: float = 5.0) -> None:
-        """Evaluate every `interval_s`, so the gauges and the log say it unprobed."""
+        """Evaluate every `interval_s`, so the gauges and the log say it unprobed; and
+        reconnect the event producer here, never on a probe: against an unreachable
+        broker its start can take seconds, past a kubelet probe's timeout."""
         while True:
+            if not self._publisher.ready:
+                await self._publisher.start()
             await self.state()
             await asyncio.sleep(interval_s)
