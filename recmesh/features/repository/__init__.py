@@ -13,7 +13,8 @@ A repository file (TOML, `recmesh.toml`) declares
 - `[recall]`: which declared features the ranker's recall reads (the item
   category, the user's affinity over it, recent items, popularity) and the
   co-visitation rule;
-- `[training]`: which events are training examples and how they are labelled.
+- `[training]`: which events are training examples and how they are labelled;
+- `[evaluation]`: which behaviours credit a shown item online, within what window.
 
 `load_repository` validates the file with pydantic and compiles it into a
 `FeatureSet`: the features in declaration order, the event *streams* their
@@ -46,6 +47,7 @@ from recmesh.features.repository.declarations import (
     CovisitDecl,
     Derive,
     EntityDecl,
+    EvaluationDecl,
     EventsDecl,
     LabelDecl,
     LearntDecl,
@@ -59,7 +61,7 @@ from recmesh.features.repository.declarations import (
     TextsDecl,
     TrainingDecl,
 )
-from recmesh.features.repository.feature_set import FeatureDef, FeatureSet, RecallRoles, Stream
+from recmesh.features.repository.feature_set import Evaluation, FeatureDef, FeatureSet, RecallRoles, Stream
 from recmesh.features.repository.load import (
     DEMO_REPOSITORY,
     RepositoryError,
@@ -115,6 +117,8 @@ __all__ = [
     "Duration",
     "Entity",
     "EntityDecl",
+    "Evaluation",
+    "EvaluationDecl",
     "EventsDecl",
     "FeatureDef",
     "FeatureSet",

@@ -131,6 +131,7 @@ def compile_repository(decl: RepositoryDecl, path: Path | None = None) -> Featur
             )
         )  # fmt: skip
     _check_training(decl)
+    _check_evaluation(decl)
     roles = _roles(decl, offline, {f.name: f for f in realtime})
     streams = _streams(realtime, roles, decl)
     # Declaration order within kind: offline first, then real-time (the served order).
@@ -140,6 +141,16 @@ def compile_repository(decl: RepositoryDecl, path: Path | None = None) -> Featur
         name=name, path=path, version=_version(decl), decl=decl, features=features, streams=streams,
         roles=roles, max_events_per_key=decl.state.max_events_per_key, demo=decl.repository.demo,
     )  # fmt: skip
+
+
+def _check_evaluation(decl: RepositoryDecl) -> None:
+    e = decl.evaluation
+    unknown = sorted(set(e.positive or ()) - set(decl.events.behaviors))
+    if unknown:
+        raise ValueError(f"evaluation.positive: {unknown} not in events.behaviors {decl.events.behaviors}")
+    for key in ("window", "lateness"):
+        if _duration(getattr(e, key), f"evaluation.{key}") <= 0:
+            raise ValueError(f"evaluation.{key}: must be longer than 0")
 
 
 def _check_training(decl: RepositoryDecl) -> None:

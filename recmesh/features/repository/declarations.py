@@ -293,6 +293,18 @@ class StateDecl(_Strict):
     max_events_per_key: int = Field(2000, ge=10, le=1_000_000)
 
 
+class EvaluationDecl(_Strict):
+    """Online evaluation (docs/operations.md, *Measuring models online*): an item
+    shown in a recommendation is credited when the user does one of `positive`
+    on it within `window` after the answer's as-of time; events up to `lateness`
+    behind the stream still count before the figures of an answer are final."""
+
+    positive: list[str] | None = None  # default: training.label.behaviors, else "click" when declared
+    window: Duration = "30m"
+    lateness: Duration = "2m"
+    k: int = Field(10, ge=1, le=100)  # the position cut-off of CTR@k, hit rate@k, NDCG@k and AUC
+
+
 class RepositoryMeta(_Strict):
     name: str
     description: str = ""
@@ -308,3 +320,4 @@ class RepositoryDecl(_Strict):
     recall: RecallDecl = Field(default_factory=RecallDecl)
     training: TrainingDecl | None = None  # needed to train (recmesh train), not to serve
     state: StateDecl = Field(default_factory=StateDecl)
+    evaluation: EvaluationDecl = Field(default_factory=EvaluationDecl)

@@ -18,6 +18,7 @@ from recmesh.features.repository.terms import (
     FeatureValue,
     Kind,
     OfflineType,
+    parse_duration_ms,
 )
 
 
@@ -108,6 +109,16 @@ class RecallRoles:
 
 
 @dataclass(frozen=True)
+class Evaluation:
+    """`[evaluation]`, compiled: what credits a shown item, and when an answer's figures are final."""
+
+    positive: frozenset[str]  # empty: no behaviour credits anything (impressions are still counted)
+    window_ms: int
+    lateness_ms: int
+    k: int
+
+
+@dataclass(frozen=True)
 class FeatureSet:
     name: str
     path: Path | None
@@ -147,6 +158,19 @@ class FeatureSet:
     @property
     def value_names(self) -> tuple[str, ...]:
         return tuple(self.decl.events.value_fields)
+
+    @cached_property
+    def evaluation(self) -> Evaluation:
+        e = self.decl.evaluation
+        if e.positive is not None:
+            positive = e.positive
+        elif self.decl.training is not None and self.decl.training.label.behaviors is not None:
+            positive = self.decl.training.label.behaviors
+        else:
+            positive = [b for b in self.behaviors if b == "click"]
+        return Evaluation(
+            frozenset(positive), parse_duration_ms(e.window), parse_duration_ms(e.lateness), e.k
+        )
 
     @cached_property
     def retention_ms(self) -> int:

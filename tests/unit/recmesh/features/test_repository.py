@@ -444,3 +444,32 @@ def test_the_messages_of_several_problems_are_all_given() -> None:
     assert (
         "realtime.clicks_5m.window: Field required" in msg and "realtime.clicks_5m.windw: unknown key" in msg
     )
+
+
+# --- [evaluation]: what credits an answer online ------------------------------------------
+
+
+def test_evaluation_defaults_to_the_label_behaviours_else_click() -> None:
+    plain = parse(BASE).evaluation
+    assert plain.positive == {"click"} and (plain.window_ms, plain.lateness_ms, plain.k) == (
+        1_800_000,
+        120_000,
+        10,
+    )
+    labelled = parse(
+        BASE + '\n[training]\nexamples = ["view"]\nlabel = { behaviors = ["purchase"], within = "1h" }\n'
+    )
+    assert labelled.evaluation.positive == {"purchase"}
+    declared = parse(
+        BASE + '\n[evaluation]\npositive = ["purchase", "click"]\nwindow = "1d"\nk = 5\n'
+    ).evaluation
+    assert declared.positive == {"purchase", "click"} and declared.window_ms == 86_400_000 and declared.k == 5
+    assert parse(BASE).version == parse(BASE + '\n[evaluation]\nwindow = "1d"\n').version, "not a feature"
+
+
+def test_evaluation_errors_name_the_key() -> None:
+    assert "evaluation.positive: ['like'] not in events.behaviors" in error(
+        BASE + '\n[evaluation]\npositive = ["like"]\n'
+    )
+    assert "evaluation.window" in error(BASE + '\n[evaluation]\nwindow = "soon"\n')
+    assert "evaluation.k" in error(BASE + "\n[evaluation]\nk = 0\n")
