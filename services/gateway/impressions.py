@@ -3,15 +3,8 @@
 Online evaluation starts here: a click can only be credited to a model, a
 degradation level or an SLO class if what was shown, by which, is on record.
 Each answered recommendation (REST and gRPC, the popular fallback included) is
-one record, keyed by user:
-
-    {"request_id", "user_id", "items": [{"item_id", "position", "score"}],
-     "model_version", "feature_version", "ladder", "degraded": [...],
-     "slo_class", "arm", "as_of_ms", "served_at_ms", "trace_id"}
-
-`ladder` is the degradation level the ranker served at (`full` when none:
-the `ladder:<level>` entry of `degraded`), `arm` the experiment arm (`control`
-until traffic is split). The app gets the request id in the answer
+one record, keyed by user, in the form recmesh/evaluation/impression.py
+defines (`record`). The app gets the request id in the answer
 (`request_id`, and the `x-request-id` header / metadata) and may send it back
 on the events that follow (`POST /v1/events`, `request_id`), which lets
 attribution join exactly; without it, by user, item and time.
@@ -36,6 +29,7 @@ from opentelemetry import context as otel_context
 from opentelemetry.context import Context
 from prometheus_client import Counter
 
+from recmesh.evaluation import impression
 from recmesh.producer import make_producer
 from recmesh.settings import GatewaySettings
 from recmesh.topiclog import Record, TopicLog
@@ -45,7 +39,6 @@ IMPRESSIONS = Counter(
     "recmesh_impressions_total", "Answered recommendations offered to the impression log, by outcome.",
     ("outcome",),
 )  # fmt: skip
-CONTROL = "control"  # the arm of every request until traffic is split
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,27 +50,13 @@ class Impression:
     context: Context  # the request's trace context: the send's span joins it
 
 
-def ladder(degraded: list[str]) -> str:
-    """The degradation level a recommendation was served at (`full`: none)."""
-    return next((d.split(":", 1)[1] for d in degraded if d.startswith("ladder:")), "full")
-
-
 def impression_record(imp: Impression) -> dict[str, object]:
     rec = imp.rec
-    return {
-        "request_id": rec.request_id,
-        "user_id": imp.user_id,
-        "items": [{"item_id": i, "position": n, "score": s} for n, (i, s) in enumerate(rec.items, start=1)],
-        "model_version": rec.model_version,
-        "feature_version": rec.feature_version,
-        "ladder": ladder(rec.degraded),
-        "degraded": rec.degraded,
-        "slo_class": rec.slo_class,
-        "arm": CONTROL,
-        "as_of_ms": imp.as_of_ms,
-        "served_at_ms": imp.served_at_ms,
-        "trace_id": rec.trace_id,
-    }
+    return impression.record(
+        request_id=rec.request_id, user_id=imp.user_id, items=rec.items, model_version=rec.model_version,
+        feature_version=rec.feature_version, degraded=rec.degraded, slo_class=rec.slo_class,
+        arm=impression.CONTROL, as_of_ms=imp.as_of_ms, served_at_ms=imp.served_at_ms, trace_id=rec.trace_id,
+    )  # fmt: skip
 
 
 class ImpressionLog(TopicLog[Impression]):

@@ -5,7 +5,8 @@ from __future__ import annotations
 import orjson
 from aiokafka import AIOKafkaProducer
 
-from services.gateway.impressions import ImpressionLog, impression_record, ladder
+from recmesh.evaluation import impression
+from services.gateway.impressions import ImpressionLog, impression_record
 from services.gateway.recommend import Recommendation
 
 
@@ -27,7 +28,9 @@ def test_the_record_says_what_was_shown_where_and_by_which() -> None:
     assert (record["request_id"], record["user_id"], record["model_version"]) == ("r1", "u1", "ctr-1")
     assert record["ladder"] == "no_crosses" and record["arm"] == "control" and record["as_of_ms"] == 1_000
     assert orjson.loads(ImpressionLog._record(entry).value) == orjson.loads(orjson.dumps(record))
-    assert ladder([]) == "full"
+    shown = impression.parse(ImpressionLog._record(entry).value)  # what attribution reads back
+    assert (shown.items, shown.scores, shown.as_of_ms) == (("i9", "i3"), (0.9, 0.5), 1_000)
+    assert shown.group == impression.Group("ctr-1", "no_crosses", "A", "control")
 
 
 def test_a_full_queue_drops_and_counts_and_a_zero_rate_logs_nothing() -> None:
