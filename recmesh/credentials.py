@@ -3,11 +3,12 @@ never from the shared ConfigMap (docs/operations.md, *Security*).
 
 Redis: an ACL user per process (REDIS_USERNAME, REDIS_PASSWORD or
 REDIS_PASSWORD_FILE): the ingest writes real-time state, the feature service
-only reads, the CLI (catalog loads, `recmesh init`) writes offline features
-and the catalog's keys. TLS when REDIS_URL is `rediss://`, with the CA in
-REDIS_TLS_CA (and a client certificate in REDIS_TLS_CERT / REDIS_TLS_KEY when
-the server asks for one). `recmesh up` makes the users itself (ACL_RULES,
-an aclfile with hashed passwords).
+only reads, attribution writes online evaluation's keys only, the CLI (catalog
+loads, `recmesh init`) writes offline features and the catalog's keys. TLS
+when REDIS_URL is `rediss://`, with the CA in REDIS_TLS_CA (and a client
+certificate in REDIS_TLS_CERT / REDIS_TLS_KEY when the server asks for one).
+`recmesh up` makes the users itself (ACL_RULES, an aclfile with hashed
+passwords).
 
 Kafka: SASL per producer and consumer (KAFKA_SECURITY_PROTOCOL
 SASL_PLAINTEXT or SASL_SSL, KAFKA_SASL_MECHANISM SCRAM-SHA-512 by default,
@@ -49,10 +50,19 @@ ACL_RULES: dict[str, str] = {
         "~* resetchannels &recmesh:* +@read +@connection +evalsha +eval +script|load +subscribe "
         f"+unsubscribe -@dangerous {_CLUSTER_CLIENT}"
     ),
-    # the CLI (catalog load, init): offline profiles and statics, and the catalog's keys.
+    # attribution (services/attribution): online evaluation's keys only, the answers and
+    # positives it keeps under each user's tag and the figures under {eval}, through its
+    # Lua scripts (EVALSHA; SCRIPT LOAD when the server lost them).
+    "attribution": (
+        f"{keys.acl_pattern('attribution')} resetchannels +@read +@write +@connection +evalsha +eval "
+        f"+script|load -@dangerous {_CLUSTER_CLIENT}"
+    ),
+    # the CLI (catalog load, init): offline profiles and statics, and the catalog's keys;
+    # it reads online evaluation's figures (`recmesh eval online`). Redis 6.2 has no
+    # read-only key patterns (selectors are 7.0), so {eval}:* is granted as the others are.
     "cli": (
         f"{keys.acl_pattern('profile')} {keys.acl_pattern('static')} {keys.acl_pattern('catalog')} "
-        f"+@read +@write +@connection +memory|usage -@dangerous {_CLUSTER_CLIENT}"
+        f"{keys.acl_pattern('eval')} +@read +@write +@connection +memory|usage -@dangerous {_CLUSTER_CLIENT}"
     ),
 }
 # A Redis Cluster's own users (deploy/k8s): `admin` forms the cluster and is for

@@ -11,7 +11,8 @@ Throwaway and per run, under the state directory (owner-only files):
   `set -a; . .recmesh/secrets/cli.env; set +a`.
 
 Each child process gets only its own: the feature service its certificate
-and the read-only Redis user, the ingest the writing Redis user, the ranker,
+and the read-only Redis user, the ingest the writing Redis user, attribution
+its own (online evaluation's keys only), the ranker,
 inference and gateway their certificates.
 """
 
@@ -32,7 +33,7 @@ TLS_VARIABLES = ("RECMESH_TLS_CA", "RECMESH_TLS_CERT", "RECMESH_TLS_KEY")
 REDIS_VARIABLES = ("REDIS_USERNAME", "REDIS_PASSWORD", "REDIS_PASSWORD_FILE")
 
 # Process -> Redis user (processes not named here do not talk to Redis).
-REDIS_USERS = {"feature": "feature", "feature-ingest": "ingest", "cli": "cli"}
+REDIS_USERS = {"feature": "feature", "feature-ingest": "ingest", "attribution": "attribution", "cli": "cli"}
 # Process -> its certificate's identity.
 TLS_IDENTITIES = {"feature": "feature", "inference": "inference", "ranker": "ranker",
                   "gateway": "gateway", "cli": "ops"}  # fmt: skip
@@ -104,6 +105,7 @@ COMPOSE_PROCESSES: dict[str, tuple[str | None, str | None, str | None]] = {
     "ranker": ("ranker", None, None),
     "feature": ("feature", "feature", "feature"),
     "feature-ingest": (None, "ingest", "ingest"),
+    "attribution": (None, "attribution", "attribution"),
     "inference": ("inference", None, None),
     "init": (None, "cli", "cli"),
 }

@@ -30,7 +30,7 @@ from typing import Any, Protocol, TypeVar
 import structlog
 
 from recmesh import eventloop
-from recmesh.grpcserver import wait_for_shutdown_signal
+from recmesh.grpcserver import shutdown_signals, wait_for_shutdown_signal
 from recmesh.metrics_http import start_metrics_server
 from recmesh.security import process_tls
 from recmesh.telemetry import setup_logging, setup_tracing
@@ -130,6 +130,32 @@ async def serve(parts: Parts, grace_s: float) -> None:
         await close()
     if failure is not None:
         raise failure
+
+
+T = TypeVar("T")
+
+
+async def until_stopped(
+    consume: Callable[[asyncio.Event, asyncio.Event], Coroutine[Any, Any, T]],
+) -> T | None:
+    """A consumer process's body (the ingest, attribution): `consume(stop, started)` runs
+    until it returns, sets `started` once its clients are up, and returns when `stop`
+    is set. Signals count from the start: joining a consumer group or waiting for
+    Redis can take seconds, and a stop then gives the start-up up (None) instead of
+    waiting for it, or dying in asyncio's KeyboardInterrupt with clients open."""
+    started = asyncio.Event()
+    with shutdown_signals() as stop:
+        work: asyncio.Task[T] = asyncio.create_task(consume(stop, started))
+        signalled = asyncio.create_task(stop.wait())
+        await asyncio.wait({work, signalled}, return_when=asyncio.FIRST_COMPLETED)
+        signalled.cancel()
+        if not started.is_set():
+            work.cancel()
+        try:
+            return await work
+        except asyncio.CancelledError:
+            _log.info("stopped_while_starting")
+            return None
 
 
 def run_service(name: str, settings: S, build: Callable[[S], Awaitable[Parts]], *, redis: bool) -> None:

@@ -118,6 +118,25 @@ class IngestSettings(CommonSettings, RedisSettings, KafkaSettings):
     state_scan_keys_per_s: int = Field(20_000, validation_alias="RECMESH_STATE_SCAN_KEYS_PER_S")
 
 
+class AttributionSettings(CommonSettings, RedisSettings, KafkaSettings):
+    """The attribution consumer (services/attribution): impressions + events -> online figures."""
+
+    metrics_port: int = Field(9106, validation_alias="ATTRIBUTION_METRICS_PORT")
+    consumer_group: str = Field("recmesh-attribution", validation_alias="RECMESH_ATTRIBUTION_GROUP")
+    impressions_topic: str = Field("impressions", validation_alias="RECMESH_IMPRESSIONS_TOPIC")
+    max_batch: int = Field(1000, ge=1, validation_alias="RECMESH_ATTRIBUTION_MAX_BATCH")
+    fetch_max_wait_ms: int = Field(100, ge=0, validation_alias="RECMESH_ATTRIBUTION_FETCH_MAX_WAIT_MS")
+    # A partition that brought nothing for this long stops holding the clock back;
+    # when every one is idle, the clock runs on with the wall clock.
+    idle_ms: int = Field(10_000, ge=100, validation_alias="RECMESH_ATTRIBUTION_IDLE_MS")
+    # How long an answer not yet final is kept past its window and lateness (the
+    # longest the consumer may stop without losing it), and how long a final
+    # answer's id is remembered so that a redelivered impression adds nothing.
+    grace_s: int = Field(3600, ge=60, validation_alias="RECMESH_ATTRIBUTION_GRACE_S")
+    # How long the per-minute sums are kept (`recmesh eval online --window`).
+    retention_s: int = Field(7 * 86400, ge=3600, validation_alias="RECMESH_ATTRIBUTION_RETENTION_S")
+
+
 class InferenceSettings(CommonSettings):
     inference_port: int = 50053
     metrics_port: int = Field(9103, validation_alias="INFERENCE_METRICS_PORT")
@@ -362,4 +381,5 @@ class UpSettings(CommonSettings, StateSettings):
     inference_metrics_port: int = 9103
     ranker_metrics_port: int = 9104
     ingest_metrics_port: int = 9105
+    attribution_metrics_port: int = 9106
     ready_timeout_s: float = Field(90.0, validation_alias="RECMESH_READY_TIMEOUT_S")

@@ -21,6 +21,7 @@ PREFIX: dict[str, str] = {"user": "{u:", "item": "{i:"}
 TAG_END = "}"
 CATALOG_TAG = "{catalog}"
 INGEST_TAG = "{ingest}"
+EVAL_TAG = "{eval}"
 # What follows an entity's hash tag, per kind of key.
 STREAM = f"{TAG_END}:s:"
 NEWEST = f"{TAG_END}:newest"
@@ -29,6 +30,9 @@ HISTORY = f"{TAG_END}:history"
 COVISITS = f"{TAG_END}:covisits"
 PROFILE = f"{TAG_END}:profile"
 STATIC = f"{TAG_END}:static"
+IMPRESSION = f"{TAG_END}:imp:"
+IMPRESSIONS = f"{TAG_END}:imps"
+POSITIVES = f"{TAG_END}:positives"
 
 
 def entity_tag(entity: Entity | str, entity_id: str) -> str:
@@ -117,8 +121,15 @@ ITEM_SCRIPT_PARTS = (PREFIX["item"], STREAM, NEWEST)
 
 
 def acl_pattern(kind: str) -> str:
-    """A Redis ACL key pattern (`~...`) for the CLI's keys: 'profile', 'static' or 'catalog'."""
-    patterns = {"profile": user_profile("*"), "static": item_static("*"), "catalog": f"{CATALOG_TAG}:*"}
+    """A Redis ACL key pattern (`~...`): 'profile', 'static', 'catalog' (the CLI's keys),
+    'eval' (online evaluation's figures) or 'attribution' (every key attribution writes)."""
+    patterns = {"profile": user_profile("*"), "static": item_static("*"), "catalog": f"{CATALOG_TAG}:*",
+                "eval": f"{EVAL_TAG}:*"}  # fmt: skip
+    if kind == "attribution":
+        return " ".join(
+            f"~{k}"
+            for k in (impression("*", "*"), user_impressions("*"), user_positives("*"), f"{EVAL_TAG}:*")
+        )
     return f"~{patterns[kind]}"
 
 
@@ -159,3 +170,49 @@ def state_family(key: str, families: dict[str, tuple[str, str]]) -> str | None:
         if key.startswith(prefix) and key.endswith(suffix):
             return family
     return None
+
+
+# Online evaluation (services/attribution, recmesh/evaluation): the answers a user
+# was shown and the positive events that may credit them, under the user's tag;
+# what is pending, the clock and the figures under {eval}.
+def impression_prefix(user_id: str) -> str:
+    """What precedes a request id in the user's impression keys (the read script appends it)."""
+    return f"{PREFIX['user']}{user_id}{IMPRESSION}"
+
+
+def impression(user_id: str, request_id: str) -> str:
+    """STRING: one answer as attribution keeps it, until its figures are final."""
+    return f"{impression_prefix(user_id)}{request_id}"
+
+
+def user_impressions(user_id: str) -> str:
+    """ZSET request id -> as-of time of the user's answers not yet final."""
+    return f"{PREFIX['user']}{user_id}{IMPRESSIONS}"
+
+
+def user_positives(user_id: str) -> str:
+    """ZSET "<item>|<event id>|<request id>" -> event time of the user's positive events."""
+    return f"{PREFIX['user']}{user_id}{POSITIVES}"
+
+
+EVAL_PENDING = f"{EVAL_TAG}:pending"
+"""ZSET "<user>|<request id>" -> the time its figures are due (as-of + window)."""
+
+EVAL_CLOCK = f"{EVAL_TAG}:clock"
+"""HASH "<topic>:<partition>" -> "<newest time read>:<wall ms when read>": attribution's clock."""
+
+EVAL_BUCKETS = f"{EVAL_TAG}:buckets"
+"""ZSET bucket -> bucket (minute of as-of time) of every bucket holding sums."""
+
+EVAL_TOTAL = f"{EVAL_TAG}:sums:all"
+"""HASH of the sums of every answer finalised (recmesh/evaluation/sums.py fields)."""
+
+
+def eval_sums(bucket: int) -> str:
+    """HASH of the sums of the answers whose as-of time falls in the minute `bucket`."""
+    return f"{EVAL_TAG}:sums:{bucket}"
+
+
+def eval_done(bucket: int) -> str:
+    """SET of the request ids of the minute `bucket` already added (a second time adds nothing)."""
+    return f"{EVAL_TAG}:done:{bucket}"

@@ -5,7 +5,7 @@ unset). Order: Redis and the broker (embedded unless REDIS_URL /
 KAFKA_BOOTSTRAP name existing ones) -> topics -> the repository's catalog ->
 a model for its feature set (the demo trains one now if none; another
 repository needs one trained with `recmesh train --events`) -> feature,
-ingest, inference, ranker, gateway -> wait until every one reports SERVING ->
+ingest, attribution, inference, ranker, gateway -> wait until every one reports SERVING ->
 for the demo, a burst of demo events so real-time features are live -> print
 endpoints. SIGINT/SIGTERM stop the children in reverse order; if one dies
 unexpectedly the rest are stopped and `up` exits non-zero.
@@ -169,6 +169,7 @@ class Mesh:
             INFERENCE_METRICS_PORT=str(s.inference_metrics_port),
             RANKER_METRICS_PORT=str(s.ranker_metrics_port),
             INGEST_METRICS_PORT=str(s.ingest_metrics_port),
+            ATTRIBUTION_METRICS_PORT=str(s.attribution_metrics_port),
             RECMESH_MODEL_DIR=str(self.model_dir),
             RECMESH_EVENTS_TOPIC=s.events_topic,
             RECMESH_DLQ_TOPIC=s.dlq_topic,
@@ -185,7 +186,7 @@ class Mesh:
         s = self.s
         wanted = [s.gateway_http_port, s.gateway_grpc_port, s.feature_port, s.inference_port,
                   s.ranker_port, s.gateway_metrics_port, s.feature_metrics_port, s.inference_metrics_port,
-                  s.ranker_metrics_port, s.ingest_metrics_port]  # fmt: skip
+                  s.ranker_metrics_port, s.ingest_metrics_port, s.attribution_metrics_port]  # fmt: skip
         if s.redis_url is None:
             wanted.append(s.embedded_redis_port)
         if s.kafka_bootstrap is None:
@@ -377,6 +378,7 @@ class Mesh:
         for name, module in (
             ("feature", "services.feature"),
             ("feature-ingest", "services.feature.ingest"),
+            ("attribution", "services.attribution"),
             ("inference", "services.inference"),
             ("ranker", "services.ranker"),
             ("gateway", "services.gateway"),
@@ -478,7 +480,7 @@ def restart_note(mesh: Mesh) -> str:
 def banner(mesh: Mesh, ready_s: float) -> str:
     http, a, s = mesh.http, mesh.addr, mesh.s
     metrics_ports = (s.gateway_metrics_port, s.feature_metrics_port, s.inference_metrics_port,
-                     s.ranker_metrics_port, s.ingest_metrics_port)  # fmt: skip
+                     s.ranker_metrics_port, s.ingest_metrics_port, s.attribution_metrics_port)  # fmt: skip
     metrics = " ".join(f":{p}" for p in metrics_ports)
     where = "from this directory or with " if s.state_dir == STATE_DIR_DEFAULT else "with "
     return f"""
@@ -487,7 +489,7 @@ recmesh is up (ready in {ready_s:.1f} s). Ctrl-C stops everything.
   REST          {http}   (OpenAPI: {http}/docs)
   gRPC          {mesh.addr["gateway"]}   recmesh.v1.Recommender/Recommend
   services      feature {a["feature"]}  inference {a["inference"]}  ranker {a["ranker"]}
-  metrics       {metrics}  (gateway, feature, inference, ranker, ingest; /metrics)
+  metrics       {metrics}  (gateway, feature, inference, ranker, ingest, attribution; /metrics)
   logs          {mesh.logs}/
   state         {restart_note(mesh)}
   CLI           recmesh reads {mesh.cli_env} (its certificate, Redis user, addresses)

@@ -26,7 +26,8 @@ from aiokafka.errors import CommitFailedError, KafkaError
 from prometheus_client import Counter, Gauge, Histogram
 from redis.exceptions import RedisError
 
-from recmesh.credentials import kafka_options
+from recmesh.consumer import consumer_lag
+from recmesh.consumer import make_consumer as make_kafka_consumer
 from recmesh.errors import InvalidArgument
 from recmesh.events import Event, EventSchema, parse_event
 from recmesh.producer import make_producer
@@ -331,15 +332,8 @@ class Ingestor:
         _log.info("dead_lettered", count=len(rejected), reasons=sorted({r.reason for r in rejected}))
 
     async def _export_lag(self) -> None:
-        for tp in self._consumer.assignment():
-            high = self._consumer.highwater(tp)
-            if high is None:
-                continue
-            try:
-                pos = await self._consumer.position(tp)
-            except KafkaError:
-                continue
-            LAG.labels(str(tp.partition)).set(max(0, high - pos))
+        for tp, lag in (await consumer_lag(self._consumer)).items():
+            LAG.labels(str(tp.partition)).set(lag)
 
 
 # How long a start-up given up waits for its half-started Kafka clients to close.
@@ -347,17 +341,10 @@ START_ABANDON_S = 0.5
 
 
 def make_consumer(settings: IngestSettings, **overrides: Any) -> AIOKafkaConsumer:
-    return AIOKafkaConsumer(
-        settings.events_topic,
-        bootstrap_servers=settings.kafka_bootstrap,
-        group_id=settings.consumer_group,
-        enable_auto_commit=False,
-        auto_offset_reset="earliest",
-        max_poll_records=settings.max_batch,
-        fetch_max_wait_ms=settings.fetch_max_wait_ms,
-        **kafka_options(),
-        **overrides,
-    )
+    return make_kafka_consumer(
+        (settings.events_topic,), settings.kafka_bootstrap, settings.consumer_group, settings.max_batch,
+        settings.fetch_max_wait_ms, **overrides,
+    )  # fmt: skip
 
 
 @contextlib.asynccontextmanager
@@ -403,38 +390,23 @@ async def running(
 
 async def main(settings: IngestSettings) -> None:
     from recmesh.features.repository import served_feature_set
-    from recmesh.grpcserver import shutdown_signals
     from recmesh.redis_client import connect
+    from recmesh.service import until_stopped
 
     feature_set = served_feature_set(settings.repository, "feature-ingest")
     client = connect(settings.redis_url, settings.redis_max_connections)
     store = FeatureStore(client, feature_set)
 
-    started = asyncio.Event()
-
-    async def consume(stop: asyncio.Event) -> int:
+    async def consume(stop: asyncio.Event, started: asyncio.Event) -> int:
         await retry_until(store.ping, "redis", retry_on=(RedisError, OSError))
         async with running(settings, store) as ingestor:
             started.set()
             await stop.wait()
         return ingestor.applied
 
-    # Signals count from the start: joining the consumer group can take seconds, and
-    # a stop then must give up the start-up, not wait for it (or die in asyncio's
-    # KeyboardInterrupt with its clients open).
-    with shutdown_signals() as stop:
-        work = asyncio.create_task(consume(stop))
-        signalled = asyncio.create_task(stop.wait())
-        await asyncio.wait({work, signalled}, return_when=asyncio.FIRST_COMPLETED)
-        signalled.cancel()
-        if not started.is_set():
-            work.cancel()
-        try:
-            applied = await work
-        except asyncio.CancelledError:
-            _log.info("stopped_while_starting")
-        else:
-            _log.info("stopped", applied=applied)
+    applied = await until_stopped(consume)
+    if applied is not None:
+        _log.info("stopped", applied=applied)
     await client.aclose()
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fnmatch
 import hashlib
 from pathlib import Path
 
@@ -9,6 +10,7 @@ import grpc
 import pytest
 
 from recmesh.credentials import ACL_RULES, KafkaAuth, RedisAuth, aclfile
+from recmesh.features import keys
 from recmesh.security import DEFAULT_PEERS, PeerPolicy, TlsConfigError, TlsSettings, peer_policy, process_tls
 
 
@@ -90,6 +92,25 @@ def test_aclfile_turns_the_default_user_off_and_hashes_passwords() -> None:
     assert lines[1] == f"user feature on #{hashlib.sha256(b'pw-f').hexdigest()} {ACL_RULES['feature']}"
     assert "pw-f" not in text and "pw-i" not in text
     assert "+@write" not in ACL_RULES["feature"] and "-@dangerous" in ACL_RULES["feature"]
+
+
+def test_attribution_may_touch_only_online_evaluations_keys() -> None:
+    def granted(user: str, key: str) -> bool:
+        patterns = [w[1:] for w in ACL_RULES[user].split() if w.startswith("~")]
+        return any(fnmatch.fnmatchcase(key, p) for p in patterns)
+
+    own = [keys.impression("u1", "r1"), keys.user_impressions("u1"), keys.user_positives("u1"),
+           keys.EVAL_PENDING, keys.EVAL_CLOCK, keys.EVAL_TOTAL, keys.eval_sums(7),
+           keys.eval_done(7)]  # fmt: skip
+    assert all(granted("attribution", k) for k in own)
+    others = [keys.user_profile("u1"), keys.user_ids("u1"), keys.user_history("u1"), keys.POPULARITY,
+              keys.item_static("i1"), keys.applied("user_behavior")]  # fmt: skip
+    assert not any(granted("attribution", k) for k in others)
+    rules = ACL_RULES["attribution"].split()
+    assert "~*" not in rules and "-@dangerous" in rules and not [r for r in rules if r.startswith("&")]
+    # `recmesh eval online` reads the figures as the CLI; the answers themselves stay attribution's.
+    assert granted("cli", keys.EVAL_TOTAL) and granted("cli", keys.eval_sums(7))
+    assert not granted("cli", keys.impression("u1", "r1"))
 
 
 def test_kafka_sasl_options() -> None:
