@@ -13,21 +13,26 @@ until "$bin/kafka-broker-api-versions.sh" $admin >/dev/null 2>&1; do
   kill -0 "$broker" || exit 1
   sleep 1
 done
-for user in gateway feature ingest cli; do
+for user in gateway feature ingest attribution cli; do
   "$bin/kafka-configs.sh" $admin --alter --entity-type users --entity-name "$user" \
     --add-config "SCRAM-SHA-512=[iterations=8192,password=$(cat "/run/kafka/$user.password")]"
 done
 allow() { user=$1; shift; "$bin/kafka-acls.sh" $admin --add --allow-principal "User:$user" "$@" >/dev/null; }
-# The gateway may only produce behaviour events.
+# The gateway may only produce behaviour events and its impressions.
 allow gateway --operation Write --operation Describe --topic user_behavior
-# The ingest consumes them in its group and produces the dead letters.
+allow gateway --operation Write --operation Describe --topic impressions
+# The ingest consumes behaviour events in its group and produces the dead letters.
 allow ingest --operation Read --operation Describe --topic user_behavior
 allow ingest --operation Read --group recmesh-feature-ingest
 allow ingest --operation Write --operation Describe --topic user_behavior.dlq
+# Attribution reads the impressions and the behaviour events in its own group.
+allow attribution --operation Read --operation Describe --topic impressions
+allow attribution --operation Read --operation Describe --topic user_behavior
+allow attribution --operation Read --group recmesh-attribution
 # The feature service writes its served-feature log.
 allow feature --operation Write --operation Describe --topic served_features
 # `recmesh init` creates the topics.
-for topic in user_behavior user_behavior.dlq served_features; do
+for topic in user_behavior user_behavior.dlq served_features impressions; do
   allow cli --operation Create --operation Describe --topic "$topic"
 done
 touch /tmp/sasl-ready

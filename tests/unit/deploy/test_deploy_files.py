@@ -20,6 +20,7 @@ NEEDS = {
     "services.feature.ingest": {"REDIS_URL", "KAFKA_BOOTSTRAP", "RECMESH_REPOSITORY"}
     | REDIS_USER
     | KAFKA_USER,
+    "services.attribution": {"REDIS_URL", "KAFKA_BOOTSTRAP", "RECMESH_REPOSITORY"} | REDIS_USER | KAFKA_USER,
     "services.inference": {"RECMESH_REPOSITORY"} | TLS,
     "services.ranker": {"FEATURE_ADDR", "INFERENCE_ADDR", "RECMESH_REPOSITORY"} | TLS,
     "services.gateway": {
@@ -52,7 +53,7 @@ def test_every_service_has_an_image_and_a_healthcheck() -> None:
 def test_full_stack_is_there() -> None:
     services = compose()["services"]
     for needed in ("kafka", "redis", "jaeger", "prometheus", "grafana", "feature", "feature-ingest",
-                   "inference", "ranker", "gateway"):  # fmt: skip
+                   "attribution", "inference", "ranker", "gateway"):  # fmt: skip
         assert needed in services
     assert services["kafka"]["environment"]["KAFKA_PROCESS_ROLES"] == "broker,controller"
 
@@ -103,17 +104,26 @@ def test_each_container_mounts_only_its_own_credentials() -> None:
     script = (ROOT / "deploy" / "compose" / "kafka-sasl.sh").read_text()
     assert "allow gateway --operation Write --operation Describe --topic user_behavior\n" in script
     assert "allow ingest --operation Write --operation Describe --topic user_behavior.dlq" in script
+    # Attribution reads both topics in its own group; the gateway writes the impressions it reads.
+    assert "allow gateway --operation Write --operation Describe --topic impressions\n" in script
+    for topic in ("impressions", "user_behavior"):
+        assert f"allow attribution --operation Read --operation Describe --topic {topic}\n" in script
+    assert "allow attribution --operation Read --group recmesh-attribution\n" in script
+    assert "for user in gateway feature ingest attribution cli; do" in script
+    attribution = services["attribution"]["environment"]
+    assert attribution["REDIS_USERNAME"] == attribution["KAFKA_SASL_USERNAME"] == "attribution"
 
 
 def test_prometheus_scrapes_every_recmesh_process() -> None:
     prom = yaml.safe_load((ROOT / "deploy" / "prometheus" / "prometheus.yml").read_text())
     targets = {t for job in prom["scrape_configs"] for sc in job["static_configs"] for t in sc["targets"]}
-    assert targets == {"gateway:9101", "feature:9102", "inference:9103", "ranker:9104", "feature-ingest:9105"}
+    assert targets == {"gateway:9101", "feature:9102", "inference:9103", "ranker:9104", "feature-ingest:9105",
+                       "attribution:9106"}  # fmt: skip
     services = compose()["services"]
     assert {t.split(":")[0] for t in targets} <= set(services)
     rules = yaml.safe_load((ROOT / "deploy" / "prometheus" / "alerts.yml").read_text())
     alerts = {r["alert"] for g in rules["groups"] for r in g["rules"] if "alert" in r}
-    assert {"RecommendP99OverClassABudget", "FeatureFreshnessLagHigh"} <= alerts
+    assert {"RecommendP99OverClassABudget", "FeatureFreshnessLagHigh", "RecmeshAttributionBehind"} <= alerts
 
 
 def dockerfile_stages() -> list[tuple[str, str, list[tuple[str, str]]]]:

@@ -21,6 +21,8 @@ from typing import Any
 import pytest
 import yaml
 
+from recmesh.credentials import ACL_RULES
+from recmesh.settings import AttributionSettings
 from services.inference import scaling
 from tests.unit.deploy.test_deploy_files import NEEDS
 
@@ -54,6 +56,7 @@ METRICS_PORT = {
     "services.inference": 9103,
     "services.ranker": 9104,
     "services.feature.ingest": 9105,
+    "services.attribution": 9106,
     "services.gateway": 9101,
 }
 THIRD_PARTY_IMAGES = {"redis"}
@@ -474,6 +477,32 @@ def test_ingest_scales_on_consumer_lag_up_to_the_partition_count(overlay: str) -
     assert behavior["scaleDown"]["stabilizationWindowSeconds"] >= SCALE_DOWN_WINDOW_S
 
 
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_attribution_is_one_consumer_of_both_topics_in_its_group(overlay: str) -> None:
+    docs = rendered(overlay)
+    deployment = _one(docs, "Deployment", "attribution")
+    # Its event-time clock is shared in Redis: a second consumer could make answers final
+    # before another's partitions were read (base/attribution.yaml). One replica, never two.
+    assert deployment["spec"]["replicas"] == 1
+    assert deployment["spec"]["strategy"] == {"type": "Recreate"}
+    scaled = {
+        d["spec"]["scaleTargetRef"]["name"]
+        for d in docs
+        if d["kind"] in ("ScaledObject", "HorizontalPodAutoscaler")
+    }
+    assert "attribution" not in scaled
+    env = _one(docs, "ConfigMap", "recmesh-env")["data"]
+    defaults = AttributionSettings.model_fields
+    assert env["RECMESH_ATTRIBUTION_GROUP"] == defaults["consumer_group"].default == "recmesh-attribution"
+    assert env["RECMESH_IMPRESSIONS_TOPIC"] == defaults["impressions_topic"].default == "impressions"
+    topics = {t["spec"]["topicName"] for t in docs if t["kind"] == "KafkaTopic"}
+    assert {env["RECMESH_IMPRESSIONS_TOPIC"], env["RECMESH_EVENTS_TOPIC"]} <= topics
+    user = _one(docs, "KafkaUser", "recmesh-attribution")["spec"]["authorization"]["acls"]
+    assert {a["resource"]["name"] for a in user if a["resource"]["type"] == "group"} == {
+        env["RECMESH_ATTRIBUTION_GROUP"]
+    }
+
+
 @pytest.mark.parametrize("overlay", KNATIVE_OVERLAYS)
 def test_inference_is_a_knative_service_with_the_design_notes_autoscaling(overlay: str) -> None:
     docs = rendered(overlay)
@@ -628,6 +657,7 @@ def test_prometheus_rule_holds_the_same_rules_as_alerts_yml() -> None:
         "IngestConsumerLagHigh",
         "FeatureProcessingDelayHigh",  # state drift: processing delay > 15 s for 30 s
         "FeatureStateGrowthHigh",  # state drift: growth > 25 %/min
+        "RecmeshAttributionBehind",  # online figures late: attribution's clock > 15 min behind
     }
     assert needed <= _alert_names(groups)
 
@@ -668,7 +698,7 @@ def test_every_grpc_service_has_its_own_certificate_or_says_plaintext(overlay: s
     for d, c, module in _services(docs):
         name = d["metadata"]["name"]
         env = _env(docs, c)
-        if module == "services.feature.ingest":
+        if module in ("services.feature.ingest", "services.attribution"):
             continue  # no gRPC
         if env.get("RECMESH_TLS") == "off":
             # Only inference behind Knative, and then its callers dial it in plaintext.
@@ -723,12 +753,13 @@ def test_network_policies_allow_exactly_the_call_graph_and_scraping(overlay: str
     assert deny == {"podSelector": {}, "policyTypes": ["Ingress"]}
     scrape = {("ns:monitoring", "ranker", 9104), ("ns:monitoring", "feature", 9102),
               ("ns:monitoring", "inference", 9103), ("ns:monitoring", "feature-ingest", 9105),
-              ("ns:monitoring", "gateway", 9101)}  # fmt: skip
+              ("ns:monitoring", "attribution", 9106), ("ns:monitoring", "gateway", 9101)}  # fmt: skip
     calls = {
         ("*", "gateway", 8000), ("*", "gateway", 50051),
         ("gateway", "ranker", 50054),
         ("ranker", "feature", 50052), ("gateway", "feature", 50052),
         ("feature", "redis-cluster", 6379), ("feature-ingest", "redis-cluster", 6379),
+        ("attribution", "redis-cluster", 6379),
         ("recmesh-init", "redis-cluster", 6379), ("redis-cluster-create", "redis-cluster", 6379),
         ("redis-cluster", "redis-cluster", 6379), ("redis-cluster", "redis-cluster", 16379),
     }  # fmt: skip
@@ -784,6 +815,11 @@ def test_kafka_users_may_do_only_what_their_process_does() -> None:
         ("group", "recmesh-feature-ingest", "Read"),
         ("topic", "user_behavior.dlq", "Write"), ("topic", "user_behavior.dlq", "Describe"),
     }  # fmt: skip
+    assert rights("recmesh-attribution") == {
+        ("topic", "impressions", "Read"), ("topic", "impressions", "Describe"),
+        ("topic", "user_behavior", "Read"), ("topic", "user_behavior", "Describe"),
+        ("group", "recmesh-attribution", "Read"),
+    }  # fmt: skip
     assert rights("recmesh-feature") == {
         ("topic", "served_features", "Write"),
         ("topic", "served_features", "Describe"),
@@ -803,7 +839,7 @@ def test_kafka_users_may_do_only_what_their_process_does() -> None:
                 "key": "password",
             }
             peers.add(d["metadata"]["name"])
-    assert peers == {"gateway", "feature", "feature-ingest", "recmesh-init"}
+    assert peers == {"gateway", "feature", "feature-ingest", "attribution", "recmesh-init"}
     listed = {
         p["podSelector"]["matchLabels"]["app.kubernetes.io/name"]
         for p in listener["networkPolicyPeers"]
@@ -831,6 +867,13 @@ def test_redis_users_and_passwords_come_from_secrets_never_the_configmap() -> No
                 ref = entries["REDIS_PASSWORD"]["valueFrom"]["secretKeyRef"]
                 assert ref == {"name": "recmesh-redis-credentials", "key": entries["REDIS_USERNAME"]["value"]}
                 users[d["metadata"]["name"]] = entries["REDIS_USERNAME"]["value"]
-    assert users == {"feature": "feature", "feature-ingest": "ingest", "recmesh-init": "cli"}
+    assert users == {
+        "feature": "feature",
+        "feature-ingest": "ingest",
+        "attribution": "attribution",
+        "recmesh-init": "cli",
+    }
+    # Every user a pod logs in as has its rules (the aclfile is made from ACL_RULES).
+    assert set(users.values()) <= set(ACL_RULES)
     conf = _one(docs, "ConfigMap", "redis-cluster")["data"]["redis.conf"]
     assert "aclfile /etc/redis-acl/users.acl" in conf and "masteruser replica" in conf
