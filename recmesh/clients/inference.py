@@ -21,6 +21,9 @@ class Scored:
     model_version: str
     suggested_level: int  # the inference service's degradation hint (trailing metadata)
     level: int = 0  # the degradation level the inference service actually served
+    arm: str = "control"  # the experiment arm the request's user is in
+    shadow_scores: list[float] | None = None  # a shadow experiment's candidate scores, never served
+    shadow_model_version: str = ""
 
 
 @dataclass(frozen=True)
@@ -69,7 +72,11 @@ class InferenceClient(GrpcClient):
         req.items.CopyFrom(items)
         resp, trailers = await self._call_with_trailers("Score", self._stub.Score, req, cap_s, retry=True)
         suggested = int(trailers.get(SUGGESTED_LEVEL_KEY, "0"))
-        return Scored(list(resp.scores), resp.model_version, suggested, resp.level)
+        shadow = list(resp.shadow_scores) if resp.shadow_model_version else None
+        return Scored(
+            list(resp.scores), resp.model_version, suggested, resp.level, resp.arm or "control", shadow,
+            resp.shadow_model_version,
+        )  # fmt: skip
 
     async def embed(self, texts: list[str], cap_s: float | None = None) -> Embedded:
         resp: inference_pb2.EmbedResponse = await self._call(

@@ -26,14 +26,20 @@ class ScoreRequest(_message.Message):
     def __init__(self, feature_version: _Optional[str] = ..., feature_names: _Optional[_Iterable[str]] = ..., values: _Optional[_Iterable[float]] = ..., level: _Optional[int] = ..., values_f32: _Optional[bytes] = ..., user: _Optional[_Union[_features_pb2.FeatureRow, _Mapping]] = ..., items: _Optional[_Union[_features_pb2.FeatureTable, _Mapping]] = ...) -> None: ...
 
 class ScoreResponse(_message.Message):
-    __slots__ = ("scores", "model_version", "level")
+    __slots__ = ("scores", "model_version", "level", "arm", "shadow_scores", "shadow_model_version")
     SCORES_FIELD_NUMBER: _ClassVar[int]
     MODEL_VERSION_FIELD_NUMBER: _ClassVar[int]
     LEVEL_FIELD_NUMBER: _ClassVar[int]
+    ARM_FIELD_NUMBER: _ClassVar[int]
+    SHADOW_SCORES_FIELD_NUMBER: _ClassVar[int]
+    SHADOW_MODEL_VERSION_FIELD_NUMBER: _ClassVar[int]
     scores: _containers.RepeatedScalarFieldContainer[float]
     model_version: str
     level: int
-    def __init__(self, scores: _Optional[_Iterable[float]] = ..., model_version: _Optional[str] = ..., level: _Optional[int] = ...) -> None: ...
+    arm: str
+    shadow_scores: _containers.RepeatedScalarFieldContainer[float]
+    shadow_model_version: str
+    def __init__(self, scores: _Optional[_Iterable[float]] = ..., model_version: _Optional[str] = ..., level: _Optional[int] = ..., arm: _Optional[str] = ..., shadow_scores: _Optional[_Iterable[float]] = ..., shadow_model_version: _Optional[str] = ...) -> None: ...
 
 class ModelInfoRequest(_message.Message):
     __slots__ = ()

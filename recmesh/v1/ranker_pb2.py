@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from recmesh.v1 import features_pb2 as recmesh_dot_v1_dot_features__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17recmesh/v1/ranker.proto\x12\nrecmesh.v1\x1a\x19recmesh/v1/features.proto\"\xa6\x01\n\x0bRankRequest\x12\x0f\n\x07user_id\x18\x01 \x01(\t\x12\r\n\x05\x63ount\x18\x02 \x01(\x05\x12\x35\n\x07\x63ontext\x18\x03 \x03(\x0b\x32$.recmesh.v1.RankRequest.ContextEntry\x12\x10\n\x08\x61s_of_ms\x18\x04 \x01(\x03\x1a.\n\x0c\x43ontextEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\xfe\x01\n\x0cRankResponse\x12%\n\x05items\x18\x01 \x03(\x0b\x32\x16.recmesh.v1.ScoredItem\x12\x15\n\rmodel_version\x18\x02 \x01(\t\x12\x17\n\x0f\x66\x65\x61ture_version\x18\x03 \x01(\t\x12\x10\n\x08\x64\x65graded\x18\x04 \x03(\t\x12\x41\n\rrecall_counts\x18\x05 \x03(\x0b\x32*.recmesh.v1.RankResponse.RecallCountsEntry\x12\r\n\x05sigma\x18\x06 \x01(\x01\x1a\x33\n\x11RecallCountsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x05:\x02\x38\x01\x32J\n\rRankerService\x12\x39\n\x04Rank\x12\x17.recmesh.v1.RankRequest\x1a\x18.recmesh.v1.RankResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17recmesh/v1/ranker.proto\x12\nrecmesh.v1\x1a\x19recmesh/v1/features.proto\"\xa6\x01\n\x0bRankRequest\x12\x0f\n\x07user_id\x18\x01 \x01(\t\x12\r\n\x05\x63ount\x18\x02 \x01(\x05\x12\x35\n\x07\x63ontext\x18\x03 \x03(\x0b\x32$.recmesh.v1.RankRequest.ContextEntry\x12\x10\n\x08\x61s_of_ms\x18\x04 \x01(\x03\x1a.\n\x0c\x43ontextEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\xc4\x02\n\x0cRankResponse\x12%\n\x05items\x18\x01 \x03(\x0b\x32\x16.recmesh.v1.ScoredItem\x12\x15\n\rmodel_version\x18\x02 \x01(\t\x12\x17\n\x0f\x66\x65\x61ture_version\x18\x03 \x01(\t\x12\x10\n\x08\x64\x65graded\x18\x04 \x03(\t\x12\x41\n\rrecall_counts\x18\x05 \x03(\x0b\x32*.recmesh.v1.RankResponse.RecallCountsEntry\x12\r\n\x05sigma\x18\x06 \x01(\x01\x12\x0b\n\x03\x61rm\x18\x07 \x01(\t\x12\x19\n\rshadow_scores\x18\x08 \x03(\x02\x42\x02\x10\x01\x12\x1c\n\x14shadow_model_version\x18\t \x01(\t\x1a\x33\n\x11RecallCountsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x05:\x02\x38\x01\x32J\n\rRankerService\x12\x39\n\x04Rank\x12\x17.recmesh.v1.RankRequest\x1a\x18.recmesh.v1.RankResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -36,14 +36,16 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_RANKREQUEST_CONTEXTENTRY']._serialized_options = b'8\001'
   _globals['_RANKRESPONSE_RECALLCOUNTSENTRY']._loaded_options = None
   _globals['_RANKRESPONSE_RECALLCOUNTSENTRY']._serialized_options = b'8\001'
+  _globals['_RANKRESPONSE'].fields_by_name['shadow_scores']._loaded_options = None
+  _globals['_RANKRESPONSE'].fields_by_name['shadow_scores']._serialized_options = b'\020\001'
   _globals['_RANKREQUEST']._serialized_start=67
   _globals['_RANKREQUEST']._serialized_end=233
   _globals['_RANKREQUEST_CONTEXTENTRY']._serialized_start=187
   _globals['_RANKREQUEST_CONTEXTENTRY']._serialized_end=233
   _globals['_RANKRESPONSE']._serialized_start=236
-  _globals['_RANKRESPONSE']._serialized_end=490
-  _globals['_RANKRESPONSE_RECALLCOUNTSENTRY']._serialized_start=439
-  _globals['_RANKRESPONSE_RECALLCOUNTSENTRY']._serialized_end=490
-  _globals['_RANKERSERVICE']._serialized_start=492
-  _globals['_RANKERSERVICE']._serialized_end=566
+  _globals['_RANKRESPONSE']._serialized_end=560
+  _globals['_RANKRESPONSE_RECALLCOUNTSENTRY']._serialized_start=509
+  _globals['_RANKRESPONSE_RECALLCOUNTSENTRY']._serialized_end=560
+  _globals['_RANKERSERVICE']._serialized_start=562
+  _globals['_RANKERSERVICE']._serialized_end=636
 # @@protoc_insertion_point(module_scope)

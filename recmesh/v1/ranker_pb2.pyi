@@ -27,7 +27,7 @@ class RankRequest(_message.Message):
     def __init__(self, user_id: _Optional[str] = ..., count: _Optional[int] = ..., context: _Optional[_Mapping[str, str]] = ..., as_of_ms: _Optional[int] = ...) -> None: ...
 
 class RankResponse(_message.Message):
-    __slots__ = ("items", "model_version", "feature_version", "degraded", "recall_counts", "sigma")
+    __slots__ = ("items", "model_version", "feature_version", "degraded", "recall_counts", "sigma", "arm", "shadow_scores", "shadow_model_version")
     class RecallCountsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -41,10 +41,16 @@ class RankResponse(_message.Message):
     DEGRADED_FIELD_NUMBER: _ClassVar[int]
     RECALL_COUNTS_FIELD_NUMBER: _ClassVar[int]
     SIGMA_FIELD_NUMBER: _ClassVar[int]
+    ARM_FIELD_NUMBER: _ClassVar[int]
+    SHADOW_SCORES_FIELD_NUMBER: _ClassVar[int]
+    SHADOW_MODEL_VERSION_FIELD_NUMBER: _ClassVar[int]
     items: _containers.RepeatedCompositeFieldContainer[_features_pb2.ScoredItem]
     model_version: str
     feature_version: str
     degraded: _containers.RepeatedScalarFieldContainer[str]
     recall_counts: _containers.ScalarMap[str, int]
     sigma: float
-    def __init__(self, items: _Optional[_Iterable[_Union[_features_pb2.ScoredItem, _Mapping]]] = ..., model_version: _Optional[str] = ..., feature_version: _Optional[str] = ..., degraded: _Optional[_Iterable[str]] = ..., recall_counts: _Optional[_Mapping[str, int]] = ..., sigma: _Optional[float] = ...) -> None: ...
+    arm: str
+    shadow_scores: _containers.RepeatedScalarFieldContainer[float]
+    shadow_model_version: str
+    def __init__(self, items: _Optional[_Iterable[_Union[_features_pb2.ScoredItem, _Mapping]]] = ..., model_version: _Optional[str] = ..., feature_version: _Optional[str] = ..., degraded: _Optional[_Iterable[str]] = ..., recall_counts: _Optional[_Mapping[str, int]] = ..., sigma: _Optional[float] = ..., arm: _Optional[str] = ..., shadow_scores: _Optional[_Iterable[float]] = ..., shadow_model_version: _Optional[str] = ...) -> None: ...

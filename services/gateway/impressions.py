@@ -55,7 +55,8 @@ def impression_record(imp: Impression) -> dict[str, object]:
     return impression.record(
         request_id=rec.request_id, user_id=imp.user_id, items=rec.items, model_version=rec.model_version,
         feature_version=rec.feature_version, degraded=rec.degraded, slo_class=rec.slo_class,
-        arm=impression.CONTROL, as_of_ms=imp.as_of_ms, served_at_ms=imp.served_at_ms, trace_id=rec.trace_id,
+        arm=rec.arm, as_of_ms=imp.as_of_ms, served_at_ms=imp.served_at_ms, trace_id=rec.trace_id,
+        shadow=rec.shadow,
     )  # fmt: skip
 
 

@@ -25,6 +25,7 @@ from recmesh.clients.feature import FeatureClient
 from recmesh.clients.inference import UNSCORED_MODEL
 from recmesh.clients.ranker import RankerClient
 from recmesh.errors import DeadlineExceeded, InvalidArgument, RecmeshError, Unavailable
+from recmesh.evaluation.impression import CONTROL, Shadow
 from recmesh.telemetry import FALLBACKS, current_trace_id
 from recmesh.v1 import ranker_pb2
 from services.gateway.cold import ColdGuard
@@ -45,6 +46,8 @@ class Recommendation:
     degraded: list[str] = field(default_factory=list)
     # The answer's id: in the response, on its impression, and on the events an app sends back.
     request_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    arm: str = CONTROL  # the experiment arm it was scored in
+    shadow: Shadow | None = None  # a shadow experiment's candidate scores of `items`, never served
 
 
 # Called with every answered recommendation (user, answer, as-of time): the impression log.
@@ -131,6 +134,10 @@ class Recommender:
                 ranked.model_version,
                 ranked.feature_version,
                 list(dict.fromkeys([*notes, *ranked.degraded])),
+                arm=ranked.arm or CONTROL,
+                shadow=Shadow(ranked.shadow_model_version, tuple(ranked.shadow_scores))
+                if ranked.shadow_model_version
+                else None,
             )
         except RecmeshError as err:
             if isinstance(err, InvalidArgument):

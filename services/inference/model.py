@@ -24,9 +24,10 @@ import structlog
 from prometheus_client import Gauge, Info
 
 from recmesh.errors import FailedPrecondition, Unavailable
+from recmesh.evaluation.experiment import Experiment, read_experiment
 from recmesh.features.repository import FeatureSet
 from recmesh.features.vectorize import Vectorizer, check_against, transforms_from_card
-from recmesh.modeldir import LEVELS, current_model, variant_file
+from recmesh.modeldir import LEVELS, MODEL_NAME, current_model, variant_file
 
 _log = structlog.get_logger("recmesh.inference.model")
 
@@ -34,6 +35,10 @@ PROVIDER_INFO = Info("recmesh_inference_execution_provider", "ONNX Runtime provi
 MODEL_INFO = Info(
     "recmesh_inference_model",
     "Served model version, feature set and model_origin (demo: trained on the demo's generated data).",
+)
+EXPERIMENT_INFO = Info(
+    "recmesh_inference_experiment",
+    "The experiment this inference service splits traffic for (id empty: none).",
 )
 LOAD_SECONDS = Gauge("recmesh_inference_model_load_seconds", "Time to load and warm the model.")
 VARIANT_BYTES = Gauge(
@@ -251,12 +256,53 @@ class ModelRegistry:
         self._threads = threads
         self._feature_set = feature_set
         self._model: LoadedModel | None = None
+        self._experiment: Experiment | None = None  # running, and its candidate loaded
+        self._candidate: LoadedModel | None = None
 
     @property
     def model(self) -> LoadedModel:
         if self._model is None:
             raise Unavailable("no model loaded")
         return self._model
+
+    @property
+    def experiment(self) -> Experiment | None:
+        """The running experiment (recmesh/evaluation/experiment.py), or None."""
+        return self._experiment
+
+    @property
+    def candidate(self) -> LoadedModel | None:
+        """A running model experiment's candidate, loaded and warmed."""
+        return self._candidate
+
+    def load_experiment(self) -> None:
+        """Follow MODEL_DIR/ctr/EXPERIMENT: load a running model experiment's candidate
+        (checked like CURRENT) before its split takes effect; drop it once it ended.
+        A file that does not parse or a candidate that does not load leaves no
+        experiment running here, and says why."""
+        try:
+            exp = read_experiment(self._dir)
+            if exp is not None and exp.running and exp.kind == "model":
+                path = self._dir / MODEL_NAME / exp.candidate
+                if self._candidate is None or self._candidate.path != path:
+                    self._candidate = load(path, self._threads, self._feature_set)
+            else:
+                self._candidate = None
+        except Exception as err:  # a bad file or candidate must never stop the served model
+            if self._experiment is not None or self._candidate is not None:
+                _log.warning("experiment_not_followed", error=repr(err))
+            self._experiment, self._candidate = None, None
+            EXPERIMENT_INFO.info({"id": "", "arm": "", "share": "0", "shadow": "false"})
+            return
+        running = exp if exp is not None and exp.running else None
+        if running != self._experiment:
+            _log.info("experiment_followed", experiment=None if running is None else running.describe())
+            EXPERIMENT_INFO.info({
+                "id": running.id if running else "", "arm": running.arm_name if running else "",
+                "share": f"{running.share:g}" if running else "0",
+                "shadow": str(bool(running and running.shadow)).lower(),
+            })  # fmt: skip
+        self._experiment = running
 
     def load_current(self) -> LoadedModel:
         path = current_model(self._dir)
@@ -281,6 +327,7 @@ class ModelRegistry:
                     detail="this model was trained on the demo's generated data, not on your events: "
                     "train yours with `recmesh train --events LOG` or bring one (`recmesh models activate`)",
                 )
+        self.load_experiment()
         return self._model
 
     async def follow(self, interval_s: float = 2.0) -> None:

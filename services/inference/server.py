@@ -27,6 +27,8 @@ from grpc_health.v1 import health_pb2
 from prometheus_client import Counter, Gauge
 
 from recmesh.errors import FailedPrecondition, InvalidArgument, ResourceExhausted
+from recmesh.evaluation.experiment import CANDIDATE
+from recmesh.evaluation.impression import CONTROL
 from recmesh.features.wire import row_values, table_columns
 from recmesh.grpcserver import MeshServer, Registration
 from recmesh.metadata import SUGGESTED_LEVEL_KEY
@@ -37,7 +39,7 @@ from recmesh.v1 import inference_pb2 as pb
 from recmesh.v1 import inference_pb2_grpc
 from services.inference.batcher import MicroBatcher
 from services.inference.lanes import LANE_SHED, Lane, LaneLimits, lower_priority
-from services.inference.model import LoadedModel, ModelRegistry
+from services.inference.model import LoadedModel, ModelRegistry, ModelVariant
 from services.inference.pressure import SUGGESTED, GpuProbe, suggest_level
 from services.inference.textloader import load_text_models
 from services.inference.textmodels import TextModels, TextSlot
@@ -47,6 +49,7 @@ _log = structlog.get_logger("recmesh.inference")
 # grpc.health name that turns SERVING when the text models (Embed, Generate) are loaded.
 TEXT_HEALTH_NAME = "recmesh.v1.InferenceService/text"
 ROWS = Counter("recmesh_inference_rows_total", "Rows scored.")
+ARMS = Counter("recmesh_inference_arm_total", "Score requests by experiment arm.", ("arm",))
 SERVED = Counter("recmesh_inference_served_total", "Score requests by level asked and served.",
                  ("requested", "served"))  # fmt: skip
 TEXT_TOKENS = Counter("recmesh_inference_text_tokens_total", "Tokens processed by text models.", ["method"])
@@ -108,9 +111,9 @@ class InferenceServicer(inference_pb2_grpc.InferenceServiceServicer):
         context.set_trailing_metadata(((SUGGESTED_LEVEL_KEY, str(level)),))
 
     async def Score(self, request: pb.ScoreRequest, context: grpc.aio.ServicerContext) -> pb.ScoreResponse:
-        model = self._registry.model
         if request.level not in LEVELS:
             raise InvalidArgument(f"level {request.level} is not one of {list(LEVELS)}")
+        model, level, arm = self._arm(request)
         try:
             matrix = self._matrix(model, request)
         except FailedPrecondition:
@@ -118,17 +121,44 @@ class InferenceServicer(inference_pb2_grpc.InferenceServiceServicer):
             raise
         rows = len(matrix)
         self._suggest(context)
-        variant = model.variant(request.level)
+        variant = model.variant(level)
         SERVED.labels(str(request.level), str(variant.level)).inc()
+        ARMS.labels(arm).inc()
         if rows == 0:
-            return pb.ScoreResponse(model_version=model.version, level=variant.level)
-        if self._batcher is None:
-            scores = variant.score(matrix)
-        else:
-            # A batch holds one variant's jobs only (take_batch splits on the job's model).
-            scores = await self._batcher.submit(variant, matrix, remaining_s())
+            return pb.ScoreResponse(model_version=model.version, level=variant.level, arm=arm)
+        scores = await self._run(variant, matrix)
         ROWS.inc(rows)
-        return pb.ScoreResponse(scores=scores.tolist(), model_version=model.version, level=variant.level)
+        resp = pb.ScoreResponse(
+            scores=scores.tolist(), model_version=model.version, level=variant.level, arm=arm
+        )
+        shadow = self._registry.candidate
+        experiment = self._registry.experiment
+        if shadow is not None and experiment is not None and experiment.shadow and arm == CONTROL:
+            # Scored the same way, never served: the candidate's AUC on real answers.
+            shadow_scores = await self._run(shadow.variant(level), self._matrix(shadow, request))
+            resp.shadow_scores.extend(shadow_scores.tolist())
+            resp.shadow_model_version = shadow.version
+        return resp
+
+    def _arm(self, request: pb.ScoreRequest) -> tuple[LoadedModel, int, str]:
+        """The model, level and experiment arm a request is scored in (a user's arm is sticky,
+        recmesh/evaluation/experiment.py; rows without a user are always control)."""
+        model, experiment = self._registry.model, self._registry.experiment
+        if experiment is None or not request.HasField("user"):
+            return model, request.level, CONTROL
+        arm = experiment.arm(request.user.entity_id)
+        candidate = self._registry.candidate
+        if arm == CANDIDATE and candidate is not None:
+            return candidate, request.level, arm
+        if arm != CONTROL and experiment.kind == "level":
+            return model, max(request.level, experiment.level), arm
+        return model, request.level, CONTROL
+
+    async def _run(self, variant: ModelVariant, matrix: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
+        if self._batcher is None:
+            return variant.score(matrix)
+        # A batch holds one variant's jobs only (take_batch splits on the job's model).
+        return await self._batcher.submit(variant, matrix, remaining_s())
 
     def _matrix(self, model: LoadedModel, request: pb.ScoreRequest) -> npt.NDArray[np.float32]:
         """The request's input rows: built from its served features with the

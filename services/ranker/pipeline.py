@@ -37,6 +37,7 @@ from prometheus_client import Counter, Gauge, Histogram
 from recmesh.clients.feature import FeatureClient
 from recmesh.clients.inference import InferenceClient
 from recmesh.errors import DeadlineExceeded, RecmeshError
+from recmesh.evaluation.impression import CONTROL
 from recmesh.features.repository import FeatureSet
 from recmesh.resilience import current_slo_class, remaining_s
 from recmesh.settings import RankerSettings
@@ -63,6 +64,7 @@ from services.ranker.stages import (
     Env,
     Ordered,
     RequestState,
+    Shadowed,
     SourceOut,
     is_inference_skip,
 )
@@ -115,6 +117,8 @@ class Ranked:
     degraded: list[str] = field(default_factory=list)
     recall_counts: dict[str, int] = field(default_factory=dict)
     sigma: float = 0.0
+    arm: str = CONTROL
+    shadow: Shadowed | None = None
 
 
 def load_graph(settings: RankerSettings) -> Graph:
@@ -363,4 +367,6 @@ class RankPipeline:
             span.set_attribute(f"recmesh.candidates.{name}", n)
         version = out.feature_version or self._env.feature_set.version
         items = out.items[:count]
-        return Ranked(items, out.model_version, version, req.degraded, req.recall_counts, req.sigma)
+        return Ranked(
+            items, out.model_version, version, req.degraded, req.recall_counts, req.sigma, out.arm, out.shadow
+        )

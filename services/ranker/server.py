@@ -33,6 +33,7 @@ class RankerServicer(ranker_pb2_grpc.RankerServiceServicer):
             dict(request.context),
             skip=frozenset(skip),
         )
+        shadow = ranked.shadow
         return ranker_pb2.RankResponse(
             items=[features_pb2.ScoredItem(item_id=i, score=s) for i, s in ranked.items],
             model_version=ranked.model_version,
@@ -40,6 +41,9 @@ class RankerServicer(ranker_pb2_grpc.RankerServiceServicer):
             degraded=ranked.degraded,
             recall_counts=ranked.recall_counts,
             sigma=ranked.sigma,
+            arm=ranked.arm,
+            shadow_scores=[] if shadow is None else [shadow.scores.get(i, 0.0) for i, _ in ranked.items],
+            shadow_model_version="" if shadow is None else shadow.model_version,
         )
 
 

@@ -11,13 +11,14 @@ produces. Values between nodes are the small dataclasses below.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from opentelemetry import trace
 
 from recmesh.clients.feature import FeatureClient
 from recmesh.clients.inference import UNSCORED_MODEL, InferenceClient
 from recmesh.errors import RecmeshError, Unavailable
+from recmesh.evaluation.impression import CONTROL
 from recmesh.features.repository import FeatureSet, FeatureValue
 from recmesh.features.wire import row_values
 from recmesh.retrieval.build import FUSION_HEAD
@@ -96,11 +97,21 @@ class ItemFeatures:
 
 
 @dataclass(frozen=True)
+class Shadowed:
+    """A shadow experiment's candidate model: its version and its score of each item it scored."""
+
+    model_version: str
+    scores: dict[str, float]
+
+
+@dataclass(frozen=True)
 class Ordered:
     items: list[tuple[str, float]]
     model_version: str
     feature_version: str
     categories: dict[str, str]
+    arm: str = CONTROL  # the experiment arm it was scored in
+    shadow: Shadowed | None = None  # a shadow experiment's candidate scores, per item
 
 
 @dataclass
@@ -364,7 +375,10 @@ async def _run_score(env: Env, req: RequestState, node: NodeSpec, inputs: Inputs
     blend = env.settings.recall_blend
     items = blend_orders(ids, scored.scores, env.learnt_blend() if blend is None else blend)
     items += [(i, 0.0) for i, _ in f.rest]
-    return Ordered(items, scored.model_version, f.feature_version, f.categories)
+    shadow = None
+    if scored.shadow_scores is not None:
+        shadow = Shadowed(scored.shadow_model_version, dict(zip(ids, scored.shadow_scores, strict=True)))
+    return Ordered(items, scored.model_version, f.feature_version, f.categories, scored.arm, shadow)
 
 
 def _neutral_score(env: Env, req: RequestState, node: NodeSpec, inputs: Inputs) -> object:
@@ -377,13 +391,13 @@ async def _run_diversify(env: Env, req: RequestState, node: NodeSpec, inputs: In
     o = _one(inputs, Ordered)
     assert isinstance(o, Ordered)
     items = cap_per_category(o.items, o.categories, env.settings.max_per_category, req.count)
-    return Ordered(items, o.model_version, o.feature_version, o.categories)
+    return replace(o, items=items)
 
 
 def _neutral_diversify(env: Env, req: RequestState, node: NodeSpec, inputs: Inputs) -> object:
     o = _one(inputs, Ordered)
     assert isinstance(o, Ordered)
-    return Ordered(o.items[: req.count], o.model_version, o.feature_version, o.categories)
+    return replace(o, items=o.items[: req.count])
 
 
 def _learnt_idle(source: str) -> Callable[[Env], bool]:
