@@ -1,4 +1,5 @@
-"""`recmesh models list | import | activate`: the served model's versions, a team's own model.
+"""`recmesh models list | import | activate | experiment`: the served model's versions, a team's own
+model, and experiments on live traffic.
 
 A model directory a team brings holds an ONNX file and a `config.toml` in the
 spirit of Triton's model configuration: the ONNX input's name and, for its
@@ -8,7 +9,13 @@ was built on. `import` validates all of it against the file (ONNX Runtime
 loads it; the input takes [batch, columns]) and against the served repository
 (every feature declared, with a type its transform reads; the same version),
 and copies it into MODEL_DIR/ctr/<version>/ with a card; `activate` writes
-MODEL_DIR/ctr/CURRENT, which the inference service follows without a restart.
+MODEL_DIR/ctr/CURRENT, which the inference service follows without a restart;
+`activate VERSION --share 10 [--shadow]` instead starts an experiment
+(MODEL_DIR/ctr/EXPERIMENT, recmesh/evaluation/experiment.py): the version
+serves a sticky share of users, and with --shadow scores the others' answers
+too without serving them; `experiment --level 2 --share 10` serves a share at a
+degradation level; `experiment` says what runs, `experiment --stop` ends it.
+The guard of `[evaluation.guard]` promotes or rolls back by itself.
 
     # config.toml
     feature_set_version = "fs-e9e0cf552453"
@@ -33,18 +40,19 @@ import argparse
 import hashlib
 import json
 import shutil
-import sys
 import time
 import tomllib
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from recmesh.errors import FailedPrecondition, InvalidArgument, NotFound
+from recmesh.evaluation.experiment import Experiment, State, new_experiment, read_experiment, write_experiment
 from recmesh.features.repository import FeatureSet
 from recmesh.features.vectorize import KINDS, Transform, Vectorizer, check_against
-from recmesh.modeldir import MODEL_NAME, variant_file
+from recmesh.modeldir import MODEL_NAME, current_model, variant_file
 
 
 class _Strict(BaseModel):
@@ -210,6 +218,26 @@ def versions(model_dir: Path) -> list[dict[str, Any]]:
 
 def activate(model_dir: Path, version: str, feature_set: FeatureSet) -> Path:
     """Point CURRENT at `version` after checking it loads for the served repository."""
+    path = check_version(model_dir, version, feature_set)
+    pointer = model_dir / MODEL_NAME / "CURRENT"
+    tmp = pointer.with_suffix(".tmp")
+    tmp.write_text(version + "\n")
+    tmp.replace(pointer)  # atomic: a follower never reads half a name
+    return path
+
+
+def _percent(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a number") from None
+    if not 0.0 <= value <= 100.0:
+        raise argparse.ArgumentTypeError(f"{value:g} is not a percentage (0-100)")
+    return value
+
+
+def check_version(model_dir: Path, version: str, feature_set: FeatureSet) -> Path:
+    """The version's directory, after checking it loads for the served repository (as inference will)."""
     from services.inference.model import load
 
     path = model_dir / MODEL_NAME / version
@@ -217,10 +245,6 @@ def activate(model_dir: Path, version: str, feature_set: FeatureSet) -> Path:
         known = ", ".join(v["version"] for v in versions(model_dir)) or "none"
         raise NotFound(f"no model version {version!r} in {model_dir / MODEL_NAME} (versions: {known})")
     load(path, 1, feature_set)  # the inference service's own load: card, transforms, every variant
-    pointer = model_dir / MODEL_NAME / "CURRENT"
-    tmp = pointer.with_suffix(".tmp")
-    tmp.write_text(version + "\n")
-    tmp.replace(pointer)  # atomic: a follower never reads half a name
     return path
 
 
@@ -260,9 +284,74 @@ def _cmd_import(args: argparse.Namespace) -> int:
 def _cmd_activate(args: argparse.Namespace) -> int:
     from recmesh.tools.cli.common import repository
 
-    path = activate(_model_dir(args), args.version, repository(args))
-    print(f"activated {args.version} ({path}): the inference service switches to it within its poll (2 s)",
-          file=sys.stdout)  # fmt: skip
+    model_dir = _model_dir(args)
+    if args.share is None and not args.shadow:
+        path = activate(model_dir, args.version, repository(args))
+        ended = _end_running(model_dir, "stopped", f"{args.version} activated by hand")
+        print(f"activated {args.version} ({path}): the inference service switches to it within its poll (2 s)"
+              + (f"; ended {ended.id}" if ended else ""))  # fmt: skip
+        return 0
+    check_version(model_dir, args.version, repository(args))
+    current = current_model(model_dir)
+    if current is not None and current.name == args.version:
+        raise FailedPrecondition(f"{args.version} is the current version already: nothing to compare it with")
+    try:
+        exp = new_experiment("model", args.share or 0.0, candidate=args.version, shadow=args.shadow)
+    except ValueError as err:
+        raise InvalidArgument(str(err)) from None
+    _start(model_dir, exp)
+    return 0
+
+
+def _start(model_dir: Path, exp: Experiment) -> None:
+    ended = _end_running(model_dir, "stopped", f"replaced by {exp.id}")
+    write_experiment(model_dir, exp)
+    print(f"started {exp.describe()}" + (f"; ended {ended.id}" if ended else ""))
+    print("the inference service follows it within its poll (2 s); figures: "
+          "`recmesh eval online --by model_version,arm`; [evaluation.guard], when declared, "
+          "promotes or rolls it back")  # fmt: skip
+
+
+def _end_running(model_dir: Path, state: State, reason: str) -> Experiment | None:
+    exp = read_experiment(model_dir)
+    if exp is None or not exp.running:
+        return None
+    write_experiment(model_dir, exp.ended(state, reason))
+    return exp
+
+
+def _cmd_copy(args: argparse.Namespace) -> int:
+    from recmesh.tools.training.derive import derive_version
+
+    path = derive_version(_model_dir(args), args.version, args.new_version, args.shuffle_weights)
+    what = (
+        f"with its weights shuffled (seed {args.shuffle_weights})" if args.shuffle_weights is not None else ""
+    )
+    print(f"copied {args.version} to {args.new_version} {what} ({path})")
+    return 0
+
+
+def _cmd_experiment(args: argparse.Namespace) -> int:
+    model_dir = _model_dir(args)
+    if args.stop:
+        ended = _end_running(model_dir, "stopped", "stopped by hand")
+        print(
+            f"stopped {ended.id}: every user is served the current version" if ended else "no experiment runs"
+        )
+        return 0
+    if args.level is not None:
+        try:
+            exp = new_experiment("level", args.share or 0.0, level=args.level)
+        except ValueError as err:
+            raise InvalidArgument(str(err)) from None
+        _start(model_dir, exp)
+        return 0
+    found = read_experiment(model_dir)
+    if args.json:
+        print(json.dumps(None if found is None else asdict(found)))
+        return 0
+    print("no experiment has run" if found is None else found.describe()
+          + (f": {found.reason}" if found.reason else ""))  # fmt: skip
     return 0
 
 
@@ -273,9 +362,15 @@ def add_commands(sub: Any) -> None:
     helps = {
         "list": "the versions in MODEL_DIR, the current one starred, whether each fits the repository",
         "import": "validate a model directory (ONNX + config.toml) and add it as a version",
-        "activate": "make a version current (the inference service switches without a restart)",
+        "activate": "make a version current (the inference service switches without a restart), or with "
+        "--share/--shadow try it on live traffic first",
+        "copy": "a new version from one (--shuffle-weights: a fire drill for the guard)",
+        "experiment": "the experiment on live traffic: what runs (no options), a degradation level for a "
+        "share of users (--level N --share P), or --stop",
     }
-    for name, func in (("list", _cmd_list), ("import", _cmd_import), ("activate", _cmd_activate)):
+    commands = (("list", _cmd_list), ("import", _cmd_import), ("activate", _cmd_activate),
+                ("copy", _cmd_copy), ("experiment", _cmd_experiment))  # fmt: skip
+    for name, func in commands:
         help_ = helps[name]
         p = models.add_parser(name, help=help_)
         if name == "import":
@@ -283,10 +378,23 @@ def add_commands(sub: Any) -> None:
             p.add_argument("--activate", action="store_true", help="make it current once imported")
         if name == "activate":
             p.add_argument("version")
+            p.add_argument("--share", type=_percent, help="serve it to this percentage of users (sticky by "
+                           "user id) instead of making it current")  # fmt: skip
+            p.add_argument("--shadow", action="store_true", help="score the other users' answers with it "
+                           "too, without serving its order, and log its scores")  # fmt: skip
+        if name == "copy":
+            p.add_argument("version")
+            p.add_argument("new_version")
+            shuffle_help = "permute every weight tensor: same shapes and scales, nothing learnt"
+            p.add_argument("--shuffle-weights", type=int, metavar="SEED", help=shuffle_help)
+        if name == "experiment":
+            p.add_argument("--level", type=int, choices=(1, 2, 3), help="serve this degradation level")
+            p.add_argument("--share", type=_percent, help="to this percentage of users (with --level)")
+            p.add_argument("--stop", action="store_true", help="end the running experiment")
         p.add_argument("--model-dir", help="default: RECMESH_MODEL_DIR or .recmesh/models")
         p.add_argument(
             "--repository", help="the repository file (default: RECMESH_REPOSITORY, else the demo's)"
         )
-        if name == "list":
+        if name in ("list", "experiment"):
             p.add_argument("--json", action="store_true")
         p.set_defaults(func=func)
