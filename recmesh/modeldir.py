@@ -17,6 +17,7 @@ serves the nearest available level below the requested one, and says so.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 MODEL_NAME = "ctr"
@@ -37,3 +38,16 @@ def current_model(model_dir: Path, name: str = MODEL_NAME) -> Path | None:
         return None
     path = model_dir / name / pointer.read_text().strip()
     return path if (path / variant_file(0)).exists() and (path / "card.json").exists() else None
+
+
+def point_current(model_dir: Path, version: str, name: str = MODEL_NAME) -> Path:
+    """Point CURRENT at `version` (a version directory with its card and level-0 model:
+    FileNotFoundError otherwise), atomically: a follower never reads half a name."""
+    path = model_dir / name / version
+    if not ((path / variant_file(0)).exists() and (path / "card.json").exists()):
+        raise FileNotFoundError(f"{path} holds no model version (card.json and {variant_file(0)})")
+    pointer = model_dir / name / "CURRENT"
+    tmp = pointer.with_name(f".CURRENT.{os.getpid()}.tmp")  # a writer of its own: no two share one
+    tmp.write_text(version + "\n")
+    tmp.replace(pointer)
+    return path

@@ -135,6 +135,9 @@ class AttributionSettings(CommonSettings, RedisSettings, KafkaSettings):
     grace_s: int = Field(3600, ge=60, validation_alias="RECMESH_ATTRIBUTION_GRACE_S")
     # How long the per-minute sums are kept (`recmesh eval online --window`).
     retention_s: int = Field(7 * 86400, ge=3600, validation_alias="RECMESH_ATTRIBUTION_RETENTION_S")
+    # Where the guard (services/attribution/guard.py) reads ctr/EXPERIMENT and, deciding,
+    # writes it and ctr/CURRENT: the inference service's model directory, shared.
+    model_dir: Path = Field(STATE_DIR_DEFAULT / "models", validation_alias="RECMESH_MODEL_DIR")
 
 
 class InferenceSettings(CommonSettings):

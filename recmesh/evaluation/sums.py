@@ -65,12 +65,19 @@ class Estimate:
         return f"{self.mean:.4f} ± {self.half_width:.4f}"
 
 
+def variance(total: float, squares: float, n: float) -> float:
+    """The sample variance of n values from their sum and sum of squares (0 below two values)."""
+    if n <= 1:
+        return 0.0
+    mean = total / n
+    return max(0.0, squares - n * mean * mean) / (n - 1)
+
+
 def estimate(total: float, squares: float, n: float) -> Estimate | None:
     if n <= 0:
         return None
-    mean = total / n
-    var = max(0.0, squares - n * mean * mean) / (n - 1) if n > 1 else 0.0
-    return Estimate(mean, Z95 * math.sqrt(var / n) if n > 1 else math.inf, int(n))
+    var = variance(total, squares, n)
+    return Estimate(total / n, Z95 * math.sqrt(var / n) if n > 1 else math.inf, int(n))
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,5 @@
-"""python -m services.attribution: the attribution consumer (services/attribution/consumer.py)."""
+"""python -m services.attribution: the attribution consumer (services/attribution/consumer.py)
+and, beside it, the experiment guard (services/attribution/guard.py)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from recmesh.resilience import retry_until
 from recmesh.service import until_stopped
 from recmesh.settings import AttributionSettings
 from services.attribution.consumer import running
+from services.attribution.guard import ExperimentGuard, watch
 from services.attribution.store import AttributionStore
 
 _log = structlog.get_logger("recmesh.attribution")
@@ -25,14 +27,23 @@ async def main(settings: AttributionSettings) -> None:
         client, feature_set.evaluation, settings.grace_s * 1000, settings.retention_s * 1000
     )
 
+    guard = ExperimentGuard(client, settings.model_dir, feature_set.evaluation.guard)
+    if feature_set.evaluation.guard is None:
+        _log.info("guard_off", detail="no [evaluation.guard]: experiments end only by hand")
+
     async def consume(stop: asyncio.Event, started: asyncio.Event) -> int:
         await retry_until(client.ping, "redis", retry_on=(RedisError, OSError))
         async with running(settings, store, feature_set.event_schema) as attributor:
             started.set()
             assert attributor.task is not None
-            stopped = asyncio.create_task(stop.wait())
-            await asyncio.wait({stopped, attributor.task}, return_when=asyncio.FIRST_COMPLETED)
-            stopped.cancel()
+            guarding = asyncio.create_task(watch(guard))  # its failures are logged, never fatal
+            try:
+                stopped = asyncio.create_task(stop.wait())
+                await asyncio.wait({stopped, attributor.task}, return_when=asyncio.FIRST_COMPLETED)
+                stopped.cancel()
+            finally:
+                guarding.cancel()
+                await asyncio.wait({guarding})  # its end, without taking its cancellation for ours
             if attributor.task.done():
                 attributor.task.result()  # a failure ends the process, non-zero
         return attributor.finalised

@@ -283,3 +283,20 @@ async def read_sums(client: AnyRedis, window_ms: int | None) -> tuple[dict[str, 
             name = k.decode()
             sums[name] = sums.get(name, 0.0) + float(v)
     return sums, last
+
+
+async def read_sums_since(client: AnyRedis, first_minute: int) -> dict[str, float]:
+    """The sums of every minute of as-of time from `first_minute` on (the guard: an
+    experiment's minutes); a minute past the retention has expired and adds nothing."""
+    buckets = cast(list[bytes], await client.zrangebyscore(keys.EVAL_BUCKETS, first_minute, "+inf"))
+    if not buckets:
+        return {}
+    pipe = client.pipeline(transaction=False)
+    for b in buckets:
+        pipe.hgetall(keys.eval_sums(int(b)))
+    sums: dict[str, float] = {}
+    for part in cast(list[dict[bytes, bytes]], await pipe.execute()):
+        for k, v in part.items():
+            name = k.decode()
+            sums[name] = sums.get(name, 0.0) + float(v)
+    return sums

@@ -14,7 +14,8 @@ A repository file (TOML, `recmesh.toml`) declares
   category, the user's affinity over it, recent items, popularity) and the
   co-visitation rule;
 - `[training]`: which events are training examples and how they are labelled;
-- `[evaluation]`: which behaviours credit a shown item online, within what window.
+- `[evaluation]`: which behaviours credit a shown item online, within what window, and
+  `[evaluation.guard]`: when a running experiment's candidate is promoted or rolled back.
 
 `load_repository` validates the file with pydantic and compiles it into a
 `FeatureSet`: the features in declaration order, the event *streams* their
@@ -49,6 +50,8 @@ from recmesh.features.repository.declarations import (
     EntityDecl,
     EvaluationDecl,
     EventsDecl,
+    GuardDecl,
+    GuardMetric,
     LabelDecl,
     LearntDecl,
     OfflineDecl,
@@ -61,7 +64,14 @@ from recmesh.features.repository.declarations import (
     TextsDecl,
     TrainingDecl,
 )
-from recmesh.features.repository.feature_set import Evaluation, FeatureDef, FeatureSet, RecallRoles, Stream
+from recmesh.features.repository.feature_set import (
+    Evaluation,
+    FeatureDef,
+    FeatureSet,
+    Guard,
+    RecallRoles,
+    Stream,
+)
 from recmesh.features.repository.load import (
     DEMO_REPOSITORY,
     RepositoryError,
@@ -123,6 +133,9 @@ __all__ = [
     "FeatureDef",
     "FeatureSet",
     "FeatureValue",
+    "Guard",
+    "GuardDecl",
+    "GuardMetric",
     "Kind",
     "LabelDecl",
     "LearntDecl",

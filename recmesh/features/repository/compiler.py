@@ -151,6 +151,19 @@ def _check_evaluation(decl: RepositoryDecl) -> None:
     for key in ("window", "lateness"):
         if _duration(getattr(e, key), f"evaluation.{key}") <= 0:
             raise ValueError(f"evaluation.{key}: must be longer than 0")
+    g = e.guard
+    if g is None:
+        return
+    if g.min_answers < 2:
+        raise ValueError(f"evaluation.guard.min_answers: {g.min_answers} must be at least 2 (a variance)")
+    if g.max_answers < g.min_answers:
+        raise ValueError(
+            f"evaluation.guard.max_answers: {g.max_answers} must be at least min_answers ({g.min_answers})"
+        )
+    if not 0.0 <= g.max_drop < 1.0:
+        raise ValueError(f"evaluation.guard.max_drop: {g.max_drop} must be in [0, 1) (figures are in [0, 1])")
+    if not 0.5 <= g.confidence < 1.0:
+        raise ValueError(f"evaluation.guard.confidence: {g.confidence} must be in [0.5, 1)")
 
 
 def _check_training(decl: RepositoryDecl) -> None:

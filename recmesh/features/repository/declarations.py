@@ -293,6 +293,23 @@ class StateDecl(_Strict):
     max_events_per_key: int = Field(2000, ge=10, le=1_000_000)
 
 
+GuardMetric = Literal["auc", "ctr", "hit", "ndcg"]
+
+
+class GuardDecl(_Strict):
+    """`[evaluation.guard]`: the guard that ends a running experiment by itself
+    (docs/operations.md, *The guard*): it promotes the candidate once it is, at
+    `confidence` (one-sided), not worse than control on `metric` by more than
+    `max_drop`, and rolls it back once it is worse by more than that. Ranges are
+    checked by the compiler (errors name the key)."""
+
+    metric: GuardMetric = "auc"
+    min_answers: int = 1000  # answers carrying the metric in each arm before any decision
+    max_drop: float = 0.01  # how much worse (absolute) the candidate may be
+    confidence: float = 0.95  # one-sided
+    max_answers: int = 20_000  # candidate answers with the metric: still undecided -> roll back
+
+
 class EvaluationDecl(_Strict):
     """Online evaluation (docs/operations.md, *Measuring models online*): an item
     shown in a recommendation is credited when the user does one of `positive`
@@ -303,6 +320,7 @@ class EvaluationDecl(_Strict):
     window: Duration = "30m"
     lateness: Duration = "2m"
     k: int = Field(10, ge=1, le=100)  # the position cut-off of CTR@k, hit rate@k, NDCG@k and AUC
+    guard: GuardDecl | None = None  # absent: no experiment is ended automatically
 
 
 class RepositoryMeta(_Strict):

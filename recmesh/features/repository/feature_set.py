@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from recmesh.events import EventSchema
-from recmesh.features.repository.declarations import LEARNT_METHODS, RepositoryDecl
+from recmesh.features.repository.declarations import LEARNT_METHODS, GuardMetric, RepositoryDecl
 from recmesh.features.repository.terms import (
     DEFAULT_FRESHNESS_TAU_S,
     DEFAULT_TTL_S,
@@ -109,6 +109,18 @@ class RecallRoles:
 
 
 @dataclass(frozen=True)
+class Guard:
+    """`[evaluation.guard]`, compiled: when a running experiment's candidate is promoted
+    or rolled back by itself (recmesh/evaluation/guard.py decides)."""
+
+    metric: GuardMetric = "auc"
+    min_answers: int = 1000  # answers with the metric in each arm before any decision
+    max_drop: float = 0.01  # how much worse (absolute) the candidate may be
+    confidence: float = 0.95  # one-sided
+    max_answers: int = 20_000  # candidate answers with the metric: undecided by then -> roll back
+
+
+@dataclass(frozen=True)
 class Evaluation:
     """`[evaluation]`, compiled: what credits a shown item, and when an answer's figures are final."""
 
@@ -116,6 +128,7 @@ class Evaluation:
     window_ms: int
     lateness_ms: int
     k: int
+    guard: Guard | None = None  # None: no experiment is ended automatically
 
 
 @dataclass(frozen=True)
@@ -168,8 +181,10 @@ class FeatureSet:
             positive = self.decl.training.label.behaviors
         else:
             positive = [b for b in self.behaviors if b == "click"]
+        g = e.guard
+        guard = None if g is None else Guard(g.metric, g.min_answers, g.max_drop, g.confidence, g.max_answers)
         return Evaluation(
-            frozenset(positive), parse_duration_ms(e.window), parse_duration_ms(e.lateness), e.k
+            frozenset(positive), parse_duration_ms(e.window), parse_duration_ms(e.lateness), e.k, guard
         )
 
     @cached_property

@@ -52,7 +52,7 @@ from recmesh.errors import FailedPrecondition, InvalidArgument, NotFound
 from recmesh.evaluation.experiment import Experiment, State, new_experiment, read_experiment, write_experiment
 from recmesh.features.repository import FeatureSet
 from recmesh.features.vectorize import KINDS, Transform, Vectorizer, check_against
-from recmesh.modeldir import MODEL_NAME, current_model, variant_file
+from recmesh.modeldir import MODEL_NAME, current_model, point_current, variant_file
 
 
 class _Strict(BaseModel):
@@ -218,12 +218,8 @@ def versions(model_dir: Path) -> list[dict[str, Any]]:
 
 def activate(model_dir: Path, version: str, feature_set: FeatureSet) -> Path:
     """Point CURRENT at `version` after checking it loads for the served repository."""
-    path = check_version(model_dir, version, feature_set)
-    pointer = model_dir / MODEL_NAME / "CURRENT"
-    tmp = pointer.with_suffix(".tmp")
-    tmp.write_text(version + "\n")
-    tmp.replace(pointer)  # atomic: a follower never reads half a name
-    return path
+    check_version(model_dir, version, feature_set)
+    return point_current(model_dir, version)
 
 
 def _percent(text: str) -> float:

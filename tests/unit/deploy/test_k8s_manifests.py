@@ -503,6 +503,24 @@ def test_attribution_is_one_consumer_of_both_topics_in_its_group(overlay: str) -
     }
 
 
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_attribution_sees_the_model_directory_inference_serves(overlay: str) -> None:
+    """The guard (services/attribution/guard.py) reads ctr/EXPERIMENT where inference follows it
+    and writes CURRENT there: the same RECMESH_MODEL_DIR, from the same source (the image, or
+    the same volume mounted at it)."""
+    docs = rendered(overlay)
+
+    def model_dir(resource: Doc) -> tuple[str, Any]:
+        (container,) = resource["spec"]["template"]["spec"]["containers"]
+        path = _env(docs, container)["RECMESH_MODEL_DIR"]
+        mounts = [m for m in container.get("volumeMounts", []) if path.startswith(m["mountPath"])]
+        volumes = {v["name"]: v for v in resource["spec"]["template"]["spec"].get("volumes", [])}
+        return path, [({**volumes[m["name"]], "name": ""}, m.get("subPath")) for m in mounts]
+
+    inference = next(d for d, c, module in _services(docs) if module == "services.inference")
+    assert model_dir(_one(docs, "Deployment", "attribution")) == model_dir(inference)
+
+
 @pytest.mark.parametrize("overlay", KNATIVE_OVERLAYS)
 def test_inference_is_a_knative_service_with_the_design_notes_autoscaling(overlay: str) -> None:
     docs = rendered(overlay)

@@ -10,6 +10,7 @@ import pytest
 from recmesh.features.repository import (
     DEMO_REPOSITORY,
     FeatureSet,
+    Guard,
     RepositoryError,
     load_feature_set,
     parse_duration_ms,
@@ -473,3 +474,40 @@ def test_evaluation_errors_name_the_key() -> None:
     )
     assert "evaluation.window" in error(BASE + '\n[evaluation]\nwindow = "soon"\n')
     assert "evaluation.k" in error(BASE + "\n[evaluation]\nk = 0\n")
+
+
+def test_the_guard_is_off_unless_declared_and_takes_its_defaults() -> None:
+    assert parse(BASE).evaluation.guard is None
+    defaults = parse(BASE + "\n[evaluation.guard]\n").evaluation.guard
+    assert defaults == Guard(
+        metric="auc", min_answers=1000, max_drop=0.01, confidence=0.95, max_answers=20_000
+    )
+    declared = parse(
+        BASE + '\n[evaluation.guard]\nmetric = "ctr"\nmin_answers = 500\nmax_drop = 0.002\n'
+        "confidence = 0.99\nmax_answers = 5000\n"
+    ).evaluation.guard
+    assert declared == Guard("ctr", 500, 0.002, 0.99, 5000)
+    assert parse(BASE).version == parse(BASE + "\n[evaluation.guard]\n").version, "not a feature"
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        ('metric = "mrr"', "evaluation.guard.metric: Input should be 'auc', 'ctr', 'hit' or 'ndcg'"),
+        ("min_answers = 1", "evaluation.guard.min_answers: 1 must be at least 2"),
+        (
+            "min_answers = 500\nmax_answers = 100",
+            "evaluation.guard.max_answers: 100 must be at least min_answers",
+        ),
+        ("max_drop = -0.1", "evaluation.guard.max_drop: -0.1 must be in [0, 1)"),
+        ("confidence = 1.0", "evaluation.guard.confidence: 1.0 must be in [0.5, 1)"),
+        ("confidence = 0.3", "evaluation.guard.confidence"),
+        ("metrc = 'auc'", "evaluation.guard.metrc: unknown key"),
+    ],
+)
+def test_guard_errors_name_the_key(body: str, message: str) -> None:
+    text = BASE + f"\n[evaluation]\nk = 5\n\n[evaluation.guard]\n{body}\n"
+    msg = error(text)
+    assert message in msg, msg
+    key = message.split(":", 1)[0].rsplit(".", 1)[1]
+    assert msg.startswith(f"{PATH}:{line_of(text, key)}: "), msg  # the line of the key named
