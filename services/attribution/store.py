@@ -163,7 +163,7 @@ class AttributionStore:
                     [keys.impression(s.user_id, s.request_id), keys.user_impressions(s.user_id)],
                     [pack(s), s.as_of_ms, keep_ms, s.request_id, s.as_of_ms - keep_ms],
                 )
-                due = s.as_of_ms + self._span_ms
+                due = s.as_of_ms + self.evaluation.window_ms  # final once the clock passes it + lateness
                 pipe.zadd(keys.EVAL_PENDING, {pending_member(s.user_id, s.request_id): due})
             for user, events in positives.items():
                 newest = max(p.event_time for p in events)

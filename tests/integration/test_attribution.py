@@ -244,3 +244,18 @@ def test_eval_online_prints_each_group_with_intervals(
     with pytest.raises(SystemExit):
         cli_main(["eval", "online", "--by", "colour"])
     assert "choose from model_version" in capsys.readouterr().err
+
+
+async def test_an_answer_is_due_once_the_clock_passes_its_window_and_lateness(scratch_redis_url: str) -> None:
+    client = connect(scratch_redis_url, 2)
+    store = AttributionStore(client, EVALUATION, grace_ms=60_000, retention_ms=3_600_000)
+    try:
+        await client.flushdb()
+        answer = impression.parse(orjson.dumps(world(1, seed=1, base=1_767_225_600_000)[0][0]))
+        await store.write([answer], {})
+        final_at = answer.as_of_ms + EVALUATION.window_ms + EVALUATION.lateness_ms
+        assert await store.due(final_at - 1, 10) == []
+        (due,) = await store.due(final_at, 10)
+        assert due.shown == answer
+    finally:
+        await client.aclose()
