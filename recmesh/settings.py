@@ -133,6 +133,8 @@ class AttributionSettings(CommonSettings, RedisSettings, KafkaSettings):
     # longest the consumer may stop without losing it), and how long a final
     # answer's id is remembered so that a redelivered impression adds nothing.
     grace_s: int = Field(3600, ge=60, validation_alias="RECMESH_ATTRIBUTION_GRACE_S")
+    # The declared [evaluation.guard] acts (on) or is left alone, figures only (off).
+    guard: bool = Field(True, validation_alias="RECMESH_GUARD")
     # How long the per-minute sums are kept (`recmesh eval online --window`).
     retention_s: int = Field(7 * 86400, ge=3600, validation_alias="RECMESH_ATTRIBUTION_RETENTION_S")
     # Where the guard (services/attribution/guard.py) reads ctr/EXPERIMENT and, deciding,

@@ -27,9 +27,12 @@ async def main(settings: AttributionSettings) -> None:
         client, feature_set.evaluation, settings.grace_s * 1000, settings.retention_s * 1000
     )
 
-    guard = ExperimentGuard(client, settings.model_dir, feature_set.evaluation.guard)
+    declared = feature_set.evaluation.guard if settings.guard else None
+    guard = ExperimentGuard(client, settings.model_dir, declared)
     if feature_set.evaluation.guard is None:
         _log.info("guard_off", detail="no [evaluation.guard]: experiments end only by hand")
+    elif not settings.guard:
+        _log.info("guard_off", detail="RECMESH_GUARD=off: figures only, experiments end only by hand")
 
     async def consume(stop: asyncio.Event, started: asyncio.Event) -> int:
         await retry_until(client.ping, "redis", retry_on=(RedisError, OSError))

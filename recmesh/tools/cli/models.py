@@ -319,10 +319,11 @@ def _end_running(model_dir: Path, state: State, reason: str) -> Experiment | Non
 def _cmd_copy(args: argparse.Namespace) -> int:
     from recmesh.tools.training.derive import derive_version
 
-    path = derive_version(_model_dir(args), args.version, args.new_version, args.shuffle_weights)
+    path = derive_version(_model_dir(args), args.version, args.new_version, args.shuffle_weights, args.invert)
     what = (
         f"with its weights shuffled (seed {args.shuffle_weights})" if args.shuffle_weights is not None else ""
     )
+    what += " scoring backwards" if args.invert else ""
     print(f"copied {args.version} to {args.new_version} {what} ({path})")
     return 0
 
@@ -383,6 +384,7 @@ def add_commands(sub: Any) -> None:
             p.add_argument("new_version")
             shuffle_help = "permute every weight tensor: same shapes and scales, nothing learnt"
             p.add_argument("--shuffle-weights", type=int, metavar="SEED", help=shuffle_help)
+            p.add_argument("--invert", action="store_true", help="negate its output: it serves backwards")
         if name == "experiment":
             p.add_argument("--level", type=int, choices=(1, 2, 3), help="serve this degradation level")
             p.add_argument("--share", type=_percent, help="to this percentage of users (with --level)")

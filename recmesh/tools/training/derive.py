@@ -1,10 +1,13 @@
-"""A new model version from an existing one: a copy, or a copy with its weights shuffled.
+"""A new model version from an existing one: a copy, a copy with its weights shuffled, or
+one that scores backwards.
 
-`recmesh models copy VERSION NEW [--shuffle-weights SEED]`. A shuffled copy keeps
-every tensor's shape and its values (so its scores have the same range and cost
-the same) but not where they sit: what it learnt is gone. It is the fire drill
-of online evaluation: served to a share of users, the guard must roll it back
-(docs/operations.md, *Measuring models online*).
+`recmesh models copy VERSION NEW [--shuffle-weights SEED | --invert]`: fire drills for
+online evaluation and its guard (docs/operations.md, *Measuring models online*).
+- A shuffled copy keeps every tensor's shape and values but not where they sit: what it
+  learnt is gone. Its scores can collapse to one value (a saturated output), and an
+  answer whose scores tie keeps the recall order, so it need not serve worse.
+- An inverted copy negates the model's output: it puts first what the model puts last,
+  which serves worse wherever the model's order is served.
 """
 
 from __future__ import annotations
@@ -22,9 +25,12 @@ from recmesh.errors import FailedPrecondition, NotFound
 from recmesh.modeldir import MODEL_NAME
 
 
-def derive_version(model_dir: Path, version: str, new_version: str, shuffle_seed: int | None = None) -> Path:
+def derive_version(
+    model_dir: Path, version: str, new_version: str, shuffle_seed: int | None = None, invert: bool = False
+) -> Path:
     """MODEL_DIR/ctr/<new_version>: `version` copied, its card renamed (and marked
-    `derived_from`), every float weight of every variant permuted when `shuffle_seed`."""
+    `derived_from`), every float weight of every variant permuted when `shuffle_seed`,
+    every variant's output negated when `invert`."""
     root = model_dir / MODEL_NAME
     source, target = root / version, root / new_version
     if not (source / "card.json").exists():
@@ -34,14 +40,29 @@ def derive_version(model_dir: Path, version: str, new_version: str, shuffle_seed
     shutil.copytree(source, target)
     card: dict[str, Any] = json.loads((target / "card.json").read_text())
     card["version"] = new_version
-    card["derived_from"] = {"version": version, "shuffled_weights_seed": shuffle_seed}
-    if shuffle_seed is not None:
-        card["metrics"] = {"note": "weights shuffled: the source's metrics no longer hold"}
+    card["derived_from"] = {"version": version, "shuffled_weights_seed": shuffle_seed, "inverted": invert}
+    if shuffle_seed is not None or invert:
+        card["metrics"] = {"note": "derived: the source's metrics no longer hold"}
         for variant in card.get("variants", []):
             variant.pop("auc_holdout", None)
-            _shuffle(target / variant["file"], np.random.default_rng(shuffle_seed + int(variant["level"])))
+            path = target / variant["file"]
+            if shuffle_seed is not None:
+                _shuffle(path, np.random.default_rng(shuffle_seed + int(variant["level"])))
+            if invert:
+                _invert(path)
     (target / "card.json").write_text(json.dumps(card, indent=2) + "\n")
     return target
+
+
+def _invert(path: Path) -> None:
+    model = onnx.load(str(path))
+    for out in model.graph.output:
+        raw = f"{out.name}__before_inversion"
+        for node in model.graph.node:
+            node.output[:] = [raw if o == out.name else o for o in node.output]
+        model.graph.node.append(onnx.helper.make_node("Neg", [raw], [out.name]))
+    onnx.checker.check_model(model)
+    onnx.save(model, str(path))
 
 
 def _shuffle(path: Path, rng: np.random.Generator) -> None:
