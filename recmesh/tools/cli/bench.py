@@ -23,6 +23,41 @@ def add_commands(sub: Any) -> None:
     _add_e2e(bench)
     _add_tls(bench)
     _add_floor(bench)
+    _add_online(bench)
+
+
+def _add_online(bench: Any) -> None:
+    bo = bench.add_parser(
+        "online",
+        help="an event log replayed as live traffic with two arms served side by side: what online "
+        "evaluation says about them, and what the guard decides (recmesh/tools/bench/online.py)",
+    )
+    bo.add_argument("--events", required=True, help="the canonical event log (recmesh events import)")
+    bo.add_argument("--repository", required=True, help="its repository file (its [evaluation] is used)")
+    bo.add_argument("--model-dir", required=True, help="a model directory with a model for it (copied)")
+    arm = bo.add_mutually_exclusive_group()
+    arm.add_argument("--level", type=int, choices=(1, 2, 3), default=3,
+                     help="the other arm: the served model at this level (default 3)")  # fmt: skip
+    arm.add_argument("--candidate", choices=("shuffled", "inverted", "copy"),
+                     help="the other arm: the served model with shuffled weights, scoring backwards, "
+                     "or its copy")  # fmt: skip
+    bo.add_argument("--no-guard", dest="guard", action="store_false",
+                    help="leave [evaluation.guard] alone: the split runs to the end")  # fmt: skip
+    bo.add_argument(
+        "--share", type=float, default=50.0, help="percent of users in the other arm (default 50)"
+    )
+    bo.add_argument("--live-from", type=float, default=0.5, help="the share of the log that is the past "
+                    "(default 0.5)")  # fmt: skip
+    bo.add_argument(
+        "--visit-gap-h", type=float, default=1.0, help="hours without an event that start a visit"
+    )
+    bo.add_argument("--every", type=int, default=10, help="another request after this many events of a "
+                    "visit (0: only at its start; default 10)")  # fmt: skip
+    bo.add_argument("--count", type=int, default=10, help="items per answer (default 10)")
+    bo.add_argument("--blend", type=float, help="the ranker's recall blend (0: the model's order alone; "
+                    "default: the learnt recall's tuned weight)")  # fmt: skip
+    bo.add_argument("--json", action="store_true")
+    bo.set_defaults(func=lazy("recmesh.tools.bench.online"))
 
 
 def _add_features(bench: Any) -> None:

@@ -1,0 +1,31 @@
+"""The replay's plan: where visits start, and when two arms' intervals separate for good."""
+
+from __future__ import annotations
+
+from recmesh.evaluation.sums import Estimate
+from recmesh.events import Event
+from recmesh.tools.bench.online import HOUR_MS, Visit, separated_after, visits
+
+
+def _ev(user: str, t: int) -> Event:
+    return Event(event_id=f"{user}-{t}", user_id=user, item_id="i1", behavior="view", event_time=t)
+
+
+def test_a_visit_starts_after_a_gap_and_none_after_the_last_request_time() -> None:
+    t0 = 500_000 * HOUR_MS  # 2027
+    live = [_ev("a", t0), _ev("a", t0 + 60_000), _ev("b", t0 + 1), _ev("a", t0 + 2 * HOUR_MS),
+            _ev("c", t0 + 3 * HOUR_MS), _ev("a", t0 + 9 * HOUR_MS)]  # fmt: skip
+    got = visits(live, last_ms=t0 + 5 * HOUR_MS, gap_ms=HOUR_MS, before={"b": t0 - 10})
+    assert got == [Visit("a", t0 - 1), Visit("a", t0 + 2 * HOUR_MS - 1), Visit("c", t0 + 3 * HOUR_MS - 1)]
+
+
+def test_intervals_separate_for_good_only_once_they_stay_apart() -> None:
+    def e(mean: float, hw: float) -> Estimate:
+        return Estimate(mean, hw, 10)
+
+    curve = [(10, e(0.5, 0.3), e(0.4, 0.3)), (20, e(0.6, 0.05), e(0.4, 0.05)),
+             (30, e(0.5, 0.1), e(0.45, 0.1)), (40, e(0.6, 0.02), e(0.4, 0.02)),
+             (50, e(0.6, 0.01), e(0.4, 0.01))]  # fmt: skip
+    assert separated_after(curve) == 40
+    assert separated_after([(10, e(0.5, 0.3), e(0.4, 0.3))]) is None
+    assert separated_after([]) is None
