@@ -125,7 +125,8 @@ class AttributionSettings(CommonSettings, RedisSettings, KafkaSettings):
     consumer_group: str = Field("recmesh-attribution", validation_alias="RECMESH_ATTRIBUTION_GROUP")
     impressions_topic: str = Field("impressions", validation_alias="RECMESH_IMPRESSIONS_TOPIC")
     max_batch: int = Field(1000, ge=1, validation_alias="RECMESH_ATTRIBUTION_MAX_BATCH")
-    fetch_max_wait_ms: int = Field(100, ge=0, validation_alias="RECMESH_ATTRIBUTION_FETCH_MAX_WAIT_MS")
+    # Larger batches, fewer round trips: attribution is not on any request's path.
+    fetch_max_wait_ms: int = Field(500, ge=0, validation_alias="RECMESH_ATTRIBUTION_FETCH_MAX_WAIT_MS")
     # A partition that brought nothing for this long stops holding the clock back;
     # when every one is idle, the clock runs on with the wall clock.
     idle_ms: int = Field(10_000, ge=100, validation_alias="RECMESH_ATTRIBUTION_IDLE_MS")

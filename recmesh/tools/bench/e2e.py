@@ -198,7 +198,7 @@ def baseline_table(mesh: list[StepResult], floor: list[StepResult]) -> str:
 # A class-A answer is full when it came within the class budget with no degraded entry;
 # a rate is within full-answer capacity when at least this share of them was.
 FULL_SHARE = 0.95
-SERVICES = ("gateway", "ranker", "feature", "inference", "feature_ingest")
+SERVICES = ("gateway", "ranker", "feature", "inference", "feature_ingest", "attribution")
 
 
 def full_answer_capacity(steps: list[StepResult], slo_class: str = "A") -> float:
