@@ -61,7 +61,17 @@ class Estimate:
     half_width: float  # of the 95% interval (normal approximation)
     n: int
 
+    def to_json(self) -> dict[str, float | int | None]:
+        """{mean, ci95 (None: one answer gives no interval), n}: valid JSON (no Infinity)."""
+        return {
+            "mean": self.mean,
+            "ci95": None if math.isinf(self.half_width) else self.half_width,
+            "n": self.n,
+        }
+
     def __str__(self) -> str:
+        if math.isinf(self.half_width):
+            return f"{self.mean:.4f} ± —"  # one answer: no interval
         return f"{self.mean:.4f} ± {self.half_width:.4f}"
 
 

@@ -357,7 +357,7 @@ def report(
             row.key[3] if row.key[3] == exp.arm_name and exp.kind == "level" else f"{row.key[3]} {row.key[0]}"
         )
         figures["arms"][name] = {"answers": row.answers, **{
-            f: (None if (e := row.figure(f)) is None else {"mean": e.mean, "ci95": e.half_width, "n": e.n})
+            f: (None if (e := row.figure(f)) is None else e.to_json())
             for f in ("ctr", "hit", "ndcg", "auc")
         }}  # fmt: skip
     if exp.kind == "level":
@@ -382,6 +382,13 @@ def report(
     return figures
 
 
+def _cell(figure: dict[str, Any] | None) -> str:
+    if figure is None:
+        return " — "
+    ci = "—" if figure["ci95"] is None else f"{figure['ci95']:.4f}"
+    return f"{figure['mean']:.4f} ± {ci}"
+
+
 def table(figures: dict[str, Any], k: int) -> str:
     lines = [
         f"recmesh bench online: {figures['experiment']}; {figures['past_events']:,} past events, "
@@ -392,15 +399,8 @@ def table(figures: dict[str, Any], k: int) -> str:
     lines.append(f"{'arm and model':<40}{'offline AUC':>12}{'answers':>9}  {heads[0]:<17}{heads[1]:<17}"
                  f"{heads[2]:<17}AUC (grouped)")  # fmt: skip
     for arm, f in figures["arms"].items():
-        cells = [
-            " — " if f[m] is None else f"{f[m]['mean']:.4f} ± {f[m]['ci95']:.4f}"
-            for m in ("ctr", "hit", "ndcg")
-        ]
-        auc = (
-            "—"
-            if f["auc"] is None
-            else f"{f['auc']['mean']:.4f} ± {f['auc']['ci95']:.4f} (n={f['auc']['n']:,})"
-        )
+        cells = [_cell(f[m]) for m in ("ctr", "hit", "ndcg")]
+        auc = "—" if f["auc"] is None else f"{_cell(f['auc'])} (n={f['auc']['n']:,})"
         off = offline.get(arm.split(" ")[0])  # a level experiment's arms: one model, two levels
         lines.append(f"{arm:<40}{'—' if off is None else f'{off:.4f}':>12}{f['answers']:>9,}  "
                      f"{cells[0]:<17}{cells[1]:<17}{cells[2]:<17}{auc}")  # fmt: skip

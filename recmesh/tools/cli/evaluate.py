@@ -49,7 +49,7 @@ def row_json(row: Row, k: int) -> dict[str, Any]:
     out: dict[str, Any] = dict(zip(DIMENSIONS, row.key, strict=True)) | {"answers": row.answers}
     for name in FIGURES:
         e = row.figure(name)
-        out[name] = None if e is None else {"mean": e.mean, "ci95": e.half_width, "n": e.n}
+        out[name] = None if e is None else e.to_json()
     out["ctr_by_position"] = [row.position_ctr(p) for p in range(1, k + 1)]
     return out
 
