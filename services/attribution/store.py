@@ -33,6 +33,7 @@ from redis.exceptions import NoScriptError
 
 from recmesh.evaluation.impression import Group, Shadow, Shown
 from recmesh.evaluation.outcome import Positive, Touch
+from recmesh.evaluation.sums import add
 from recmesh.features import keys
 from recmesh.features.repository import Evaluation
 from recmesh.redis_client import AnyRedis
@@ -260,43 +261,46 @@ class AttributionStore:
         return int(await self.client.zcard(keys.EVAL_PENDING))
 
 
+async def read_minutes(
+    client: AnyRedis, first: int | str = "-inf", last: int | str = "+inf"
+) -> list[tuple[int, dict[str, float]]]:
+    """Each minute of as-of time from `first` to `last` holding sums, oldest first, with
+    its sums; a minute past the retention has expired and holds none."""
+    minutes = sorted(
+        int(b) for b in cast(list[bytes], await client.zrangebyscore(keys.EVAL_BUCKETS, first, last))
+    )
+    if not minutes:
+        return []
+    pipe = client.pipeline(transaction=False)
+    for m in minutes:
+        pipe.hgetall(keys.eval_sums(m))
+    parts = cast(list[dict[bytes, bytes]], await pipe.execute())
+    return [
+        (m, {k.decode(): float(v) for k, v in part.items()}) for m, part in zip(minutes, parts, strict=True)
+    ]
+
+
+def _total(minutes: list[tuple[int, dict[str, float]]]) -> dict[str, float]:
+    sums: dict[str, float] = {}
+    for _, part in minutes:
+        add(sums, part)
+    return sums
+
+
 async def read_sums(client: AnyRedis, window_ms: int | None) -> tuple[dict[str, float], int | None]:
     """The sums of the newest `window_ms` of as-of time (None: every answer ever
     finalised), and the newest minute holding any (None: none)."""
     newest = cast(list[bytes], await client.zrevrange(keys.EVAL_BUCKETS, 0, 0))
     last = int(newest[0]) if newest else None
-    parts: list[dict[bytes, bytes]]
     if window_ms is None:
-        parts = [cast(dict[bytes, bytes], await client.hgetall(keys.EVAL_TOTAL))]
-    elif last is None:
-        parts = []
-    else:
-        first = last - max(1, window_ms // MINUTE_MS) + 1
-        pipe = client.pipeline(transaction=False)
-        buckets = cast(list[bytes], await client.zrangebyscore(keys.EVAL_BUCKETS, first, last))
-        for b in buckets:
-            pipe.hgetall(keys.eval_sums(int(b)))
-        parts = await pipe.execute()
-    sums: dict[str, float] = {}
-    for part in parts:
-        for k, v in part.items():
-            name = k.decode()
-            sums[name] = sums.get(name, 0.0) + float(v)
-    return sums, last
+        raw = cast(dict[bytes, bytes], await client.hgetall(keys.EVAL_TOTAL))
+        return {k.decode(): float(v) for k, v in raw.items()}, last
+    if last is None:
+        return {}, None
+    return _total(await read_minutes(client, last - max(1, window_ms // MINUTE_MS) + 1, last)), last
 
 
 async def read_sums_since(client: AnyRedis, first_minute: int) -> dict[str, float]:
     """The sums of every minute of as-of time from `first_minute` on (the guard: an
-    experiment's minutes); a minute past the retention has expired and adds nothing."""
-    buckets = cast(list[bytes], await client.zrangebyscore(keys.EVAL_BUCKETS, first_minute, "+inf"))
-    if not buckets:
-        return {}
-    pipe = client.pipeline(transaction=False)
-    for b in buckets:
-        pipe.hgetall(keys.eval_sums(int(b)))
-    sums: dict[str, float] = {}
-    for part in cast(list[dict[bytes, bytes]], await pipe.execute()):
-        for k, v in part.items():
-            name = k.decode()
-            sums[name] = sums.get(name, 0.0) + float(v)
-    return sums
+    experiment's minutes)."""
+    return _total(await read_minutes(client, first_minute))

@@ -45,11 +45,12 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import httpx
 import orjson
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from prometheus_client.parser import text_string_to_metric_families
 from pydantic import SecretStr
 
 from recmesh.clients.ranker import RankerClient
@@ -58,7 +59,6 @@ from recmesh.evaluation import impression
 from recmesh.evaluation.experiment import Experiment, new_experiment, read_experiment, write_experiment
 from recmesh.evaluation.sums import Estimate, add, rows
 from recmesh.events import Event
-from recmesh.features import keys
 from recmesh.features.eventlog import sorted_events
 from recmesh.features.repository import FeatureSet, load_feature_set
 from recmesh.modeldir import current_model
@@ -67,6 +67,7 @@ from recmesh.tools.bench.common import emit, plaintext_unless_set
 from recmesh.tools.bench.e2e import StartedMesh, started_mesh
 from recmesh.tools.cli.clienv import parse as parse_cli_env
 from recmesh.tools.training.derive import derive_version
+from services.attribution.store import read_minutes
 
 HOUR_MS = 3_600_000
 INGEST_GROUP = "recmesh-feature-ingest"
@@ -191,12 +192,12 @@ class Replay:
             while True:
                 text = (await http.get(url)).text
                 seen = {
-                    o: _metric(text, "recmesh_attribution_answers_total", f'outcome="{o}"')
+                    o: _metric(text, "recmesh_attribution_answers_total", {"outcome": o})
                     for o in ("added", "expired", "already_added")
                 }
                 seen["pending"] = _metric(text, "recmesh_attribution_pending")
                 seen["invalid_impressions"] = _metric(
-                    text, "recmesh_attribution_records_total", 'kind="impressions",outcome="invalid"'
+                    text, "recmesh_attribution_records_total", {"kind": "impressions", "outcome": "invalid"}
                 )
                 seen["clock_behind_s"] = _metric(text, "recmesh_attribution_clock_behind_seconds")
                 done = seen["added"] + seen["expired"]
@@ -216,15 +217,10 @@ class Replay:
         )
         client = connect(f"redis://{self.mesh.addr('RECMESH_REDIS_PORT')}/0", 4, auth)
         try:
-            minutes = sorted(int(b) for b in cast(list[bytes], await client.zrange(keys.EVAL_BUCKETS, 0, -1)))
-            pipe = client.pipeline(transaction=False)
-            for m in minutes:
-                pipe.hgetall(keys.eval_sums(m))
             running: dict[str, float] = {}
             cumulative = []
-            for part in await pipe.execute():
-                add(running, {k.decode(): float(v) for k, v in part.items()})
-                cumulative.append(dict(running))
+            for _, part in await read_minutes(client):
+                cumulative.append(dict(add(running, part)))
             return running, cumulative
         finally:
             await client.aclose()
@@ -234,10 +230,12 @@ class Replay:
         await self.producer.stop()
 
 
-def _metric(text: str, name: str, labels: str | None = None) -> float:
-    for line in text.splitlines():
-        if line.startswith(name) and (labels is None or labels in line):
-            return float(line.rsplit(" ", 1)[1])
+def _metric(text: str, name: str, labels: dict[str, str] | None = None) -> float:
+    """A sample's value in Prometheus text (prometheus_client's parser): 0 when absent."""
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == name and all(sample.labels.get(k) == v for k, v in (labels or {}).items()):
+                return float(sample.value)
     return 0.0
 
 
