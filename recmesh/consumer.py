@@ -1,4 +1,4 @@
-"""The one Kafka consumer factory, and how far behind a consumer is.
+"""The one Kafka consumer factory, what a batch commits, and how far behind a consumer is.
 
 Every consumer of the mesh (the ingest, attribution) commits by hand, after the
 write its records guard (`enable_auto_commit=False`), starts a new group at the
@@ -8,9 +8,10 @@ earliest record, and takes its credentials from the environment
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
-from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
 from aiokafka.errors import KafkaError
 
 from recmesh.credentials import kafka_options
@@ -35,6 +36,15 @@ def make_consumer(
         **kafka_options(),
         **overrides,
     )
+
+
+def next_offsets(records: Sequence[ConsumerRecord]) -> dict[TopicPartition, int]:
+    """What to commit once `records` are applied: per partition, the offset after the last one."""
+    out: dict[TopicPartition, int] = {}
+    for rec in records:
+        tp = TopicPartition(rec.topic, rec.partition)
+        out[tp] = max(out.get(tp, 0), rec.offset + 1)
+    return out
 
 
 async def consumer_lag(consumer: AIOKafkaConsumer) -> dict[TopicPartition, int]:

@@ -31,12 +31,12 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import structlog
-from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
+from aiokafka import AIOKafkaConsumer, ConsumerRecord
 from aiokafka.errors import CommitFailedError, KafkaError
 from prometheus_client import Counter, Gauge
 from redis.exceptions import RedisError
 
-from recmesh.consumer import consumer_lag
+from recmesh.consumer import consumer_lag, next_offsets
 from recmesh.consumer import make_consumer as make_kafka_consumer
 from recmesh.errors import InvalidArgument
 from recmesh.evaluation import impression
@@ -60,6 +60,7 @@ RECORDS = Counter(
     "recmesh_attribution_records_total", "Records read by attribution, by topic kind and outcome.",
     ("kind", "outcome"),
 )  # fmt: skip
+_RECORDS = {(k, o): RECORDS.labels(k, o) for k in ("impressions", "events") for o in ("read", "invalid")}
 ANSWERS = Counter(
     "recmesh_attribution_answers_total",
     "Answers made final: added, already added (a redelivery), or expired before final.",
@@ -152,10 +153,7 @@ class Attributor:
         """Store one batch, advance the clock, then commit its offsets."""
         with kafka_consume_span(records, self._consumer):
             shown, positives, marks = self._read(records)
-            offsets: dict[TopicPartition, int] = {}
-            for rec in records:
-                tp = TopicPartition(rec.topic, rec.partition)
-                offsets[tp] = max(offsets.get(tp, 0), rec.offset + 1)
+            offsets = next_offsets(records)
 
             async def write() -> None:
                 await self._store.write(shown, positives)
@@ -192,10 +190,10 @@ class Attributor:
                         p = Positive(ev.item_id, ev.event_time, ev.event_id, ev.request_id)
                         positives.setdefault(ev.user_id, []).append(p)
             except InvalidArgument as err:
-                RECORDS.labels(kind, "invalid").inc()
+                _RECORDS[kind, "invalid"].inc()
                 _log.debug("record_skipped", topic=rec.topic, offset=rec.offset, reason=str(err))
                 continue
-            RECORDS.labels(kind, "read").inc()
+            _RECORDS[kind, "read"].inc()
             mark = f"{rec.topic}:{rec.partition}"
             self._marks[mark] = max(self._marks.get(mark, at), at)
         touched = {f"{r.topic}:{r.partition}" for r in records}

@@ -26,7 +26,7 @@ from aiokafka.errors import CommitFailedError, KafkaError
 from prometheus_client import Counter, Gauge, Histogram
 from redis.exceptions import RedisError
 
-from recmesh.consumer import consumer_lag
+from recmesh.consumer import consumer_lag, next_offsets
 from recmesh.consumer import make_consumer as make_kafka_consumer
 from recmesh.errors import InvalidArgument
 from recmesh.events import Event, EventSchema, parse_event
@@ -223,10 +223,7 @@ class Ingestor:
             consumed_at = time.time()
             observe_many(_PRODUCED_TO_CONSUMED, [max(0.0, consumed_at - r.timestamp / 1000) for r in records])
             good, bad, newest = classify(records, int(consumed_at * 1000), self._marks, self._schema)
-            offsets: dict[TopicPartition, int] = {}
-            for rec in records:
-                tp = TopicPartition(rec.topic, rec.partition)
-                offsets[tp] = max(offsets.get(tp, 0), rec.offset + 1)
+            offsets = next_offsets(records)
             plan: PreparedBatch | RedisError | OSError | None = None
             try:
                 plan = await self._writer.prepare(good) if good else None

@@ -29,3 +29,19 @@ def test_intervals_separate_for_good_only_once_they_stay_apart() -> None:
     assert separated_after(curve) == 40
     assert separated_after([(10, e(0.5, 0.3), e(0.4, 0.3))]) is None
     assert separated_after([]) is None
+
+
+def test_attribution_counters_are_read_from_its_metrics_text() -> None:
+    from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
+
+    from recmesh.tools.bench.online import _metric
+
+    registry = CollectorRegistry()
+    answers = Counter("recmesh_attribution_answers", "", ("outcome",), registry=registry)
+    answers.labels("added").inc(7)
+    answers.labels("expired").inc(2)
+    Gauge("recmesh_attribution_pending", "", registry=registry).set(3)
+    text = generate_latest(registry).decode()
+    assert _metric(text, "recmesh_attribution_answers_total", {"outcome": "added"}) == 7
+    assert _metric(text, "recmesh_attribution_pending") == 3
+    assert _metric(text, "recmesh_attribution_answers_total", {"outcome": "already_added"}) == 0
