@@ -16,6 +16,7 @@ from prometheus_client import REGISTRY
 
 from recmesh.clients.base import GrpcClient
 from recmesh.events import Event
+from recmesh.grpcserver import GRPC_OPTIONS
 from recmesh.tools.localinfra import free_port
 from services.feature.store import FeatureStore
 from services.feature.writer import EventWriter, WriteResult
@@ -36,8 +37,11 @@ async def write_events(store: FeatureStore, events: Sequence[Event]) -> WriteRes
 @contextlib.asynccontextmanager
 async def grpc_server(add: Callable[[Any, grpc.aio.Server], None], servicer: object) -> AsyncIterator[str]:
     """A bare grpc.aio server with `servicer` (added by its generated `add_*_to_server`)
-    on a free loopback port, plaintext, for the length of the block; yields its address."""
-    server = grpc.aio.server()
+    on a free loopback port, plaintext, for the length of the block; yields its address.
+    Bound as the mesh's servers are (GRPC_OPTIONS: no SO_REUSEPORT, grpc's default is on):
+    with it, a second listener on the same port binds silently and the kernel hands it
+    part of this server's connections."""
+    server = grpc.aio.server(options=GRPC_OPTIONS)
     add(servicer, server)
     address = f"127.0.0.1:{free_port()}"
     server.add_insecure_port(address)

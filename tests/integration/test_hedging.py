@@ -14,6 +14,7 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from recmesh.clients.base import GrpcClient, ResiliencePolicy
+from recmesh.grpcserver import GRPC_OPTIONS
 from recmesh.telemetry import EXTRA_ATTEMPTS
 from tests.helpers import free_port
 
@@ -67,11 +68,14 @@ class _Client(GrpcClient):
 
 @pytest.fixture
 async def server() -> AsyncIterator[tuple[str, _Health]]:
-    srv = grpc.aio.server()
+    # No SO_REUSEPORT (grpc's default): another listener that drew the same port would
+    # otherwise bind beside this one and silently take part of its connections, answering
+    # the slow call fast; without it, that bind fails instead.
+    srv = grpc.aio.server(options=GRPC_OPTIONS)
     servicer = _Health()
     health_pb2_grpc.add_HealthServicer_to_server(servicer, srv)
     address = f"127.0.0.1:{free_port()}"
-    srv.add_insecure_port(address)
+    srv.add_insecure_port(address)  # raises when the port is taken (no SO_REUSEPORT)
     await srv.start()
     try:
         yield address, servicer
