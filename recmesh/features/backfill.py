@@ -29,6 +29,14 @@ from recmesh.errors import FailedPrecondition
 from recmesh.events import Event
 from recmesh.features.compute import Layout, StreamEvent, aggregate, attribute_text, encode_member
 from recmesh.features.repository import Entity, FeatureSet, FeatureValue, parse_duration_ms
+from recmesh.features.tiles import (
+    DistinctState,
+    TileState,
+    components,
+    distinct_values,
+    stream_values,
+    window_tiles,
+)
 
 SWEEP_EVERY = 100_000  # events between sweeps of idle entities
 
@@ -66,7 +74,14 @@ class ReplayState:
         self._offline_values: dict[Entity, dict[str, dict[str, FeatureValue]]] = {"user": {}, "item": {}}
         self._layouts = {(s.entity, s.id): Layout.of(s) for s in feature_set.streams}
         self._state: dict[tuple[Entity, str], dict[str, list[StreamEvent]]] = {
-            (s.entity, s.id): {} for s in feature_set.streams
+            (s.entity, s.id): {} for s in feature_set.streams if not s.tiled
+        }
+        # tiled streams: the same tiles and distinct lists the online store keeps (recmesh.features.tiles)
+        self._tiles: dict[tuple[Entity, str], dict[str, TileState]] = {
+            (s.entity, s.id): {} for s in feature_set.streams if s.read == "tiles"
+        }
+        self._distinct: dict[tuple[Entity, str], dict[str, DistinctState]] = {
+            (s.entity, s.id): {} for s in feature_set.streams if s.read == "distinct"
         }
         self._ids: dict[str, dict[str, int]] = {}
         self.applied = 0
@@ -104,6 +119,15 @@ class ReplayState:
                 if ev.behavior not in s.behaviors:
                     continue
                 attrs = self.attributes(other_entity, other) if s.attrs else {}  # type: ignore[arg-type]
+                if s.read == "tiles":
+                    tiles = self._tiles[(entity, s.id)]  # type: ignore[index]
+                    held = tiles.get(own) or tiles.setdefault(own, TileState())
+                    held.apply(s, t, components(s, attrs, ev.values))
+                    continue
+                if s.read == "distinct":
+                    lists = self._distinct[(entity, s.id)]  # type: ignore[index]
+                    (lists.get(own) or lists.setdefault(own, DistinctState())).apply(s, t, other)
+                    continue
                 member = encode_member(s, ev.event_id, other, attrs, ev.values)
                 events = self._state[(entity, s.id)].setdefault(own, [])  # type: ignore[index]
                 bisect.insort(events, (t, member))
@@ -120,11 +144,21 @@ class ReplayState:
         """Forget entities whose newest event is older than their retention, as
         the online store's TTLs do, so replay memory stays bounded."""
         for s in self.feature_set.streams:
-            table = self._state[(s.entity, s.id)]
             cutoff = now_ms - s.retention_ms
+            if s.read == "tiles":
+                tiles = self._tiles[(s.entity, s.id)]
+                for eid in [e for e, st in tiles.items() if st.newest_time < cutoff]:
+                    del tiles[eid]
+                continue
+            if s.read == "distinct":
+                lists = self._distinct[(s.entity, s.id)]
+                for eid in [e for e, d in lists.items() if max(d.latest.values(), default=-1) < cutoff]:
+                    del lists[eid]
+                continue
+            table = self._state[(s.entity, s.id)]
             for eid in [e for e, evs in table.items() if not evs or evs[-1][0] < cutoff]:
                 del table[eid]
-        cutoff = now_ms - self.feature_set.retention_ms
+        cutoff = now_ms - self.feature_set.identity_ms
         for uid in list(self._ids):
             kept = {e: t for e, t in self._ids[uid].items() if t >= cutoff}
             if kept:
@@ -149,6 +183,17 @@ class ReplayState:
         out: dict[str, tuple[FeatureValue, int]] = {}
         for s in self.feature_set.streams_of(entity):
             if not s.features:
+                continue
+            if s.read == "tiles":
+                held = self._tiles[(entity, s.id)].get(entity_id) or TileState()
+                sums = [held.sums(*window_tiles(as_of_ms, w, s.slide_ms)) for w in s.windows]
+                out.update(stream_values(s, sums, as_of_ms))
+                continue
+            if s.read == "distinct":
+                latest = self._distinct[(entity, s.id)].get(entity_id) or DistinctState()
+                out.update(
+                    distinct_values(s, latest.newest_first(as_of_ms - s.widest_ms, as_of_ms), as_of_ms)
+                )
                 continue
             events = self._state[(entity, s.id)].get(entity_id, [])
             layout = self._layouts[(entity, s.id)]
@@ -383,6 +428,32 @@ class _Negatives:
         return drawn
 
 
+class _SameTime:
+    """The events of the current time, applied once time moves on: an example's features
+    are as of 1 ms before it, and a tiled window's newest tile would otherwise hold them."""
+
+    def __init__(self, state: ReplayState) -> None:
+        self._state = state
+        self._held: list[Event] = []
+        self._ids: set[tuple[str, str]] = set()
+
+    def advance(self, t: int | None) -> None:
+        """Apply what is held when `t` (None: the end) is another time."""
+        if self._held and (t is None or self._held[0].event_time != t):
+            for ev in self._held:
+                self._state.apply(ev)
+            self._held.clear()
+            self._ids.clear()
+
+    def hold(self, ev: Event) -> None:
+        self._held.append(ev)
+        self._ids.add((ev.user_id, ev.event_id))
+
+    def seen(self, ev: Event) -> bool:
+        """Its id was applied, or held, for its user."""
+        return self._state.seen(ev.user_id, ev.event_id) or (ev.user_id, ev.event_id) in self._ids
+
+
 def training_examples(
     feature_set: FeatureSet,
     events: Iterable[Event],
@@ -408,14 +479,16 @@ def training_examples(
     hard = CoOccurring(feature_set.roles.learnt_behaviors or dict.fromkeys(rule.examples, 1.0))
     n_hard = round(rule.negatives * rule.hard_share)
     negatives = _Negatives(rule.negatives, n_hard, catalog, hard)
+    now = _SameTime(state)
     for ev in events:
         t = ev.event_time
+        now.advance(t)
         yield from awaiting.due(t)
         if rule.negatives:
             touched.setdefault(ev.user_id, set()).add(ev.item_id)
         if ev.behavior in rule.behaviors:
             awaiting.label(ev)
-        if ev.behavior in rule.examples and not state.seen(ev.user_id, ev.event_id):
+        if ev.behavior in rule.examples and not now.seen(ev):
             as_of = t - 1
             uf, itf = state.row("user", ev.user_id, as_of), state.row("item", ev.item_id, as_of)
             known = rule.immediate(ev)
@@ -430,7 +503,8 @@ def training_examples(
                     yield Example(ev.user_id, item, as_of, uf, state.row("item", item, as_of), 0)
         if n_hard:
             hard.add(ev)
-        state.apply(ev)
+        now.hold(ev)
+    now.advance(None)
     yield from awaiting.due(None)
 
 

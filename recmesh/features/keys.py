@@ -153,20 +153,28 @@ def parse_applied(raw: Mapping[bytes | str, bytes | str]) -> dict[int, tuple[int
 
 
 # Real-time state families for the state-drift sampler (services/feature/drift.py),
-# which sizes each in events (ZCARD): every stream, the event ids, and
+# which sizes each in entries: every stream (a sorted set's members, events or
+# distinct ids: ZCARD; a tiles hash's fields: HLEN), the event ids, and
 # co-visitation counts (recall, not features), which grow with traffic the same way.
-def state_families(feature_set: FeatureSet) -> dict[str, tuple[str, str]]:
-    """family -> (key prefix, key suffix) of every real-time state family."""
-    out = {f"{s.entity}:s:{s.id}": (PREFIX[s.entity], stream_suffix(s.id)) for s in feature_set.streams}
-    out["user:ids"] = (PREFIX["user"], IDS)
-    out["user:history"] = (PREFIX["user"], HISTORY)
-    out["item:covisits"] = (PREFIX["item"], COVISITS)
+def state_families(feature_set: FeatureSet) -> dict[str, tuple[str, str, str]]:
+    """family -> (key prefix, key suffix, the command that sizes a key) of every family."""
+    out = {
+        f"{s.entity}:s:{s.id}": (
+            PREFIX[s.entity],
+            stream_suffix(s.id),
+            "HLEN" if s.read == "tiles" else "ZCARD",
+        )
+        for s in feature_set.streams
+    }
+    out["user:ids"] = (PREFIX["user"], IDS, "ZCARD")
+    out["user:history"] = (PREFIX["user"], HISTORY, "ZCARD")
+    out["item:covisits"] = (PREFIX["item"], COVISITS, "ZCARD")
     return out
 
 
-def state_family(key: str, families: dict[str, tuple[str, str]]) -> str | None:
+def state_family(key: str, families: dict[str, tuple[str, str, str]]) -> str | None:
     """The real-time state family a key belongs to, or None (offline or other keys)."""
-    for family, (prefix, suffix) in families.items():
+    for family, (prefix, suffix, _) in families.items():
         if key.startswith(prefix) and key.endswith(suffix):
             return family
     return None

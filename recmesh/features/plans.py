@@ -37,13 +37,36 @@ class ReadPlan:
 
     def item_spec(self, as_of_ms: int) -> str:
         """The item script's plan argument as of `as_of_ms` (services/feature/store.py)."""
-        parts = []
-        for s in self.item_streams:
-            if s.read == "count":
-                parts.append(f"C|{s.id}|" + ",".join(str(as_of_ms - w) for w in s.windows))
-            else:
-                parts.append(f"R|{s.id}|{as_of_ms - s.widest_ms}")
-        return ";".join(parts)
+        return stream_spec(self.item_streams, as_of_ms)
+
+    def user_spec(self, as_of_ms: int) -> str:
+        """The same script's plan for the user's tiled streams (read with the user's prefix)."""
+        return stream_spec(self.user_tiled, as_of_ms)
+
+    @property
+    def user_tiled(self) -> tuple[Stream, ...]:
+        return tuple(s for s in self.user_streams if s.tiled and s.features)
+
+    @property
+    def user_exact(self) -> tuple[Stream, ...]:
+        return tuple(s for s in self.user_streams if not s.tiled and s.features)
+
+
+def stream_spec(streams: tuple[Stream, ...], as_of_ms: int) -> str:
+    """The read script's plan (services/feature/store.py) for `streams` as of `as_of_ms`."""
+    parts = []
+    for s in streams:
+        if s.read == "count":
+            parts.append(f"C|{s.id}|" + ",".join(str(as_of_ms - w) for w in s.windows))
+        elif s.read == "tiles":
+            parts.append(
+                f"T|{s.id}|{as_of_ms // s.slide_ms}|" + ",".join(str(w // s.slide_ms) for w in s.windows)
+            )
+        elif s.read == "distinct":
+            parts.append(f"D|{s.id}|{as_of_ms - s.widest_ms}|{s.scan}")
+        else:
+            parts.append(f"R|{s.id}|{as_of_ms - s.widest_ms}")
+    return ";".join(parts)
 
 
 @dataclass(frozen=True)
@@ -85,8 +108,10 @@ def _read_plan(feature_set: FeatureSet) -> ReadPlan:
 def _write_plan(feature_set: FeatureSet) -> WritePlan:
     roles = feature_set.roles
     category = [roles.category] if roles.category and roles.popularity_behaviors else []
-    retention, ttl = feature_set.retention_ms, feature_set.ttl_s
-    ids = Stream("ids", "user", frozenset(), (), False, (), (), retention, ttl, "range", ())
+    # Event ids: kept behind the user's newest event for FeatureSet.identity_ms, and expired
+    # that long after the user's last event.
+    retention = feature_set.identity_ms
+    ids = Stream("ids", "user", frozenset(), (), False, (), (), retention, -(-retention // 1000), "range", ())
     return WritePlan(
         {e: feature_set.streams_of(e) for e in ("user", "item")},
         {

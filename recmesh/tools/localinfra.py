@@ -255,7 +255,10 @@ def redis_process(
     argv = [
         redis_server_binary(), "--port", str(port), "--bind", "127.0.0.1",
         *REDIS_PERSISTENCE[persistence], "--dir", str(workdir),
-        "--protected-mode", "no", "--daemonize", "no", *extra,
+        "--protected-mode", "no", "--daemonize", "no",
+        # Tiled windows keep a hash of 50-200 small fields per key (recmesh/features/tiles.py):
+        # the compact encoding up to 512 holds them in about a fifth of the memory.
+        "--hash-max-ziplist-entries", "512", *extra,
     ]  # fmt: skip
     return ManagedProcess(f"redis:{port}", argv, log_dir / f"redis-{port}.log")
 

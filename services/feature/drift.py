@@ -96,13 +96,13 @@ def observe_caught_up() -> None:
 _SCAN_LUA = r"""
 local reply = redis.call('SCAN', ARGV[1], 'COUNT', ARGV[2])
 local out = {reply[1]}
-local n = (#ARGV - 2) / 2
+local n = (#ARGV - 2) / 3
 for f = 1, n do out[2 * f] = 0; out[2 * f + 1] = 0 end
 for _, key in ipairs(reply[2]) do
   for f = 1, n do
-    local prefix, suffix = ARGV[1 + 2 * f], ARGV[2 + 2 * f]
+    local prefix, suffix, size = ARGV[3 * f], ARGV[3 * f + 1], ARGV[3 * f + 2]
     if string.sub(key, 1, #prefix) == prefix and string.sub(key, -#suffix) == suffix then
-      local card = redis.call('ZCARD', key)
+      local card = redis.call(size, key)
       if card > 0 then out[2 * f] = out[2 * f] + 1 end
       out[2 * f + 1] = out[2 * f + 1] + card
       break
@@ -177,8 +177,8 @@ class StateSizer:
         if not pending:
             return
         pipe = self._redis.pipeline(transaction=False)
-        for _, key in pending:
-            pipe.zcard(key)
+        for family, key in pending:
+            pipe.execute_command(self._families[family][2], key)
         for (family, _), card in zip(pending, await pipe.execute(), strict=True):
             n_keys, n_events = sizes[family]
             sizes[family] = (n_keys + 1 if card else n_keys, n_events + int(card))

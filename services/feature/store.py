@@ -22,10 +22,11 @@ import structlog
 from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import NoScriptError, RedisError
 
-from recmesh.features import keys
+from recmesh.features import keys, tiles
 from recmesh.features.compute import StreamEvent, aggregate, count_columns
 from recmesh.features.plans import plans
 from recmesh.features.repository import Entity, FeatureSet, FeatureValue, Stream
+from recmesh.features.tiles import LUA_SUM_TILES
 from recmesh.features.wire import Column
 from recmesh.redis_client import AnyRedis
 from services.feature.item_cache import ItemReadCache
@@ -47,7 +48,9 @@ _log = structlog.get_logger("recmesh.feature.store")
 # ingest write) when they lie in the window: one HMGET, where reading an event
 # back from each sorted set cost about half the script. A missing or disagreeing
 # entry is read from the set.
-_ITEM_WINDOWS_LUA = """
+_ITEM_WINDOWS_LUA = (
+    LUA_SUM_TILES
+    + """
 local call = redis.call
 local hi = ARGV[1]
 local hi_n = tonumber(hi)
@@ -55,12 +58,51 @@ local item_prefix, stream_part, newest_suffix = ARGV[4], ARGV[5], ARGV[6]
 local specs = {}
 for spec in string.gmatch(ARGV[2], '[^;]+') do
   local kind, sid, los = string.match(spec, '^(%a)|([^|]+)|(.*)$')
-  local s = {count = kind == 'C', sid = sid, suffix = stream_part .. sid, tag = ',' .. sid .. ':', los = {}}
-  for lo in string.gmatch(los, '[^,]+') do s.los[#s.los + 1] = '(' .. lo end
-  s.lo_n = tonumber(string.sub(s.los[1], 2))
-  s.widest = s.los[1]
-  s.windows = #s.los
+  local s = {kind = kind, count = kind == 'C', sid = sid, suffix = stream_part .. sid, los = {}}
+  if kind == 'T' then
+    -- tiles: the as-of tile, then each window's length in tiles
+    local q, ns = string.match(los, '^(%-?%d+)|(.*)$')
+    s.q, s.ns = tonumber(q), {}
+    for n in string.gmatch(ns, '%d+') do s.ns[#s.ns + 1] = tonumber(n) end
+  elseif kind == 'D' then
+    local lo, cap = string.match(los, '^(%-?%d+)|(%d+)$')
+    s.widest, s.cap = '(' .. lo, tonumber(cap)
+  else
+    for lo in string.gmatch(los, '[^,]+') do s.los[#s.los + 1] = '(' .. lo end
+    s.lo_n = tonumber(string.sub(s.los[1], 2))
+    s.widest = s.los[1]
+    s.windows = #s.los
+  end
   specs[#specs + 1] = s
+end
+-- A tiled stream's windows as of tile q: the totals hash when its newest tile is q,
+-- else summed from the tiles. Reply: {'t', newest time, '<w>@', newest non-empty tile
+-- of window w, '<w>:<component>', total, ...}.
+local function tiled(key, s)
+  local wkey = key .. ':w'
+  local held = call('HGETALL', wkey)
+  local c, t = nil, nil
+  for i = 1, #held, 2 do
+    if held[i] == 'c' then c = tonumber(held[i + 1]) elseif held[i] == 't' then t = held[i + 1] end
+  end
+  if c == nil then return {} end
+  local out = {'t', t}
+  if c == s.q then
+    for i = 1, #held, 2 do
+      local f = held[i]
+      if f ~= 'c' and f ~= 't' then out[#out + 1] = f; out[#out + 1] = held[i + 1] end
+    end
+    for w = 1, #s.ns do out[#out + 1] = (w - 1) .. '@'; out[#out + 1] = c end
+    return out
+  end
+  if c < s.q and s.q - c >= s.ns[1] then return out end
+  local flat = call('HGETALL', key)
+  for w, n in ipairs(s.ns) do
+    local totals, newest = sum_tiles(flat, s.q - n + 1, s.q)
+    for comp, v in pairs(totals) do out[#out + 1] = (w - 1) .. ':' .. comp; out[#out + 1] = v end
+    out[#out + 1] = (w - 1) .. '@'; out[#out + 1] = newest
+  end
+  return out
 end
 local nspec = #specs
 local out, n = {}, 0
@@ -74,7 +116,13 @@ for id in string.gmatch(ARGV[3], '[^\\n]+') do
   for j = 1, nspec do
     local s = specs[j]
     local key = prefix .. s.suffix
-    if s.count then
+    if s.kind == 'T' then
+      n = n + 1
+      out[n] = tiled(key, s)
+    elseif s.kind == 'D' then
+      n = n + 1
+      out[n] = call('ZREVRANGEBYSCORE', key, hi, s.widest, 'WITHSCORES', 'LIMIT', 0, s.cap)
+    elseif s.count then
       local widest = call('ZCOUNT', key, s.widest, hi)
       n = n + 1
       out[n] = widest
@@ -102,6 +150,7 @@ for id in string.gmatch(ARGV[3], '[^\\n]+') do
 end
 return out
 """
+)
 
 Values = dict[str, tuple[FeatureValue, str, int]]  # name -> (value, source, age_ms)
 
@@ -115,12 +164,15 @@ class StreamRead:
     counts: list[list[int]] = field(default_factory=list)
     newest: list[int] = field(default_factory=list)
     events: list[list[StreamEvent]] = field(default_factory=list)
+    # a tiled stream's values per item: feature -> (value, age)
+    values: list[dict[str, tuple[FeatureValue, int]]] = field(default_factory=list)
 
     def reorder(self, order: list[int]) -> StreamRead:
         return StreamRead(
             [[c[i] for i in order] for c in self.counts],
             [self.newest[i] for i in order] if self.newest else [],
             [self.events[i] for i in order] if self.events else [],
+            [self.values[i] for i in order] if self.values else [],
         )
 
 
@@ -244,6 +296,11 @@ class FeatureStore:
                     for name, (vals, ages) in count_columns(s, data.counts, data.newest, as_of_ms).items():
                         computed[name] = Column(vals, realtime, ages)
                     continue
+                if s.tiled:
+                    for f in s.features:
+                        pairs = [row[f.name] for row in data.values]
+                        computed[f.name] = Column([v for v, _ in pairs], realtime, [a for _, a in pairs])
+                    continue
                 layout = plan.layouts[("item", s.id)]
                 for f in s.features:
                     pairs = [aggregate(f, layout, evs, as_of_ms) for evs in data.events]
@@ -313,16 +370,15 @@ class FeatureStore:
     def _user_realtime(self, user_raw: list[Any], as_of_ms: int) -> dict[str, tuple[FeatureValue, int]]:
         out: dict[str, tuple[FeatureValue, int]] = {}
         plan = self._plan
-        for s, raw in zip(self._read_user_streams, user_raw, strict=True):
+        exact_raw, tiled_raw = user_raw
+        for s, raw in zip(plan.user_exact, exact_raw, strict=True):
             events = _events(raw, newest_first=s.read == "latest")
             layout = plan.layouts[("user", s.id)]
             for f in s.features:
                 out[f.name] = aggregate(f, layout, events, as_of_ms)
+        for s, raw in zip(plan.user_tiled, tiled_raw, strict=True):
+            out.update(_tiled_values(s, raw, as_of_ms, self._cluster))
         return out
-
-    @property
-    def _read_user_streams(self) -> tuple[Stream, ...]:
-        return tuple(s for s in self._plan.user_streams if s.features)
 
     async def read_raw(self, user_id: str, item_ids: Sequence[str], as_of_ms: int) -> None:
         """The look-up's Redis round trip alone, without decoding or held item reads (a
@@ -344,8 +400,9 @@ class FeatureStore:
         plan = self._plan
         pipe = self._redis.pipeline(transaction=False)
         pipe.get(keys.STATICS_VERSION)
-        user_streams = self._read_user_streams if want_user else ()
-        _queue_user_reads(pipe, user_id, user_streams, as_of_ms)
+        user_exact = plan.user_exact if want_user else ()
+        user_tiled = plan.user_tiled if want_user else ()
+        self._queue_user(pipe, user_id, user_exact, user_tiled, as_of_ms)
         if want_profile:
             pipe.hgetall(keys.user_profile(user_id))
         unique = list(dict.fromkeys(item_ids))
@@ -376,14 +433,34 @@ class FeatureStore:
                 user_id, item_ids, static_missing, want_user, want_profile, as_of_ms, held
             )
         version, rest = out[0], out[1:]
-        user_raw = [rest.pop(0) for _ in user_streams]
+        exact_raw = [rest.pop(0) for _ in user_exact]
+        # the script's reply holds every tiled stream; a cluster reads each with a command
+        tiled_raw = [rest.pop(0) for _ in user_tiled] if self._cluster else rest.pop(0) if user_tiled else []
+        user_raw: list[Any] = [exact_raw, tiled_raw]
         profile_raw = rest.pop(0) if want_profile else None
         if not self._cluster and unique and streams:
             rest.insert(
                 0, self._with_held(unique, to_read, hits, rest.pop(0) if to_read else [], as_of_ms, read_at)
             )
-        windows = self._item_windows(unique, item_ids, rest)
+        windows = self._item_windows(unique, item_ids, rest, as_of_ms)
         return version, user_raw, profile_raw, windows, rest
+
+    def _queue_user(
+        self, pipe: Any, user_id: str, exact: Sequence[Stream], tiled: Sequence[Stream], as_of_ms: int
+    ) -> None:
+        """The user's stream reads: exact streams with plain commands, tiled ones with the
+        item script under the user's prefix (on a cluster, with plain commands too)."""
+        _queue_user_reads(pipe, user_id, exact, as_of_ms)
+        if not tiled:
+            return
+        if self._cluster:
+            _queue_cluster_tiled_reads(pipe, "user", user_id, tiled, as_of_ms)
+            return
+        assert self._item_sha is not None  # loaded by prepare() (_read checks it first)
+        pipe.evalsha(
+            self._item_sha, 0, as_of_ms, self._plan.user_spec(as_of_ms), user_id, keys.PREFIX["user"],
+            *keys.ITEM_SCRIPT_PARTS[1:],
+        )  # fmt: skip
 
     def _with_held(
         self,
@@ -407,7 +484,9 @@ class FeatureStore:
             out.extend(hits[iid] if iid in hits else by_id[iid])
         return out
 
-    def _item_windows(self, unique: list[str], item_ids: Sequence[str], rest: list[Any]) -> ItemWindows:
+    def _item_windows(
+        self, unique: list[str], item_ids: Sequence[str], rest: list[Any], as_of_ms: int
+    ) -> ItemWindows:
         """The items' stream reads, per stream in plan order, in `item_ids` order
         (consumed from the front of `rest`)."""
         streams = self._plan.item_streams
@@ -418,19 +497,7 @@ class FeatureStore:
                 StreamRead([[] for _ in s.windows]) if s.read == "count" else StreamRead() for s in streams
             ]
         per_item, stride = self._plan.item_widths, self._plan.item_stride
-        if self._cluster:
-            flat: list[Any] = []
-            for _ in unique:
-                for s in streams:
-                    if s.read == "count":
-                        flat.extend(int(c) for c in rest[: len(s.windows)])
-                        top = rest[len(s.windows)]
-                        flat.append(int(top[0][1]) if top else -1)
-                        del rest[: len(s.windows) + 1]
-                    else:
-                        flat.append([x for m, sc in rest.pop(0) for x in (m, sc)])
-        else:
-            flat = rest.pop(0)
+        flat = _cluster_flat(len(unique), streams, rest) if self._cluster else rest.pop(0)
         out: ItemWindows = []
         offset = 0
         for s, width in zip(streams, per_item, strict=True):
@@ -438,6 +505,12 @@ class FeatureStore:
                 counts = [flat[offset + w :: stride] for w in range(len(s.windows))]
                 newest = [int(t) for t in flat[offset + len(s.windows) :: stride]]
                 out.append(StreamRead(counts, newest))
+            elif s.tiled:
+                out.append(
+                    StreamRead(
+                        values=[_tiled_values(s, r, as_of_ms, self._cluster) for r in flat[offset::stride]]
+                    )
+                )
             else:
                 out.append(StreamRead(events=[_pairs_to_events(m) for m in flat[offset::stride]]))
             offset += width
@@ -459,13 +532,64 @@ def _queue_user_reads(pipe: Any, user_id: str, user_streams: Sequence[Stream], a
             pipe.zrangebyscore(key, lo, as_of_ms, withscores=True)
 
 
+def _cluster_flat(n_items: int, streams: Sequence[Stream], rest: list[Any]) -> list[Any]:
+    """A cluster's per-command replies (consumed from the front of `rest`) in the item
+    script's flat reply form."""
+    flat: list[Any] = []
+    for _ in range(n_items):
+        for s in streams:
+            if s.read == "count":
+                flat.extend(int(c) for c in rest[: len(s.windows)])
+                top = rest[len(s.windows)]
+                flat.append(int(top[0][1]) if top else -1)
+                del rest[: len(s.windows) + 1]
+            elif s.tiled:
+                flat.append(rest.pop(0))
+            else:
+                flat.append([x for m, sc in rest.pop(0) for x in (m, sc)])
+    return flat
+
+
+def _tiled_values(s: Stream, raw: Any, as_of_ms: int, cluster: bool) -> dict[str, tuple[FeatureValue, int]]:
+    """A tiled stream's features from what was read: the read script's reply, or on a
+    cluster the tiles hash (summed here) / the distinct list."""
+    if s.read == "distinct":
+        if cluster:
+            pairs = [(bytes(m).decode(), int(sc)) for m, sc in raw]
+        else:
+            pairs = [(bytes(raw[i]).decode(), int(float(raw[i + 1]))) for i in range(0, len(raw), 2)]
+        return tiles.distinct_values(s, pairs, as_of_ms)
+    if cluster:
+        state = tiles.tiles_from_hash(raw)
+        sums = [state.sums(*tiles.window_tiles(as_of_ms, w, s.slide_ms)) for w in s.windows]
+    else:
+        sums = tiles.decode_reply(raw, len(s.windows))
+    return tiles.stream_values(s, sums, as_of_ms)
+
+
+def _queue_cluster_tiled_reads(
+    pipe: Any, entity: Entity, entity_id: str, streams: Sequence[Stream], as_of_ms: int
+) -> None:
+    """A tiled stream's read as a plain command: the tiles hash, or the distinct list."""
+    for s in streams:
+        key = keys.stream(entity, entity_id, s.id)
+        if s.read == "tiles":
+            pipe.hgetall(key)
+        else:
+            pipe.zrevrangebyscore(
+                key, as_of_ms, f"({as_of_ms - s.widest_ms}", start=0, num=s.scan, withscores=True
+            )
+
+
 def _queue_cluster_item_reads(pipe: Any, unique: list[str], streams: Sequence[Stream], as_of_ms: int) -> None:
     """The items' stream reads as plain commands (a cluster pipeline runs no script):
     per item and stream, the window counts and newest event, or the widest window's events."""
     for iid in unique:
         for s in streams:
             key = keys.stream("item", iid, s.id)
-            if s.read == "count":
+            if s.tiled:
+                _queue_cluster_tiled_reads(pipe, "item", iid, (s,), as_of_ms)
+            elif s.read == "count":
                 for w in s.windows:
                     pipe.zcount(key, f"({as_of_ms - w}", as_of_ms)
                 pipe.zrevrangebyscore(

@@ -47,7 +47,8 @@ from recmesh.features import keys
 from recmesh.features.compute import encode_member
 from recmesh.features.covisit import COVISIT_MAX_PER_ITEM, COVISIT_TTL_S, pair_increments, previous_items
 from recmesh.features.plans import plans
-from recmesh.features.repository import VALUE_SEP, Entity, FeatureSet, Stream
+from recmesh.features.repository import FIELD_SEP, VALUE_SEP, Entity, FeatureSet, Stream
+from recmesh.features.tiles import LUA_SUM_TILES, components, retention_tiles, tile_of
 from recmesh.redis_client import AnyRedis
 from services.feature.item_cache import change_message
 
@@ -71,13 +72,25 @@ MAINTAIN_EVERY_S = 60.0
 # upkeep: 'U\t<key>\t<newest>\t<retention_ms>\t<ttl_s>' (trim, cap, expire) or
 # 'X\t<key>\t<ttl_s>' (expire) or 'C\t<key>\t<keep>\t<ttl_s>' (keep the newest, expire).
 # Returns {pairs counted, duplicates, touched co-visit items...}.
-_APPLY_LUA = r"""
+_APPLY_LUA = (
+    LUA_SUM_TILES
+    + r"""
 local call = redis.call
 local cap = tonumber(ARGV[1])
 local window, scan, previous = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local covisit_ttl, covisit_suffix = tonumber(ARGV[5]), ARGV[6]
 local user_prefix, item_prefix, ids_suffix, covisits_suffix = ARGV[9], ARGV[10], ARGV[11], ARGV[12]
-local fresh, newest = {}, {}
+local fresh, newest, tiled, distinct = {}, {}, {}, {}
+-- ARGV[13]: the tiled streams' specs, one per line: '<windows in tiles, widest first,
+-- comma-separated>|<retention in tiles>|<ttl s>|<cap of a distinct list>'.
+local specs = {}
+for line in string.gmatch(ARGV[13], '[^\n]+') do
+  local ws, retention, ttl, cap = string.match(line, '^([^|]*)|(%d+)|(%d+)|(%d+)$')
+  local windows = {}
+  for n in string.gmatch(ws, '%d+') do windows[#windows + 1] = tonumber(n) end
+  specs[#specs + 1] = {windows = windows, retention = tonumber(retention), ttl = tonumber(ttl),
+                       cap = tonumber(cap)}
+end
 local dups, live, t, last_key = 0, false, 0, nil
 for line in string.gmatch(ARGV[7], '[^\n]+') do
   local tag = string.sub(line, 1, 1)
@@ -106,7 +119,72 @@ for line in string.gmatch(ARGV[7], '[^\n]+') do
   elseif live and tag == 'P' then
     local key, member = string.match(line, '^P\t([^\t]+)\t(.*)$')
     call('ZINCRBY', key, 1, member)
+  elseif live and tag == 'T' then
+    local key, spec, tile, parts = string.match(line, '^T\t([^\t]+)\t(%d+)\t(%-?%d+)\t(.*)$')
+    local a = tiled[key]
+    if a == nil then a = {spec = tonumber(spec), tiles = {}, top = nil, t = t}; tiled[key] = a end
+    tile = tonumber(tile)
+    local comps = a.tiles[tile]
+    if comps == nil then comps = {}; a.tiles[tile] = comps end
+    for comp, d in string.gmatch(parts, '([^\31\30]+)\31(%-?%d+)') do
+      comps[comp] = (comps[comp] or 0) + tonumber(d)
+    end
+    if a.top == nil or tile > a.top then a.top = tile end
+    if t > a.t then a.t = t end
+  elseif live and tag == 'D' then
+    local key, spec, member = string.match(line, '^D\t([^\t]+)\t(%d+)\t(.*)$')
+    call('ZADD', key, 'GT', t, member)
+    distinct[key] = tonumber(spec)
   end
+end
+-- Tiles: the batch's sums per tile and component added once per key; the window
+-- totals (KEY:w) moved forward and recomputed from the tiles when the key's newest
+-- tile advances (old tiles trimmed then), else the batch's tiles added to the windows
+-- that hold them (recmesh/features/tiles.py).
+for key, a in pairs(tiled) do
+  local spec = specs[a.spec]
+  local wkey = key .. ':w'
+  local cur = call('HMGET', wkey, 'c', 't')
+  local c, held_t = tonumber(cur[1]), tonumber(cur[2])
+  for tile, comps in pairs(a.tiles) do
+    for comp, d in pairs(comps) do call('HINCRBY', key, tile .. ':' .. comp, d) end
+  end
+  local newest_t = a.t
+  if held_t ~= nil and held_t > newest_t then newest_t = held_t end
+  if c == nil or a.top > c then
+    local top = a.top
+    local flat = call('HGETALL', key)
+    local keep_from, old = top - spec.retention, {}
+    for i = 1, #flat, 2 do
+      local k = tonumber(string.match(flat[i], '^(%-?%d+):'))
+      if k < keep_from then old[#old + 1] = flat[i] end
+    end
+    for i = 1, #old, 1000 do call('HDEL', key, unpack(old, i, math.min(i + 999, #old))) end
+    call('DEL', wkey)
+    local args = {'c', top, 't', newest_t}
+    for w, n in ipairs(spec.windows) do
+      local totals = sum_tiles(flat, top - n + 1, top)
+      for comp, v in pairs(totals) do
+        if v ~= 0 then args[#args + 1] = (w - 1) .. ':' .. comp; args[#args + 1] = v end
+      end
+    end
+    call('HSET', wkey, unpack(args))
+  else
+    for tile, comps in pairs(a.tiles) do
+      for w, n in ipairs(spec.windows) do
+        if tile > c - n and tile <= c then
+          for comp, d in pairs(comps) do call('HINCRBY', wkey, (w - 1) .. ':' .. comp, d) end
+        end
+      end
+    end
+    if held_t == nil or newest_t > held_t then call('HSET', wkey, 't', newest_t) end
+  end
+  call('EXPIRE', key, spec.ttl)
+  call('EXPIRE', wkey, spec.ttl)
+end
+for key, spec in pairs(distinct) do
+  call('ZREMRANGEBYRANK', key, 0, -(specs[spec].cap + 1))
+  call('EXPIRE', key, specs[spec].ttl)
 end
 for line in string.gmatch(ARGV[8], '[^\n]+') do
   local tag = string.sub(line, 1, 1)
@@ -186,12 +264,13 @@ for item, incs in pairs(by) do
 end
 return out
 """
+)
 
 Attributes = Callable[[Entity, Iterable[str]], Awaitable[dict[str, dict[str, str]]]]
 
 
 # An event with its stream writes (key, member) and popularity increments (key, member).
-_EventWrites = tuple[Event, list[tuple[str, str]], list[tuple[str, str]]]
+_EventWrites = tuple[Event, list[tuple[str, str, Stream]], list[tuple[str, str]]]
 
 
 @dataclass
@@ -268,6 +347,14 @@ class EventWriter:
         self._history = write.history_behaviors
         self._streams = write.streams
         self._need = write.attributes_needed
+        # The tiled streams' specs in the script (ARGV[13]), numbered from 1.
+        tiled = [s for e in ("user", "item") for s in write.streams[e] if s.tiled]
+        self._spec = {(s.entity, s.id): n for n, s in enumerate(tiled, 1)}
+        self._specs = "\n".join(
+            ",".join(str(w // s.slide_ms) for w in s.windows) + f"|{retention_tiles(s)}|{s.ttl_s}|{s.scan}"
+            if s.read == "tiles" else f"|0|{s.ttl_s}|{s.scan}"
+            for s in tiled
+        )  # fmt: skip
 
     async def mark_applied(self, topic: str, marks: Mapping[int, tuple[int, int]]) -> None:
         """Record how far the ingest has applied `topic` (keys.applied): per partition,
@@ -301,7 +388,15 @@ class EventWriter:
             for s in self._streams[entity]:  # type: ignore[index]
                 if ev.behavior in s.behaviors:
                     held = attrs[other_entity].get(other, {})  # type: ignore[index]
-                    member = encode_member(s, ev.event_id, other, held, ev.values)
+                    if s.read == "tiles":
+                        parts = components(s, held, ev.values)
+                        member = f"{tile_of(ev.event_time, s.slide_ms)}\t" + VALUE_SEP.join(
+                            f"{c}{FIELD_SEP}{d}" for c, d in parts
+                        )
+                    elif s.read == "distinct":
+                        member = other
+                    else:
+                        member = encode_member(s, ev.event_id, other, held, ev.values)
                     zadds.append((keys.stream(entity, own, s.id), member, s))
         pops: list[tuple[str, str]] = []
         roles = self._feature_set.roles
@@ -343,15 +438,11 @@ class EventWriter:
             zadds, pops = self._writes(ev, attrs)
             t = ev.event_time
             if self._cluster:
-                plan.writes.append((ev, [(k, m) for k, m, _ in zadds], pops))
+                plan.writes.append((ev, zadds, pops))
             else:
                 cv = "1" if self._covisit and ev.behavior in cv_behaviors else "0"
                 lines.append(f"E\t{ev.user_id}\t{ev.event_id}\t{t}\t{ev.item_id}\t{cv}")
-                for key, member, s in zadds:
-                    lines.append(f"Z\t{key}\t{member}")
-                    if s.read == "count":
-                        lines.append(f"N\t{keys.newest('item', ev.item_id)}\t{s.id}")
-                lines.extend(f"P\t{key}\t{member}" for key, member in pops)
+                self._script_lines(ev, zadds, pops, lines)
             if ev.behavior in self._history:
                 hkey = keys.user_history(ev.user_id)
                 if not self._cluster:
@@ -360,6 +451,8 @@ class EventWriter:
                     self._maintained.put(hkey, True)
                     plan.history_upkeep.append(hkey)
             for key, _, s in zadds:
+                if s.tiled:  # kept by the script itself, every batch
+                    continue
                 if newest_of.get(key, -1) < t:
                     newest_of[key] = t
                     stream_of[key] = (s, ev.user_id if s.entity == "user" else ev.item_id)
@@ -368,6 +461,20 @@ class EventWriter:
                 newest_of[ids] = t
                 stream_of[ids] = (self._ids, ev.user_id)
         return newest_of, stream_of
+
+    def _script_lines(
+        self, ev: Event, zadds: list[tuple[str, str, Stream]], pops: list[tuple[str, str]], lines: list[str]
+    ) -> None:
+        """The script's lines for one event's writes (after its 'E' line)."""
+        for key, member, s in zadds:
+            if s.tiled:
+                tag = "T" if s.read == "tiles" else "D"
+                lines.append(f"{tag}\t{key}\t{self._spec[s.entity, s.id]}\t{member}")
+                continue
+            lines.append(f"Z\t{key}\t{member}")
+            if s.read == "count":
+                lines.append(f"N\t{keys.newest('item', ev.item_id)}\t{s.id}")
+        lines.extend(f"P\t{key}\t{member}" for key, member in pops)
 
     def _script_args(
         self, plan: PreparedBatch, lines: list[str], stream_of: dict[str, tuple[Stream, str]]
@@ -388,7 +495,7 @@ class EventWriter:
             self._feature_set.max_events_per_key,
             r.covisit_window_ms, r.covisit_scan, r.covisit_previous, COVISIT_TTL_S,
             keys.stream_suffix(self._covisit) if self._covisit else "",
-            "\n".join(lines), "\n".join(up_lines), *keys.WRITE_SCRIPT_PARTS,
+            "\n".join(lines), "\n".join(up_lines), *keys.WRITE_SCRIPT_PARTS, self._specs,
         )  # fmt: skip
 
     def _due(
@@ -459,16 +566,56 @@ class EventWriter:
         """(2) Stream writes and upkeep (the ids sets' upkeep once they are written)."""
         feature_set = self._feature_set
         pipe = self._redis.pipeline(transaction=False)
+        tiled: dict[str, Stream] = {}
         for ev, zadds, _ in fresh:
-            for key, member in zadds:
-                pipe.zadd(key, {member: ev.event_time})
+            for key, member, s in zadds:
+                if s.read == "tiles":  # a cluster reads tiles from the tiles hash alone (no totals)
+                    tile, _, parts = member.partition("\t")
+                    for part in parts.split(VALUE_SEP):
+                        comp, _, delta = part.partition(FIELD_SEP)
+                        pipe.hincrby(key, f"{tile}:{comp}", int(delta))
+                    tiled[key] = s
+                elif s.read == "distinct":
+                    pipe.zadd(key, {member: ev.event_time}, gt=True)
+                    tiled[key] = s
+                else:
+                    pipe.zadd(key, {member: ev.event_time})
             if ev.behavior in self._history:
                 pipe.zadd(keys.user_history(ev.user_id), {ev.item_id: ev.event_time}, gt=True)
         for hkey in plan.history_upkeep:
             pipe.zremrangebyrank(hkey, 0, -(feature_set.roles.history_cap + 1))
             pipe.expire(hkey, feature_set.roles.history_ttl_s)
         self._queue_upkeep(pipe, [u for u in plan.upkeep if not keys.is_user_ids(u[0])])
+        for key, s in tiled.items():
+            if s.read == "distinct":
+                pipe.zremrangebyrank(key, 0, -(s.scan + 1))
+            pipe.expire(key, s.ttl_s)
         await pipe.execute()
+        await self._trim_tiles({k: s for k, s in tiled.items() if s.read == "tiles"})
+
+    async def _trim_tiles(self, tiled: Mapping[str, Stream]) -> None:
+        """Cluster: drop tiles older than their stream's retention behind the key's newest
+        tile, at most once a minute per key and process (the script does it as it goes)."""
+        now = time.monotonic()
+        due = [k for k in tiled if self._trimmed.get_fresh(k, now) is None]
+        if not due:
+            return
+        for k in due:
+            self._trimmed.put(k, True, now)
+        pipe = self._redis.pipeline(transaction=False)
+        for k in due:
+            pipe.hkeys(k)
+        held = await pipe.execute()
+        pipe = self._redis.pipeline(transaction=False)
+        for k, fields in zip(due, held, strict=True):
+            tiles = [int(bytes(f).split(b":", 1)[0]) for f in fields]
+            if tiles:
+                keep_from = max(tiles) - retention_tiles(tiled[k])
+                old = [f for f, t in zip(fields, tiles, strict=True) if t < keep_from]
+                if old:
+                    pipe.hdel(k, *old)
+        if len(pipe):
+            await pipe.execute()
 
     async def _write_ids(
         self, plan: PreparedBatch, fresh: list[_EventWrites]

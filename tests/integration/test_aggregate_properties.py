@@ -66,6 +66,7 @@ n = 3
 scan = 5
 behaviors = ["view", "click"]
 window = "1h"
+slide = "exact"
 
 [realtime.spend_10m]
 entity = "user"
@@ -107,6 +108,7 @@ aggregate = "last_n"
 n = 2
 behaviors = ["buy"]
 window = "1h"
+slide = "exact"
 
 [recall]
 recent_items = "recent_3"
@@ -286,6 +288,148 @@ def test_the_replay_matches_the_reference(arrivals: list[Ev], as_of: int) -> Non
             got = replay.features(entity, entity_id, as_of)  # type: ignore[arg-type]
             for f in FEATURE_SET.features_of(entity, "realtime"):  # type: ignore[arg-type]
                 assert same(got[f.name], reference(f, kept, entity_id, as_of)), (f.name, entity_id)
+
+
+# --- tiled windows (recmesh/features/tiles.py) ---------------------------------------
+
+SLIDE = MIN
+TILED: FeatureSet = parse_feature_set(
+    REPOSITORY.replace('window = "5m"', 'window = "5m"\nslide = "1m"')
+    .replace('window = "10m"', 'window = "10m"\nslide = "1m"')
+    .replace('window = "3m"', 'window = "3m"\nslide = "1m"')
+    .replace('slide = "exact"', 'slide = "1m"'),
+    Path("tiled/recmesh.toml"),
+)
+
+
+def reference_tiled(
+    f: FeatureDef, events: Iterable[Ev], entity_id: str, as_of: int, cap: int
+) -> tuple[FeatureValue, int]:
+    """From the definitions: the tiles (as_of // slide) - n + 1 .. as_of // slide, every
+    event kept in them (later ones in the last tile too), values summed in fixed point;
+    last_n: per other id its latest event, the `cap` newest kept, those in the exact window."""
+    assert f.window_ms is not None
+
+    def other(e: Ev) -> str:
+        return e.item if f.entity == "user" else e.user
+
+    stream = [e for e in events if (e.user if f.entity == "user" else e.item) == entity_id
+              and e.behavior in f.behaviors]  # fmt: skip
+    if f.aggregate == "last_n":
+        latest: dict[str, int] = {}
+        for e in stream:
+            latest[other(e)] = max(latest.get(other(e), -1), e.t)
+        held = sorted(((t, o) for o, t in latest.items()), reverse=True)[:cap]
+        inside = [(t, o) for t, o in held if as_of - f.window_ms < t <= as_of][: f.n]
+        return ([o for _, o in inside], as_of - inside[0][0]) if inside else ([], -1)
+    last = as_of // SLIDE
+    first = last - f.window_ms // SLIDE + 1
+    mine = [e for e in stream if first <= e.t // SLIDE <= last]
+    if not mine:
+        return (f.default if not isinstance(f.default, list | dict) else type(f.default)()), -1
+    newest = max(e.t for e in stream)
+    age = as_of - newest if newest <= as_of else max(0, as_of - max(e.t // SLIDE for e in mine) * SLIDE)
+    if f.aggregate == "count":
+        return len(mine), age
+    if f.aggregate == "count_by":
+        counts: dict[str, int] = {}
+        for e in mine:
+            for tag in CATEGORIES[e.item]:
+                counts[tag] = counts.get(tag, 0) + 1
+        return counts, age
+    prices = [round(e.price * 1_000_000) for e in mine if e.price is not None]
+    if f.aggregate == "sum":
+        return sum(prices) / 1_000_000, age
+    return (sum(prices) / 1_000_000 / len(prices) if prices else f.default), age
+
+
+def _cap(f: FeatureDef) -> int:
+    return TILED.stream(f.stream, f.entity).scan
+
+
+async def _online_tiled(
+    url: str, arrivals: list[Ev], cuts: list[int], as_ofs: list[int]
+) -> list[tuple[int, str, object]]:
+    client = redis.Redis.from_url(url, protocol=2)
+    try:
+        await client.flushdb()
+        await load_catalog(client, TILED, [], [(i, {"tags": CATEGORIES[i]}) for i in ITEMS])
+        store = FeatureStore(client, TILED, offline=OfflineCache(client, TILED, static_ttl_s=600.0))
+        writer = EventWriter(client, TILED, store.offline.attributes)
+        for batch in batches(arrivals, cuts):
+            if batch:
+                await writer.apply([e.event() for e in batch])
+        return [
+            (as_of, user, await store.lookup(user, list(ITEMS), as_of, timeout_s=5.0))
+            for as_of in as_ofs
+            for user in USERS
+        ]
+    finally:
+        await client.aclose()
+
+
+def test_every_tiled_feature_is_tiled() -> None:
+    reads = {f.name: TILED.stream(f.stream, f.entity).read for f in TILED.features_of("user", "realtime")}
+    reads |= {f.name: TILED.stream(f.stream, f.entity).read for f in TILED.features_of("item", "realtime")}
+    assert set(reads.values()) == {"tiles", "distinct"}, reads
+
+
+# Denser in time than events_st: late events land in and just outside a key's windows.
+dense_events_st = st.lists(
+    st.builds(
+        Ev,
+        event_id=st.integers(0, 40).map(lambda n: f"e{n}"),
+        user=st.sampled_from(USERS),
+        item=st.sampled_from(ITEMS),
+        behavior=st.sampled_from(("view", "click", "buy")),
+        t=st.integers(T0 - 12 * MIN, T0).map(lambda t: t - t % 500),
+        price=st.one_of(st.none(), st.floats(0.01, 500.0, allow_nan=False).map(lambda x: round(x, 2))),
+    ),
+    min_size=1,
+    max_size=60,
+)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    arrivals=st.one_of(events_st, dense_events_st),
+    cuts=st.lists(st.integers(0, 60), max_size=4).map(sorted),
+    as_ofs=st.lists(st.integers(T0 - 15 * MIN, T0 + 5 * MIN), min_size=1, max_size=3),
+)
+def test_every_tiled_aggregation_matches_the_reference_online(
+    scratch_redis_url: str, arrivals: list[Ev], cuts: list[int], as_ofs: list[int]
+) -> None:
+    """Batches arrive out of time order (late events), ids repeat (duplicates), the
+    as-of times fall before, inside and after the events: the tiles the script keeps
+    and the totals it moves forward read as the definition says. Each entity's newest event
+    time is an as-of too: a look-up in a key's newest tile reads its window totals alone."""
+    newest = {e.user: e.t for e in sorted(arrivals, key=lambda e: e.t)}
+    newest |= {e.item: e.t for e in sorted(arrivals, key=lambda e: e.t)}
+    as_ofs = [*as_ofs, *sorted(set(newest.values()))]
+    results = asyncio.run(_online_tiled(scratch_redis_url, arrivals, cuts, as_ofs))
+    kept = first_written(e for batch in batches(arrivals, cuts) for e in batch)
+    for as_of, user, lookup in results:
+        for f in TILED.features_of("user", "realtime"):
+            check(lookup.user, f, reference_tiled(f, kept, user, as_of, _cap(f)))  # type: ignore[attr-defined]
+        for item, row in zip(ITEMS, lookup.items, strict=True):  # type: ignore[attr-defined]
+            for f in TILED.features_of("item", "realtime"):
+                check(row, f, reference_tiled(f, kept, item, as_of, _cap(f)))
+
+
+@settings(max_examples=300, deadline=None)
+@given(arrivals=st.one_of(events_st, dense_events_st), as_of=st.integers(T0 - 15 * MIN, T0 + 5 * MIN))
+def test_the_tiled_replay_matches_the_reference(arrivals: list[Ev], as_of: int) -> None:
+    in_time = sorted(arrivals, key=lambda e: (e.t, e.event_id))
+    replay = ReplayState(TILED, {}, {i: {"tags": CATEGORIES[i]} for i in ITEMS})
+    for e in in_time:
+        replay.apply(e.event())
+    kept = first_written(in_time)
+    for entity, ids in (("user", USERS), ("item", ITEMS)):
+        for entity_id in ids:
+            got = replay.features(entity, entity_id, as_of)  # type: ignore[arg-type]
+            for f in TILED.features_of(entity, "realtime"):  # type: ignore[arg-type]
+                want = reference_tiled(f, kept, entity_id, as_of, _cap(f))
+                assert got[f.name] == want, (f.name, entity_id, got[f.name], want)
 
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")

@@ -100,6 +100,7 @@ from recmesh.features.repository.terms import (
     Kind,
     OfflineType,
     TimeUnit,
+    default_slide_ms,
     parse_duration_ms,
 )
 
@@ -156,6 +157,7 @@ __all__ = [
     "clean",
     "compile_repository",
     "configured_feature_set",
+    "default_slide_ms",
     "key_location",
     "load_feature_set",
     "parse_duration_ms",

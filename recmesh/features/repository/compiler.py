@@ -21,12 +21,34 @@ from recmesh.features.repository.terms import (
     Entity,
     FeatureValue,
     _duration,
+    default_slide_ms,
     parse_duration_ms,
 )
 
 
-def _stream_id(behaviors: Iterable[str]) -> str:
-    return "+".join(sorted(behaviors))
+def _stream_id(behaviors: Iterable[str], slide_ms: int = 0, distinct: bool = False) -> str:
+    """The stream's id (its key part): the behaviours, then '@<slide>' for tiles or
+    '@last' for a capped distinct list."""
+    base = "+".join(sorted(behaviors))
+    if distinct:
+        return f"{base}@last"
+    return f"{base}@{_duration_text(slide_ms)}" if slide_ms else base
+
+
+def _duration_text(ms: int) -> str:
+    for unit, size in (("d", 86_400_000), ("h", 3_600_000), ("m", 60_000), ("s", 1000)):
+        if ms % size == 0:
+            return f"{ms // size}{unit}"
+    return f"{ms}ms"
+
+
+def resolved_slide_ms(window: str | int, slide: str | int | None) -> int:
+    """A real-time feature's slide in ms (0: exact): as declared, or the default for its window."""
+    if slide == "exact":
+        return 0
+    if slide is None:
+        return default_slide_ms(parse_duration_ms(window))
+    return parse_duration_ms(slide)
 
 
 def _version(decl: RepositoryDecl) -> str:
@@ -42,6 +64,8 @@ def _version(decl: RepositoryDecl) -> str:
         "users": {k: v.model_dump(exclude={"description", "column"}) for k, v in decl.users.features.items()},
         "items": {k: v.model_dump(exclude={"description", "column"}) for k, v in decl.items.features.items()},
         "realtime": {k: v.model_dump(exclude={"description"}) for k, v in decl.realtime.items()},
+        # the slides in force (a default's rule may change; the values decide the features)
+        "slides": {k: resolved_slide_ms(v.window, v.slide) for k, v in decl.realtime.items()},
         "state": decl.state.model_dump(),
     }
     blob = json.dumps(payload, sort_keys=True, separators=(",", ":"), default=str).encode()
@@ -121,13 +145,16 @@ def compile_repository(decl: RepositoryDecl, path: Path | None = None) -> Featur
         if rd.aggregate == "mean" and rd.default is not None:
             default = float(rd.default)
         n = rd.n or 0
+        slide = resolved_slide_ms(rd.window, rd.slide)
         realtime.append(
             FeatureDef(
                 name, rd.entity, "realtime", dtype, default, rd.description,
                 window_ms=window, freshness_tau_s=parse_duration_ms(rd.freshness_tau) / 1000,
                 ttl_s=-(-ttl_ms // 1000), aggregate=rd.aggregate, behaviors=behaviors, by=rd.by,
                 field=rd.field, n=n, scan=rd.scan or (max(n, DEFAULT_SCAN) if n else 0),
-                stream=_stream_id(behaviors),
+                stream=_stream_id(behaviors, slide if rd.aggregate != "last_n" else 0,
+                                  distinct=bool(slide) and rd.aggregate == "last_n"),
+                slide_ms=slide if rd.aggregate != "last_n" else 0,
             )
         )  # fmt: skip
     _check_training(decl)
@@ -334,16 +361,24 @@ def _streams(realtime: list[FeatureDef], roles: RecallRoles, decl: RepositoryDec
         ttl = max([f.ttl_s for f in feats] + ([DEFAULT_TTL_S, covisit_s] if covisit else []))
         retention = max([*windows, roles.covisit_window_ms if covisit else 0, ttl * 1000])
         only_last_n = bool(feats) and all(f.aggregate == "last_n" for f in feats)
-        read: Literal["count", "latest", "range"]
-        if entity == "item" and all(f.aggregate == "count" for f in feats):
+        slide = feats[0].slide_ms if feats else 0
+        read: Literal["count", "latest", "range", "tiles", "distinct"]
+        if sid.endswith("@last"):
+            read = "distinct"
+        elif slide:
+            read = "tiles"
+        elif entity == "item" and all(f.aggregate == "count" for f in feats):
             read = "count"
         elif only_last_n and entity == "user":
             read = "latest"
         else:
             read = "range"
         scan = max([f.scan for f in feats if f.aggregate == "last_n"], default=0)
+        if read == "distinct":
+            scan = max(f.n for f in feats)
+            # Tiles and distinct lists hold no event members: only what their features read.
         out.append(
             Stream(sid, entity, behaviors, tuple(feats), other_id, attrs, values, retention, ttl, read,
-                   tuple(windows), scan)
+                   tuple(windows), scan, slide)
         )  # fmt: skip
     return tuple(out)

@@ -158,6 +158,9 @@ class RealtimeDecl(_Strict):
     # last write (the key's expiry). Default: max(window, 1h).
     ttl: Duration | None = None
     freshness_tau: Duration = "60s"
+    # Tiles: the window is the tiles of this length that end within it (Flink's HOP);
+    # "exact": every event kept and windows exact. Default: terms.default_slide_ms.
+    slide: Duration | None = None
     by: str | None = None  # count_by: an offline feature of the other entity
     field: str | None = None  # sum / mean: a declared event value
     n: int | None = Field(None, ge=1, le=1000)  # last_n
@@ -182,6 +185,12 @@ class RealtimeDecl(_Strict):
         if self.ttl is not None and _duration(self.ttl, "ttl") < window:
             raise ValueError("ttl must be at least the window: state that expires sooner cannot fill it")
         _duration(self.freshness_tau, "freshness_tau")
+        if self.slide is not None and self.slide != "exact":
+            slide = _duration(self.slide, "slide")
+            if slide > window or window % slide:
+                raise ValueError(
+                    f"slide {self.slide!r} must divide the window {self.window!r} (a window is whole tiles)"
+                )
         return self
 
 
@@ -291,6 +300,15 @@ class TrainingDecl(_Strict):
 
 class StateDecl(_Strict):
     max_events_per_key: int = Field(2000, ge=10, le=1_000_000)
+    # How long a user's event ids are remembered behind their newest event, at least
+    # (an app re-sending an event within it counts once); exact streams keep them as
+    # long as their state. A redelivered batch is recognised by its offsets instead.
+    dedup: Duration = "1h"
+
+    @model_validator(mode="after")
+    def _dedup(self) -> StateDecl:
+        _duration(self.dedup, "state.dedup")
+        return self
 
 
 GuardMetric = Literal["auc", "ctr", "hit", "ndcg"]

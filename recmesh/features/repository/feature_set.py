@@ -43,6 +43,7 @@ class FeatureDef:
     n: int = 0  # last_n
     scan: int = 0  # last_n
     stream: str = ""  # the stream (key family) whose events it aggregates
+    slide_ms: int = 0  # tiled (terms.default_slide_ms); 0: an exact window
     column: str = ""  # offline: the source column
     offline_type: OfflineType | None = None
     separator: str = ";"
@@ -69,10 +70,18 @@ class Stream:
     retention_ms: int
     ttl_s: int
     # How a look-up reads it: 'count' (ZCOUNT per window; item features only),
-    # 'latest' (the newest `scan` members: last_n only) or 'range' (all members in the window).
-    read: Literal["count", "latest", "range"]
+    # 'latest' (the newest `scan` members: last_n only) or 'range' (all members in the window);
+    # 'tiles' (a hash of per-tile partial aggregates, recmesh.features.tiles) or 'distinct'
+    # (the newest distinct other ids, capped: last_n with a slide).
+    read: Literal["count", "latest", "range", "tiles", "distinct"]
     windows: tuple[int, ...]  # distinct windows of its features, widest first
-    scan: int = 0  # read == 'latest'
+    scan: int = 0  # read == 'latest'; 'distinct': the ids kept
+    slide_ms: int = 0  # read == 'tiles': the tile length
+
+    @property
+    def tiled(self) -> bool:
+        """Held as aggregates (tiles or a capped distinct list), not one member per event."""
+        return self.read in ("tiles", "distinct")
 
     @property
     def payload(self) -> bool:
@@ -189,9 +198,16 @@ class FeatureSet:
 
     @cached_property
     def retention_ms(self) -> int:
-        """How far back any state reaches behind its newest event: the event-id
-        (dedupe) sets and the lateness rule use it."""
+        """How far back any state reaches behind its newest event: the lateness rule uses it."""
         return max([s.retention_ms for s in self.streams], default=60 * 60 * 1000)
+
+    @cached_property
+    def identity_ms(self) -> int:
+        """How long a user's event ids are kept behind their newest event: as long as
+        any exact stream keeps events (a second event with a known id must not count
+        where the first still does), and at least `[state] dedup`."""
+        exact = [s.retention_ms for s in self.streams if not s.tiled]
+        return max([*exact, parse_duration_ms(self.decl.state.dedup)])
 
     @cached_property
     def ttl_s(self) -> int:
@@ -282,12 +298,13 @@ class FeatureSet:
             "features": [
                 {"name": f.name, "entity": f.entity, "kind": f.kind, "dtype": f.dtype,
                  **({"aggregate": f.aggregate, "window_ms": f.window_ms, "behaviors": sorted(f.behaviors),
-                     "stream": f.stream} if f.kind == "realtime" else {"column": f.column})}
+                     "stream": f.stream, "slide_ms": f.slide_ms}
+                    if f.kind == "realtime" else {"column": f.column})}
                 for f in self.features
             ],
             "streams": [
                 {"entity": s.entity, "id": s.id, "behaviors": sorted(s.behaviors), "read": s.read,
-                 "retention_ms": s.retention_ms, "ttl_s": s.ttl_s,
+                 "retention_ms": s.retention_ms, "ttl_s": s.ttl_s, "slide_ms": s.slide_ms,
                  "member": ["event_id", *(["other_id"] if s.other_id else []), *s.attrs, *s.values]}
                 for s in self.streams
             ],

@@ -12,6 +12,7 @@ from recmesh.features.repository import (
     FeatureSet,
     Guard,
     RepositoryError,
+    default_slide_ms,
     load_feature_set,
     parse_duration_ms,
     parse_feature_set,
@@ -60,6 +61,7 @@ aggregate = "last_n"
 n = 3
 behaviors = ["click", "view"]
 window = "1h"
+slide = "exact"
 
 [realtime.spend_1h]
 entity = "user"
@@ -67,12 +69,14 @@ aggregate = "sum"
 field = "price"
 behaviors = ["purchase"]
 window = "1h"
+slide = "exact"
 
 [realtime.rating_mean_1d]
 entity = "item"
 aggregate = "mean"
 field = "rating"
 window = "1d"
+slide = "exact"
 ttl = "2d"
 
 [realtime.views_10m]
@@ -92,6 +96,7 @@ entity = "item"
 aggregate = "count"
 behaviors = ["click"]
 window = "1h"
+slide = "exact"
 
 [recall]
 category = "category"
@@ -173,6 +178,33 @@ def test_streams_group_features_by_entity_and_behaviour_filter() -> None:
     assert {s.id for s in feature_set.streams_of("item")} == {"click+purchase+view", "view", "click"}
     assert feature_set.attributes_needed("item") == ("category",)  # what user count_by features group by
     assert feature_set.attributes_needed("user") == ()
+
+
+def test_windows_of_an_hour_or_more_are_tiled_by_default() -> None:
+    feature_set = parse(FULL.replace('slide = "exact"\n', ""))
+    streams = {(s.entity, s.id): s for s in feature_set.streams}
+    # 1 h: 1-minute tiles; 1 d: 30-minute tiles (at least 48 per window); a last_n keeps a
+    # capped list of distinct ids; windows under an hour stay exact.
+    assert streams[("user", "purchase@1m")].read == "tiles"
+    assert streams[("user", "purchase@1m")].slide_ms == MIN
+    assert streams[("item", "click+purchase+view@30m")].slide_ms == 30 * MIN
+    assert streams[("item", "click@1m")].windows == (60 * MIN,)
+    assert streams[("item", "click")].read == "count" and streams[("item", "click")].windows == (10 * MIN,)
+    recent = streams[("user", "click+view@last")]
+    assert recent.read == "distinct" and recent.scan == 3
+    # co-visitation still reads the events of its behaviours: an exact stream of its own
+    assert feature_set.roles.covisit_stream == "click+view" and streams[("user", "click+view")].features == ()
+    # the slides in force are part of the feature-set version
+    assert feature_set.version != parse(FULL).version
+    assert default_slide_ms(7 * 24 * 60 * MIN) == 3 * 60 * MIN and default_slide_ms(59 * MIN) == 0
+
+
+def test_a_slide_must_divide_the_window() -> None:
+    msg = error(BASE.replace('window = "5m"', 'window = "5m"\nslide = "2m"'))
+    assert "slide '2m' must divide the window '5m'" in msg
+    assert "slide" in error(BASE.replace('window = "5m"', 'window = "5m"\nslide = "10m"'))
+    tiled = parse(BASE.replace('window = "5m"', 'window = "5m"\nslide = "30s"'))
+    assert tiled.streams[0].read == "tiles" and tiled.streams[0].slide_ms == 30_000
 
 
 def test_covisitation_gets_a_stream_of_its_own_when_no_feature_has_its_filter() -> None:

@@ -30,7 +30,7 @@ def test_the_script_asks_for_every_items_count_windows(demo_feature_set: Feature
 def test_script_and_cluster_replies_decode_to_the_same_windows(demo_feature_set: FeatureSet) -> None:
     # Per item, per stream (click, view): the window's count, then its newest event time (-1 none).
     flat: list[Any] = [2, 900_000, 0, -1, 1, 950_000, 3, 990_000]
-    script = _store(demo_feature_set)._item_windows(UNIQUE, ASKED, [flat])
+    script = _store(demo_feature_set)._item_windows(UNIQUE, ASKED, [flat], AS_OF)
     cluster_store = _store(demo_feature_set)
     cluster_store._cluster = True  # plain commands: a ZCOUNT, then the newest (member, score) if any
     per_command: list[Any] = [
@@ -43,7 +43,7 @@ def test_script_and_cluster_replies_decode_to_the_same_windows(demo_feature_set:
         3,
         [(b"m3", 990_000.0)],
     ]
-    cluster = cluster_store._item_windows(UNIQUE, ASKED, per_command)
+    cluster = cluster_store._item_windows(UNIQUE, ASKED, per_command, AS_OF)
     expected = [
         StreamRead([[2, 1, 2]], [900_000, 950_000, 900_000]),  # click
         StreamRead([[0, 3, 0]], [-1, 990_000, -1]),  # view
@@ -54,5 +54,5 @@ def test_script_and_cluster_replies_decode_to_the_same_windows(demo_feature_set:
 
 
 def test_no_items_reads_nothing(demo_feature_set: FeatureSet) -> None:
-    windows = _store(demo_feature_set)._item_windows([], [], [])
+    windows = _store(demo_feature_set)._item_windows([], [], [], AS_OF)
     assert windows == [StreamRead([[]]), StreamRead([[]])]

@@ -1,0 +1,257 @@
+"""Tiled windows: partial aggregates per time tile, summed over a window's tiles.
+
+A feature with a slide S (repository `slide`, or terms.default_slide_ms) keeps,
+per entity and stream, one partial aggregate per tile [k*S, (k+1)*S) of event
+time instead of one member per event. As of time t its window is the tiles
+k(t)-n+1 .. k(t), n = window / S, k(t) = t // S: Flink's
+HOP(event_time, S, window) window that holds t, read as it stands (early
+firing), so an event is readable as soon as its tile is written. Against the
+exact window (t - window, t] it leaves out the events of (t - window,
+(k(t)-n+1)*S), at most one slide at the old end, and it counts any event of
+tile k(t) later than t (held only when the as-of time is in the past).
+
+A tile's aggregate is a set of integer *components* (name -> int):
+  n          events
+  s<j>       sum of the stream's j-th value, in fixed point (value * SCALE, rounded)
+  c<j>       events carrying the j-th value
+  b<j>:<v>   events whose other entity has value v of the stream's j-th attribute
+Integers add up the same in any order, so the stream (Redis HINCRBY, in
+arrival order, with late events), the offline replay (in event-time order)
+and any engine give bit-identical sums; `sum` and `mean` divide once at the end.
+
+In Redis (services/feature/writer.py writes, store.py reads), per entity and
+stream, two hashes: the tiles `<stream key>` (fields '<k>:<component>') and
+the window totals `<stream key>:w` (fields 'c': the newest tile written, 't':
+the newest event time, '<w>:<component>': the sums of window w's tiles as of
+tile c). A look-up as of tile c reads the totals alone (cost in components,
+not events or tiles); another as-of reads the tiles (LUA_SUM_TILES). The replay
+keeps the same tiles in memory (TileState) and sums them the same way.
+
+A `last_n` with a slide keeps instead the newest distinct other ids with the
+time of their latest event, capped at `n` (a sorted set): its value is those
+whose latest event is in the exact window (as_of - window, as_of], newest
+first. Capping after every batch or every event leaves the same set.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from recmesh.features.repository import VALUE_SEP, FeatureDef, FeatureValue, Stream
+
+SCALE = 1_000_000  # fixed point of summed values: 1e-6 resolution, |sum| < 9.2e12 per tile
+COUNT = "n"
+NEWEST_TILE, NEWEST_TIME = "c", "t"  # fields of the totals hash
+TOTALS_SUFFIX = ":w"
+
+Components = dict[str, int]
+
+
+def fixed(value: float) -> int:
+    return round(value * SCALE)
+
+
+def components(
+    stream: Stream, attrs: Mapping[str, str], values: Mapping[str, float]
+) -> list[tuple[str, int]]:
+    """One event's contribution to its tile: (component, delta), `attrs` the other
+    entity's attribute texts (multi-valued ones joined by VALUE_SEP)."""
+    out = [(COUNT, 1)]
+    for j, name in enumerate(stream.values):
+        x = values.get(name)
+        if x is not None:
+            out.append((f"s{j}", fixed(float(x))))
+            out.append((f"c{j}", 1))
+    for j, name in enumerate(stream.attrs):
+        for v in attrs.get(name, "").split(VALUE_SEP):
+            if v:
+                out.append((f"b{j}:{v}", 1))
+    return out
+
+
+def tile_of(time_ms: int, slide_ms: int) -> int:
+    return time_ms // slide_ms
+
+
+def window_tiles(as_of_ms: int, window_ms: int, slide_ms: int) -> tuple[int, int]:
+    """(first, last) tile of the window as of `as_of_ms`, both inclusive."""
+    last = as_of_ms // slide_ms
+    return last - window_ms // slide_ms + 1, last
+
+
+def add(into: Components, parts: Iterable[tuple[str, int]]) -> None:
+    for name, delta in parts:
+        into[name] = into.get(name, 0) + delta
+
+
+@dataclass(frozen=True, slots=True)
+class WindowSums:
+    """A window's components summed over its tiles, the newest event time held
+    (-1 none) and the newest non-empty tile in the window (-1 none)."""
+
+    totals: Components
+    newest_time: int
+    newest_tile: int
+
+
+def value(f: FeatureDef, stream: Stream, sums: WindowSums, as_of_ms: int) -> tuple[FeatureValue, int]:
+    """(value, age_ms) of tiled feature `f` from its window's sums. age_ms: as-of minus
+    the newest event held when that is not after the as-of time (it then lies in the
+    window), else as-of minus the start of the window's newest non-empty tile; -1
+    when the window is empty (the value is then the feature's default)."""
+    t = sums.totals
+    n = t.get(COUNT, 0)
+    if n <= 0:
+        d = f.default
+        return (list(d) if isinstance(d, list) else dict(d) if isinstance(d, dict) else d), -1
+    if 0 <= sums.newest_time <= as_of_ms:
+        age = as_of_ms - sums.newest_time
+    else:
+        age = max(0, as_of_ms - sums.newest_tile * stream.slide_ms)
+    if f.aggregate == "count":
+        return n, age
+    if f.aggregate == "count_by":
+        prefix = f"b{stream.attrs.index(f.by or '')}:"
+        return {k[len(prefix) :]: c for k, c in sorted(t.items()) if k.startswith(prefix) and c > 0}, age
+    j = stream.values.index(f.field or "")
+    total, present = t.get(f"s{j}", 0), t.get(f"c{j}", 0)
+    if f.aggregate == "sum":
+        return total / SCALE, age
+    if present <= 0:
+        return f.default, age
+    return total / SCALE / present, age
+
+
+@dataclass
+class TileState:
+    """One entity's tiles of one stream, in memory (the offline replay): what the
+    Redis tiles hash holds, keyed by tile."""
+
+    tiles: dict[int, Components] = field(default_factory=dict)
+    newest_time: int = -1
+    newest_tile: int = -1
+
+    def apply(self, stream: Stream, time_ms: int, parts: Iterable[tuple[str, int]]) -> None:
+        k = tile_of(time_ms, stream.slide_ms)
+        add(self.tiles.setdefault(k, {}), parts)
+        self.newest_time = max(self.newest_time, time_ms)
+        if k > self.newest_tile:
+            self.newest_tile = k
+            keep_from = k - retention_tiles(stream)
+            if self.tiles and min(self.tiles) < keep_from:
+                for old in [m for m in self.tiles if m < keep_from]:
+                    del self.tiles[old]
+
+    def sums(self, first: int, last: int) -> WindowSums:
+        totals: Components = {}
+        newest = -1
+        if len(self.tiles) <= last - first + 1:
+            held: Iterable[tuple[int, Components]] = self.tiles.items()
+        else:
+            held = ((k, self.tiles[k]) for k in range(first, last + 1) if k in self.tiles)
+        for k, comps in held:
+            if first <= k <= last:
+                add(totals, comps.items())
+                newest = max(newest, k)
+        return WindowSums(totals, self.newest_time, newest)
+
+
+def retention_tiles(stream: Stream) -> int:
+    """Tiles kept behind the newest one: the stream's retention (at least its widest window)."""
+    return -(-stream.retention_ms // stream.slide_ms)
+
+
+# Lua shared by the write and read scripts: the components of the tiles in
+# [first, last] of a tiles hash's HGETALL reply, and the newest such tile.
+LUA_SUM_TILES = r"""
+local function sum_tiles(flat, first, last)
+  local totals, newest = {}, -1
+  for i = 1, #flat, 2 do
+    local k, comp = string.match(flat[i], '^(%-?%d+):(.*)$')
+    k = tonumber(k)
+    if k >= first and k <= last then
+      totals[comp] = (totals[comp] or 0) + tonumber(flat[i + 1])
+      if k > newest then newest = k end
+    end
+  end
+  return totals, newest
+end
+"""
+
+
+def decode_reply(flat: Sequence[Any], windows: int) -> list[WindowSums]:
+    """The read script's reply for one tiled stream ('t', '<w>@', '<w>:<component>'
+    pairs; empty: nothing held) as each window's sums."""
+    totals: list[Components] = [{} for _ in range(windows)]
+    newest_tile = [-1] * windows
+    newest_time = -1
+    for i in range(0, len(flat), 2):
+        k, v = flat[i], flat[i + 1]
+        name = k.decode() if isinstance(k, bytes) else str(k)
+        if name == NEWEST_TIME:
+            newest_time = int(v)
+            continue
+        w, sep, comp = name.partition(":")
+        if sep:
+            totals[int(w)][comp] = int(v)
+        else:
+            newest_tile[int(name[:-1])] = int(v)
+    return [WindowSums(totals[w], newest_time, newest_tile[w]) for w in range(windows)]
+
+
+def tiles_from_hash(flat: Mapping[Any, Any]) -> TileState:
+    """A tiles hash (HGETALL, '<k>:<component>' -> int) as a TileState (the cluster's read)."""
+    state = TileState()
+    for k, v in flat.items():
+        name = k.decode() if isinstance(k, bytes) else str(k)
+        tile, _, comp = name.partition(":")
+        state.tiles.setdefault(int(tile), {})[comp] = int(v)
+    state.newest_tile = max(state.tiles, default=-1)
+    return state
+
+
+def stream_values(
+    stream: Stream, sums: Sequence[WindowSums], as_of_ms: int
+) -> dict[str, tuple[FeatureValue, int]]:
+    """Every feature of a tiled stream from its windows' sums (widest window first)."""
+    return {
+        f.name: value(f, stream, sums[stream.windows.index(f.window_ms or 0)], as_of_ms)
+        for f in stream.features
+    }
+
+
+def distinct_values(
+    stream: Stream, newest_first: Sequence[tuple[str, int]], as_of_ms: int
+) -> dict[str, tuple[FeatureValue, int]]:
+    """The last_n features of a distinct list: per feature the ids whose latest event
+    is in its window (as_of - window, as_of], newest first, at most n; `newest_first`
+    is the list read in the stream's widest window."""
+    out: dict[str, tuple[FeatureValue, int]] = {}
+    for f in stream.features:
+        lo = as_of_ms - (f.window_ms or 0)
+        kept = [(other, t) for other, t in newest_first if lo < t <= as_of_ms][: f.n]
+        out[f.name] = ([o for o, _ in kept], as_of_ms - kept[0][1]) if kept else ([], -1)
+    return out
+
+
+@dataclass
+class DistinctState:
+    """One entity's distinct list in memory (the offline replay): other id -> time of its
+    latest event, capped at the stream's `scan` newest (ties: the larger id kept, as a
+    Redis sorted set orders them)."""
+
+    latest: dict[str, int] = field(default_factory=dict)
+
+    def apply(self, stream: Stream, time_ms: int, other: str) -> None:
+        if self.latest.get(other, -1) < time_ms:
+            self.latest[other] = time_ms
+        if len(self.latest) > stream.scan:
+            drop = min(self.latest.items(), key=lambda kv: (kv[1], kv[0]))[0]
+            del self.latest[drop]
+
+    def newest_first(self, lo_exclusive: int, hi: int) -> list[tuple[str, int]]:
+        held = [(o, t) for o, t in self.latest.items() if lo_exclusive < t <= hi]
+        held.sort(key=lambda kv: (kv[1], kv[0]), reverse=True)
+        return held
