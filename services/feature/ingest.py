@@ -36,7 +36,7 @@ from recmesh.settings import IngestSettings
 from recmesh.telemetry import LATENCY_BUCKETS, kafka_consume_span, observe_many
 from services.feature.drift import StateSizer, observe_batch, observe_caught_up
 from services.feature.store import FeatureStore
-from services.feature.writer import EventWriter, PreparedBatch, WriteResult
+from services.feature.writer import EventWriter, PreparedBatch, Source, WriteResult
 
 _log = structlog.get_logger("recmesh.feature.ingest")
 
@@ -64,6 +64,10 @@ _CONSUMED_TO_APPLIED = STAGE.labels("consumed_to_applied")
 _LATE_APPLIED, _LATE_REFUSED = LATE.labels("applied"), LATE.labels("refused")
 LAG = Gauge("recmesh_ingest_consumer_lag", "Records behind the high watermark.", ("partition",))
 STORE_RETRIES = Counter("recmesh_ingest_store_retries_total", "Batches retried because Redis failed.")
+REDELIVERED = Counter(
+    "recmesh_ingest_redelivered_events_total",
+    "Events skipped because their partition offset was already applied (a batch delivered again).",
+)
 DUPLICATES = Counter(
     "recmesh_ingest_duplicate_events_total",
     "Events dropped because their event_id was already written for the user (redeliveries, reused ids).",
@@ -111,10 +115,11 @@ class Rejected:
 
 def classify(
     records: Sequence[ConsumerRecord], now_ms: int, marks: Watermarks, schema: EventSchema
-) -> tuple[list[Event], list[Rejected], dict[int, int]]:
-    """Valid events sorted by event time, the rejected records with reasons, and
-    per partition the newest event time among the valid ones."""
-    good: list[Event] = []
+) -> tuple[list[Event], list[Rejected], dict[int, int], list[tuple[int, int]]]:
+    """Valid events sorted by event time, the rejected records with reasons, per
+    partition the newest event time among the valid ones, and each valid event's
+    (partition, offset) in the events' order."""
+    good: list[tuple[Event, int, int]] = []
     bad: list[Rejected] = []
     newest: dict[int, int] = {}
     late = 0
@@ -135,11 +140,23 @@ def classify(
             continue
         if verdict == "late":
             late += 1
-        good.append(event)
+        good.append((event, rec.partition, rec.offset))
         newest[rec.partition] = max(newest.get(rec.partition, -1), event.event_time)
     _LATE_APPLIED.inc(late)
-    good.sort(key=lambda e: e.event_time)
-    return good, bad, newest
+    good.sort(key=lambda g: g[0].event_time)
+    return [g[0] for g in good], bad, newest, [(p, o) for _, p, o in good]
+
+
+def _source(
+    offsets: dict[TopicPartition, int], newest: dict[int, int], positions: list[tuple[int, int]]
+) -> Source | None:
+    """The batch's Source for the write (its topic's applied offsets), None when it spans
+    several topics (the ingest reads one)."""
+    topics = {tp.topic for tp in offsets}
+    if len(topics) != 1:
+        return None
+    marks = {tp.partition: (offset, newest.get(tp.partition, -1)) for tp, offset in offsets.items()}
+    return Source(topics.pop(), positions, marks)
 
 
 @dataclass
@@ -222,11 +239,14 @@ class Ingestor:
         with kafka_consume_span(records, self._consumer):
             consumed_at = time.time()
             observe_many(_PRODUCED_TO_CONSUMED, [max(0.0, consumed_at - r.timestamp / 1000) for r in records])
-            good, bad, newest = classify(records, int(consumed_at * 1000), self._marks, self._schema)
+            good, bad, newest, positions = classify(
+                records, int(consumed_at * 1000), self._marks, self._schema
+            )
             offsets = next_offsets(records)
+            source = _source(offsets, newest, positions)
             plan: PreparedBatch | RedisError | OSError | None = None
             try:
-                plan = await self._writer.prepare(good) if good else None
+                plan = await self._writer.prepare(good, source) if good else None
             except (RedisError, OSError) as err:
                 plan = err  # prepared again once Redis is back
             if bad:
@@ -235,10 +255,11 @@ class Ingestor:
                 if previous is not None:
                     await previous.written.wait()  # co-visits read what earlier batches wrote
                 if good:
-                    result = await self._write_with_retry(good, plan)
+                    result = await self._write_with_retry(good, source, plan)
                     if result.duplicates:
                         DUPLICATES.inc(result.duplicates)
                         self.duplicates += result.duplicates
+                    REDELIVERED.inc(result.redelivered)
             finally:
                 written.set()
             if good:
@@ -253,7 +274,8 @@ class Ingestor:
             self.applied += len(good)
             if previous is not None:
                 await previous.task  # its commit first (if it failed, this raises: no commit)
-            await self._mark_applied(offsets, newest)
+            if not (good and self._writer.marks_in_write):  # else the write recorded them
+                await self._mark_applied(offsets, newest)
             try:
                 await self._consumer.commit(offsets)
             except CommitFailedError as err:
@@ -274,7 +296,10 @@ class Ingestor:
             _log.warning("applied_mark_failed", error=repr(err))
 
     async def _write_with_retry(
-        self, events: list[Event], prepared: PreparedBatch | RedisError | OSError | None
+        self,
+        events: list[Event],
+        source: Source | None,
+        prepared: PreparedBatch | RedisError | OSError | None,
     ) -> WriteResult:
         """Write the batch (`prepared`: its plan, or why preparing it failed); while
         Redis fails, pause the partitions and retry with backoff."""
@@ -297,7 +322,7 @@ class Ingestor:
             self._consumer.pause(*self._consumer.assignment())
             await self._consumer.getmany(timeout_ms=0)
             if plan is None:
-                plan = await self._writer.prepare(events)
+                plan = await self._writer.prepare(events, source)
             result = await self._writer.write(plan)
 
         try:

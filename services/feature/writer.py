@@ -81,6 +81,16 @@ local window, scan, previous = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(AR
 local covisit_ttl, covisit_suffix = tonumber(ARGV[5]), ARGV[6]
 local user_prefix, item_prefix, ids_suffix, covisits_suffix = ARGV[9], ARGV[10], ARGV[11], ARGV[12]
 local fresh, newest, tiled, distinct = {}, {}, {}, {}
+-- ARGV[14]: the applied-offsets hash of the batch's topic ('' none): an event at an
+-- offset below its partition's applied offset was written by an earlier write of its
+-- batch (a redelivery) and is skipped; ARGV[15]: the batch's marks, per line
+-- '<partition>\t<next offset>\t<newest event time, -1 none>', set at the end
+-- (keys.applied: the larger offset wins, the newest time only grows).
+local applied_key, done, redelivered = ARGV[14], {}, 0
+if applied_key ~= '' then
+  local held = call('HGETALL', applied_key)
+  for i = 1, #held, 2 do done[held[i]] = tonumber(string.match(held[i + 1], '^(%d+)')) end
+end
 -- ARGV[13]: the tiled streams' specs, one per line: '<windows in tiles, widest first,
 -- comma-separated>|<retention in tiles>|<ttl s>|<cap of a distinct list>'.
 local specs = {}
@@ -95,13 +105,20 @@ local dups, live, t, last_key = 0, false, 0, nil
 for line in string.gmatch(ARGV[7], '[^\n]+') do
   local tag = string.sub(line, 1, 1)
   if tag == 'E' then
-    local user, eid, time_, item, cv = string.match(line, '^E\t([^\t]+)\t([^\t]+)\t(%d+)\t([^\t]+)\t(%d)$')
+    local user, eid, time_, item, cv, part, off = string.match(
+      line, '^E\t([^\t]+)\t([^\t]+)\t(%d+)\t([^\t]+)\t(%d)\t(%-?%d+)\t(%-?%d+)$')
     t = tonumber(time_)
-    live = call('ZADD', user_prefix .. user .. ids_suffix, time_, eid) == 1
-    if live then
-      if cv == '1' then fresh[#fresh + 1] = {user_prefix .. user .. covisit_suffix, item, t} end
+    local prior = done[part]
+    if prior ~= nil and tonumber(off) < prior then
+      live = false
+      redelivered = redelivered + 1
     else
-      dups = dups + 1
+      live = call('ZADD', user_prefix .. user .. ids_suffix, time_, eid) == 1
+      if live then
+        if cv == '1' then fresh[#fresh + 1] = {user_prefix .. user .. covisit_suffix, item, t} end
+      else
+        dups = dups + 1
+      end
     end
   elseif live and tag == 'Z' then
     local key, member = string.match(line, '^Z\t([^\t]+)\t(.*)$')
@@ -255,7 +272,23 @@ for _, f in ipairs(fresh) do
   end
   counted = counted + #others
 end
-local out = {counted, dups}
+if applied_key ~= '' then
+  for line in string.gmatch(ARGV[15], '[^\n]+') do
+    local part, off, t_new = string.match(line, '^(%d+)\t(%d+)\t(%-?%d+)$')
+    off, t_new = tonumber(off), tonumber(t_new)
+    local cur = call('HGET', applied_key, part)
+    local cur_off, cur_t = -1, -1
+    if cur then
+      local a, b = string.match(cur, '^(%d+):(%-?%d+)$')
+      cur_off, cur_t = tonumber(a), tonumber(b)
+    end
+    if off > cur_off then
+      if cur_t > t_new then t_new = cur_t end
+      call('HSET', applied_key, part, string.format('%d:%d', off, t_new))
+    end
+  end
+end
+local out = {counted, dups, redelivered}
 for item, incs in pairs(by) do
   local key = item_prefix .. item .. covisits_suffix
   for other, k in pairs(incs) do call('ZINCRBY', key, k, other) end
@@ -266,11 +299,31 @@ return out
 """
 )
 
+
+def _applied_args(source: Source | None) -> tuple[str, str]:
+    """The write script's ARGV[14] and ARGV[15]: the applied-offsets key and the batch's marks."""
+    if source is None:
+        return "", ""
+    marks = "\n".join(f"{p}\t{o}\t{t}" for p, (o, t) in sorted(source.marks.items()))
+    return keys.applied(source.topic), marks
+
+
 Attributes = Callable[[Entity, Iterable[str]], Awaitable[dict[str, dict[str, str]]]]
 
 
 # An event with its stream writes (key, member) and popularity increments (key, member).
 _EventWrites = tuple[Event, list[tuple[str, str, Stream]], list[tuple[str, str]]]
+
+
+@dataclass(frozen=True)
+class Source:
+    """Where a batch's events were read: its topic, each event's (partition, offset) in
+    the batch's order, and per partition the next offset and newest event time
+    (keys.applied's marks)."""
+
+    topic: str
+    positions: Sequence[tuple[int, int]]
+    marks: Mapping[int, tuple[int, int]]
 
 
 @dataclass
@@ -279,6 +332,9 @@ class PreparedBatch:
 
     events: Sequence[Event]
     args: tuple[int | str, ...] | None = None
+    # where the events came from: (topic, each event's (partition, offset), the batch's
+    # marks: partition -> (next offset, newest event time)); None: not from a topic
+    source: Source | None = None
     # cluster path: per event, its writes
     writes: list[_EventWrites] = field(default_factory=list)
     upkeep: list[tuple[str, int, int, int]] = field(default_factory=list)
@@ -291,6 +347,7 @@ class WriteResult:
     written: int  # events whose id was new
     duplicates: int  # dropped: their id was already written for the user
     covisit_pairs: int
+    redelivered: int = 0  # dropped: their offset was already applied (an earlier write of their batch)
 
 
 # keys.applied: per partition, the larger offset wins, and the newest event time
@@ -364,9 +421,15 @@ class EventWriter:
         if argv:
             await self._mark(keys=[keys.applied(topic)], args=argv)
 
-    async def apply(self, events: Sequence[Event]) -> WriteResult:
+    @property
+    def marks_in_write(self) -> bool:
+        """A batch prepared with its Source records its applied offsets in the same script
+        call as its state (single Redis); on a cluster the caller marks them after."""
+        return not self._cluster
+
+    async def apply(self, events: Sequence[Event], source: Source | None = None) -> WriteResult:
         """Write `events` (sorted by event time)."""
-        return await self.write(await self.prepare(events))
+        return await self.write(await self.prepare(events, source))
 
     async def _enrich(self, events: Sequence[Event]) -> dict[Entity, dict[str, dict[str, str]]]:
         out: dict[Entity, dict[str, dict[str, str]]] = {"user": {}, "item": {}}
@@ -408,11 +471,13 @@ class EventWriter:
                         pops.append((keys.category_popularity(cat), ev.item_id))
         return zadds, pops
 
-    async def prepare(self, events: Sequence[Event]) -> PreparedBatch:
+    async def prepare(self, events: Sequence[Event], source: Source | None = None) -> PreparedBatch:
+        """`source`: where `events` were read (the script then skips what an earlier write of
+        the batch applied, and records the batch's offsets with its state)."""
         if not events:
-            return PreparedBatch(events)
+            return PreparedBatch(events, source=source)
         attrs = await self._enrich(events)
-        plan = PreparedBatch(events)
+        plan = PreparedBatch(events, source=source)
         lines: list[str] = []
         newest_of, stream_of = self._plan_events(events, attrs, plan, lines)
         plan.upkeep = self._due(newest_of, stream_of)
@@ -434,14 +499,15 @@ class EventWriter:
         newest_of: dict[str, int] = {}
         stream_of: dict[str, tuple[Stream, str]] = {}
         cv_behaviors = self._feature_set.roles.covisit_behaviors
-        for ev in events:
+        positions = plan.source.positions if plan.source is not None else [(-1, -1)] * len(events)
+        for ev, (part, offset) in zip(events, positions, strict=True):
             zadds, pops = self._writes(ev, attrs)
             t = ev.event_time
             if self._cluster:
                 plan.writes.append((ev, zadds, pops))
             else:
                 cv = "1" if self._covisit and ev.behavior in cv_behaviors else "0"
-                lines.append(f"E\t{ev.user_id}\t{ev.event_id}\t{t}\t{ev.item_id}\t{cv}")
+                lines.append(f"E\t{ev.user_id}\t{ev.event_id}\t{t}\t{ev.item_id}\t{cv}\t{part}\t{offset}")
                 self._script_lines(ev, zadds, pops, lines)
             if ev.behavior in self._history:
                 hkey = keys.user_history(ev.user_id)
@@ -496,6 +562,7 @@ class EventWriter:
             r.covisit_window_ms, r.covisit_scan, r.covisit_previous, COVISIT_TTL_S,
             keys.stream_suffix(self._covisit) if self._covisit else "",
             "\n".join(lines), "\n".join(up_lines), *keys.WRITE_SCRIPT_PARTS, self._specs,
+            *_applied_args(plan.source),
         )  # fmt: skip
 
     def _due(
@@ -520,9 +587,9 @@ class EventWriter:
             result = await self._write_cluster(plan)
         else:
             out = await self._apply(args=plan.args)
-            await self._trim([bytes(i).decode() for i in out[2:]])
-            dups = int(out[1])
-            result = WriteResult(len(plan.events) - dups, dups, int(out[0]))
+            await self._trim([bytes(i).decode() for i in out[3:]])
+            dups, again = int(out[1]), int(out[2])
+            result = WriteResult(len(plan.events) - dups - again, dups, int(out[0]), again)
         await self._announce(plan.events)
         return result
 

@@ -5,16 +5,17 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import pytest
 import redis.asyncio as redis
 
 from recmesh.events import Event
 from recmesh.features import keys
-from recmesh.features.repository import DEMO_REPOSITORY, load_feature_set
+from recmesh.features.repository import DEMO_REPOSITORY, load_feature_set, parse_feature_set
 from services.feature.catalog import load_catalog
 from services.feature.store import FeatureStore
-from services.feature.writer import EventWriter
+from services.feature.writer import EventWriter, Source
 
 FEATURE_SET = load_feature_set(DEMO_REPOSITORY)
 
@@ -161,3 +162,65 @@ async def test_the_applied_mark_never_moves_back(two_dbs: tuple[redis.Redis, red
     assert keys.parse_applied(await client.hgetall(key)) == {0: (10, 1_000), 1: (9, 2_000)}
     await writer.mark_applied("topic", {0: (12, 400), 1: (11, -1)})
     assert keys.parse_applied(await client.hgetall(key)) == {0: (12, 1_000), 1: (11, 2_000)}
+
+
+TILED = parse_feature_set(
+    """
+[repository]
+name = "tiled"
+
+[events]
+behaviors = ["view", "click"]
+
+[realtime.item_clicks_1h]
+entity = "item"
+aggregate = "count"
+behaviors = ["click"]
+window = "1h"
+slide = "1m"
+
+[state]
+dedup = "10s"
+""",
+    Path("tiled/recmesh.toml"),
+)
+
+
+async def _tile_clicks(client: redis.Redis, items: int) -> int:
+    total = 0
+    for i in range(items):
+        fields = await client.hgetall(keys.stream("item", f"i{i}", "click@1m"))
+        total += sum(int(v) for k, v in fields.items() if k.endswith(b":n"))
+    return total
+
+
+async def test_a_batch_written_again_is_recognised_by_its_offsets(redis_client: redis.Redis) -> None:
+    """Tiles hold no event ids: a redelivered batch is skipped by the offsets applied,
+    recorded in the same script call as the state, even once its ids are forgotten."""
+    writer = EventWriter(redis_client, TILED, FeatureStore(redis_client, TILED).offline.attributes)
+    now = int(time.time() * 1000)
+    events = [
+        Event(event_id=f"e{n}", user_id=f"u{n % 7}", item_id=f"i{n % 5}", behavior="click",
+              event_time=now + n)
+        for n in range(40)
+    ]  # fmt: skip
+    positions = [(n % 2, 100 + n // 2) for n in range(40)]  # two partitions, offsets 100..119
+    marks = {0: (120, now + 38), 1: (120, now + 39)}
+    first = await writer.apply(events, Source("topic", positions, marks))
+    assert (first.written, first.redelivered) == (40, 0)
+    assert await _tile_clicks(redis_client, 5) == 40
+    assert keys.parse_applied(await redis_client.hgetall(keys.applied("topic"))) == marks
+    for u in range(7):  # the ids remembered for `dedup` are gone
+        await redis_client.delete(keys.user_ids(f"u{u}"))
+    again = await writer.apply(events, Source("topic", positions, marks))
+    assert (again.written, again.redelivered) == (0, 40)
+    assert await _tile_clicks(redis_client, 5) == 40, "nothing counted twice"
+    # A batch that overlaps what was applied: only the records past the mark count.
+    more = [*events[-4:], *(e.model_copy(update={"event_id": f"x{n}"}) for n, e in enumerate(events[:6]))]
+    more_positions = [*positions[-4:], *((n % 2, 120 + n // 2) for n in range(6))]
+    third = await writer.apply(more, Source("topic", more_positions, {0: (123, now), 1: (123, now)}))
+    assert (third.written, third.redelivered) == (6, 4)
+    assert await _tile_clicks(redis_client, 5) == 46
+    assert keys.parse_applied(await redis_client.hgetall(keys.applied("topic"))) == {
+        0: (123, now + 38), 1: (123, now + 39)
+    }  # fmt: skip
