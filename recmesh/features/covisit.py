@@ -4,8 +4,11 @@ Two items are co-visited when one user has events of the repository's
 co-visitation behaviours (`[recall] covisit`, by default those of the
 recent-items feature) on both within its window. For every such event the
 ingest write pairs the item with the user's previous distinct items in that
-window (at most `previous` of them, among the newest `scan` events) and adds
-1 to the pair's count in both directions.
+window (at most `previous` of them) and adds 1 to the pair's count in both
+directions. Earlier items are read from the user's co-visit list, a capped
+list of their newest distinct items with each one's latest time (a stream
+read 'distinct', recmesh/features/tiles.py): its size does not grow with the
+user's events.
 
 Counting is idempotent under redelivery: an event is counted only when its id
 was new for the user (services/feature/writer.py). Counts per item are
@@ -17,9 +20,7 @@ services/feature/recall_store.py.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-
-from recmesh.features.repository import FIELD_SEP
+from collections.abc import Iterable, Mapping, Sequence
 
 COVISIT_MAX_PER_ITEM = 200
 COVISIT_TTL_S = 24 * 60 * 60
@@ -30,19 +31,29 @@ def seeds_of(value: object) -> list[str]:
     return [str(s) for s in value] if isinstance(value, list) else []
 
 
-def previous_items(item_id: str, members: Iterable[bytes | str], previous: int) -> list[str]:
-    """Distinct items (newest first) other than `item_id`, at most `previous`,
-    from stream members 'event_id<FIELD_SEP>item_id...'."""
-    out: list[str] = []
-    for raw in members:
-        member = raw.decode() if isinstance(raw, bytes) else raw
-        parts = member.split(FIELD_SEP)
-        other = parts[1] if len(parts) > 1 else member
-        if other != item_id and other not in out:
-            out.append(other)
-            if len(out) == previous:
-                break
-    return out
+def batch_pairs(
+    visits: Sequence[tuple[str, str, int]],
+    held: Mapping[str, Mapping[str, int]],
+    window_ms: int,
+    previous: int,
+) -> list[tuple[str, str]]:
+    """The co-visit pairs of a batch's new events of the co-visit behaviours, (user, item,
+    time) in write order, as the write script counts them: each item with the user's
+    `previous` newest distinct items whose latest time is in (time - window, time),
+    read from the user's co-visit list (`held`: item -> latest time, as it was before
+    the batch) updated event by event. Ties in time go by item id, descending (a Redis
+    sorted set read newest first)."""
+    lists = {user: dict(items) for user, items in held.items()}
+    pairs: list[tuple[str, str]] = []
+    for user, item, te in visits:
+        latest = lists.setdefault(user, {})
+        earlier = sorted(((t, o) for o, t in latest.items() if te - window_ms < t < te), reverse=True)
+        pairs.extend(
+            (item, o) for _, o in [(t, o) for t, o in earlier[: previous + 1] if o != item][:previous]
+        )
+        if latest.get(item, -1) < te:
+            latest[item] = te
+    return pairs
 
 
 def pair_increments(pairs: Iterable[tuple[str, str]]) -> dict[str, dict[str, int]]:

@@ -45,7 +45,7 @@ from recmesh.cache import TtlCache
 from recmesh.events import Event
 from recmesh.features import keys
 from recmesh.features.compute import encode_member
-from recmesh.features.covisit import COVISIT_MAX_PER_ITEM, COVISIT_TTL_S, pair_increments, previous_items
+from recmesh.features.covisit import COVISIT_MAX_PER_ITEM, COVISIT_TTL_S, batch_pairs, pair_increments
 from recmesh.features.plans import plans
 from recmesh.features.repository import FIELD_SEP, VALUE_SEP, Entity, FeatureSet, Stream
 from recmesh.features.tiles import LUA_SUM_TILES, components, retention_tiles, tile_of
@@ -80,7 +80,28 @@ local cap = tonumber(ARGV[1])
 local window, scan, previous = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local covisit_ttl, covisit_suffix = tonumber(ARGV[5]), ARGV[6]
 local user_prefix, item_prefix, ids_suffix, covisits_suffix = ARGV[9], ARGV[10], ARGV[11], ARGV[12]
-local fresh, newest, tiled, distinct = {}, {}, {}, {}
+local newest, tiled, distinct = {}, {}, {}
+-- Co-visitation: when an event is written, its item is paired with the user's earlier
+-- distinct items in the window, read from the co-visit list (a distinct list: item ->
+-- its latest time) before the event's own write to it (recmesh/features/covisit.py).
+local counted, by = 0, {}
+local function covisit(key, item, te)
+  local members = call('ZREVRANGEBYSCORE', key, string.format('(%d', te), string.format('(%d', te - window),
+                       'LIMIT', 0, previous + 1)
+  local n = 0
+  for _, other in ipairs(members) do
+    if other ~= item and n < previous then
+      n = n + 1
+      local a = by[item]
+      if a == nil then a = {}; by[item] = a end
+      a[other] = (a[other] or 0) + 1
+      local b = by[other]
+      if b == nil then b = {}; by[other] = b end
+      b[item] = (b[item] or 0) + 1
+    end
+  end
+  counted = counted + n
+end
 -- ARGV[14]: the applied-offsets hash of the batch's topic ('' none): an event at an
 -- offset below its partition's applied offset was written by an earlier write of its
 -- batch (a redelivery) and is skipped; ARGV[15]: the batch's marks, per line
@@ -115,7 +136,7 @@ for line in string.gmatch(ARGV[7], '[^\n]+') do
     else
       live = call('ZADD', user_prefix .. user .. ids_suffix, time_, eid) == 1
       if live then
-        if cv == '1' then fresh[#fresh + 1] = {user_prefix .. user .. covisit_suffix, item, t} end
+        if cv == '1' then covisit(user_prefix .. user .. covisit_suffix, item, t) end
       else
         dups = dups + 1
       end
@@ -238,39 +259,6 @@ for _, n in pairs(newest) do
   elseif t_new > held then
     call('HSET', hash, fld, string.format('%d', t_new))
   end
-end
-local function distinct_others(members, item)
-  local seen, others = {}, {}
-  for _, member in ipairs(members) do
-    local other = string.match(member, '^[^\31]*\31([^\31]*)') or member
-    if other ~= item and not seen[other] then
-      seen[other] = true
-      others[#others + 1] = other
-      if #others == previous then break end
-    end
-  end
-  return others
-end
-local counted, by = 0, {}
-for _, f in ipairs(fresh) do
-  local key, item, te = f[1], f[2], f[3]
-  local hi, lo = string.format('(%d', te), string.format('(%d', te - window)
-  -- The newest `previous` members usually hold `previous` distinct items; read
-  -- up to `scan` only when they do not (same answer, half the reply).
-  local members = call('ZREVRANGEBYSCORE', key, hi, lo, 'LIMIT', 0, previous)
-  local others = distinct_others(members, item)
-  if #others < previous and #members == previous then
-    others = distinct_others(call('ZREVRANGEBYSCORE', key, hi, lo, 'LIMIT', 0, scan), item)
-  end
-  for _, other in ipairs(others) do
-    local a = by[item]
-    if a == nil then a = {}; by[item] = a end
-    a[other] = (a[other] or 0) + 1
-    local b = by[other]
-    if b == nil then b = {}; by[other] = b end
-    b[item] = (b[item] or 0) + 1
-  end
-  counted = counted + #others
 end
 if applied_key ~= '' then
   for line in string.gmatch(ARGV[15], '[^\n]+') do
@@ -604,22 +592,38 @@ class EventWriter:
             _log.warning("items_changed_not_published", error=repr(err), events=len(events))
 
     async def _write_cluster(self, plan: PreparedBatch) -> WriteResult:
-        fresh = await self._fresh_writes(plan)
+        fresh, held = await self._fresh_writes(plan)
         dups = len(plan.writes) - len(fresh)
         if not fresh:
             return WriteResult(0, dups, 0)
         await self._write_streams(plan, fresh)
-        cv_events, earlier = await self._write_ids(plan, fresh)
-        pairs = await self._write_counts(fresh, cv_events, earlier)
+        await self._write_ids(plan, fresh)
+        pairs = await self._write_counts(fresh, held)
         return WriteResult(len(fresh), dups, pairs)
 
-    async def _fresh_writes(self, plan: PreparedBatch) -> list[_EventWrites]:
-        """(1) The writes of the events whose id is not known; the first of a repeated
-        id in the batch wins."""
+    async def _fresh_writes(
+        self, plan: PreparedBatch
+    ) -> tuple[list[_EventWrites], dict[str, dict[str, int]]]:
+        """(1) The writes of the events whose id is not known (the first of a repeated id
+        in the batch wins), and the co-visit lists of their users as they were (user ->
+        item -> latest time) for co-visitation to read as the script does."""
+        r = self._feature_set.roles
         pipe = self._redis.pipeline(transaction=False)
         for ev, _, _ in plan.writes:
             pipe.zscore(keys.user_ids(ev.user_id), ev.event_id)
-        known = await pipe.execute()
+        cv_users = (
+            sorted({ev.user_id for ev, _, _ in plan.writes if ev.behavior in r.covisit_behaviors})
+            if r.covisit_stream
+            else []
+        )
+        for user in cv_users:
+            pipe.zrange(keys.stream("user", user, r.covisit_stream or ""), 0, -1, withscores=True)
+        out = await pipe.execute()
+        known = out[: len(plan.writes)]
+        held = {
+            user: {bytes(m).decode(): int(sc) for m, sc in lst}
+            for user, lst in zip(cv_users, out[len(plan.writes) :], strict=True)
+        }
         fresh: list[_EventWrites] = []
         seen: set[tuple[str, str]] = set()
         for (ev, zadds, pops), score in zip(plan.writes, known, strict=True):
@@ -627,7 +631,7 @@ class EventWriter:
             if score is None and ident not in seen:
                 fresh.append((ev, zadds, pops))
             seen.add(ident)
-        return fresh
+        return fresh, held
 
     async def _write_streams(self, plan: PreparedBatch, fresh: list[_EventWrites]) -> None:
         """(2) Stream writes and upkeep (the ids sets' upkeep once they are written)."""
@@ -684,41 +688,24 @@ class EventWriter:
         if len(pipe):
             await pipe.execute()
 
-    async def _write_ids(
-        self, plan: PreparedBatch, fresh: list[_EventWrites]
-    ) -> tuple[list[Event], list[Any]]:
-        """(3) The ids, with the co-visit reads of the new events' earlier items:
-        (the co-visit events, the earlier members read for each)."""
-        r = self._feature_set.roles
+    async def _write_ids(self, plan: PreparedBatch, fresh: list[_EventWrites]) -> None:
+        """(3) The ids."""
         ids_upkeep = [u for u in plan.upkeep if keys.is_user_ids(u[0])]
         pipe = self._redis.pipeline(transaction=False)
-        cv_events = [ev for ev, _, _ in fresh if r.covisit_stream and ev.behavior in r.covisit_behaviors]
         for ev, _, _ in fresh:
             pipe.zadd(keys.user_ids(ev.user_id), {ev.event_id: ev.event_time})
         self._queue_upkeep(pipe, ids_upkeep)
-        for ev in cv_events:
-            key = keys.stream("user", ev.user_id, r.covisit_stream or "")
-            pipe.zrevrangebyscore(
-                key,
-                f"({ev.event_time}",
-                f"({ev.event_time - r.covisit_window_ms}",
-                start=0,
-                num=r.covisit_scan,
-            )
-        out = await pipe.execute()
-        earlier = out[len(out) - len(cv_events) :] if cv_events else []
-        return cv_events, earlier
+        await pipe.execute()
 
-    async def _write_counts(
-        self, fresh: list[_EventWrites], cv_events: list[Event], earlier: list[Any]
-    ) -> int:
+    async def _write_counts(self, fresh: list[_EventWrites], held: dict[str, dict[str, int]]) -> int:
         """(4) Co-visit and popularity counts; the number of co-visit pairs."""
         r = self._feature_set.roles
-        pairs: list[tuple[str, str]] = []
-        for ev, members in zip(cv_events, earlier, strict=True):
-            pairs.extend(
-                (ev.item_id, other) for other in previous_items(ev.item_id, members, r.covisit_previous)
-            )
+        visits = [
+            (ev.user_id, ev.item_id, ev.event_time)
+            for ev, _, _ in fresh
+            if ev.behavior in r.covisit_behaviors
+        ]
+        pairs = batch_pairs(visits, held, r.covisit_window_ms, r.covisit_previous) if r.covisit_stream else []
         increments = pair_increments(pairs)
         pipe = self._redis.pipeline(transaction=False)
         for item_id, counts in increments.items():

@@ -15,8 +15,8 @@ import orjson
 import redis.asyncio as redis
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
-from recmesh.features.covisit import pair_increments, previous_items
-from recmesh.features.repository import DEMO_REPOSITORY, FIELD_SEP, load_feature_set
+from recmesh.features.covisit import pair_increments
+from recmesh.features.repository import DEMO_REPOSITORY, load_feature_set
 from recmesh.redis_client import connect
 from recmesh.settings import IngestSettings
 from services.feature.ingest import running
@@ -135,19 +135,18 @@ async def test_the_consumer_learns_co_visits_once_per_event(
 def _expected_covisits(views: Sequence[Mapping[str, object]]) -> dict[str, dict[str, int]]:
     """The co-visit rule applied to each user's views in event-time order."""
     pairs: list[tuple[str, str]] = []
-    by_user: dict[str, list[tuple[int, str, str]]] = {}
+    latest: dict[str, dict[str, int]] = {}  # per user, item -> its latest view so far
+    roles = FEATURE_SET.roles
     for v in sorted(views, key=lambda v: int(str(v["event_time"]))):
-        earlier = by_user.setdefault(str(v["user_id"]), [])
+        seen = latest.setdefault(str(v["user_id"]), {})
         t, item = int(str(v["event_time"])), str(v["item_id"])
-        roles = FEATURE_SET.roles
-        window = [
-            f"{eid}{FIELD_SEP}{i}" for et, eid, i in reversed(earlier) if t - roles.covisit_window_ms < et < t
-        ]
-        pairs += [
-            (item, other)
-            for other in previous_items(item, window[: roles.covisit_scan], roles.covisit_previous)
-        ]
-        earlier.append((t, str(v["event_id"]), item))
+        # the user's other items whose latest view is in (t - window, t), newest first
+        inside = sorted(
+            ((et, i) for i, et in seen.items() if t - roles.covisit_window_ms < et < t and i != item),
+            reverse=True,
+        )
+        pairs += [(item, other) for _, other in inside[: roles.covisit_previous]]
+        seen[item] = max(seen.get(item, -1), t)
     return pair_increments(pairs)
 
 

@@ -190,7 +190,7 @@ async def _tile_clicks(client: redis.Redis, items: int) -> int:
     total = 0
     for i in range(items):
         fields = await client.hgetall(keys.stream("item", f"i{i}", "click@1m"))
-        total += sum(int(v) for k, v in fields.items() if k.endswith(b":n"))
+        total += sum(int(v) for k, v in fields.items() if str(k).endswith(":n'"))
     return total
 
 

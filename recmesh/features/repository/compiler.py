@@ -304,7 +304,8 @@ def _roles(
     return RecallRoles(
         category=r.category, affinity=r.affinity, interests=r.interests, recent_items=r.recent_items,
         popularity_feature=pop_feature, popularity_behaviors=pop_behaviors,
-        covisit_behaviors=cv_behaviors, covisit_stream=_stream_id(cv_behaviors) if cv_behaviors else None,
+        covisit_behaviors=cv_behaviors,
+        covisit_stream=_stream_id(cv_behaviors, distinct=True) if cv_behaviors else None,
         covisit_window_ms=cv_window, covisit_previous=cv_prev, covisit_scan=cv_scan,
         learnt_behaviors=_learnt_behaviors(decl), history_cap=r.learnt.history if r.learnt.enabled else 0,
         history_ttl_s=parse_duration_ms(r.learnt.history_ttl) // 1000,
@@ -375,7 +376,10 @@ def _streams(realtime: list[FeatureDef], roles: RecallRoles, decl: RepositoryDec
             read = "range"
         scan = max([f.scan for f in feats if f.aggregate == "last_n"], default=0)
         if read == "distinct":
-            scan = max(f.n for f in feats)
+            # its last_n features' n; co-visitation's earlier items (and the item itself)
+            scan = max(
+                [f.n for f in feats] + ([roles.covisit_scan, roles.covisit_previous + 1] if covisit else [])
+            )
             # Tiles and distinct lists hold no event members: only what their features read.
         out.append(
             Stream(sid, entity, behaviors, tuple(feats), other_id, attrs, values, retention, ttl, read,

@@ -85,6 +85,7 @@ n = 2
 scan = 3
 behaviors = ["view"]
 window = "1h"
+slide = "exact"
 """
 
 
@@ -197,7 +198,7 @@ def test_member_encoding_round_trips(demo_feature_set: FeatureSet, extra_fs: Fea
     member = encode_member(s, "id-1", "i9", {"category": "food"}, {})
     parts = member.split(FIELD_SEP)
     assert parts[0] == "id-1" and layout.other == -1 and parts[layout.attrs["category"]] == "food"
-    viewed = demo_feature_set.stream("click+view", "user")  # event id + the item id
+    viewed = next(s for s in extra_fs.streams if s.entity == "user" and s.other_id)  # event id + the item id
     parts = encode_member(viewed, "id-2", "i9", {}, {}).split(FIELD_SEP)
     assert parts[0] == "id-2" and parts[Layout.of(viewed).other] == "i9"
     # An item's member carries the user as well: an event id is unique per user only.

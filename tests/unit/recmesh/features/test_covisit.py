@@ -1,25 +1,24 @@
 from __future__ import annotations
 
-from recmesh.features.covisit import merge_neighbours, pair_increments, previous_items, seeds_of
-from recmesh.features.repository import FIELD_SEP, FeatureSet
+from recmesh.features.covisit import batch_pairs, merge_neighbours, pair_increments, seeds_of
+from recmesh.features.repository import FeatureSet
 
 
-def m(event_id: str, item_id: str, *rest: str) -> str:
-    return FIELD_SEP.join((event_id, item_id, *rest))
-
-
-def test_previous_items_are_distinct_newest_first_without_the_item_itself(
-    demo_feature_set: FeatureSet,
-) -> None:
-    members = [m("e9", "i2").encode(), m("e8", "i1").encode(), m("e7", "i2").encode(), m("e6", "i3").encode()]
-    assert previous_items("i1", members, 5) == ["i2", "i3"]
-    many = [m(f"e{n}", f"i{n}") for n in range(20)]
+def test_batch_pairs_read_the_newest_distinct_earlier_items(demo_feature_set: FeatureSet) -> None:
     previous = demo_feature_set.roles.covisit_previous
     assert previous == 5  # the demo repository's covisit.previous
-    assert previous_items("i0", many, previous) == [f"i{n}" for n in range(1, 6)]
-    assert previous_items("i0", many, 2) == ["i1", "i2"]
-    # Members may carry more fields after the item id (other features of the same stream).
-    assert previous_items("x", [m("e1", "i7", "news")], 5) == ["i7"]
+    held = {"u1": {"i2": 900, "i3": 800, "old": 10}}  # the list before the batch: item -> latest time
+    visits = [("u1", "i1", 1_000), ("u1", "i2", 1_100), ("u1", "i1", 1_200), ("u2", "i9", 1_000)]
+    pairs = batch_pairs(visits, held, 500, previous)
+    assert pairs == [
+        ("i1", "i2"), ("i1", "i3"),  # 'old' is outside the window
+        ("i2", "i1"), ("i2", "i3"),  # i2's own earlier visit is not a neighbour
+        ("i1", "i2"), ("i1", "i3"),  # i1's latest time moved to 1000; i3 still inside
+    ]  # fmt: skip
+    # at most `previous`, newest first; equal times go by item id, descending (as Redis reads them)
+    many = {"u": {f"i{n}": 100 + n // 2 for n in range(20)}}
+    assert batch_pairs([("u", "x", 200)], many, 1_000, 3) == [("x", "i19"), ("x", "i18"), ("x", "i17")]
+    assert batch_pairs([("u", "x", 200)], many, 1_000, 0) == []
 
 
 def test_seeds_are_the_recent_items_value() -> None:

@@ -156,7 +156,7 @@ def test_streams_group_features_by_entity_and_behaviour_filter() -> None:
     feature_set = parse(FULL)
     streams = {(s.entity, s.id): s for s in feature_set.streams}
     assert set(streams) == {
-        ("user", "click"), ("user", "click+view"), ("user", "purchase"),
+        ("user", "click"), ("user", "click+view"), ("user", "click+view@last"), ("user", "purchase"),
         ("item", "click+purchase+view"), ("item", "view"), ("item", "click"),
     }  # fmt: skip
     user_clicks = streams[("user", "click")]
@@ -167,8 +167,11 @@ def test_streams_group_features_by_entity_and_behaviour_filter() -> None:
     assert user_clicks.retention_ms >= 10 * MIN and user_clicks.ttl_s == 3600
     recent = streams[("user", "click+view")]  # ["click", "view"]: one filter whatever the order
     assert recent.other_id and recent.read == "latest" and recent.scan == 10
-    # Co-visitation (default: the recent items' behaviours, 30 min) shares that stream.
-    assert feature_set.roles.covisit_stream == "click+view" and recent.retention_ms >= 60 * MIN
+    # Co-visitation (default: the recent items' behaviours, 30 min) keeps a capped list of
+    # the user's newest distinct items of those behaviours: its state does not grow with events.
+    covisit = streams[("user", "click+view@last")]
+    assert feature_set.roles.covisit_stream == "click+view@last" and covisit.read == "distinct"
+    assert covisit.features == () and covisit.scan == 10 and covisit.retention_ms >= 30 * MIN
     assert streams[("user", "purchase")].values == ("price",)
     assert streams[("item", "click+purchase+view")].values == ("rating",)
     item_clicks = streams[("item", "click")]
@@ -191,9 +194,9 @@ def test_windows_of_an_hour_or_more_are_tiled_by_default() -> None:
     assert streams[("item", "click@1m")].windows == (60 * MIN,)
     assert streams[("item", "click")].read == "count" and streams[("item", "click")].windows == (10 * MIN,)
     recent = streams[("user", "click+view@last")]
-    assert recent.read == "distinct" and recent.scan == 3
-    # co-visitation still reads the events of its behaviours: an exact stream of its own
-    assert feature_set.roles.covisit_stream == "click+view" and streams[("user", "click+view")].features == ()
+    # the last_n and co-visitation share the list: at least n, and co-visitation's scan
+    assert recent.read == "distinct" and recent.scan == 10 and [f.name for f in recent.features] == ["recent"]
+    assert feature_set.roles.covisit_stream == "click+view@last" and ("user", "click+view") not in streams
     # the slides in force are part of the feature-set version
     assert feature_set.version != parse(FULL).version
     assert default_slide_ms(7 * 24 * 60 * MIN) == 3 * 60 * MIN and default_slide_ms(59 * MIN) == 0
@@ -211,10 +214,11 @@ def test_covisitation_gets_a_stream_of_its_own_when_no_feature_has_its_filter() 
     feature_set = parse(
         FULL + 'covisit = { behaviors = ["purchase", "view"], window = "2h", previous = 3 }\n'
     )
-    s = feature_set.stream("purchase+view", "user")
-    assert s.features == () and s.other_id and s.read == "range" and s.retention_ms >= 120 * MIN
+    s = feature_set.stream("purchase+view@last", "user")
+    assert s.features == () and s.other_id and s.read == "distinct" and s.retention_ms >= 120 * MIN
     assert s.ttl_s >= 7200, "state expiring before the co-visitation window ends would lose earlier items"
-    assert (feature_set.roles.covisit_stream, feature_set.roles.covisit_previous) == ("purchase+view", 3)
+    assert s.scan == 10  # covisit.scan (default 10): the newest distinct items kept
+    assert (feature_set.roles.covisit_stream, feature_set.roles.covisit_previous) == ("purchase+view@last", 3)
 
 
 def test_the_version_is_a_content_hash_of_what_decides_values() -> None:

@@ -44,11 +44,11 @@ def test_state_families_come_from_the_key_layout(demo_feature_set: FeatureSet) -
     # One family per stream of the repository, plus event ids, co-visitation counts
     # and the users' histories (learnt retrieval's seeds).
     assert set(families) == {
-        "user:s:click", "user:s:click+view", "user:s:click+view@last", "item:s:click", "item:s:view",
+        "user:s:click", "user:s:click+view@last", "item:s:click", "item:s:view",
         "user:ids", "item:covisits", "user:history",
     }  # fmt: skip
     assert state_family(keys.stream("user", "42", "click"), families) == "user:s:click"
-    assert state_family(keys.stream("user", "42", "click+view"), families) == "user:s:click+view"
+    assert state_family(keys.stream("user", "42", "click+view@last"), families) == "user:s:click+view@last"
     assert state_family(keys.stream("item", "i:7", "click"), families) == "item:s:click"
     assert state_family(keys.stream("item", "7", "view"), families) == "item:s:view"
     assert state_family(keys.user_ids("42"), families) == "user:ids"
