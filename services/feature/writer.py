@@ -20,17 +20,26 @@ popularity when declared, and co-visitation counting for the events that were
 new. Increments are summed per (item, neighbour) within the batch and sent
 grouped by item key: one ZINCRBY per distinct pair.
 
+Tiled streams (recmesh/features/tiles.py) keep per-tile integer components,
+which a second write would add twice: the script skips the events at offsets
+its topic's partitions have already applied (`keys.applied`, written by the
+same call), so a batch delivered again adds nothing at any age, and event ids,
+kept `[state] dedup`, catch an app sending the same event twice.
+
 On a Redis Cluster a user's keys and each item's keys live in different
 slots, so the same plan runs as pipelines of plain commands grouped per node:
-(1) which ids are known, (2) the stream writes and upkeep of the new events
-(idempotent: identical members), (3) their ids, (4) co-visitation and
-popularity counts. A crash between (2) and (3) rewrites the same members on
-redelivery; one between (3) and (4) loses that batch's counts rather than
-counting them twice.
+(1) which ids are known, with the users' co-visit lists, (2) the stream writes
+and upkeep of the new events (idempotent: identical members, ZADD GT), each
+tiles key's increments in a single-key script that records the offsets it
+applied per partition (in its totals hash) and skips those already applied,
+(3) their ids, (4) co-visitation and popularity counts. A crash between (2)
+and (3) rewrites the same members and adds no tile twice on redelivery; one
+between (3) and (4) loses that batch's counts rather than counting them twice.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -48,7 +57,7 @@ from recmesh.features.compute import encode_member
 from recmesh.features.covisit import COVISIT_MAX_PER_ITEM, COVISIT_TTL_S, batch_pairs, pair_increments
 from recmesh.features.plans import plans
 from recmesh.features.repository import FIELD_SEP, VALUE_SEP, Entity, FeatureSet, Stream
-from recmesh.features.tiles import LUA_SUM_TILES, components, retention_tiles, tile_of
+from recmesh.features.tiles import LUA_SUM_TILES, TOTALS_SUFFIX, components, retention_tiles, tile_of
 from recmesh.redis_client import AnyRedis
 from services.feature.item_cache import change_message
 
@@ -70,15 +79,16 @@ MAINTAIN_EVERY_S = 60.0
 # 'N\t<hash>\t<field>' (the newest index of the Z before it), 'P\t<key>\t<member>'
 # (ZINCRBY 1), applied only when the event's id was new.
 # upkeep: 'U\t<key>\t<newest>\t<retention_ms>\t<ttl_s>' (trim, cap, expire) or
-# 'X\t<key>\t<ttl_s>' (expire) or 'C\t<key>\t<keep>\t<ttl_s>' (keep the newest, expire).
-# Returns {pairs counted, duplicates, touched co-visit items...}.
+# 'X\t<key>\t<ttl_s>' (expire) or 'C\t<key>\t<keep>\t<ttl_s>' (keep the newest, expire) or
+# 'I\t<key>\t<newest>\t<retention_ms>' (trim an ids set).
+# Returns {pairs counted, duplicates, redelivered}.
 _APPLY_LUA = (
     LUA_SUM_TILES
     + r"""
 local call = redis.call
 local cap = tonumber(ARGV[1])
 local window, scan, previous = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
-local covisit_ttl, covisit_suffix = tonumber(ARGV[5]), ARGV[6]
+local covisit_ttl, covisit_suffix, covisit_cap = tonumber(ARGV[5]), ARGV[6], tonumber(ARGV[16])
 local user_prefix, item_prefix, ids_suffix, covisits_suffix = ARGV[9], ARGV[10], ARGV[11], ARGV[12]
 local newest, tiled, distinct = {}, {}, {}
 -- Co-visitation: when an event is written, its item is paired with the user's earlier
@@ -217,12 +227,10 @@ for key, a in pairs(tiled) do
     end
     if held_t == nil or newest_t > held_t then call('HSET', wkey, 't', newest_t) end
   end
-  call('EXPIRE', key, spec.ttl)
-  call('EXPIRE', wkey, spec.ttl)
 end
+-- (their expiry is upkeep: 'X' lines when due)
 for key, spec in pairs(distinct) do
   call('ZREMRANGEBYRANK', key, 0, -(specs[spec].cap + 1))
-  call('EXPIRE', key, specs[spec].ttl)
 end
 for line in string.gmatch(ARGV[8], '[^\n]+') do
   local tag = string.sub(line, 1, 1)
@@ -231,6 +239,9 @@ for line in string.gmatch(ARGV[8], '[^\n]+') do
     call('ZREMRANGEBYSCORE', key, '-inf', string.format('(%d', tonumber(t_max) - tonumber(retention)))
     call('ZREMRANGEBYRANK', key, 0, -(cap + 1))
     call('EXPIRE', key, ttl)
+  elseif tag == 'I' then
+    local key, t_max, retention = string.match(line, '^I\t([^\t]+)\t(%d+)\t(%d+)$')
+    call('ZREMRANGEBYSCORE', key, '-inf', string.format('(%d', tonumber(t_max) - tonumber(retention)))
   elseif tag == 'C' then
     local key, keep, ttl = string.match(line, '^C\t([^\t]+)\t(%d+)\t(%d+)$')
     call('ZREMRANGEBYRANK', key, 0, -(tonumber(keep) + 1))
@@ -281,7 +292,8 @@ for item, incs in pairs(by) do
   local key = item_prefix .. item .. covisits_suffix
   for other, k in pairs(incs) do call('ZINCRBY', key, k, other) end
   call('EXPIRE', key, covisit_ttl)
-  out[#out + 1] = item
+  -- kept to its strongest neighbours every batch: it stays small enough for Redis's compact encoding
+  if call('ZCARD', key) > covisit_cap then call('ZREMRANGEBYRANK', key, 0, -(covisit_cap + 1)) end
 end
 return out
 """
@@ -358,6 +370,27 @@ return 0
 """
 
 
+# Cluster: one tiles key's increments (KEYS[1]; KEYS[2] its totals hash, which on a
+# cluster holds only 'o:<partition>' -> the next offset applied to this key). ARGV[1]:
+# lines '<partition>\t<offset>\t<tile>\t<component>\x1f<delta>\x1e...' (-1 -1: not from a topic).
+_TILE_ADD_LUA = r"""
+local done, top = {}, {}
+for line in string.gmatch(ARGV[1], '[^\n]+') do
+  local part, off, tile, parts = string.match(line, '^(%-?%d+)\t(%-?%d+)\t(%-?%d+)\t(.*)$')
+  off = tonumber(off)
+  if done[part] == nil then done[part] = tonumber(redis.call('HGET', KEYS[2], 'o:' .. part) or -1) end
+  if off < 0 or off >= done[part] then
+    for comp, d in string.gmatch(parts, '([^\31\30]+)\31(%-?%d+)') do
+      redis.call('HINCRBY', KEYS[1], tile .. ':' .. comp, d)
+    end
+    if off >= 0 and (top[part] == nil or off >= top[part]) then top[part] = off + 1 end
+  end
+end
+for part, next_off in pairs(top) do redis.call('HSET', KEYS[2], 'o:' .. part, next_off) end
+return 0
+"""
+
+
 class EventWriter:
     """Writes batches of events; idempotent under redelivery, one id counted once.
 
@@ -386,6 +419,7 @@ class EventWriter:
         self._trimmed: TtlCache[bool] = TtlCache(MAINTAIN_EVERY_S, cache_entries)
         self._apply = client.register_script(_APPLY_LUA)  # reloads it if the server lost it
         self._mark = client.register_script(_MARK_APPLIED_LUA)
+        self._tile_add = client.register_script(_TILE_ADD_LUA)
         write = plans(feature_set).write
         self._covisit = write.covisit_stream
         self._ids = write.ids
@@ -471,7 +505,11 @@ class EventWriter:
         plan.upkeep = self._due(newest_of, stream_of)
         if self._cluster:
             return plan
-        plan.args = self._script_args(plan, lines, stream_of)
+        # A user's event ids are trimmed to identity_ms behind the batch's newest every batch
+        # (their bound is the dedup time, not a minute of traffic); the rest of their upkeep
+        # (cap, expiry) once a minute like every key.
+        ids_trims = [(k, t) for k, t in newest_of.items() if stream_of[k][0] is self._ids]
+        plan.args = self._script_args(plan, lines, stream_of, ids_trims)
         return plan
 
     def _plan_events(
@@ -505,8 +543,6 @@ class EventWriter:
                     self._maintained.put(hkey, True)
                     plan.history_upkeep.append(hkey)
             for key, _, s in zadds:
-                if s.tiled:  # kept by the script itself, every batch
-                    continue
                 if newest_of.get(key, -1) < t:
                     newest_of[key] = t
                     stream_of[key] = (s, ev.user_id if s.entity == "user" else ev.item_id)
@@ -531,10 +567,23 @@ class EventWriter:
         lines.extend(f"P\t{key}\t{member}" for key, member in pops)
 
     def _script_args(
-        self, plan: PreparedBatch, lines: list[str], stream_of: dict[str, tuple[Stream, str]]
+        self,
+        plan: PreparedBatch,
+        lines: list[str],
+        stream_of: dict[str, tuple[Stream, str]],
+        ids_trims: list[tuple[str, int]],
     ) -> tuple[int | str, ...]:
         """The write script's arguments: the event lines and the upkeep lines."""
-        up_lines = [f"U\t{k}\t{t}\t{ret}\t{ttl}" for k, t, ret, ttl in plan.upkeep]
+        up_lines: list[str] = []
+        for k, t, ret, ttl in plan.upkeep:
+            read = stream_of[k][0].read
+            if read == "tiles":  # trimmed by the script as tiles advance; the tiles and their totals expire
+                up_lines += [f"X\t{k}\t{ttl}", f"X\t{k}{TOTALS_SUFFIX}\t{ttl}"]
+            elif read == "distinct":  # capped by the script every batch
+                up_lines.append(f"X\t{k}\t{ttl}")
+            else:
+                up_lines.append(f"U\t{k}\t{t}\t{ret}\t{ttl}")
+        up_lines.extend(f"I\t{k}\t{t}\t{self._ids.retention_ms}" for k, t in ids_trims)
         count_hashes: dict[str, int] = {}  # item newest hash -> the ttl of its count streams
         for key, _, _, ttl in plan.upkeep:
             s, entity_id = stream_of[key]
@@ -550,7 +599,7 @@ class EventWriter:
             r.covisit_window_ms, r.covisit_scan, r.covisit_previous, COVISIT_TTL_S,
             keys.stream_suffix(self._covisit) if self._covisit else "",
             "\n".join(lines), "\n".join(up_lines), *keys.WRITE_SCRIPT_PARTS, self._specs,
-            *_applied_args(plan.source),
+            *_applied_args(plan.source), COVISIT_MAX_PER_ITEM,
         )  # fmt: skip
 
     def _due(
@@ -561,9 +610,10 @@ class EventWriter:
         now = time.monotonic()
         out = []
         for key, t in newest_of.items():
-            if self._maintained.get_fresh(key, now) is None:
+            s, _ = stream_of[key]
+            # keys that expire within two upkeep periods are re-expired every batch
+            if self._maintained.get_fresh(key, now) is None or s.ttl_s < 2 * MAINTAIN_EVERY_S:
                 self._maintained.put(key, True, now)
-                s, _ = stream_of[key]
                 out.append((key, t, s.retention_ms, s.ttl_s))
         return out
 
@@ -575,7 +625,6 @@ class EventWriter:
             result = await self._write_cluster(plan)
         else:
             out = await self._apply(args=plan.args)
-            await self._trim([bytes(i).decode() for i in out[3:]])
             dups, again = int(out[1]), int(out[2])
             result = WriteResult(len(plan.events) - dups - again, dups, int(out[0]), again)
         await self._announce(plan.events)
@@ -638,13 +687,14 @@ class EventWriter:
         feature_set = self._feature_set
         pipe = self._redis.pipeline(transaction=False)
         tiled: dict[str, Stream] = {}
+        tile_lines: dict[str, list[str]] = {}
+        source = plan.source
+        at = {id(ev): pos for ev, pos in zip(plan.events, source.positions, strict=True)} if source else {}
         for ev, zadds, _ in fresh:
             for key, member, s in zadds:
                 if s.read == "tiles":  # a cluster reads tiles from the tiles hash alone (no totals)
-                    tile, _, parts = member.partition("\t")
-                    for part in parts.split(VALUE_SEP):
-                        comp, _, delta = part.partition(FIELD_SEP)
-                        pipe.hincrby(key, f"{tile}:{comp}", int(delta))
+                    part, offset = at.get(id(ev), (-1, -1))
+                    tile_lines.setdefault(key, []).append(f"{part}\t{offset}\t{member}")
                     tiled[key] = s
                 elif s.read == "distinct":
                     pipe.zadd(key, {member: ev.event_time}, gt=True)
@@ -656,11 +706,22 @@ class EventWriter:
         for hkey in plan.history_upkeep:
             pipe.zremrangebyrank(hkey, 0, -(feature_set.roles.history_cap + 1))
             pipe.expire(hkey, feature_set.roles.history_ttl_s)
-        self._queue_upkeep(pipe, [u for u in plan.upkeep if not keys.is_user_ids(u[0])])
+        self._queue_upkeep(pipe, [u for u in plan.upkeep if not keys.is_user_ids(u[0]) and u[0] not in tiled])
         for key, s in tiled.items():
             if s.read == "distinct":
                 pipe.zremrangebyrank(key, 0, -(s.scan + 1))
+            else:
+                pipe.expire(key + TOTALS_SUFFIX, s.ttl_s)
             pipe.expire(key, s.ttl_s)
+        # Each tiles key's increments in one call of its own (its slot), skipping the events
+        # at offsets it already applied: a crash before the ids are written adds nothing twice.
+        # Before the pipeline, whose expiries then reach the keys they create.
+        await asyncio.gather(
+            *(
+                self._tile_add(keys=[k, k + TOTALS_SUFFIX], args=["\n".join(lines)])
+                for k, lines in tile_lines.items()
+            )
+        )
         await pipe.execute()
         await self._trim_tiles({k: s for k, s in tiled.items() if s.read == "tiles"})
 
@@ -738,8 +799,3 @@ class EventWriter:
                 pipe.zremrangebyrank(key, 0, -(COVISIT_MAX_PER_ITEM + 1))
                 queued += 1
         return queued
-
-    async def _trim(self, item_ids: Iterable[str]) -> None:
-        pipe = self._redis.pipeline(transaction=False)
-        if self._queue_trims(pipe, item_ids):
-            await pipe.execute()

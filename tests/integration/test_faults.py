@@ -11,6 +11,7 @@ import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 import httpx
 import orjson
@@ -289,3 +290,97 @@ async def test_broker_restart_consumer_carries_on(tmp_path: Path, own_redis: Own
     finally:
         await client.aclose()
         broker.stop()
+
+
+# Tiled state (recmesh/features/tiles.py): no event ids are kept per tile, so a consumer
+# killed mid-batch is made exact by the offsets its batch recorded (one Redis) or by the
+# event ids remembered for `dedup` (a cluster, whose writes are several pipelines).
+TILED_REPOSITORY = """
+[repository]
+name = "faults-tiled"
+
+[events]
+behaviors = ["view", "click"]
+
+[realtime.item_clicks_1h]
+entity = "item"
+aggregate = "count"
+behaviors = ["click"]
+window = "1h"
+slide = "1m"
+
+[realtime.user_clicks_10m]
+entity = "user"
+aggregate = "count"
+behaviors = ["click"]
+window = "10m"
+slide = "30s"
+
+[state]
+dedup = "10m"
+"""
+
+
+async def _tile_clicks(client: Any, items: int) -> int:
+    """Clicks held in the items' tiles (their ':n' components), summed."""
+    total = 0
+    for i in range(items):
+        fields = await client.hgetall(keys.stream("item", f"i{i}", "click@1m"))
+        total += sum(int(v) for k, v in fields.items() if bytes(k).endswith(b":n"))
+    return total
+
+
+@pytest.mark.parametrize("backend", ["redis", "cluster"])
+async def test_consumers_in_one_group_one_killed_mid_batch_end_exact(
+    backend: str, request: pytest.FixtureRequest, kafka_bootstrap: str, redis_cluster_url: str,
+    topics: dict[str, str], tmp_path: Path,
+) -> None:  # fmt: skip
+    """Three ingest processes share the topic's three partitions; one is SIGKILLed
+    mid-stream while the others carry on and take its partitions over: every click
+    counted once in the tiles, and every offset committed."""
+    n, items = 15_000, 20
+    if backend == "cluster":
+        url = redis_cluster_url
+    else:
+        url = (await _started(OwnRedis(tmp_path / "redis"), request)).url
+    repo = tmp_path / "recmesh.toml"
+    repo.write_text(TILED_REPOSITORY)
+    client = connect(url, 8)
+    for i in range(items):  # a cluster fixture is shared by the session: start from nothing
+        await client.delete(
+            keys.stream("item", f"i{i}", "click@1m"), keys.stream("item", f"i{i}", "click@1m:w")
+        )
+    await _produce(kafka_bootstrap, topics["events"], _clicks(n, items, f"m{backend}"))
+    group = f"g-{topics['events']}"
+    env = dict(os.environ, REDIS_URL=url, KAFKA_BOOTSTRAP=kafka_bootstrap, RECMESH_REPOSITORY=str(repo),
+               RECMESH_EVENTS_TOPIC=topics["events"], RECMESH_DLQ_TOPIC=topics["dlq"],
+               RECMESH_CONSUMER_GROUP=group, RECMESH_INGEST_MAX_BATCH="300")  # fmt: skip
+    procs = [
+        _ingest_process({**env, "INGEST_METRICS_PORT": str(free_port())}, tmp_path / f"ingest-{k}.log")
+        for k in range(3)
+    ]
+    try:
+
+        async def under_way() -> bool:
+            return await _tile_clicks(client, items) > 1500
+
+        await poll_until(under_way, "consumers under way", 60)
+        procs[0].send_signal(signal.SIGKILL)
+        procs[0].wait(10)
+        assert await _tile_clicks(client, items) < n, "killed before the end"
+        await poll_until(_equals(lambda: _tile_clicks(client, items), n), f"all {n} clicks applied once", 120)
+        committed = _equals(lambda: _committed(kafka_bootstrap, topics["events"], group), n)
+        await poll_until(committed, "offsets committed to the end", 60)
+        assert await _tile_clicks(client, items) == n, "nothing counted twice"
+    finally:
+        for p in procs[1:]:
+            p.send_signal(signal.SIGTERM)
+        for p in procs[1:]:
+            p.wait(20)
+        await client.aclose()
+
+
+async def _started(r: OwnRedis, request: pytest.FixtureRequest) -> OwnRedis:
+    await r.start()
+    request.addfinalizer(r.stop)
+    return r

@@ -14,6 +14,7 @@ def add_commands(sub: Any) -> None:
     )
     _add_features(bench)
     _add_import(bench)
+    _add_windows(bench)
     _add_inference(bench)
     _add_degrade(bench)
     _add_embed(bench)
@@ -92,8 +93,32 @@ def _add_import(bench: Any) -> None:
     bim.add_argument("--items", type=int, default=100_000)
     bim.add_argument("--users", type=int, default=50_000)
     bim.add_argument("--events", type=int, default=1_000_000)
+    bim.add_argument(
+        "--windows", choices=("tiled", "exact"), default="tiled",
+        help="tiled: 30 s tiles for the 5 and 10 minute windows, 1 minute ones for the hour ones, event ids "
+        "kept a minute; exact: every event kept as long as its window (the state before tiles)",
+    )  # fmt: skip
+    bim.add_argument(
+        "--consumers", type=int, default=1,
+        help="ingest consumers in one group (more than 1: separate processes, timed from the first batch "
+        "applied)",
+    )  # fmt: skip
     bim.add_argument("--json", action="store_true")
     bim.set_defaults(func=lazy("recmesh.tools.bench.importing"))
+
+
+def _add_windows(bench: Any) -> None:
+    bw = bench.add_parser(
+        "windows", help="a hot item's state and look-up against a cold one's, windows tiled and exact"
+    )
+    bw.add_argument(
+        "--hot-events", type=int, default=100_000, help="events of a hot item in its 7-day window"
+    )
+    bw.add_argument("--items", type=int, default=200, help="items per look-up (tiled)")
+    bw.add_argument("--exact-items", type=int, default=20, help="items per look-up, windows exact")
+    bw.add_argument("--lookups", type=int, default=200, help="look-ups per kind (blocks of 10, alternated)")
+    bw.add_argument("--json", action="store_true")
+    bw.set_defaults(func=lazy("recmesh.tools.bench.windows"))
 
 
 def _add_inference(bench: Any) -> None:

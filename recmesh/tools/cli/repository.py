@@ -49,11 +49,14 @@ def _cmd_repository_show(args: argparse.Namespace) -> int:
             what = f"{f.aggregate} over {window_s}s of {'/'.join(sorted(f.behaviors))}"
             what += f" by {f.by}" if f.by else ""
             what += f" of {f.field}" if f.field else ""
+            what += f", tiles of {f.slide_ms // 1000}s" if f.slide_ms else ""
         else:
             what = f"offline {f.offline_type} from column {f.column!r}"
         print(f"  {f.entity:<5} {f.name:<24} {f.dtype:<8} {what}")
     for s in feature_set.streams:
-        print(f"  state {s.entity}:s:{s.id}  read {s.read}, kept {s.retention_ms // 1000}s, ttl {s.ttl_s}s")
+        how = {"tiles": f"tiles of {s.slide_ms // 1000}s", "distinct": f"newest {s.scan} distinct ids"}
+        kept = f"kept {s.retention_ms // 1000}s, ttl {s.ttl_s}s"
+        print(f"  state {s.entity}:s:{s.id}  {how.get(s.read, f'read {s.read}')}, {kept}")
     for src in info["recall_sources"]:
         print(f"  recall {src['source']:<9} {'on ' if src['on'] else 'off'}  {src['why']}")
     for p in problems:

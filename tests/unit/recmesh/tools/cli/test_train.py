@@ -60,7 +60,7 @@ def _refused(capsys: pytest.CaptureFixture[str], argv: list[str]) -> str:
 @pytest.mark.parametrize(
     ("behaviors", "message"),
     [
-        (["click"] * 12, "recmesh.toml:98: training.examples: the log has no event of ['view']"),
+        (["click"] * 12, "recmesh.toml:99: training.examples: the log has no event of ['view']"),
         (["view"] * 12, "calls none of the 12 example events positive"),
     ],
 )
