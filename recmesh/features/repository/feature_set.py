@@ -198,8 +198,9 @@ class FeatureSet:
 
     @cached_property
     def retention_ms(self) -> int:
-        """How far back any state reaches behind its newest event: the lateness rule uses it."""
-        return max([s.retention_ms for s in self.streams], default=60 * 60 * 1000)
+        """How far behind the newest event an event may still be applied (the ingest's
+        lateness rule): the longest state retention or TTL of any stream."""
+        return max([max(s.retention_ms, s.ttl_s * 1000) for s in self.streams], default=60 * 60 * 1000)
 
     @cached_property
     def identity_ms(self) -> int:
