@@ -16,6 +16,7 @@ from prometheus_client import REGISTRY
 
 from recmesh.clients.base import GrpcClient
 from recmesh.events import Event
+from recmesh.features import keys
 from recmesh.grpcserver import GRPC_OPTIONS
 from recmesh.tools.localinfra import free_port
 from services.feature.store import FeatureStore
@@ -24,7 +25,7 @@ from services.gateway.edge import Caller, ClassPolicy
 
 __all__ = [
     "CountingPolicy", "card_schema", "free_port", "grpc_server", "poll_until", "request_count",
-    "served_client", "write_events",
+    "served_client", "tile_events", "write_events",
 ]  # fmt: skip
 
 
@@ -32,6 +33,15 @@ async def write_events(store: FeatureStore, events: Sequence[Event]) -> WriteRes
     """Events through the one write path (as the ingest consumer writes them)."""
     writer = EventWriter(store.client, store.feature_set, store.offline.attributes)
     return await writer.apply(sorted(events, key=lambda e: e.event_time))
+
+
+async def tile_events(client: Any, item_ids: Sequence[str], stream_id: str) -> int:
+    """Events the items' tiles of one tiled stream hold (their ':n' components), summed."""
+    total = 0
+    for item_id in item_ids:
+        fields = await client.hgetall(keys.stream("item", item_id, stream_id))
+        total += sum(int(v) for k, v in fields.items() if bytes(k).endswith(b":n"))
+    return total
 
 
 @contextlib.asynccontextmanager

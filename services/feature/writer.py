@@ -22,9 +22,12 @@ grouped by item key: one ZINCRBY per distinct pair.
 
 Tiled streams (recmesh/features/tiles.py) keep per-tile integer components,
 which a second write would add twice: the script skips the events at offsets
-its topic's partitions have already applied (`keys.applied`, written by the
-same call), so a batch delivered again adds nothing at any age, and event ids,
-kept `[state] dedup`, catch an app sending the same event twice.
+its topic's partitions have already applied and no newer than the newest event
+applied there (`keys.applied`, written by the same call), so a batch delivered
+again adds nothing at any age, while a newer event at a reused offset (a topic
+deleted and made again) counts; event ids, kept `[state] dedup`, catch an app
+sending the same event twice. A topic made again and refilled with *older*
+events needs its `{ingest}:applied:<topic>` hash deleted first.
 
 On a Redis Cluster a user's keys and each item's keys live in different
 slots, so the same plan runs as pipelines of plain commands grouped per node:
@@ -70,6 +73,23 @@ ANNOUNCE_FAILED = Counter(
 # How often one process trims and re-expires a key it keeps writing to.
 MAINTAIN_EVERY_S = 60.0
 
+# keys.applied's rule, for the write script and mark_applied: per partition the larger
+# offset wins, and the newest event time applied only grows (-1: no event applied).
+LUA_MARK_APPLIED = r"""
+local function mark_applied(key, part, offset, newest)
+  local cur = redis.call('HGET', key, part)
+  local cur_offset, cur_newest = -1, -1
+  if cur then
+    local a, b = string.match(cur, '^(%d+):(%-?%d+)$')
+    cur_offset, cur_newest = tonumber(a), tonumber(b)
+  end
+  if offset > cur_offset then
+    if cur_newest > newest then newest = cur_newest end
+    redis.call('HSET', key, part, string.format('%d:%d', offset, newest))
+  end
+end
+"""
+
 # ARGV: cap, covisit window_ms, scan, previous, ttl_s, covisit stream suffix
 # ('' = none), events, upkeep, then the key parts (keys.WRITE_SCRIPT_PARTS: user
 # and item prefix, ids and co-visits suffix).
@@ -84,6 +104,7 @@ MAINTAIN_EVERY_S = 60.0
 # Returns {pairs counted, duplicates, redelivered}.
 _APPLY_LUA = (
     LUA_SUM_TILES
+    + LUA_MARK_APPLIED
     + r"""
 local call = redis.call
 local cap = tonumber(ARGV[1])
@@ -117,10 +138,13 @@ end
 -- batch (a redelivery) and is skipped; ARGV[15]: the batch's marks, per line
 -- '<partition>\t<next offset>\t<newest event time, -1 none>', set at the end
 -- (keys.applied: the larger offset wins, the newest time only grows).
-local applied_key, done, redelivered = ARGV[14], {}, 0
+local applied_key, done, done_t, redelivered = ARGV[14], {}, {}, 0
 if applied_key ~= '' then
   local held = call('HGETALL', applied_key)
-  for i = 1, #held, 2 do done[held[i]] = tonumber(string.match(held[i + 1], '^(%d+)')) end
+  for i = 1, #held, 2 do
+    local off, newest = string.match(held[i + 1], '^(%d+):(%-?%d+)$')
+    done[held[i]], done_t[held[i]] = tonumber(off), tonumber(newest)
+  end
 end
 -- ARGV[13]: the tiled streams' specs, one per line: '<windows in tiles, widest first,
 -- comma-separated>|<retention in tiles>|<ttl s>|<cap of a distinct list>'.
@@ -139,12 +163,16 @@ for line in string.gmatch(ARGV[7], '[^\n]+') do
     local user, eid, time_, item, cv, part, off = string.match(
       line, '^E\t([^\t]+)\t([^\t]+)\t(%d+)\t([^\t]+)\t(%d)\t(%-?%d+)\t(%-?%d+)$')
     t = tonumber(time_)
+    -- Below its partition's applied offset and no newer than what was applied there: written
+    -- before. A newer event at such an offset means the offsets were reused (a topic
+    -- deleted and created again, a broker without storage restarted): it is new.
     local prior = done[part]
-    if prior ~= nil and tonumber(off) < prior then
+    local ids = user_prefix .. user .. ids_suffix
+    if prior ~= nil and tonumber(off) < prior and t <= done_t[part] then
       live = false
       redelivered = redelivered + 1
     else
-      live = call('ZADD', user_prefix .. user .. ids_suffix, time_, eid) == 1
+      live = call('ZADD', ids, time_, eid) == 1
       if live then
         if cv == '1' then covisit(user_prefix .. user .. covisit_suffix, item, t) end
       else
@@ -274,17 +302,7 @@ end
 if applied_key ~= '' then
   for line in string.gmatch(ARGV[15], '[^\n]+') do
     local part, off, t_new = string.match(line, '^(%d+)\t(%d+)\t(%-?%d+)$')
-    off, t_new = tonumber(off), tonumber(t_new)
-    local cur = call('HGET', applied_key, part)
-    local cur_off, cur_t = -1, -1
-    if cur then
-      local a, b = string.match(cur, '^(%d+):(%-?%d+)$')
-      cur_off, cur_t = tonumber(a), tonumber(b)
-    end
-    if off > cur_off then
-      if cur_t > t_new then t_new = cur_t end
-      call('HSET', applied_key, part, string.format('%d:%d', off, t_new))
-    end
+    mark_applied(applied_key, part, tonumber(off), tonumber(t_new))
   end
 end
 local out = {counted, dups, redelivered}
@@ -350,43 +368,49 @@ class WriteResult:
     redelivered: int = 0  # dropped: their offset was already applied (an earlier write of their batch)
 
 
-# keys.applied: per partition, the larger offset wins, and the newest event time
-# applied only grows (-1 in ARGV: no event of the batch applied on it).
-_MARK_APPLIED_LUA = r"""
+# keys.applied for a batch the write did not record (a cluster's, one without events):
+# ARGV per partition: partition, next offset, newest event time (-1: none applied).
+_MARK_APPLIED_LUA = (
+    LUA_MARK_APPLIED
+    + r"""
 for i = 1, #ARGV, 3 do
-  local offset, newest = tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2])
-  local cur = redis.call('HGET', KEYS[1], ARGV[i])
-  local cur_offset, cur_newest = -1, -1
-  if cur then
-    local a, b = string.match(cur, '^(%d+):(%-?%d+)$')
-    cur_offset, cur_newest = tonumber(a), tonumber(b)
-  end
-  if offset > cur_offset then
-    if cur_newest > newest then newest = cur_newest end
-    redis.call('HSET', KEYS[1], ARGV[i], string.format('%d:%d', offset, newest))
-  end
+  mark_applied(KEYS[1], ARGV[i], tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2]))
 end
 return 0
 """
+)
 
 
 # Cluster: one tiles key's increments (KEYS[1]; KEYS[2] its totals hash, which on a
-# cluster holds only 'o:<partition>' -> the next offset applied to this key). ARGV[1]:
-# lines '<partition>\t<offset>\t<tile>\t<component>\x1f<delta>\x1e...' (-1 -1: not from a topic).
+# cluster holds only 'o:<partition>' -> '<next offset applied to this key>:<newest event
+# time applied>'). ARGV[1]: lines '<partition>\t<offset>\t<event time>\t<tile>\t<component>
+# \x1f<delta>\x1e...' (-1 -1: not from a topic).
 _TILE_ADD_LUA = r"""
-local done, top = {}, {}
+local done, done_t, top, top_t = {}, {}, {}, {}
 for line in string.gmatch(ARGV[1], '[^\n]+') do
-  local part, off, tile, parts = string.match(line, '^(%-?%d+)\t(%-?%d+)\t(%-?%d+)\t(.*)$')
-  off = tonumber(off)
-  if done[part] == nil then done[part] = tonumber(redis.call('HGET', KEYS[2], 'o:' .. part) or -1) end
-  if off < 0 or off >= done[part] then
+  local part, off, t, tile, parts = string.match(line, '^(%-?%d+)\t(%-?%d+)\t(%d+)\t(%-?%d+)\t(.*)$')
+  off, t = tonumber(off), tonumber(t)
+  if done[part] == nil then
+    local held = redis.call('HGET', KEYS[2], 'o:' .. part)
+    local a, b = -1, -1
+    if held then a, b = string.match(held, '^(%d+):(%-?%d+)$') end
+    done[part], done_t[part] = tonumber(a), tonumber(b)
+  end
+  -- as the write script: below the offset applied and no newer than what was applied
+  if off < 0 or off >= done[part] or t > done_t[part] then
     for comp, d in string.gmatch(parts, '([^\31\30]+)\31(%-?%d+)') do
       redis.call('HINCRBY', KEYS[1], tile .. ':' .. comp, d)
     end
-    if off >= 0 and (top[part] == nil or off >= top[part]) then top[part] = off + 1 end
+    if off >= 0 then
+      if top[part] == nil or off >= top[part] then top[part] = off + 1 end
+      if top_t[part] == nil or t > top_t[part] then top_t[part] = t end
+    end
   end
 end
-for part, next_off in pairs(top) do redis.call('HSET', KEYS[2], 'o:' .. part, next_off) end
+for part, next_off in pairs(top) do
+  local t = math.max(top_t[part], done_t[part])
+  redis.call('HSET', KEYS[2], 'o:' .. part, string.format('%d:%d', math.max(next_off, done[part]), t))
+end
 return 0
 """
 
@@ -694,7 +718,7 @@ class EventWriter:
             for key, member, s in zadds:
                 if s.read == "tiles":  # a cluster reads tiles from the tiles hash alone (no totals)
                     part, offset = at.get(id(ev), (-1, -1))
-                    tile_lines.setdefault(key, []).append(f"{part}\t{offset}\t{member}")
+                    tile_lines.setdefault(key, []).append(f"{part}\t{offset}\t{ev.event_time}\t{member}")
                     tiled[key] = s
                 elif s.read == "distinct":
                     pipe.zadd(key, {member: ev.event_time}, gt=True)

@@ -12,7 +12,7 @@ in time order the offline replay must agree as well.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -278,16 +278,29 @@ def test_every_aggregation_matches_the_reference_online(
 def test_the_replay_matches_the_reference(arrivals: list[Ev], as_of: int) -> None:
     """The replay reads a log in event-time order: with the events arriving that
     way, it keeps the same events as the online store and computes the same values."""
+    replay_check(FEATURE_SET, reference, arrivals, as_of)
+
+
+Reference = Callable[[FeatureDef, list[Ev], str, int], tuple[FeatureValue, int]]
+
+
+def replay_check(
+    feature_set: FeatureSet, want: Reference, arrivals: list[Ev], as_of: int, bitwise: bool = False
+) -> None:
+    """The events replayed in time order: every feature of every entity as `want` says
+    (`bitwise`: floats equal to the bit, as tiles' fixed-point sums are)."""
     in_time = sorted(arrivals, key=lambda e: (e.t, e.event_id))
-    replay = ReplayState(FEATURE_SET, {}, {i: {"tags": CATEGORIES[i]} for i in ITEMS})
+    replay = ReplayState(feature_set, {}, {i: {"tags": CATEGORIES[i]} for i in ITEMS})
     for e in in_time:
         replay.apply(e.event())
     kept = first_written(in_time)
     for entity, ids in (("user", USERS), ("item", ITEMS)):
         for entity_id in ids:
             got = replay.features(entity, entity_id, as_of)  # type: ignore[arg-type]
-            for f in FEATURE_SET.features_of(entity, "realtime"):  # type: ignore[arg-type]
-                assert same(got[f.name], reference(f, kept, entity_id, as_of)), (f.name, entity_id)
+            for f in feature_set.features_of(entity, "realtime"):  # type: ignore[arg-type]
+                expected = want(f, kept, entity_id, as_of)
+                ok = got[f.name] == expected if bitwise else same(got[f.name], expected)
+                assert ok, (f.name, entity_id, got[f.name], expected)
 
 
 # --- tiled windows (recmesh/features/tiles.py) ---------------------------------------
@@ -419,17 +432,13 @@ def test_every_tiled_aggregation_matches_the_reference_online(
 @settings(max_examples=300, deadline=None)
 @given(arrivals=st.one_of(events_st, dense_events_st), as_of=st.integers(T0 - 15 * MIN, T0 + 5 * MIN))
 def test_the_tiled_replay_matches_the_reference(arrivals: list[Ev], as_of: int) -> None:
-    in_time = sorted(arrivals, key=lambda e: (e.t, e.event_id))
-    replay = ReplayState(TILED, {}, {i: {"tags": CATEGORIES[i]} for i in ITEMS})
-    for e in in_time:
-        replay.apply(e.event())
-    kept = first_written(in_time)
-    for entity, ids in (("user", USERS), ("item", ITEMS)):
-        for entity_id in ids:
-            got = replay.features(entity, entity_id, as_of)  # type: ignore[arg-type]
-            for f in TILED.features_of(entity, "realtime"):  # type: ignore[arg-type]
-                want = reference_tiled(f, kept, entity_id, as_of, _cap(f))
-                assert got[f.name] == want, (f.name, entity_id, got[f.name], want)
+    replay_check(
+        TILED,
+        lambda f, kept, eid, t: reference_tiled(f, kept, eid, t, _cap(f)),
+        arrivals,
+        as_of,
+        bitwise=True,
+    )
 
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")

@@ -39,7 +39,7 @@ from services.gateway.event_publisher import EventPublisher
 from services.gateway.recommend import Recommender
 from services.ranker.pipeline import build_pipeline
 from services.ranker.server import build_server as build_ranker
-from tests.helpers import free_port, poll_until
+from tests.helpers import free_port, poll_until, tile_events
 from tests.integration.conftest import Mesh
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -322,12 +322,7 @@ dedup = "10m"
 
 
 async def _tile_clicks(client: Any, items: int) -> int:
-    """Clicks held in the items' tiles (their ':n' components), summed."""
-    total = 0
-    for i in range(items):
-        fields = await client.hgetall(keys.stream("item", f"i{i}", "click@1m"))
-        total += sum(int(v) for k, v in fields.items() if bytes(k).endswith(b":n"))
-    return total
+    return await tile_events(client, [f"i{i}" for i in range(items)], "click@1m")
 
 
 @pytest.mark.parametrize("backend", ["redis", "cluster"])

@@ -16,6 +16,7 @@ from recmesh.features.repository import DEMO_REPOSITORY, load_feature_set, parse
 from services.feature.catalog import load_catalog
 from services.feature.store import FeatureStore
 from services.feature.writer import EventWriter, Source
+from tests.helpers import tile_events
 
 FEATURE_SET = load_feature_set(DEMO_REPOSITORY)
 
@@ -187,11 +188,7 @@ dedup = "10s"
 
 
 async def _tile_clicks(client: redis.Redis, items: int) -> int:
-    total = 0
-    for i in range(items):
-        fields = await client.hgetall(keys.stream("item", f"i{i}", "click@1m"))
-        total += sum(int(v) for k, v in fields.items() if str(k).endswith(":n'"))
-    return total
+    return await tile_events(client, [f"i{i}" for i in range(items)], "click@1m")
 
 
 async def test_a_batch_written_again_is_recognised_by_its_offsets(redis_client: redis.Redis) -> None:
@@ -224,3 +221,11 @@ async def test_a_batch_written_again_is_recognised_by_its_offsets(redis_client: 
     assert keys.parse_applied(await redis_client.hgetall(keys.applied("topic"))) == {
         0: (123, now + 38), 1: (123, now + 39)
     }  # fmt: skip
+    # The topic made again (offsets from 0): records newer than what was applied are new events.
+    reset = [
+        e.model_copy(update={"event_id": f"r{n}", "event_time": now + 1_000 + n})
+        for n, e in enumerate(events[:4])
+    ]
+    fourth = await writer.apply(reset, Source("topic", [(0, n) for n in range(4)], {0: (4, now + 1_003)}))
+    assert (fourth.written, fourth.redelivered) == (4, 0)
+    assert await _tile_clicks(redis_client, 5) == 50

@@ -361,10 +361,6 @@ def _streams(realtime: list[FeatureDef], roles: RecallRoles, decl: RepositoryDec
         covisit_s = -(-roles.covisit_window_ms // 1000) if covisit else 0
         ttl = max([f.ttl_s for f in feats] + ([DEFAULT_TTL_S, covisit_s] if covisit else []))
         retention = max([*windows, roles.covisit_window_ms if covisit else 0, ttl * 1000])
-        if feats and feats[0].slide_ms and not sid.endswith("@last"):
-            # Tiles: only the widest window's (a tile further back is in no window as of the
-            # key's newest tile); the key still expires `ttl` after its last write.
-            retention = windows[0]
         only_last_n = bool(feats) and all(f.aggregate == "last_n" for f in feats)
         slide = feats[0].slide_ms if feats else 0
         read: Literal["count", "latest", "range", "tiles", "distinct"]
