@@ -133,9 +133,9 @@ local function covisit(key, item, te)
   end
   counted = counted + n
 end
--- ARGV[14]: the applied-offsets hash of the batch's topic ('' none): an event at an
--- offset below its partition's applied offset was written by an earlier write of its
--- batch (a redelivery) and is skipped; ARGV[15]: the batch's marks, per line
+-- ARGV[14]: the applied-offsets hash of the batch's topic ('' none), "<next offset>:<newest
+-- event time>" per partition (which events were written before: see the 'E' lines);
+-- ARGV[15]: the batch's marks, per line
 -- '<partition>\t<next offset>\t<newest event time, -1 none>', set at the end
 -- (keys.applied: the larger offset wins, the newest time only grows).
 local applied_key, done, done_t, redelivered = ARGV[14], {}, {}, 0
