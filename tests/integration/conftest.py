@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -58,7 +59,13 @@ async def mesh(redis_url: str, model_dir: Path, demo_feature_set: FeatureSet) ->
         await s.start()
         await s.set_serving()
     rc = RankerClient(ranker.address, "test")
+    # As each service does after warming up (recmesh/service.py): the heap built so far
+    # (the test session's, here) leaves the collector's view, so a full collection cannot
+    # pause a request for ~100 ms mid-test (tight-budget tests saw it as a timeout).
+    gc.collect()
+    gc.freeze()
     yield Mesh(feature, inference, ranker, fc, ic, rc, store, model_dir)
+    gc.unfreeze()
     for c in (fc, ic, rc):
         await c.close()
     for s in servers:
