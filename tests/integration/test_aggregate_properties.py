@@ -173,6 +173,15 @@ def first_written(written: Iterable[Ev]) -> list[Ev]:
     return out
 
 
+def tag_counts(events: Iterable[Ev]) -> dict[str, int]:
+    """Events per tag of their item (an item with several tags counts once for each)."""
+    counts: dict[str, int] = {}
+    for e in events:
+        for tag in CATEGORIES[e.item]:
+            counts[tag] = counts.get(tag, 0) + 1
+    return counts
+
+
 def reference(f: FeatureDef, events: Iterable[Ev], entity_id: str, as_of: int) -> tuple[FeatureValue, int]:
     assert f.window_ms is not None
     mine = [
@@ -192,11 +201,7 @@ def reference(f: FeatureDef, events: Iterable[Ev], entity_id: str, as_of: int) -
     if f.aggregate == "count":
         return len(mine), age
     if f.aggregate == "count_by":
-        counts: dict[str, int] = {}
-        for e in mine:
-            for tag in CATEGORIES[e.item]:
-                counts[tag] = counts.get(tag, 0) + 1
-        return counts, age
+        return tag_counts(mine), age
     if f.aggregate == "last_n":
         out: list[str] = []
         for e in newest_first[: f.scan]:
@@ -345,11 +350,7 @@ def reference_tiled(
     if f.aggregate == "count":
         return len(mine), age
     if f.aggregate == "count_by":
-        counts: dict[str, int] = {}
-        for e in mine:
-            for tag in CATEGORIES[e.item]:
-                counts[tag] = counts.get(tag, 0) + 1
-        return counts, age
+        return tag_counts(mine), age
     prices = [round(e.price * 1_000_000) for e in mine if e.price is not None]
     if f.aggregate == "sum":
         return sum(prices) / 1_000_000, age

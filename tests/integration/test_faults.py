@@ -293,8 +293,9 @@ async def test_broker_restart_consumer_carries_on(tmp_path: Path, own_redis: Own
 
 
 # Tiled state (recmesh/features/tiles.py): no event ids are kept per tile, so a consumer
-# killed mid-batch is made exact by the offsets its batch recorded (one Redis) or by the
-# event ids remembered for `dedup` (a cluster, whose writes are several pipelines).
+# killed mid-batch is made exact by the offsets its batch recorded: in the write script's
+# applied hash on one Redis, in each tiles key's own marks on a cluster (whose writes are
+# several pipelines).
 TILED_REPOSITORY = """
 [repository]
 name = "faults-tiled"
