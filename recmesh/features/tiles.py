@@ -39,12 +39,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from recmesh.features.keys import TOTALS
 from recmesh.features.repository import VALUE_SEP, FeatureDef, FeatureValue, Stream
 
 SCALE = 1_000_000  # fixed point of summed values: 1e-6 resolution, |sum| < 9.2e12 per tile
 COUNT = "n"
 NEWEST_TILE, NEWEST_TIME = "c", "t"  # fields of the totals hash
-TOTALS_SUFFIX = ":w"
 
 Components = dict[str, int]
 
@@ -163,9 +163,12 @@ def retention_tiles(stream: Stream) -> int:
     return -(-stream.retention_ms // stream.slide_ms)
 
 
-# Lua shared by the write and read scripts: the components of the tiles in
-# [first, last] of a tiles hash's HGETALL reply, and the newest such tile.
-LUA_SUM_TILES = r"""
+# Lua shared by the write and read scripts: what follows a tiles key for its totals,
+# and the components of the tiles in [first, last] of a tiles hash's HGETALL reply
+# with the newest such tile.
+LUA_SUM_TILES = (
+    f"local TOTALS_SUFFIX = '{TOTALS}'\n"
+    + r"""
 local function sum_tiles(flat, first, last)
   local totals, newest = {}, -1
   for i = 1, #flat, 2 do
@@ -179,6 +182,7 @@ local function sum_tiles(flat, first, last)
   return totals, newest
 end
 """
+)
 
 
 def decode_reply(flat: Sequence[Any], windows: int) -> list[WindowSums]:

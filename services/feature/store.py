@@ -79,7 +79,7 @@ end
 -- else summed from the tiles. Reply: {'t', newest time, '<w>@', newest non-empty tile
 -- of window w, '<w>:<component>', total, ...}.
 local function tiled(key, s)
-  local wkey = key .. ':w'
+  local wkey = key .. TOTALS_SUFFIX
   local held = call('HGETALL', wkey)
   local c, t = nil, nil
   for i = 1, #held, 2 do

@@ -60,7 +60,7 @@ from recmesh.features.compute import encode_member
 from recmesh.features.covisit import COVISIT_MAX_PER_ITEM, COVISIT_TTL_S, batch_pairs, pair_increments
 from recmesh.features.plans import plans
 from recmesh.features.repository import FIELD_SEP, VALUE_SEP, Entity, FeatureSet, Stream
-from recmesh.features.tiles import LUA_SUM_TILES, TOTALS_SUFFIX, components, retention_tiles, tile_of
+from recmesh.features.tiles import LUA_SUM_TILES, components, retention_tiles, tile_of
 from recmesh.redis_client import AnyRedis
 from services.feature.item_cache import change_message
 
@@ -219,7 +219,7 @@ end
 -- that hold them (recmesh/features/tiles.py).
 for key, a in pairs(tiled) do
   local spec = specs[a.spec]
-  local wkey = key .. ':w'
+  local wkey = key .. TOTALS_SUFFIX
   local cur = call('HMGET', wkey, 'c', 't')
   local c, held_t = tonumber(cur[1]), tonumber(cur[2])
   for tile, comps in pairs(a.tiles) do
@@ -602,7 +602,7 @@ class EventWriter:
         for k, t, ret, ttl in plan.upkeep:
             read = stream_of[k][0].read
             if read == "tiles":  # trimmed by the script as tiles advance; the tiles and their totals expire
-                up_lines += [f"X\t{k}\t{ttl}", f"X\t{k}{TOTALS_SUFFIX}\t{ttl}"]
+                up_lines += [f"X\t{k}\t{ttl}", f"X\t{k}{keys.TOTALS}\t{ttl}"]
             elif read == "distinct":  # capped by the script every batch
                 up_lines.append(f"X\t{k}\t{ttl}")
             else:
@@ -735,14 +735,14 @@ class EventWriter:
             if s.read == "distinct":
                 pipe.zremrangebyrank(key, 0, -(s.scan + 1))
             else:
-                pipe.expire(key + TOTALS_SUFFIX, s.ttl_s)
+                pipe.expire(key + keys.TOTALS, s.ttl_s)
             pipe.expire(key, s.ttl_s)
         # Each tiles key's increments in one call of its own (its slot), skipping the events
         # at offsets it already applied: a crash before the ids are written adds nothing twice.
         # Before the pipeline, whose expiries then reach the keys they create.
         await asyncio.gather(
             *(
-                self._tile_add(keys=[k, k + TOTALS_SUFFIX], args=["\n".join(lines)])
+                self._tile_add(keys=[k, k + keys.TOTALS], args=["\n".join(lines)])
                 for k, lines in tile_lines.items()
             )
         )

@@ -344,7 +344,7 @@ async def test_consumers_in_one_group_one_killed_mid_batch_end_exact(
     client = connect(url, 8)
     for i in range(items):  # a cluster fixture is shared by the session: start from nothing
         await client.delete(
-            keys.stream("item", f"i{i}", "click@1m"), keys.stream("item", f"i{i}", "click@1m:w")
+            keys.stream("item", f"i{i}", "click@1m"), keys.stream_totals("item", f"i{i}", "click@1m")
         )
     await _produce(kafka_bootstrap, topics["events"], _clicks(n, items, f"m{backend}"))
     group = f"g-{topics['events']}"

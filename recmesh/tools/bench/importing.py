@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from recmesh.features import keys, tiles
+from recmesh.features import keys
 from recmesh.features.repository import load_feature_set
 from recmesh.tools.bench.common import emit, infrastructure
 
@@ -179,9 +179,7 @@ async def _families(client: Any, feature_set: Any, sample_keys: int = 20_000) ->
     sizes = await pipe.execute()
     by: dict[str, int] = {}
     for k, size in zip(drawn, sizes, strict=True):
-        name = (
-            keys.state_family(k.removesuffix(tiles.TOTALS_SUFFIX), families) or "other (catalog, popularity)"
-        )
+        name = keys.state_family(k.removesuffix(keys.TOTALS), families) or "other (catalog, popularity)"
         by[name] = by.get(name, 0) + int(size or 0)
     scale = total_keys / max(1, len(drawn))
     return {name: round(b * scale / 2**20, 1) for name, b in sorted(by.items())}
@@ -199,7 +197,7 @@ async def _memory(client: Any, feature_set: Any, users: list[str], items: list[s
         for s in feature_set.streams_of(entity):
             out.append(keys.stream(entity, entity_id, s.id))
             if s.read == "tiles":
-                out.append(keys.stream(entity, entity_id, s.id) + tiles.TOTALS_SUFFIX)
+                out.append(keys.stream_totals(entity, entity_id, s.id))
         return out
 
     user_rt = [await usage([*streams("user", u), keys.user_ids(u), keys.user_history(u)]) for u in users]

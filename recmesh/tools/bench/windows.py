@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from recmesh.events import Event
-from recmesh.features import keys, tiles
+from recmesh.features import keys
 from recmesh.features.repository import FeatureSet, parse_feature_set
 from recmesh.stats import percentile
 from recmesh.tools.bench.common import emit, infrastructure
@@ -76,7 +76,7 @@ async def _item_keys(client: Any, fs: FeatureSet, item: str) -> list[str]:
     for s in fs.streams_of("item"):
         names.append(keys.stream("item", item, s.id))
         if s.read == "tiles":
-            names.append(keys.stream("item", item, s.id) + tiles.TOTALS_SUFFIX)
+            names.append(keys.stream_totals("item", item, s.id))
     names.append(keys.newest("item", item))
     return [k for k in names if await client.exists(k)]
 
