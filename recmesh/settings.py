@@ -201,6 +201,7 @@ class RankerSettings(CommonSettings):
             "semantic": 0.20,
             "knn": 1.0,
             "ease": 1.0,
+            "sequence": 1.0,
             "similar": 1.0,
             "vectors": 1.0,
             "revisit": 1.0,

@@ -11,8 +11,13 @@
   400 MB of float32 and about a minute on two cores).
 
 Both are kept as a NeighbourTable with the `neighbours` strongest entries per
-item. What neither method fixes by itself (EASE's lambda, how fast a user's
-older items fade as seeds, the fusion weights) is chosen by `tune`, on a
+item.
+- **sequence** (recmesh.retrieval.sequence): a next-item model over the user's
+  newest items with learnt position weights, trained on every step of the log.
+
+What no method fixes by itself (EASE's lambda, how fast a user's older items
+fade as seeds, the sequence model's epochs, the fusion weights) is chosen by
+`tune`, on a
 leave-last-out split of the same log (each user's last event of the target
 behaviours held out; the tables rebuilt without them), never on data the
 caller holds out.
@@ -29,7 +34,8 @@ import numpy as np
 import numpy.typing as npt
 
 from recmesh.events import Event
-from recmesh.retrieval.table import NeighbourTable, recency_weights
+from recmesh.retrieval import sequence
+from recmesh.retrieval.table import NeighbourTable, RecallTable, recency_weights
 
 Progress = Callable[[str], None]
 
@@ -41,7 +47,7 @@ class BuildConfig:
     neighbours: int = 200  # kept per item and table
     history: int = 50  # a user's newest distinct items the online history keeps (the seeds)
     ease_items: int = 10_000
-    methods: tuple[str, ...] = ("knn", "ease")
+    methods: tuple[str, ...] = ("knn", "ease", "sequence")
     # Events of these behaviours make an item seen (never recommended to the user
     # again; the repository's recall.seen); None: every event, and the seeds.
     seen_behaviors: frozenset[str] | None = None
@@ -338,6 +344,7 @@ DEPTH_GRID = (0.0, 0.5, 1.0)
 class Tuned:
     decay: dict[str, float] = field(default_factory=dict)  # seed recency decay per method
     ease_lambda: float = 0.0
+    sequence_epochs: int = 0
     fusion: dict[str, float] = field(default_factory=dict)  # RRF weights: methods + "popular"
     fusion_depth: dict[str, float] = field(default_factory=dict)  # the same, past the head (rrf_head_tail)
     ndcg: dict[str, float] = field(default_factory=dict)  # on the tuning split, per source and fused
@@ -357,12 +364,12 @@ class _TuningSplit:
     seeds_seen: bool  # no recall.seen: a user's seeds are never recommended to them
     depth: int
 
-    def rank_all(self, table: NeighbourTable, decay: float) -> dict[str, list[str]]:
+    def rank_all(self, table: RecallTable, decay: float) -> dict[str, list[str]]:
         return _rank_all(table, self.hold, decay, self.depth, self.popular, self.seeds_seen)
 
 
 def _rank_all(
-    table: NeighbourTable, hold: Holdout, decay: float, k: int, popular: Sequence[str], seeds_seen: bool
+    table: RecallTable, hold: Holdout, decay: float, k: int, popular: Sequence[str], seeds_seen: bool
 ) -> dict[str, list[str]]:
     out: dict[str, list[str]] = {}
     for user, hist in hold.history.items():
@@ -404,6 +411,8 @@ def tune(events: Sequence[Event], cfg: BuildConfig, is_target: Sequence[bool], u
         best_lists["knn"] = _tune_knn(data, cfg, split, out, progress)
     if "ease" in cfg.methods:
         best_lists["ease"] = _tune_ease(data, cfg, split, out, progress)
+    if "sequence" in cfg.methods:
+        best_lists["sequence"] = _tune_sequence(data, split, out, seed, progress)
     best_lists["popular"] = {
         u: [p for p in popular if p not in hold.seen.get(u, set(h))][:depth] for u, h in hold.history.items()
     }
@@ -454,13 +463,65 @@ def _tune_ease(
     return results[(lam, d)]
 
 
+# The sequence model's passes over the log: the best on the tuning split, at
+# most SEQUENCE_EPOCHS, stopping once two in a row do not beat it.
+SEQUENCE_EPOCHS = 8
+
+
+def _tune_sequence(
+    data: Interactions, split: _TuningSplit, out: Tuned, seed: int, progress: Progress
+) -> dict[str, list[str]]:
+    """The sequence model's number of epochs (into `out`); the lists it ranks after them."""
+    best: tuple[float, int, dict[str, list[str]]] = (-1.0, 0, {})
+
+    def check(epoch: int, model: sequence.SequenceModel) -> bool:
+        nonlocal best
+        lists = split.rank_all(model, 1.0)
+        score = ndcg(lists, split.targets)
+        if score > best[0]:
+            best = (score, epoch, lists)
+        return epoch - best[1] < 2
+
+    sequence.train(data, SEQUENCE_EPOCHS, seed, after_epoch=check)
+    out.sequence_epochs = max(1, best[1])
+    out.ndcg["sequence"] = round(max(0.0, best[0]), 4)
+    progress(f"  tuned the sequence model: {out.sequence_epochs} epochs (NDCG@10 {out.ndcg['sequence']})")
+    return best[2]
+
+
+def _weight_search(
+    names: list[str], grid: Sequence[float], score: Callable[[dict[str, float]], float]
+) -> tuple[float, dict[str, float]]:
+    """The weights (one of `grid` per name, not all 0) with the best score, ties to
+    the sorted weights' larger tuple (as max over the grid always chose): every
+    combination while there are at most 64, else coordinate ascent from all
+    ones (each name's weight tried in turn with the others held, twice over)."""
+
+    def key(ws: dict[str, float]) -> tuple[float, list[tuple[str, float]]]:
+        return score(ws), sorted(ws.items())
+
+    if len(grid) ** len(names) <= 64:
+        combos = [dict(zip(names, ws, strict=True)) for ws in itertools.product(grid, repeat=len(names))
+                  if any(w > 0 for w in ws)]  # fmt: skip
+        best_score, best_ws = max(key(ws) for ws in combos)
+        return best_score, dict(best_ws)
+    current = dict.fromkeys(names, max(grid))
+    best_score, best_ws = key(current)
+    for _ in range(2):
+        for name in names:
+            for w in grid:
+                trial = {**current, name: w}
+                if any(v > 0 for v in trial.values()):
+                    best_score, best_ws = max((best_score, best_ws), key(trial))
+            current = dict(best_ws)
+    return best_score, current
+
+
 def _tune_head_fusion(
     best_lists: dict[str, dict[str, list[str]]], targets: dict[str, str], out: Tuned, progress: Progress
 ) -> None:
     """The fusion weights (FUSION_GRID per source) with the best NDCG@10, into `out`."""
     names = list(best_lists)
-    grid = [dict(zip(names, ws, strict=True)) for ws in itertools.product(FUSION_GRID, repeat=len(names))
-            if any(w > 0 for w in ws)]  # fmt: skip
 
     # Only the head of each list can reach a fused top 10.
     heads = {n: {u: best_lists[n].get(u, [])[:50] for u in targets} for n in names}
@@ -468,9 +529,7 @@ def _tune_head_fusion(
     def fused(ws: Mapping[str, float]) -> float:
         return ndcg({u: rrf({n: heads[n][u] for n in names}, ws)[:10] for u in targets}, targets)
 
-    scores = [(fused(ws), sorted(ws.items())) for ws in grid]
-    best_score, best_ws = max(scores)
-    out.fusion = dict(best_ws)
+    best_score, out.fusion = _weight_search(names, FUSION_GRID, fused)
     out.ndcg["fused"] = round(best_score, 4)
     out.ndcg["popular"] = round(ndcg(best_lists["popular"], targets), 4)
     progress(f"  learnt fusion weights {out.fusion} (NDCG@10 {out.ndcg['fused']})")
@@ -503,11 +562,10 @@ def _tune_depth_fusion(
     # revisit's list is the user's own few items, all inside the head: its weight stays the head's.
     free = [n for n in names if n != "revisit"]
     fixed = {n: out.fusion[n] for n in names if n not in free}
-    tries = [{**dict(zip(free, ws, strict=True)), **fixed}
-             for ws in itertools.product(DEPTH_GRID, repeat=len(free)) if any(w > 0 for w in ws)]  # fmt: skip
     base = reach(out.fusion)
-    best_reach, best_depth = max((reach(ws), sorted(ws.items())) for ws in tries)
-    out.fusion_depth = dict(best_depth) if best_reach > base else {}
+    best_reach, best_depth = _weight_search(free, DEPTH_GRID, lambda ws: reach({**ws, **fixed}))
+    best_depth = {**best_depth, **fixed}
+    out.fusion_depth = dict(sorted(best_depth.items())) if best_reach > base else {}
     best_reach = max(best_reach, base)
     out.ndcg[f"fused_recall@{depth}"] = round(best_reach, 4)
     progress(f"  past the first {FUSION_HEAD}: weights {out.fusion_depth or out.fusion} (target among "

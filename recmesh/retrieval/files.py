@@ -4,7 +4,8 @@
     MODEL_DIR/recall/<version>/
         card.json                       feature-set version, sources, their seed decay
                                         and fusion weight, how and from what it was built
-        <source>.npz                    one NeighbourTable per source (knn, ease, similar)
+        <source>.npz                    one NeighbourTable per source (knn, ease, similar),
+                                        or the next-item model (sequence)
         vectors.npz                     a team's item and user vectors (the `vectors` source)
 
 The ranker maps the current version (services/ranker/learnt.py) and reloads it
@@ -19,16 +20,20 @@ import json
 import os
 import shutil
 import tempfile
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from recmesh.errors import FailedPrecondition, InvalidArgument
-from recmesh.retrieval.table import NeighbourTable
+from recmesh.retrieval.sequence import SequenceModel
+from recmesh.retrieval.table import NeighbourTable, RecallTable
 from recmesh.retrieval.vectors import TwoTower
 
 DIR_NAME = "recall"
 VECTORS_FILE = "vectors.npz"
+# How each source's file is read: the next-item model has its own form, every other a neighbour table.
+_LOADERS: dict[str, Callable[[Path], RecallTable]] = {"sequence": SequenceModel.load}
 
 
 class RecallMismatch(FailedPrecondition):
@@ -40,7 +45,7 @@ class RecallVersion:
     version: str
     path: Path
     card: dict[str, Any]
-    tables: dict[str, NeighbourTable]
+    tables: dict[str, RecallTable]
     vectors: TwoTower | None = None
 
     @property
@@ -63,7 +68,7 @@ def current_version(model_dir: Path) -> str | None:
 def save(
     model_dir: Path,
     card: dict[str, Any],
-    tables: dict[str, NeighbourTable],
+    tables: Mapping[str, RecallTable],
     activate: bool = True,
     vectors: TwoTower | None = None,
 ) -> str:
@@ -154,6 +159,7 @@ def load_current(model_dir: Path, feature_set_version: str) -> RecallVersion | N
     path = recall_root(model_dir) / version
     card = read_card(model_dir, version)
     check_feature_set(card, feature_set_version, f"recall version {version} ({path})")
-    tables = {name: NeighbourTable.load(path / file) for name, file in card.get("files", {}).items()}
+    tables = {name: _LOADERS.get(name, NeighbourTable.load)(path / file)
+              for name, file in card.get("files", {}).items()}  # fmt: skip
     vectors = TwoTower.load(path / card["vectors_file"]) if card.get("vectors_file") else None
     return RecallVersion(version, path, card, tables, vectors)

@@ -12,12 +12,35 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 import numpy as np
 import numpy.typing as npt
 
 F32 = npt.NDArray[np.float32]
 I32 = npt.NDArray[np.int32]
+
+
+class RecallTable(Protocol):
+    """What a learnt source serves from: a NeighbourTable, or the sequence model
+    (recmesh.retrieval.sequence), scored from a user's seeds the same way."""
+
+    item_ids: list[str]
+    row_of: dict[str, int]
+
+    def __len__(self) -> int: ...
+
+    @property
+    def nbytes(self) -> int: ...
+
+    @property
+    def entries(self) -> int: ...
+
+    def top(
+        self, seeds: Sequence[str], seed_weights: Sequence[float], k: int, exclude: frozenset[str] = ...
+    ) -> list[tuple[str, float]]: ...
+
+    def save(self, path: Path) -> None: ...
 
 
 @dataclass
@@ -47,6 +70,10 @@ class NeighbourTable:
     @property
     def nbytes(self) -> int:
         return int(self.indptr.nbytes + self.indices.nbytes + self.weights.nbytes)
+
+    @property
+    def entries(self) -> int:
+        return len(self.indices)
 
     @classmethod
     def from_dense(cls, item_ids: Sequence[str], matrix: F32, keep: int) -> NeighbourTable:

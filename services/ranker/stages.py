@@ -447,7 +447,7 @@ def _kinds() -> dict[str, Kind]:
     return kinds
 
 
-LEARNT_SOURCES = ("knn", "ease", "similar", "vectors", "revisit")
+LEARNT_SOURCES = ("knn", "ease", "sequence", "similar", "vectors", "revisit")
 KINDS: dict[str, Kind] = _kinds()
 KIND_SPECS: dict[str, KindSpec] = {name: k.spec for name, k in KINDS.items()}
 # What the final node may produce, and how the answer is read from it.

@@ -207,13 +207,15 @@ class CovisitDecl(_Strict):
     scan: int = Field(10, ge=1, le=1000)
 
 
-LEARNT_METHODS: tuple[Literal["knn", "ease"], ...] = ("knn", "ease")
+LearntMethod = Literal["knn", "ease", "sequence"]
+LEARNT_METHODS: tuple[LearntMethod, ...] = ("knn", "ease", "sequence")
 
 
 class LearntDecl(_Strict):
     """Retrieval learnt from the event log (recmesh.retrieval): item-kNN and EASE
-    tables built by `recmesh recall build` / `recmesh train --events`, seeded by
-    each user's history (their newest distinct items, kept by the ingest)."""
+    tables and a next-item sequence model, built by `recmesh recall build` /
+    `recmesh train --events`, seeded by each user's history (their newest
+    distinct items, kept by the ingest)."""
 
     enabled: bool = True
     # behaviour -> strength in the tables and the history (a list: strength 1 each).
@@ -221,7 +223,7 @@ class LearntDecl(_Strict):
     # examples' with their training.weights when the label reads a value or is
     # implicit), else every behaviour.
     behaviors: dict[str, float] | list[str] | None = None
-    methods: list[Literal["knn", "ease"]] = Field(default_factory=lambda: list(LEARNT_METHODS))
+    methods: list[LearntMethod] = Field(default_factory=lambda: list(LEARNT_METHODS))
     history: int = Field(50, ge=1, le=500)  # newest distinct items kept per user (the seeds)
     history_ttl: Duration = "180d"  # a user's history expires this long after their last event
     previous: int = Field(20, ge=1, le=100)  # item-kNN: earlier items each event is paired with

@@ -338,10 +338,11 @@ LABELS = {
     "recent": "recent items not seen, then popular",
     "offline_knn": "item-kNN table on its own",
     "offline_ease": "EASE on its own",
+    "offline_sequence": "sequence model on its own",
     "offline_similar": "your similar-items table on its own",
     "offline_learnt_fused": "learnt tables fused (offline)",
 }
-BASELINES = ("popularity", "item_knn", "recent", "offline_knn", "offline_ease")
+BASELINES = ("popularity", "item_knn", "recent", "offline_knn", "offline_ease", "offline_sequence")
 
 
 def best_baseline(f: dict[str, Any]) -> tuple[str, float, float]:

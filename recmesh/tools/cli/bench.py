@@ -15,6 +15,7 @@ def add_commands(sub: Any) -> None:
     _add_features(bench)
     _add_import(bench)
     _add_windows(bench)
+    _add_recall(bench)
     _add_inference(bench)
     _add_degrade(bench)
     _add_embed(bench)
@@ -119,6 +120,17 @@ def _add_windows(bench: Any) -> None:
     bw.add_argument("--lookups", type=int, default=200, help="look-ups per kind (blocks of 10, alternated)")
     bw.add_argument("--json", action="store_true")
     bw.set_defaults(func=lazy("recmesh.tools.bench.windows"))
+
+
+def _add_recall(bench: Any) -> None:
+    br = bench.add_parser("recall", help="a learnt recall source's look-up time and memory")
+    br.add_argument("--model-dir", help="time the current recall version's sources too (default: none)")
+    br.add_argument("--items", type=positive_int, default=100_000, help="items of the random sources")
+    br.add_argument("--neighbours", type=positive_int, default=200, help="entries a row of the random table")
+    br.add_argument("--lookups", type=positive_int, default=100, help="look-ups per block")
+    br.add_argument("--repeat", type=positive_int, default=5, help="blocks per source, alternated")
+    br.add_argument("--json", action="store_true")
+    br.set_defaults(func=lazy("recmesh.tools.bench.recall"))
 
 
 def _add_inference(bench: Any) -> None:

@@ -2,9 +2,10 @@
 
 `build` turns an event log into a recall version: the repository's
 `[recall.learnt]` says which behaviours count and how strongly, which tables
-(item-kNN, EASE) and how large; the seed decay, EASE's lambda and the fusion
-weights are tuned on a leave-last-out split of the same log. `import_similar`
-makes a version from a team's own similar-items table.
+(item-kNN, EASE, the sequence model) and how large; the seed decay, EASE's
+lambda, the sequence model's epochs and the fusion weights are tuned on a
+leave-last-out split of the same log. `import_similar` makes a version from
+a team's own similar-items table.
 """
 
 from __future__ import annotations
@@ -24,8 +25,8 @@ from recmesh.errors import InvalidArgument
 from recmesh.events import Event
 from recmesh.features.repository import FeatureSet
 from recmesh.retrieval import build as rb
-from recmesh.retrieval import files
-from recmesh.retrieval.table import NeighbourTable
+from recmesh.retrieval import files, sequence
+from recmesh.retrieval.table import NeighbourTable, RecallTable
 
 Progress = Callable[[str], None]
 TUNING_USERS = 2000
@@ -133,7 +134,7 @@ def build(
             f"no event of the learnt behaviours {sorted(cfg.behaviors)} in the log: nothing to learn from "
             "(recall.learnt.behaviors in the repository names them)"
         )
-    tables, sources = _tables(data, cfg, tuned)
+    tables, sources = _tables(data, cfg, tuned, seed)
     card = {
         "feature_set_version": feature_set.version,
         "repository": feature_set.name,
@@ -156,21 +157,24 @@ def build(
     card["version"] = files.save(model_dir, card, tables, activate)
     progress(
         f"learnt retrieval {card['version']}: "
-        + ", ".join(
-            f"{n} {s['items']:,} items x {s['entries'] // max(1, s['items'])} neighbours"
-            for n, s in sources.items()
-        )
+        + ", ".join(f"{n} {s['items']:,} items x {_size(s)}" for n, s in sources.items())
         + f"; fusion {card['fusion']}; {card['build_seconds']} s"
     )
     return card, tuned
 
 
+def _size(source: Mapping[str, Any]) -> str:
+    if "dim" in source:  # the sequence model
+        return f"{source['dim']}-d vectors ({source['epochs']} epochs)"
+    return f"{source['entries'] // max(1, source['items'])} neighbours"
+
+
 def _tables(
-    data: rb.Interactions, cfg: rb.BuildConfig, tuned: rb.Tuned
-) -> tuple[dict[str, NeighbourTable], dict[str, dict[str, Any]]]:
+    data: rb.Interactions, cfg: rb.BuildConfig, tuned: rb.Tuned, seed: int
+) -> tuple[dict[str, RecallTable], dict[str, dict[str, Any]]]:
     """The configured tables built on every event, with the tuned settings; each
     one's card entry (its settings, size and build time)."""
-    tables: dict[str, NeighbourTable] = {}
+    tables: dict[str, RecallTable] = {}
     sources: dict[str, dict[str, Any]] = {}
     if "knn" in cfg.methods:
         t0 = time.perf_counter()
@@ -183,8 +187,14 @@ def _tables(
         tables["ease"] = rb.ease_table(data, lam, cfg.neighbours, cfg.ease_items)
         sources["ease"] = {"decay": tuned.decay.get("ease", 1.0), "lambda": round(lam, 3),
                            "build_s": round(time.perf_counter() - t0, 2)}  # fmt: skip
+    if "sequence" in cfg.methods:
+        t0 = time.perf_counter()
+        epochs = tuned.sequence_epochs or 1
+        tables["sequence"] = sequence.train(data, epochs, seed)
+        sources["sequence"] = {"epochs": epochs, "dim": sequence.DIM, "length": sequence.LENGTH,
+                               "build_s": round(time.perf_counter() - t0, 2)}  # fmt: skip
     for name, table in tables.items():
-        sources[name] |= {"items": len(table), "entries": len(table.indices), "bytes": table.nbytes}
+        sources[name] |= {"items": len(table), "entries": table.entries, "bytes": table.nbytes}
     return tables, sources
 
 

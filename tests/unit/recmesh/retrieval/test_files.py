@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from recmesh.errors import InvalidArgument
 from recmesh.retrieval import files
+from recmesh.retrieval.sequence import SequenceModel
 from recmesh.retrieval.table import NeighbourTable
 
 
@@ -20,8 +22,22 @@ def test_save_makes_the_version_current_and_loads_back(tmp_path: Path) -> None:
     assert files.current_version(tmp_path) == v
     loaded = files.load_current(tmp_path, "fs-1")
     assert loaded is not None and loaded.version == v
-    assert loaded.tables["knn"].row("a") == [("b", 1.0)]
+    knn = loaded.tables["knn"]
+    assert isinstance(knn, NeighbourTable) and knn.row("a") == [("b", 1.0)]
     assert loaded.card["fusion"] == {"knn": 1.0}
+
+
+def test_the_sequence_model_is_saved_and_read_back_as_its_own_kind(tmp_path: Path) -> None:
+    rng = np.random.default_rng(0)
+    model = SequenceModel(["a", "b", "c"], rng.standard_normal((3, 4)).astype(np.float32),
+                          rng.standard_normal((3, 4)).astype(np.float32), np.zeros(3, np.float32),
+                          np.ones(2, np.float32))  # fmt: skip
+    files.save(tmp_path, {"feature_set_version": "fs-1"}, {"knn": _table(), "sequence": model})
+    loaded = files.load_current(tmp_path, "fs-1")
+    assert loaded is not None
+    back = loaded.tables["sequence"]
+    assert isinstance(back, SequenceModel) and back.same_as(model)
+    assert back.top(["a"], [1.0], 2) == model.top(["a"], [1.0], 2)
 
 
 def test_no_version_is_none(tmp_path: Path) -> None:

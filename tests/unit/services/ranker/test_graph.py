@@ -50,7 +50,9 @@ def test_the_shipped_graph_is_valid_and_runs_recall_concurrently() -> None:
     assert graph.output == "diversity"
     stages = levels(graph)
     assert stages[0] == ["user", "popular"]
-    assert stages[1] == ["covisit", "category", "semantic", "knn", "ease", "similar", "vectors", "revisit"]
+    assert stages[1] == [
+        "covisit", "category", "semantic", "knn", "ease", "sequence", "similar", "vectors", "revisit"
+    ]  # fmt: skip
     assert graph.nodes["score"].resource == "gpu" and graph.nodes["score"].skippable
     assert not graph.nodes["fuse"].skippable
 

@@ -38,10 +38,11 @@ def test_build_tunes_builds_and_records_a_current_version(
     card, _ = recall.build(demo_feature_set, _events(demo_feature_set), tmp_path, progress=lambda _: None)
     assert files.current_version(tmp_path) == card["version"]
     assert card["feature_set_version"] == demo_feature_set.version
-    assert set(card["sources"]) == {"knn", "ease"} and card["tuning"]["users"] > 0
-    assert set(card["fusion"]) <= {"knn", "ease", "popular"} and max(card["fusion"].values()) > 0
+    assert set(card["sources"]) == {"knn", "ease", "sequence"} and card["tuning"]["users"] > 0
+    assert set(card["fusion"]) <= {"knn", "ease", "sequence", "popular"} and max(card["fusion"].values()) > 0
+    assert 1 <= card["sources"]["sequence"]["epochs"] <= 8
     loaded = files.load_current(tmp_path, demo_feature_set.version)
-    assert loaded is not None and len(loaded.tables["knn"]) == 25
+    assert loaded is not None and len(loaded.tables["knn"]) == 25 and len(loaded.tables["sequence"]) == 25
 
 
 def test_a_log_without_the_learnt_behaviours_is_a_clear_error(
@@ -75,7 +76,7 @@ def test_import_keeps_the_current_tables_and_the_cli_says_a_mistake_in_one_line(
     where = ["--model-dir", str(tmp_path), "--repository", str(demo_feature_set.path)]
     assert cli_main(["recall", "import", "--similar", str(table), *where]) == 0
     loaded = files.load_current(tmp_path, demo_feature_set.version)
-    assert loaded is not None and set(loaded.tables) == {"knn", "ease", "similar"}
+    assert loaded is not None and set(loaded.tables) == {"knn", "ease", "sequence", "similar"}
     assert loaded.card["fusion"]["similar"] == 1.0
     capsys.readouterr()
     table.write_text('{"item_id": "i1"}\n')

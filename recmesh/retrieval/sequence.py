@@ -1,0 +1,294 @@
+"""A learnt next-item model over the user's newest items: sequence-aware retrieval.
+
+The tables (item-kNN, EASE) sum what each history item points at, weighted by
+a fixed recency decay; they never learn which of a user's recent items says
+most about the next one, nor anything beyond pair counts. This model does, in
+the factorised Markov chain family (FPMC, Fossil): an item has an input vector
+(as context) and an output vector (as the next item); a user's query is the
+position-weighted sum of their newest items' input vectors,
+
+    q = sum_p a_p * inputs[h_p]          (h_0 the newest item, p < length)
+    score(i) = <q, outputs[i]> + bias[i]
+
+with the position weights a_p learnt too. It is trained on every step of every
+user's sequence in the log (the next item given the previous `length` distinct
+items) with softmax cross-entropy over the whole catalog (over a shared sample
+of it past FULL_SOFTMAX_ITEMS items), each step weighted by its behaviour's
+strength, mini-batch Adam in NumPy, deterministic under a seed. The number of
+epochs is chosen on the build's tuning split (recmesh.retrieval.build), as the
+tables' decays are: it overfits within a few passes on a small log.
+
+It serves through the same interface as a NeighbourTable (`top`: the k best
+items for a user's seeds, excluding some), so the ranker and the offline
+evaluation treat it as one more learnt source; scoring is one matrix-vector
+product over the catalog (100,000 items x 64 dimensions: 26 MB a matrix, a
+few milliseconds).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+F32 = npt.NDArray[np.float32]
+I64 = npt.NDArray[np.int64]
+
+
+class Steps(Protocol):
+    """The log as the model reads it (recmesh.retrieval.build.Interactions): per
+    step its user and item rows and strength, sorted by user, then time."""
+
+    item_ids: list[str]
+    users: I64
+    items: I64
+    weights: F32
+
+    @property
+    def n_items(self) -> int: ...
+
+
+DIM = 64
+LENGTH = 20  # the newest distinct items a query reads
+BATCH = 256
+LEARNING_RATE = 3e-3
+L2 = 1e-4
+# Past this many items a step's softmax runs over its batch's targets and a
+# shared uniform sample of SAMPLED_ITEMS others, not the whole catalog.
+FULL_SOFTMAX_ITEMS = 20_000
+SAMPLED_ITEMS = 4096
+
+
+@dataclass(eq=False)
+class SequenceModel:
+    item_ids: list[str]
+    inputs: F32  # [n, dim]
+    outputs: F32  # [n, dim]
+    bias: F32  # [n]
+    positions: F32  # [length]
+    row_of: dict[str, int] = field(default_factory=dict, compare=False, repr=False)
+    id_rank: I64 = field(default_factory=lambda: np.zeros(0, np.int64), compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        n = len(self.item_ids)
+        if (
+            self.inputs.shape != self.outputs.shape
+            or self.inputs.ndim != 2
+            or len(self.inputs) != n
+            or self.bias.shape != (n,)
+            or self.positions.ndim != 1
+        ):
+            raise ValueError("sequence model: inputs, outputs, bias and positions do not fit together")
+        if not self.row_of:
+            self.row_of = {iid: r for r, iid in enumerate(self.item_ids)}
+        rank = np.empty(n, np.int64)
+        rank[np.argsort(np.asarray(self.item_ids, dtype=object), kind="stable")] = np.arange(n)
+        self.id_rank = rank
+
+    def __len__(self) -> int:
+        return len(self.item_ids)
+
+    def same_as(self, other: SequenceModel) -> bool:
+        """The same items and the same weights, bit for bit."""
+        return self.item_ids == other.item_ids and all(
+            np.array_equal(a, b)
+            for a, b in zip(
+                (self.inputs, self.outputs, self.bias, self.positions),
+                (other.inputs, other.outputs, other.bias, other.positions),
+                strict=True,
+            )
+        )
+
+    @property
+    def length(self) -> int:
+        return len(self.positions)
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.inputs.nbytes + self.outputs.nbytes + self.bias.nbytes + self.positions.nbytes)
+
+    @property
+    def entries(self) -> int:
+        return int(self.inputs.size)
+
+    def query(self, seeds: Sequence[str]) -> F32 | None:
+        """The user's query vector from their newest items (newest first); None
+        when none of them is known."""
+        rows = [r for r in (self.row_of.get(s) for s in seeds[: self.length]) if r is not None]
+        if not rows:
+            return None
+        # an unknown seed keeps its place: the known ones weigh as far back as they are
+        places = [p for p, s in enumerate(seeds[: self.length]) if s in self.row_of]
+        q: F32 = (self.positions[places, None] * self.inputs[rows]).sum(axis=0, dtype=np.float32)
+        return q
+
+    def scores(self, seeds: Sequence[str]) -> F32 | None:
+        q = self.query(seeds)
+        if q is None:
+            return None
+        out: F32 = self.outputs @ q + self.bias
+        return out
+
+    def top(
+        self,
+        seeds: Sequence[str],
+        seed_weights: Sequence[float],
+        k: int,
+        exclude: frozenset[str] = frozenset(),
+    ) -> list[tuple[str, float]]:
+        """The k best next items for these seeds (newest first), best first, ties
+        by item id; `exclude` is never returned. `seed_weights` is unused: the
+        position weights are learnt (the NeighbourTable interface)."""
+        del seed_weights
+        total = self.scores(seeds)
+        if total is None or k <= 0:
+            return []
+        skip = np.fromiter((self.row_of[s] for s in exclude if s in self.row_of), np.int64)
+        if len(skip):
+            total = total.copy()
+            total[skip] = -np.inf
+        want = min(len(total), k + len(skip))
+        part = np.argpartition(-total, want - 1)[:want] if want < len(total) else np.arange(len(total))
+        part = part[np.isfinite(total[part])]
+        order = part[np.lexsort((self.id_rank[part], -total[part]))][:k]
+        ids = self.item_ids
+        return [(ids[r], float(total[r])) for r in order.tolist()]
+
+    def save(self, path: Path) -> None:
+        np.savez(
+            path,
+            item_ids=np.asarray(self.item_ids, dtype=object).astype(str),
+            inputs=self.inputs,
+            outputs=self.outputs,
+            bias=self.bias,
+            positions=self.positions,
+        )
+
+    @classmethod
+    def load(cls, path: Path) -> SequenceModel:
+        with np.load(path, allow_pickle=False) as z:
+            try:
+                return cls(
+                    [str(s) for s in z["item_ids"]],
+                    z["inputs"].astype(np.float32),
+                    z["outputs"].astype(np.float32),
+                    z["bias"].astype(np.float32),
+                    z["positions"].astype(np.float32),
+                )
+            except KeyError as err:
+                raise ValueError(f"{path}: not a sequence model ({err})") from None
+
+
+def examples(data: Steps, length: int) -> tuple[I64, I64, F32]:
+    """Every step of every user's sequence after their first: (the previous
+    `length` distinct items, newest first, padded with n_items; the item; its
+    strength)."""
+    pad = data.n_items
+    contexts: list[list[int]] = []
+    targets: list[int] = []
+    weights: list[float] = []
+    users, items, strengths = data.users.tolist(), data.items.tolist(), data.weights.tolist()
+    recent: list[int] = []
+    for n, (u, item) in enumerate(zip(users, items, strict=True)):
+        if n == 0 or u != users[n - 1]:
+            recent = []
+        if recent:
+            contexts.append(recent[:length] + [pad] * (length - min(length, len(recent))))
+            targets.append(item)
+            weights.append(strengths[n])
+        if item in recent:
+            recent.remove(item)
+        recent.insert(0, item)
+        del recent[length:]
+    if not targets:
+        return np.zeros((0, length), np.int64), np.zeros(0, np.int64), np.zeros(0, np.float32)
+    return np.asarray(contexts, np.int64), np.asarray(targets, np.int64), np.asarray(weights, np.float32)
+
+
+EpochCheck = Callable[[int, SequenceModel], bool]
+
+
+def train(
+    data: Steps,
+    epochs: int,
+    seed: int = 0,
+    dim: int = DIM,
+    length: int = LENGTH,
+    after_epoch: EpochCheck | None = None,
+) -> SequenceModel:
+    """Train for `epochs` passes (module docstring). `after_epoch(epoch, model)`
+    (1-based) sees the model after each pass and may stop the training by
+    returning False; the model returned is the last one trained."""
+    n = data.n_items
+    x, y, w = examples(data, length)
+    rng = np.random.default_rng(seed)
+    inputs = (rng.standard_normal((n + 1, dim)) * 0.05).astype(np.float32)  # row n: padding, kept 0
+    inputs[n] = 0.0
+    outputs = (rng.standard_normal((n, dim)) * 0.05).astype(np.float32)
+    bias = np.zeros(n, np.float32)
+    positions = (0.8 ** np.arange(length)).astype(np.float32)
+    params = [inputs, outputs, bias, positions]
+    adam = _Adam(params)
+    full = n <= FULL_SOFTMAX_ITEMS
+
+    def model() -> SequenceModel:
+        return SequenceModel(list(data.item_ids), inputs[:n].copy(), outputs.copy(), bias.copy(),
+                             positions.copy())  # fmt: skip
+
+    for epoch in range(1, epochs + 1):
+        order = rng.permutation(len(y))
+        for start in range(0, len(y), BATCH):
+            idx = order[start : start + BATCH]
+            xb, yb, wb = x[idx], y[idx], w[idx]
+            sample = () if full else (yb, rng.integers(0, n, SAMPLED_ITEMS))
+            cols = np.arange(n) if full else np.unique(np.concatenate(sample))
+            target_col = yb if full else np.searchsorted(cols, yb)
+            emb = inputs[xb]  # [b, length, dim]
+            q = np.einsum("l,bld->bd", positions, emb)
+            out_c, bias_c = outputs[cols], bias[cols]
+            logits = q @ out_c.T + bias_c
+            logits -= logits.max(axis=1, keepdims=True)
+            p = np.exp(logits)
+            p /= p.sum(axis=1, keepdims=True)
+            g = p
+            g[np.arange(len(yb)), target_col] -= 1.0
+            g *= (wb / wb.sum())[:, None]
+            g_out = np.zeros_like(outputs)
+            g_out[cols] = g.T @ q
+            g_bias = np.zeros_like(bias)
+            g_bias[cols] = g.sum(axis=0)
+            g_q = g @ out_c
+            g_pos = np.einsum("bd,bld->l", g_q, emb)
+            g_in = np.zeros_like(inputs)
+            np.add.at(g_in, xb.ravel(), (positions[None, :, None] * g_q[:, None, :]).reshape(-1, dim))
+            g_in[n] = 0.0
+            g_in += L2 * inputs
+            g_out += L2 * outputs
+            adam.step([g_in, g_out, g_bias, g_pos])
+            inputs[n] = 0.0
+        if after_epoch is not None and not after_epoch(epoch, model()):
+            break
+    return model()
+
+
+class _Adam:
+    def __init__(self, params: list[npt.NDArray[np.float32]], lr: float = LEARNING_RATE) -> None:
+        self.params = params
+        self.lr = lr
+        self.m = [np.zeros_like(p) for p in params]
+        self.v = [np.zeros_like(p) for p in params]
+        self.t = 0
+
+    def step(self, grads: list[npt.NDArray[np.float32]]) -> None:
+        self.t += 1
+        c1, c2 = 1 - 0.9**self.t, 1 - 0.999**self.t
+        for k, g in enumerate(grads):  # in place: the model's arrays are the ones trained
+            self.m[k] *= 0.9
+            self.m[k] += 0.1 * g
+            self.v[k] *= 0.999
+            self.v[k] += 0.001 * g * g
+            self.params[k] -= (self.lr / c1) * self.m[k] / (np.sqrt(self.v[k] / c2) + 1e-8)

@@ -1,0 +1,92 @@
+"""The next-item sequence model: its examples, what it learns, how it serves."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from recmesh.retrieval import build as rb
+from recmesh.retrieval import sequence
+from recmesh.retrieval.sequence import SequenceModel
+from tests.unit.recmesh.retrieval.test_build import sequences
+
+CHAIN = [f"i{n}" for n in range(12)]
+
+
+def _chains(users: int = 600, length: int = 8, seed: int = 0) -> rb.Interactions:
+    """Every user walks the chain i0 -> i1 -> ... -> i11 -> i0 from a random start:
+    the next item is fixed by the newest one, and co-occurrence alone cannot tell
+    which neighbour comes next (i3 is as often beside i2 as beside i4)."""
+    rng = np.random.default_rng(seed)
+    seqs = {}
+    for u in range(users):
+        start = int(rng.integers(len(CHAIN)))
+        seqs[f"u{u}"] = [CHAIN[(start + k) % len(CHAIN)] for k in range(length)]
+    return rb.interactions(sequences(seqs), {"view": 1.0})
+
+
+def test_examples_are_each_step_with_the_previous_distinct_items_newest_first() -> None:
+    data = rb.interactions(sequences({"u": ["a", "b", "a", "c"], "v": ["d"]}), {"view": 1.0})
+    x, y, w = sequence.examples(data, length=3)
+    pad = data.n_items
+    name = {r: i for r, i in enumerate(data.item_ids)} | {pad: "-"}
+    assert [[name[int(r)] for r in row] for row in x] == [["a", "-", "-"], ["b", "a", "-"], ["a", "b", "-"]]
+    assert [name[int(r)] for r in y] == ["b", "a", "c"]
+    assert w.tolist() == [1.0, 1.0, 1.0]
+
+
+def test_it_learns_which_item_comes_next_where_pair_counts_cannot() -> None:
+    data = _chains()
+    model = sequence.train(data, epochs=10, seed=0)
+    for n, item in enumerate(CHAIN):
+        after = CHAIN[(n + 1) % len(CHAIN)]
+        assert model.top([item], [1.0], 1)[0][0] == after
+        # two steps of history, the newest first: still the item after the newest
+        before = CHAIN[n - 1]
+        assert model.top([item, before], [1.0, 1.0], 1, frozenset({before}))[0][0] == after
+    # the newest item says the most
+    assert model.positions[0] > abs(model.positions[5])
+    # the symmetric table cannot tell the next item from the previous one
+    knn = rb.knn_table(data, previous=1, neighbours=10)
+    row = dict(knn.row("i5"))
+    assert np.isclose(row["i4"], row["i6"], rtol=0.3)
+
+
+def test_a_sampled_softmax_learns_the_same_on_a_large_catalog(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sequence, "FULL_SOFTMAX_ITEMS", 4)
+    monkeypatch.setattr(sequence, "SAMPLED_ITEMS", 5)
+    model = sequence.train(_chains(), epochs=10, seed=0)
+    nexts = [model.top([item], [1.0], 1)[0][0] for item in CHAIN]
+    hits = sum(got == CHAIN[(n + 1) % len(CHAIN)] for n, got in enumerate(nexts))
+    assert hits >= 10
+
+
+def test_training_is_deterministic_under_a_seed_and_stops_when_told() -> None:
+    data = _chains(users=30)
+    a = sequence.train(data, epochs=2, seed=3)
+    b = sequence.train(data, epochs=2, seed=3)
+    assert a.same_as(b)
+    seen: list[int] = []
+
+    def check(epoch: int, _model: SequenceModel) -> bool:
+        seen.append(epoch)
+        return epoch < 2
+
+    sequence.train(data, epochs=5, seed=3, after_epoch=check)
+    assert seen == [1, 2]
+
+
+def test_top_excludes_breaks_ties_by_id_and_knows_no_unknown_seed() -> None:
+    model = SequenceModel(
+        ["c", "a", "b"],
+        np.eye(3, 2, dtype=np.float32),
+        np.zeros((3, 2), np.float32),
+        np.asarray([0.0, 1.0, 1.0], np.float32),
+        np.ones(2, np.float32),
+    )
+    assert model.top(["c"], [1.0], 3) == [("a", 1.0), ("b", 1.0), ("c", 0.0)]
+    assert model.top(["c"], [1.0], 2, frozenset({"a"})) == [("b", 1.0), ("c", 0.0)]
+    assert model.top(["zzz"], [1.0], 3) == []
+    with pytest.raises(ValueError, match="do not fit"):
+        SequenceModel(["a"], np.zeros((2, 2), np.float32), np.zeros((2, 2), np.float32),
+                      np.zeros(2, np.float32), np.ones(1, np.float32))  # fmt: skip
