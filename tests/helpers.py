@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import shutil
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
@@ -18,14 +19,15 @@ from recmesh.clients.base import GrpcClient
 from recmesh.events import Event
 from recmesh.features import keys
 from recmesh.grpcserver import GRPC_OPTIONS
+from recmesh.modeldir import EMBEDDER_DIR
 from recmesh.tools.localinfra import free_port
 from services.feature.store import FeatureStore
 from services.feature.writer import EventWriter, WriteResult
 from services.gateway.edge import Caller, ClassPolicy
 
 __all__ = [
-    "CountingPolicy", "card_schema", "free_port", "grpc_server", "poll_until", "request_count",
-    "served_client", "tile_events", "write_events",
+    "CountingPolicy", "card_schema", "free_port", "grpc_server", "own_model_dir", "poll_until",
+    "request_count", "served_client", "tile_events", "write_events",
 ]  # fmt: skip
 
 
@@ -138,3 +140,14 @@ def card_schema(model_dir: Path) -> tuple[str, list[str]]:
     assert path is not None, f"no model in {model_dir}"
     card = json.loads((path / "card.json").read_text())
     return str(card["feature_set_version"]), list(card["input"]["columns"])
+
+
+def own_model_dir(model_dir: Path, embed_model_dir: Path, dest: Path) -> Path:
+    """A process's own copy of the session's model directory: the CTR model
+    copied, the session's text model linked, and no item vectors. A process
+    that writes into its model directory (`recmesh up` embeds the catalog into
+    MODEL_DIR/item_vectors in the background) must not leave them for the
+    tests that read the shared one (the semantic source appears there)."""
+    shutil.copytree(model_dir, dest, ignore=shutil.ignore_patterns(EMBEDDER_DIR, "*item_vectors*"))
+    (dest / EMBEDDER_DIR).symlink_to(embed_model_dir / EMBEDDER_DIR)
+    return dest

@@ -20,6 +20,8 @@ items, each hashed into buckets, one column per position).
 
 from __future__ import annotations
 
+import math
+import random
 import zlib
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -367,31 +369,88 @@ MAX_HISTORY = 20
 ITEM_BUCKETS = 4096
 
 
-def _vocabulary(values: Iterable[Any], cap: int = MAX_VOCABULARY) -> tuple[str, ...]:
-    counts: Counter[str] = Counter()
-    for v in values:
-        counts.update(_as_list(v))
-    return tuple(v for v, _ in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:cap])
+# Values of a numeric feature kept to judge its skew (InputStats): every one up
+# to this many, a uniform sample of them past it (its median from the sample).
+SKEW_SAMPLE = 262_144
 
 
-def _map_vocabulary(maps: Iterable[Any], extra: Iterable[str], cap: int = MAX_VOCABULARY) -> tuple[str, ...]:
-    counts: Counter[str] = Counter()
-    for m in maps:
-        if isinstance(m, dict):
-            counts.update({k: int(c) for k, c in m.items()})
-    for v in extra:
-        counts[v] += 0
-    return tuple(v for v, _ in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:cap])
+class _Numbers:
+    """A numeric feature's values as `_skewed` reads them, in bounded memory."""
+
+    def __init__(self, seed: int) -> None:
+        self.kept: list[float] = []
+        self.seen = 0
+        self.lowest = math.inf
+        self.highest = -math.inf
+        self._rng = random.Random(seed)
+
+    def add(self, v: Any) -> None:
+        if not isinstance(v, int | float) or isinstance(v, bool):
+            return
+        x = float(v)
+        self.seen += 1
+        self.lowest, self.highest = min(self.lowest, x), max(self.highest, x)
+        if len(self.kept) < SKEW_SAMPLE:
+            self.kept.append(x)
+        else:  # reservoir sampling: each value kept with probability SKEW_SAMPLE / seen
+            n = self._rng.randrange(self.seen)
+            if n < SKEW_SAMPLE:
+                self.kept[n] = x
+
+    def skewed(self) -> bool:
+        if not self.seen or self.lowest < 0:
+            return False
+        kept = sorted(self.kept)
+        return self.highest > 10 * (kept[len(kept) // 2] + 1)
 
 
-def _skewed(values: Sequence[Any]) -> bool:
-    """Non-negative with a long tail: log1p spreads it (counts, popularity)."""
-    xs = [float(v) for v in values if isinstance(v, int | float) and not isinstance(v, bool)]
-    if not xs or min(xs) < 0:
-        return False
-    xs.sort()
-    median = xs[len(xs) // 2]
-    return xs[-1] > 10 * (median + 1)
+class InputStats:
+    """What `plan_inputs` learns from training rows, gathered a row at a time
+    (bounded memory: counts per value, a sample of each numeric feature), so
+    the rows themselves need not be held."""
+
+    def __init__(self, feature_set: FeatureSet) -> None:
+        self.feature_set = feature_set
+        offline = feature_set.features_of("item", "offline")
+        offline_texts = [f.name for f in offline if f.dtype in ("str", "strings")]
+        self.item_attr = feature_set.roles.category or next(iter(offline_texts), None)
+        self.counts: dict[str, Counter[str]] = {f.name: Counter() for f in feature_set.features}
+        self.maps: dict[str, Counter[str]] = {f.name: Counter() for f in feature_set.features}
+        self.numbers = {f.name: _Numbers(n) for n, f in enumerate(feature_set.features)}
+        specs = [(f.entity, (f.name, f.default, self._kind(f))) for f in feature_set.features]
+        self.user_specs = [s for entity, s in specs if entity == "user"]
+        self.item_specs = [s for entity, s in specs if entity == "item"]
+
+    @staticmethod
+    def _kind(f: FeatureDef) -> str:
+        if f.kind == "realtime":
+            if f.aggregate in ("sum", "mean"):
+                return "number"
+            return "map" if f.aggregate == "count_by" else "none"
+        return "number" if f.dtype in ("int", "float") else "values"
+
+    def add(self, user: Mapping[str, Any], item: Mapping[str, Any]) -> None:
+        """One training row: its user's and its item's features."""
+        self.add_row(user, self.user_specs)
+        self.add_row(item, self.item_specs)
+
+    def add_row(self, row: Mapping[str, Any], specs: Sequence[tuple[str, Any, str]]) -> None:
+        for name, default, kind in specs:
+            v = row.get(name, default)
+            if kind == "number":
+                self.numbers[name].add(v)
+            elif kind == "values":
+                self.counts[name].update(_as_list(v))
+            elif kind == "map" and isinstance(v, dict):
+                self.maps[name].update({k: int(c) for k, c in v.items()})
+
+    def vocabulary(self, name: str, cap: int = MAX_VOCABULARY) -> tuple[str, ...]:
+        counts = self.counts[name]
+        return tuple(v for v, _ in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:cap])
+
+    def map_vocabulary(self, name: str, cap: int = MAX_VOCABULARY) -> tuple[str, ...]:
+        counts = self.maps[name]
+        return tuple(v for v, _ in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:cap])
 
 
 def plan_inputs(
@@ -400,24 +459,30 @@ def plan_inputs(
     """The inputs recmesh's model family reads, learned from training rows
     (`users[i]`, `items[i]`: the features of row i): every declared feature
     turned into columns by its type, vocabularies from the rows."""
+    stats = InputStats(feature_set)
+    for u in users:
+        stats.add_row(u, stats.user_specs)
+    for it in items:
+        stats.add_row(it, stats.item_specs)
+    return plan_from(stats)
+
+
+def plan_from(stats: InputStats) -> tuple[Transform, ...]:
+    """`plan_inputs` from the statistics of the rows (InputStats)."""
+    feature_set = stats.feature_set
     roles = feature_set.roles
     out: list[Transform] = []
-    item_attr = roles.category or next(
-        (f.name for f in feature_set.features_of("item", "offline") if f.dtype in ("str", "strings")), None
-    )
+    item_attr = stats.item_attr
     attr_vocab: tuple[str, ...] = ()
     if item_attr is not None:
-        default = feature_set.by_name[item_attr].default
-        attr_vocab = _vocabulary([it.get(item_attr, default) for it in items])
+        attr_vocab = stats.vocabulary(item_attr)
     for f in feature_set.features:
-        rows = users if f.entity == "user" else items
-        vals = [r.get(f.name, f.default) for r in rows]
         prefix = f"{f.entity[0]}_{f.name}"
         if f.kind == "realtime":
-            out += _realtime_inputs(feature_set, f, vals, prefix, item_attr, attr_vocab)
+            out += _realtime_inputs(feature_set, f, stats, prefix, item_attr, attr_vocab)
             continue
         if f.dtype in ("int", "float"):
-            kind = "log1p" if _skewed(vals) else "value"
+            kind = "log1p" if stats.numbers[f.name].skewed() else "value"
             out.append(Transform(kind, f.name, f.entity, prefix, default=f.default))
         elif f.entity == "item" and f.name == item_attr:
             out.append(Transform("one_hot", f.name, "item", prefix, vocabulary=attr_vocab, default=f.default,
@@ -428,7 +493,7 @@ def plan_inputs(
                           of_default=feature_set.by_name[roles.category].default)
             )  # fmt: skip
         else:
-            vocab = _vocabulary(vals, 16 if f.entity == "user" else MAX_VOCABULARY)
+            vocab = stats.vocabulary(f.name, 16 if f.entity == "user" else MAX_VOCABULARY)
             out.append(Transform("one_hot", f.name, f.entity, prefix, vocabulary=vocab, default=f.default))
     out.append(
         Transform("hash_bucket", "item_id", "item", "i_id_bucket", buckets=ITEM_BUCKETS, role="item_id")
@@ -437,15 +502,15 @@ def plan_inputs(
 
 
 def _realtime_inputs(
-    feature_set: FeatureSet, f: FeatureDef, vals: Sequence[Any], prefix: str, item_attr: str | None,
+    feature_set: FeatureSet, f: FeatureDef, stats: InputStats, prefix: str, item_attr: str | None,
     attr_vocab: tuple[str, ...],
 ) -> list[Transform]:  # fmt: skip
-    """A real-time feature's inputs, by its aggregate (`vals`: its values on the training rows)."""
+    """A real-time feature's inputs, by its aggregate (`stats`: the training rows')."""
     out: list[Transform] = []
     if f.aggregate == "count":
         out.append(Transform("log1p", f.name, f.entity, prefix, default=f.default))
     elif f.aggregate in ("sum", "mean"):
-        kind = "log1p" if _skewed(vals) else "value"
+        kind = "log1p" if stats.numbers[f.name].skewed() else "value"
         out.append(Transform(kind, f.name, f.entity, prefix, default=f.default))
     elif f.aggregate == "last_n":
         of = "item_id" if f.entity == "user" else "user_id"
@@ -461,7 +526,7 @@ def _realtime_inputs(
                       of_default=other_default)
         )  # fmt: skip
         if f.entity == "user" and f.by == item_attr and f.name == (feature_set.roles.affinity or f.name):
-            vocab = attr_vocab or _map_vocabulary(vals, ())
+            vocab = attr_vocab or stats.map_vocabulary(f.name)
             out.append(Transform("distribution", f.name, "user", f"{prefix}_dist", vocabulary=vocab,
                                  default=f.default, role="intent"))  # fmt: skip
     return out

@@ -3,6 +3,7 @@ maps them (`catalog load`, `init`, `recmesh up`), with progress on long files.""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -10,19 +11,30 @@ from typing import Any
 from recmesh.features.repository import Entity, FeatureSet
 
 
-def progress_bar(say: Callable[[str], None], label: str, total: int | None) -> Callable[[int], None]:
-    """A progress line at every tenth of `total` (or every 100,000 without one)."""
+def progress_bar(
+    say: Callable[[str], None], label: str, total: int | None, unit: str = ""
+) -> Callable[[int], None]:
+    """A progress line at every tenth of `total` (or every 100,000 without one),
+    with the rate so far and, given a total, the time left at that rate."""
     shown = [-1]
+    started = time.perf_counter()
+    per = f" {unit}" if unit else ""
+
+    def rate(done: int) -> tuple[str, float]:
+        per_s = done / max(1e-9, time.perf_counter() - started)
+        return f"{per_s:,.0f}{per}/s", per_s
 
     def update(done: int) -> None:
         if total:
             tenth = min(10, done * 10 // total)
             if tenth != shown[0]:
                 shown[0] = tenth
-                say(f"  {label} [{'#' * tenth}{'.' * (10 - tenth)}] {done:,}/{total:,}")
+                speed, per_s = rate(done)
+                left = f", ~{(total - done) / per_s:,.0f} s left" if 0 < done < total and per_s else ""
+                say(f"  {label} [{'#' * tenth}{'.' * (10 - tenth)}] {done:,}/{total:,}{per} ({speed}{left})")
         elif done // 100_000 != shown[0]:
             shown[0] = done // 100_000
-            say(f"  {label} {done:,}")
+            say(f"  {label} {done:,}{per} ({rate(done)[0]})")
 
     return update
 

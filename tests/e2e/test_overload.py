@@ -18,7 +18,7 @@ import pytest
 from recmesh.tools.bench.loadgen import LoadSpec, closed_loop, offer, summarise
 from recmesh.tools.up import DEMO_API_KEY
 from tests.e2e.test_up import PORT_VARS
-from tests.helpers import free_port, poll_until
+from tests.helpers import free_port, own_model_dir, poll_until
 
 # Timing-sensitive: it needs the two cores to itself. Alone on the 2-core box
 # class A kept 100% goodput (p99 206-263 ms) in three runs while C was 67-83%
@@ -35,11 +35,14 @@ pytestmark = [
 
 
 @pytest.fixture(scope="module")
-def mesh_url(tmp_path_factory: pytest.TempPathFactory, model_dir: Path) -> Iterator[tuple[str, str]]:
+def mesh_url(
+    tmp_path_factory: pytest.TempPathFactory, model_dir: Path, embed_model_dir: Path
+) -> Iterator[tuple[str, str]]:
     """The gateway's public URL and its metrics port's."""
     state = tmp_path_factory.mktemp("overload")
+    own = own_model_dir(model_dir, embed_model_dir, state / "models")
     ports = {name: free_port() for name in PORT_VARS}
-    env = dict(os.environ, RECMESH_STATE_DIR=str(state), RECMESH_MODEL_DIR=str(model_dir),
+    env = dict(os.environ, RECMESH_STATE_DIR=str(state), RECMESH_MODEL_DIR=str(own),
                RECMESH_CONTROLLER_WINDOW_S="2", **{k: str(v) for k, v in ports.items()})  # fmt: skip
     log = state / "up.log"
     with log.open("ab") as fh:

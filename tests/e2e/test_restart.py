@@ -18,7 +18,7 @@ import httpx
 import pytest
 
 from tests.e2e.test_up import PORT_VARS
-from tests.helpers import free_port, poll_until
+from tests.helpers import free_port, own_model_dir, poll_until
 
 pytestmark = pytest.mark.e2e
 
@@ -87,9 +87,12 @@ class Up:
         return sum(float(x.split()[-1]) for x in text.splitlines() if x.startswith((f"{name} ", f"{name}{{")))
 
 
-async def test_redis_state_survives_a_restart_and_fresh_starts_empty(tmp_path: Path, model_dir: Path) -> None:
+async def test_redis_state_survives_a_restart_and_fresh_starts_empty(
+    tmp_path: Path, model_dir: Path, embed_model_dir: Path
+) -> None:
     state = tmp_path / "state"
     state.mkdir()
+    model_dir = own_model_dir(model_dir, embed_model_dir, tmp_path / "models")
     first = Up(state, model_dir, 1)
     try:
         assert "nothing from earlier runs" in first.text()

@@ -28,7 +28,7 @@ from recmesh.tools.bench.proccpu import child_pids
 from recmesh.tools.localinfra import port_is_free
 from recmesh.tools.up import DEMO_API_KEY
 from recmesh.v1 import recommender_pb2, recommender_pb2_grpc
-from tests.helpers import free_port, poll_until
+from tests.helpers import free_port, own_model_dir, poll_until
 
 pytestmark = pytest.mark.e2e
 
@@ -65,11 +65,14 @@ def _alive(pid: int) -> bool:
 
 
 @pytest.fixture(scope="module")
-def running(tmp_path_factory: pytest.TempPathFactory, model_dir: Path) -> Iterator[Running]:
+def running(
+    tmp_path_factory: pytest.TempPathFactory, model_dir: Path, embed_model_dir: Path
+) -> Iterator[Running]:
     state = tmp_path_factory.mktemp("state")
+    own = own_model_dir(model_dir, embed_model_dir, state / "models")
     ports = {name: free_port() for name in PORT_VARS}
     spans = state / "spans.jsonl"
-    env = dict(os.environ, RECMESH_STATE_DIR=str(state), RECMESH_MODEL_DIR=str(model_dir),
+    env = dict(os.environ, RECMESH_STATE_DIR=str(state), RECMESH_MODEL_DIR=str(own),
                RECMESH_SPANS_FILE=str(spans), RECMESH_SERVED_LOG_RATE="1",
                **{k: str(v) for k, v in ports.items()})  # fmt: skip
     for var in ("REDIS_URL", "KAFKA_BOOTSTRAP", "RECMESH_TLS"):  # RECMESH_TLS: its default, on

@@ -7,7 +7,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -18,9 +17,8 @@ import pytest
 
 from recmesh.clients.base import HealthProbe
 from recmesh.clients.inference import InferenceClient
-from recmesh.modeldir import EMBEDDER_DIR
 from services.inference.server import TEXT_HEALTH_NAME
-from tests.helpers import card_schema, free_port, poll_until
+from tests.helpers import card_schema, free_port, own_model_dir, poll_until
 
 
 def _spawn(model_dir: Path, log: Path, **extra: str) -> tuple[subprocess.Popen[bytes], str]:
@@ -38,9 +36,7 @@ def _events(log: Path) -> dict[str, dict[str, Any]]:
 
 
 async def test_serving_then_text_models(model_dir: Path, embed_model_dir: Path, tmp_path: Path) -> None:
-    own = tmp_path / "models"
-    shutil.copytree(model_dir, own, ignore=shutil.ignore_patterns(EMBEDDER_DIR, "*item_vectors*"))
-    (own / EMBEDDER_DIR).symlink_to(embed_model_dir / EMBEDDER_DIR)
+    own = own_model_dir(model_dir, embed_model_dir, tmp_path / "models")
     log = tmp_path / "inference.log"
     proc, addr = _spawn(own, log, RECMESH_TEXT_BACKEND="onnx")
     probe, client = HealthProbe(addr), InferenceClient(addr, "test")

@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import csv
 import os
-import shutil
 import subprocess
 import sys
 from collections.abc import AsyncIterator
@@ -27,12 +26,11 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from recmesh.features.repository import DEMO_REPOSITORY, load_feature_set
-from recmesh.modeldir import EMBEDDER_DIR
 from recmesh.redis_client import connect
 from recmesh.tools.demo.generate import make_catalog, offline_rows
 from recmesh.tools.localinfra import ManagedProcess
 from services.feature.catalog import load_catalog
-from tests.helpers import free_port, poll_until
+from tests.helpers import free_port, own_model_dir, poll_until
 
 ROOT = Path(__file__).resolve().parents[2]
 RUN_S = 6
@@ -56,10 +54,7 @@ async def gateway_url(
         await load_catalog(client, load_feature_set(DEMO_REPOSITORY), *offline_rows(make_catalog()))
     finally:
         await client.aclose()
-    own = tmp_path / "models"
-    # The CTR model only: another test's `recmesh up` may have added text models to model_dir.
-    shutil.copytree(model_dir, own, ignore=shutil.ignore_patterns(EMBEDDER_DIR, "*item_vectors*"))
-    (own / EMBEDDER_DIR).symlink_to(embed_model_dir / EMBEDDER_DIR)
+    own = own_model_dir(model_dir, embed_model_dir, tmp_path / "models")
     ports = {name: free_port() for name in (
         "FEATURE_PORT", "INFERENCE_PORT", "RANKER_PORT", "GATEWAY_HTTP_PORT", "GATEWAY_GRPC_PORT",
         "GATEWAY_METRICS_PORT", "FEATURE_METRICS_PORT", "INFERENCE_METRICS_PORT",

@@ -16,6 +16,7 @@ def add_commands(sub: Any) -> None:
     _add_import(bench)
     _add_windows(bench)
     _add_recall(bench)
+    _add_train(bench)
     _add_inference(bench)
     _add_degrade(bench)
     _add_embed(bench)
@@ -131,6 +132,16 @@ def _add_recall(bench: Any) -> None:
     br.add_argument("--repeat", type=positive_int, default=5, help="blocks per source, alternated")
     br.add_argument("--json", action="store_true")
     br.set_defaults(func=lazy("recmesh.tools.bench.recall"))
+
+
+def _add_train(bench: Any) -> None:
+    bt = bench.add_parser("train", help="recmesh train's time per event and peak memory as the log grows")
+    bt.add_argument("--sizes", type=whole_numbers, default=[250_000, 1_000_000],
+                    help="generated shop logs of about these many purchases (comma-separated)")  # fmt: skip
+    bt.add_argument("--movielens", help="MovieLens-100k's canonical log too (make movielens)")
+    bt.add_argument("--epochs", type=positive_int, default=4, help="passes over the training rows")
+    bt.add_argument("--json", action="store_true")
+    bt.set_defaults(func=lazy("recmesh.tools.bench.train"))
 
 
 def _add_inference(bench: Any) -> None:

@@ -4,7 +4,10 @@ with --ranking the served ranking's quality on held-out examples."""
 from __future__ import annotations
 
 import argparse
+import shutil
 import sys
+import tempfile
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -17,6 +20,40 @@ def _ranking_dir() -> Path:
     from recmesh.settings import UpSettings
 
     return UpSettings().state_dir / "ranking"
+
+
+# What one replayed example holds in memory (its user and item features) until
+# its chunk is vectorised, about: `--max-memory` sizes the chunk by it.
+EXAMPLE_BYTES = 2048
+SIZE_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+
+
+def memory_size(text: str) -> int:
+    """Bytes of '512M', '2G', '1.5G' or a plain number."""
+    raw = text.strip().upper().removesuffix("B")
+    unit = raw[-1:] if raw[-1:] in SIZE_UNITS else ""
+    try:
+        value = float(raw[: len(raw) - len(unit)])
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: want a size such as 512M or 2G") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: want a positive size")
+    return int(value * SIZE_UNITS[unit])
+
+
+def chunk_rows(max_memory: int) -> int:
+    """Examples per replayed chunk: a quarter of the memory allowed, 4,096 to 1,048,576."""
+    return max(4096, min(1 << 20, max_memory // 4 // EXAMPLE_BYTES))
+
+
+def _metered(events: Iterable[Any], total: int, say: Any) -> Iterator[Any]:
+    from recmesh.tools.catalog import progress_bar
+
+    bar = progress_bar(say, "replay", total, "events")
+    for n, ev in enumerate(events, start=1):
+        if n % 10_000 == 0 or n == total:
+            bar(n)
+        yield ev
 
 
 def check_or_refuse(
@@ -76,7 +113,7 @@ def _tune_blend(
     if tuned.hold is not None and tuned.candidates:
         probe = rows_before(dataset, tuned.hold.as_of)
         say(f"a probe model for the blend: the same training without the {len(tuned.hold.as_of):,} tuning "
-            f"users' held-out parts ({len(dataset.y) - len(probe.y):,} rows) ...")  # fmt: skip
+            f"users' held-out parts ({len(dataset.y) - int(probe.in_use.sum()):,} rows) ...")  # fmt: skip
         with tempfile.TemporaryDirectory(prefix="recmesh-probe-") as tmp:
             train(cfg, Path(tmp), feature_set, probe, progress=lambda _: None)
             changes = recall.tune_blend(feature_set, tuned, users, items, Path(tmp), model_dir, version, say)
@@ -97,12 +134,13 @@ class _Training:
     tuned: Any = None
     users: Any = None
     items: Any = None
+    rows_dir: Path | None = None  # the rows on disk while training (removed after)
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
     from recmesh.settings import InferenceSettings
     from recmesh.tools.cli.common import repository
-    from recmesh.tools.training.train import TrainConfig, train
+    from recmesh.tools.training.train import TrainConfig
 
     feature_set = repository(args)
     model_dir = Path(args.model_dir) if args.model_dir else InferenceSettings().model_dir
@@ -112,12 +150,21 @@ def _cmd_train(args: argparse.Namespace) -> int:
         raise InvalidArgument(
             "--ranking needs the event log (--events LOG) to hold users' last examples out of"
         )
-    if args.events:
-        run = _from_log(args, feature_set, model_dir, say)
-    elif not feature_set.demo:
+    if not args.events and not feature_set.demo:
         raise InvalidArgument(f"repository {feature_set.name!r}: give your event log with --events LOG")
-    else:
-        run = _Training(model_dir)
+    run = _Training(model_dir)
+    try:
+        if args.events:
+            run = _from_log(args, feature_set, model_dir, run, say)
+        return _train_run(args, cfg, feature_set, run, say)
+    finally:
+        if run.rows_dir is not None:
+            shutil.rmtree(run.rows_dir, ignore_errors=True)
+
+
+def _train_run(args: argparse.Namespace, cfg: Any, feature_set: Any, run: _Training, say: Any) -> int:
+    from recmesh.tools.training.train import train
+
     card = train(cfg, run.model_dir, feature_set, run.dataset, progress=say)
     recall_card = run.recall_card
     if recall_card is not None and run.tuned is not None and run.dataset is not None:
@@ -140,7 +187,9 @@ def _cmd_train(args: argparse.Namespace) -> int:
     return 0
 
 
-def _from_log(args: argparse.Namespace, feature_set: Any, model_dir: Path, say: Any) -> _Training:
+def _from_log(
+    args: argparse.Namespace, feature_set: Any, model_dir: Path, run: _Training, say: Any
+) -> _Training:
     """Training rows replayed from --events (with --ranking, from its training
     part, the model going to the ranking state), and learnt retrieval from the
     same events when the repository declares it."""
@@ -157,7 +206,12 @@ def _from_log(args: argparse.Namespace, feature_set: Any, model_dir: Path, say: 
     logged_all = list(sorted_events(Path(args.events), feature_set.event_schema))
     events = iter(logged_all)
     check_or_refuse(feature_set, logged_all, users, items, bool(args.ranking), say)
-    run = _Training(model_dir, users=users, items=items)
+    run.users, run.items = users, items
+    from recmesh.settings import UpSettings
+
+    training_dir = UpSettings().state_dir / "training"
+    training_dir.mkdir(parents=True, exist_ok=True)
+    run.rows_dir = Path(tempfile.mkdtemp(dir=training_dir, prefix="rows-"))
     split = None
     if args.ranking:
         split = run.split = _hold_out(args, feature_set, logged_all, target, say)
@@ -180,7 +234,11 @@ def _from_log(args: argparse.Namespace, feature_set: Any, model_dir: Path, say: 
             target=target,
         )
         events = iter(logged)
-    dataset = run.dataset = build_dataset(feature_set, events, users, items)
+    total = len(split.training) if split is not None else len(logged_all)
+    dataset = run.dataset = build_dataset(
+        feature_set, _metered(events, total, say), users, items, rows_dir=run.rows_dir,
+        chunk_rows=chunk_rows(args.max_memory), say=say,
+    )  # fmt: skip
     recall_card = run.recall_card
     dataset.source = {
         "events": str(Path(args.events).resolve()),
@@ -283,5 +341,10 @@ def add_commands(sub: Any) -> None:
         "views and carts stay history (default: any positive; retrieval's tuning: the strongest)",
     )
     tr.add_argument("--k", type=int, default=10, help="with --ranking: the cut-off of HR@k and NDCG@k")
+    tr.add_argument(
+        "--max-memory", type=memory_size, default="2G", metavar="SIZE",
+        help="what the replay's chunk of training examples is sized to (a quarter of it; the rows "
+        "themselves go to files under <state>/training and are read a batch at a time), e.g. 512M",
+    )  # fmt: skip
     tr.add_argument("--json", action="store_true", help="print figures as JSON on the last line")
     tr.set_defaults(func=_cmd_train)

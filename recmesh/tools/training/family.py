@@ -188,13 +188,49 @@ def offline_only(layout: Layout, realtime_columns: set[str]) -> Variant:
     return Variant(0, tuple(c for c in layout.dense if c not in realtime_columns), 128, False)
 
 
-def pick_level1(x: F32, y: F32, layout: Layout) -> tuple[str, ...]:
+# Rows read at a time where a pass over the rows needs no more than one row's
+# result (moments; predictions, PREDICT_ROWS: a row's history embeddings are
+# 20 x 128 floats while scored): the rows may be a file mapped in, not memory.
+CHUNK_ROWS = 65_536
+PREDICT_ROWS = 4096
+# Single-column AUCs (pick_level1) are measured on at most this many training
+# rows, evenly spaced: every row below it.
+LEVEL1_SAMPLE = 1_000_000
+# A file-backed matrix is mapped afresh every this many mini-batches, so the
+# pages random batches touched leave the process (the page cache keeps them):
+# a random row touches a 4 KB page, so 8 batches of 1,024 hold at most 32 MB.
+REMAP_BATCHES = 8
+
+Rows = npt.NDArray[np.int64]
+
+
+def _all_rows(x: F32, rows: Rows | None) -> Rows:
+    return np.arange(len(x), dtype=np.int64) if rows is None else rows
+
+
+def _fresh(x: F32) -> F32:
+    """A file-backed matrix mapped again (its touched pages released); any other as it is."""
+    if isinstance(x, np.memmap) and x.filename is not None:
+        mapped: F32 = np.load(x.filename, mmap_mode="r")
+        return mapped
+    return x
+
+
+def pick_level1(x: F32, y: F32, layout: Layout, rows: Rows | None = None) -> tuple[str, ...]:
     """Feature sampling keeps the more predictive half of the dense columns,
-    by how far each column alone ranks the training rows from chance."""
+    by how far each column alone ranks the training rows (`rows` of x and y;
+    None: all) from chance, measured on at most LEVEL1_SAMPLE of them."""
+    rows = _all_rows(x, rows)
+    if len(rows) > LEVEL1_SAMPLE:
+        rows = rows[np.linspace(0, len(rows) - 1, LEVEL1_SAMPLE).astype(np.int64)]
+    cols = [layout.columns.index(c) for c in layout.dense]
+    parts = [_fresh(x)[rows[s : s + CHUNK_ROWS]][:, cols] for s in range(0, len(rows), CHUNK_ROWS)]
+    block = np.concatenate(parts) if parts else np.zeros((0, len(cols)), np.float32)
+    yr = y[rows]
     strength = []
-    for c in layout.dense:
-        col = x[:, layout.columns.index(c)]
-        strength.append((abs(auc(y, col) - 0.5) if np.ptp(col) > 0 else 0.0, c))
+    for n, c in enumerate(layout.dense):
+        col = block[:, n]
+        strength.append((abs(auc(yr, col) - 0.5) if len(col) and np.ptp(col) > 0 else 0.0, c))
     keep = max(1, (len(layout.dense) + 1) // 2)
     chosen = {c for _, c in sorted(strength, key=lambda s: (-s[0], s[1]))[:keep]}
     return tuple(c for c in layout.dense if c in chosen)
@@ -207,10 +243,20 @@ class Family:
     std: F32
     params: dict[str, F32]
 
-    def predict(self, x: F32, variant: Variant) -> F32:
-        """Scores for raw input rows through the given sub-network (NumPy)."""
-        batch = _Batch.of(x, self.layout, self.mean, self.std)
-        return _forward(self.params, batch, variant, _mask(self.layout, variant))[0]
+    def predict(self, x: F32, variant: Variant, rows: Rows | None = None) -> F32:
+        """Scores for raw input rows (`rows` of x; None: all) through the given
+        sub-network (NumPy), PREDICT_ROWS at a time."""
+        mask = _mask(self.layout, variant)
+        if rows is None and len(x) <= PREDICT_ROWS:
+            return _forward(self.params, _Batch.of(x, self.layout, self.mean, self.std), variant, mask)[0]
+        rows = _all_rows(x, rows)
+        out = np.empty(len(rows), np.float32)
+        for s in range(0, len(rows), PREDICT_ROWS):
+            part = _fresh(x)[rows[s : s + PREDICT_ROWS]]  # a fresh mapping: its pages leave with it
+            out[s : s + len(part)] = _forward(
+                self.params, _Batch.of(part, self.layout, self.mean, self.std), variant, mask
+            )[0]
+        return out
 
 
 @dataclass
@@ -247,11 +293,6 @@ class _Batch:
             x[:, list(layout.intent_cols)].astype(np.float32),
             np.clip(raw, 0, layout.buckets - 1).astype(np.int64),
             hist_w.astype(np.float32),
-        )
-
-    def take(self, idx: npt.NDArray[np.int64]) -> _Batch:
-        return _Batch(
-            self.dense[idx], self.ids[idx], self.attr[idx], self.shares[idx], self.hist[idx], self.hist_w[idx]
         )
 
 
@@ -348,27 +389,32 @@ def _init(rng: np.random.Generator, layout: Layout, hidden: int, y_mean: float) 
 def train_family(
     x: F32, y: F32, layout: Layout, configs: Sequence[Variant], *, hidden: int = 32, epochs: int = 4,
     batch_size: int = 1024, lr: float = 0.01, l2_embedding: float = 1e-2, seed: int = 0,
-    progress: Callable[[int, int], None] | None = None, weights: F32 | None = None,
+    progress: Callable[[int, int], None] | None = None, weights: F32 | None = None, rows: Rows | None = None,
 ) -> Family:  # fmt: skip
-    """Mini-batch Adam on the summed loss of `configs` (see the module docstring);
-    `weights`: per row, its weight in the loss (scaled to mean 1)."""
+    """Mini-batch Adam on the summed loss of `configs` (see the module docstring)
+    over `rows` of x and y (None: all); `weights`: per row of x, its weight in
+    the loss (scaled to mean 1 over `rows`). x may be a file mapped in
+    (numpy.load(mmap_mode="r")): only a batch's rows are read at a time."""
     rng = np.random.default_rng(seed)
-    w_all = np.ones(len(y), np.float32) if weights is None else (weights / weights.mean()).astype(np.float32)
-    dense = x[:, layout.dense_idx]
-    mean = dense.mean(axis=0).astype(np.float32)
-    std = (dense.std(axis=0) + 1e-6).astype(np.float32)
-    data = _Batch.of(x, layout, mean, std)
-    p = _init(rng, layout, hidden, float(y.mean()))
+    rows = _all_rows(x, rows)
+    y_tr = y[rows]
+    w_tr = np.ones(len(rows), np.float32) if weights is None else weights[rows]
+    w_all = (w_tr / w_tr.mean()).astype(np.float32)
+    mean, std = _moments(x, rows, layout.dense_idx)
+    p = _init(rng, layout, hidden, float(y_tr.mean()))
     masks = [_mask(layout, c) for c in configs]
     m = {k: np.zeros_like(a) for k, a in p.items()}
     s = {k: np.zeros_like(a) for k, a in p.items()}
     step = 0
-    steps = epochs * (-(-len(y) // batch_size))
+    steps = epochs * (-(-len(rows) // batch_size))
     for _ in range(epochs):
-        order = rng.permutation(len(y))
-        for start in range(0, len(y), batch_size):
+        order = rng.permutation(len(rows))
+        for start in range(0, len(rows), batch_size):
             idx = order[start : start + batch_size]
-            batch, yb = data.take(idx), y[idx]
+            if step % REMAP_BATCHES == 0:
+                x = _fresh(x)
+            # each batch's inputs derived from its rows only: no copy of the whole matrix
+            batch, yb = _Batch.of(x[rows[idx]], layout, mean, std), y_tr[idx]
             grads = {k: np.zeros_like(a) for k, a in p.items()}
             for cfg, mask in zip(configs, masks, strict=True):
                 _backward(p, batch, cfg, mask, yb, w_all[idx], grads)
@@ -377,8 +423,8 @@ def train_family(
             # did not use toward 0 by about the learning rate per step. How
             # strong it should be depends on the data (the repository's
             # training.embedding_l2; docs/models.md has the figures).
-            rows = np.unique(np.concatenate([batch.ids, batch.hist.ravel()]))
-            grads["e_item"][rows] += l2_embedding * p["e_item"][rows]
+            looked_up = np.unique(np.concatenate([batch.ids, batch.hist.ravel()]))
+            grads["e_item"][looked_up] += l2_embedding * p["e_item"][looked_up]
             for k in ("e_cat", "u_cat"):
                 grads[k] += l2_embedding * p[k]
             step += 1
@@ -393,18 +439,30 @@ def train_family(
     return Family(layout, mean, std, p)
 
 
+def _moments(x: F32, rows: Rows, cols: Sequence[int] | npt.NDArray[np.int64]) -> tuple[F32, F32]:
+    """Mean and standard deviation (+1e-6) of `cols` over `rows`, a chunk at a time (float64 sums)."""
+    cols = list(cols)
+    total = np.zeros(len(cols), np.float64)
+    for s in range(0, len(rows), CHUNK_ROWS):
+        total += _fresh(x)[rows[s : s + CHUNK_ROWS]][:, cols].sum(axis=0, dtype=np.float64)
+    mean = total / max(1, len(rows))
+    squares = np.zeros(len(cols), np.float64)
+    for s in range(0, len(rows), CHUNK_ROWS):
+        squares += ((_fresh(x)[rows[s : s + CHUNK_ROWS]][:, cols] - mean) ** 2).sum(axis=0)
+    std = np.sqrt(squares / max(1, len(rows)))
+    return mean.astype(np.float32), (std + 1e-6).astype(np.float32)
+
+
 def auc(y: npt.NDArray[np.float32], score: npt.NDArray[Any]) -> float:
     """Area under the ROC curve (Mann-Whitney, ties averaged)."""
+    n = len(score)
     order = np.argsort(score, kind="mergesort")
-    ranks = np.empty(len(score), dtype=np.float64)
     sorted_scores = score[order]
-    i = 0
-    while i < len(score):
-        j = i
-        while j + 1 < len(score) and sorted_scores[j + 1] == sorted_scores[i]:
-            j += 1
-        ranks[order[i : j + 1]] = (i + j) / 2 + 1
-        i = j + 1
+    # runs of equal scores: each gets the mean of the 1-based ranks it spans
+    starts = np.flatnonzero(np.r_[True, sorted_scores[1:] != sorted_scores[:-1]]) if n else np.zeros(0, int)
+    ends = np.r_[starts[1:], n] - 1
+    ranks = np.empty(n, dtype=np.float64)
+    ranks[order] = np.repeat((starts + ends) / 2 + 1, ends - starts + 1)
     pos = y == 1
     n_pos, n_neg = int(pos.sum()), int((~pos).sum())
     if n_pos == 0 or n_neg == 0:

@@ -19,8 +19,11 @@ weight bytes and holdout AUC.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
+import pickle
+import tempfile
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -31,10 +34,11 @@ import numpy as np
 
 from recmesh.errors import InvalidArgument
 from recmesh.events import Event
-from recmesh.features.backfill import Example, LabelRule, training_examples
+from recmesh.features.backfill import LabelRule, training_examples
 from recmesh.features.repository import EMBEDDING_L2_DEFAULT, FeatureSet
-from recmesh.features.vectorize import Transform, Vectorizer, plan_inputs
+from recmesh.features.vectorize import InputStats, Transform, Vectorizer, plan_from
 from recmesh.modeldir import MODEL_NAME, variant_file
+from recmesh.tools.catalog import progress_bar
 from recmesh.tools.training.family import (
     LEVEL2_TOLERANCE,
     PREFIX_DIMS,
@@ -72,15 +76,26 @@ class TrainConfig:
 
 @dataclass
 class Dataset:
-    """Training rows as model inputs: x (rows x columns), labels, as-of times."""
+    """Training rows as model inputs: x (rows x columns; in memory, or a file
+    mapped in), labels, as-of times, each row's user."""
 
     transforms: tuple[Transform, ...]
     x: np.ndarray
     y: np.ndarray
     t: np.ndarray
-    examples: list[Example] = field(default_factory=list)
+    users: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int32))  # row -> index in user_ids
+    user_ids: list[str] = field(default_factory=list)
     source: dict[str, Any] = field(default_factory=dict)
     w: np.ndarray | None = None  # per row, its weight in the loss (training.weights); None: 1 each
+    rows: np.ndarray | None = None  # the rows in use (ascending; rows_before); None: every row
+
+    @property
+    def in_use(self) -> np.ndarray:
+        if self.rows is None:
+            return np.ones(len(self.y), bool)
+        mask = np.zeros(len(self.y), bool)
+        mask[self.rows] = True
+        return mask
 
 
 def shuffle_event_times(events: list[dict[str, Any]], seed: int) -> list[dict[str, Any]]:
@@ -119,47 +134,125 @@ def demo_source(cfg: TrainConfig) -> tuple[list[Event], dict[str, dict[str, Any]
     return events, users, items
 
 
+# Examples replayed per chunk: spilled to disk (pickled) past the first, each
+# vectorised on its own; what memory holds of the rows at a time.
+CHUNK_ROWS = 65_536
+VECTORISE_ROWS = 4096
+
+
 def build_dataset(
     feature_set: FeatureSet,
     events: Iterable[Event],
     users: Mapping[str, Mapping[str, Any]],
     items: Mapping[str, Mapping[str, Any]],
     transforms: tuple[Transform, ...] | None = None,
+    *,
+    rows_dir: Path | None = None,
+    chunk_rows: int = CHUNK_ROWS,
+    say: Callable[[str], None] | None = None,
 ) -> Dataset:
     """Point-in-time rows of `events` (sorted by time) as model inputs; the
-    inputs are planned from these rows unless given (a model's own)."""
-    examples = list(training_examples(feature_set, events, users, items))
-    if not examples:
-        raise InvalidArgument(
-            f"no training examples: no {LabelRule.of(feature_set).examples_text()} events in the log"
-        )
-    if transforms is None:
-        transforms = plan_inputs(feature_set, [e.user for e in examples], [e.item for e in examples])
+    inputs are planned from these rows unless given (a model's own).
+
+    The replay's examples never all sit in memory: every `chunk_rows` of them
+    go to disk (pickled, in a temporary directory under `rows_dir`, else the
+    system's), while the statistics the inputs are planned from are gathered
+    (InputStats); then each chunk is vectorised into the rows. With `rows_dir`
+    the rows are .npy files there, mapped in (numpy.load(mmap_mode="r")):
+    memory holds one chunk of examples, never the log's. `say`: a progress
+    line every tenth of the rows written."""
+    stats = InputStats(feature_set) if transforms is None else None
+    with tempfile.TemporaryDirectory(dir=rows_dir, prefix=".examples-") as tmp:
+        spilled: list[Path] = []
+        buf: list[_Row] = []
+        for ex in training_examples(feature_set, events, users, items):
+            if stats is not None:
+                stats.add(ex.user, ex.item)
+            # a plain tuple: pickled and read back several times faster than the dataclass
+            buf.append((ex.user_id, ex.item_id, ex.as_of_ms, ex.user, ex.item, ex.label, ex.weight))
+            if len(buf) >= chunk_rows:
+                spilled.append(_spill(buf, Path(tmp) / f"{len(spilled):06d}.pickle"))
+                buf = []
+        n = len(spilled) * chunk_rows + len(buf)
+        if not n:
+            raise InvalidArgument(
+                f"no training examples: no {LabelRule.of(feature_set).examples_text()} events in the log"
+            )
+        planned = plan_from(stats) if stats is not None else transforms
+        assert planned is not None  # given, or planned from the rows
+        bar = progress_bar(say, "rows", n, "rows") if say is not None else None
+        return _vectorised(planned, [*spilled, buf], n, rows_dir, bar)
+
+
+_Row = tuple[str, str, int, dict[str, Any], dict[str, Any], int, float]  # an Example's fields, in order
+
+
+def _spill(examples: list[_Row], path: Path) -> Path:
+    with path.open("wb") as fh:
+        pickle.dump(examples, fh, protocol=pickle.HIGHEST_PROTOCOL)
+    return path
+
+
+def _vectorised(
+    transforms: tuple[Transform, ...],
+    chunks: list[Path | list[_Row]],
+    n: int,
+    rows_dir: Path | None,
+    bar: Callable[[int], None] | None,
+) -> Dataset:
+    """The rows of the spilled (and last, in-memory) chunks of examples, in order."""
     vec = Vectorizer(transforms)
-    x = np.empty((len(examples), vec.width), np.float32)
-    chunk = 4096
-    for start in range(0, len(examples), chunk):
-        part = examples[start : start + chunk]
-        item_names = {t.feature for t in transforms if t.entity == "item"}
-        columns = {name: [e.item.get(name) for e in part] for name in item_names}
-        x[start : start + len(part)] = vec.matrix(
-            [e.user for e in part], columns, [e.item_id for e in part], [e.user_id for e in part]
-        )
-    y = np.array([e.label for e in examples], np.float32)
-    t = np.array([e.as_of_ms for e in examples], np.int64)
-    w = np.array([e.weight for e in examples], np.float32)
-    return Dataset(transforms, x, y, t, examples, w=None if bool((w == 1).all()) else w)
+    item_names = {t.feature for t in transforms if t.entity == "item"}
+
+    def array(name: str, shape: tuple[int, ...], dtype: Any) -> np.ndarray:
+        if rows_dir is None:
+            return np.empty(shape, dtype)
+        return np.lib.format.open_memmap(rows_dir / f"{name}.npy", mode="w+", dtype=dtype, shape=shape)
+
+    x = array("x", (n, vec.width), np.float32)
+    y, t, w = array("y", (n,), np.float32), array("t", (n,), np.int64), array("w", (n,), np.float32)
+    users = array("users", (n,), np.int32)
+    user_index: dict[str, int] = {}
+    at = 0
+    for chunk in chunks:
+        if isinstance(chunk, Path):
+            with chunk.open("rb") as fh:
+                examples: list[_Row] = pickle.load(fh)  # our own file, written above
+            chunk.unlink()
+        else:
+            examples = chunk
+        for start in range(0, len(examples), VECTORISE_ROWS):
+            user_ids, item_ids, as_of, user_rows, item_rows, labels, weights = zip(
+                *examples[start : start + VECTORISE_ROWS], strict=True
+            )
+            columns = {name: [it.get(name) for it in item_rows] for name in item_names}
+            rows = slice(at, at + len(user_ids))
+            x[rows] = vec.matrix(list(user_rows), columns, list(item_ids), list(user_ids))
+            y[rows], t[rows], w[rows] = labels, as_of, weights
+            users[rows] = [user_index.setdefault(u, len(user_index)) for u in user_ids]
+            at += len(user_ids)
+        if bar is not None:
+            bar(at)
+    if rows_dir is not None:  # flushed, then mapped in read-only
+        for a in (x, y, t, w, users):
+            if isinstance(a, np.memmap):
+                a.flush()
+        x, y, t, w, users = (np.load(rows_dir / f"{name}.npy", mmap_mode="r")
+                             for name in ("x", "y", "t", "w", "users"))  # fmt: skip
+    weighted = not bool((np.asarray(w) == 1).all())
+    return Dataset(transforms, x, y, t, users, list(user_index), w=w if weighted else None)
 
 
 def rows_before(dataset: Dataset, cut: Mapping[str, int]) -> Dataset:
     """The dataset without each listed user's rows as of `cut[user]` or later
-    (their held-out part: its examples and their sampled negatives)."""
-    keep = np.array([e.as_of_ms < cut.get(e.user_id, e.as_of_ms + 1) for e in dataset.examples], bool)
-    return Dataset(
-        dataset.transforms, dataset.x[keep], dataset.y[keep], dataset.t[keep],
-        [e for e, k in zip(dataset.examples, keep, strict=True) if k], dict(dataset.source),
-        None if dataset.w is None else dataset.w[keep],
-    )  # fmt: skip
+    (their held-out part: its examples and their sampled negatives): the same
+    rows, fewer of them in use (nothing copied)."""
+    last = np.iinfo(np.int64).max
+    limit = np.asarray([cut.get(u, last) for u in dataset.user_ids], np.int64)
+    keep = np.asarray(dataset.t) < limit[np.asarray(dataset.users)] if len(limit) else np.ones(0, bool)
+    if dataset.rows is not None:
+        keep &= dataset.in_use
+    return dataclasses.replace(dataset, rows=np.flatnonzero(keep), source=dict(dataset.source))
 
 
 def demo_dataset(
@@ -190,10 +283,6 @@ class _Rows:
     tr: np.ndarray
     ho: np.ndarray
 
-    @property
-    def w_tr(self) -> np.ndarray | None:
-        return None if self.w is None else self.w[self.tr]
-
 
 @dataclass(frozen=True)
 class _Trained:
@@ -221,7 +310,8 @@ def train(
         progress(f"building point-in-time rows ({cfg.sessions} demo sessions over {cfg.hours} h) ...")
         dataset = demo_dataset(feature_set, cfg)
     rows = _split_rows(dataset, cfg, feature_set)
-    y, t = rows.y, rows.t
+    used = rows.tr | rows.ho
+    y, t = rows.y[used], rows.t[used]
     progress(
         f"{len(y)} rows, {rows.x.shape[1]} input columns, positive rate {y.mean():.3f}; "
         f"holdout = last {cfg.holdout_fraction:.0%} by time"
@@ -258,7 +348,12 @@ def train(
 def _split_rows(dataset: Dataset, cfg: TrainConfig, feature_set: FeatureSet) -> _Rows:
     """The rows split by time; refused when either part's labels are all one class."""
     x, y, t = dataset.x, dataset.y, dataset.t
-    split, tr, ho = split_by_time(t, cfg.holdout_fraction)
+    if dataset.rows is None:
+        split, tr, ho = split_by_time(t, cfg.holdout_fraction)
+    else:  # the split of the rows in use
+        split = split_by_time(t[dataset.rows], cfg.holdout_fraction)[0]
+        used = dataset.in_use
+        tr, ho = used & (t <= split), used & (t > split)
     if not 0 < y[tr].mean() < 1 or not 0 < y[ho].mean() < 1:
         raise InvalidArgument(
             f"labels are all one class in the training or holdout part (positive rate {y.mean():.3f}; "
@@ -273,27 +368,28 @@ def _train_variants(
     """The family trained on the summed loss of its configurations; level 2's
     embedding size chosen on the training rows' newest tenth; every served
     variant measured on the holdout."""
-    x, y, t, tr, ho = rows.x, rows.y, rows.t, rows.tr, rows.ho
-    level1 = pick_level1(x[tr], y[tr], layout)
+    x, y, t = rows.x, rows.y, rows.t
+    tr, ho = np.flatnonzero(rows.tr), np.flatnonzero(rows.ho)
+    level1 = pick_level1(x, y, layout, tr)
     configs = trained_configs(make_variants(layout, level1))
     progress(f"training the model family ({len(configs)} configurations, summed loss) ...")
     family = train_family(
-        x[tr], y[tr], layout, configs, hidden=cfg.hidden, epochs=cfg.epochs, seed=cfg.seed, l2_embedding=l2,
-        progress=_bar(progress, "train"), weights=rows.w_tr,
+        x, y, layout, configs, hidden=cfg.hidden, epochs=cfg.epochs, seed=cfg.seed, l2_embedding=l2,
+        progress=_bar(progress, "train"), weights=rows.w, rows=tr,
     )  # fmt: skip
     l1 = make_variants(layout, level1)[1]
 
     def at_prefix(part: np.ndarray) -> dict[int, float]:
         return {
-            d: auc(y[part], family.predict(x[part], Variant(1, l1.dense, d, l1.cross))) for d in PREFIX_DIMS
+            d: auc(y[part], family.predict(x, Variant(1, l1.dense, d, l1.cross), part)) for d in PREFIX_DIMS
         }
 
     # Level 2's embedding size, chosen on the newest tenth of the training rows
     # (never on the holdout the card reports).
-    newest = tr & (t > np.quantile(t[tr], 0.9))
+    newest = np.flatnonzero(rows.tr & (t > np.quantile(t[rows.tr], 0.9)))
     level2_dim = choose_level2_dim(at_prefix(newest))
     variants = make_variants(layout, level1, level2_dim)
-    variant_auc = {v.level: auc(y[ho], family.predict(x[ho], v)) for v in variants}
+    variant_auc = {v.level: auc(y[ho], family.predict(x, v, ho)) for v in variants}
     for v in variants:
         progress(f"  level {v.level} ({v.describe(layout)}): holdout AUC {variant_auc[v.level]:.4f}")
     prefix_auc = at_prefix(ho)
@@ -314,25 +410,24 @@ def _offline_baseline(
         and feature_set.by_name[tf.feature].kind == "realtime" for c in tf.columns
     }  # fmt: skip
     base_variant = offline_only(layout, realtime_cols)
-    x, y, tr, ho = rows.x, rows.y, rows.tr, rows.ho
+    x, y, tr, ho = rows.x, rows.y, np.flatnonzero(rows.tr), np.flatnonzero(rows.ho)
     base = train_family(
-        x[tr], y[tr], layout, (base_variant,), hidden=cfg.hidden, epochs=cfg.epochs, seed=cfg.seed,
-        l2_embedding=l2, weights=rows.w_tr,
+        x, y, layout, (base_variant,), hidden=cfg.hidden, epochs=cfg.epochs, seed=cfg.seed,
+        l2_embedding=l2, weights=rows.w, rows=tr,
     )  # fmt: skip
-    auc_base = auc(y[ho], base.predict(x[ho], base_variant))
+    auc_base = auc(y[ho], base.predict(x, base_variant, ho))
     progress(f"  holdout AUC {auc_base:.4f}")
     return auc_base
 
 
 def _bar(progress: Callable[[str], None], label: str) -> Callable[[int, int], None]:
-    """A progress line every 10 % of the steps."""
-    shown = [-1]
+    """A progress line every 10 % of the steps, with their rate and the time left."""
+    bars: dict[int, Callable[[int], None]] = {}
 
     def step(done: int, total: int) -> None:
-        tenth = done * 10 // max(1, total)
-        if tenth != shown[0]:
-            shown[0] = tenth
-            progress(f"  {label} [{'#' * tenth}{'.' * (10 - tenth)}] {done}/{total} steps")
+        if total not in bars:
+            bars[total] = progress_bar(progress, label, total, "steps")
+        bars[total](done)
 
     return step
 

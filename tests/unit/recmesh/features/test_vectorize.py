@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from recmesh.events import validate_event
+from recmesh.features import vectorize
 from recmesh.features.backfill import Example, training_examples
 from recmesh.features.repository import FeatureSet
 from recmesh.features.vectorize import (
@@ -300,3 +301,20 @@ def test_check_against_names_what_the_repository_cannot_serve(
     assert len(problems) == 1 and problems[0].startswith("inputs[1] (x): "), problems
     assert problem in problems[0]
     assert check_against([good], demo_feature_set) == []
+
+
+def test_past_its_sample_a_numeric_feature_is_judged_on_a_uniform_sample(
+    demo_feature_set: FeatureSet, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The rows are not held to plan the inputs (InputStats): past SKEW_SAMPLE
+    values the median comes from a uniform sample, the extremes stay exact."""
+    monkeypatch.setattr(vectorize, "SKEW_SAMPLE", 50)
+    tail = [{"popularity": 5000.0 if k % 997 == 0 else 1.0 + k % 3, "length": 10 + k % 7}
+            for k in range(5000)]  # fmt: skip
+    stats = vectorize.InputStats(demo_feature_set)
+    for it in tail:
+        stats.add({}, it)
+    assert len(stats.numbers["popularity"].kept) == 50 and stats.numbers["popularity"].highest == 5000.0
+    plan = {t.name: t for t in vectorize.plan_from(stats)}
+    assert plan["i_popularity"].kind == "log1p" and plan["i_length"].kind == "value"
+    assert plan == {t.name: t for t in plan_inputs(demo_feature_set, [{}] * 5000, tail)}

@@ -121,3 +121,29 @@ def test_a_missing_file_is_one_line_and_verbose_shows_the_traceback(
     assert err == f"recmesh: {gone}: No such file or directory", err
     with pytest.raises(FileNotFoundError):
         cli_main(["--verbose", "repository", "check", str(gone), "--repository", str(repo)])
+
+
+@pytest.mark.parametrize(
+    ("text", "size"), [("2G", 2 << 30), ("512M", 512 << 20), ("1.5g", 3 << 29), ("4096", 4096)]
+)
+def test_max_memory_reads_sizes(text: str, size: int) -> None:
+    from recmesh.tools.cli.train import memory_size
+
+    assert memory_size(text) == size
+
+
+@pytest.mark.parametrize("text", ["lots", "-1G", "0"])
+def test_a_size_that_is_none_is_refused(text: str) -> None:
+    import argparse
+
+    from recmesh.tools.cli.train import memory_size
+
+    with pytest.raises(argparse.ArgumentTypeError, match="want a"):
+        memory_size(text)
+
+
+def test_the_chunk_follows_max_memory_within_bounds() -> None:
+    from recmesh.tools.cli.train import chunk_rows
+
+    assert chunk_rows(2 << 30) == 262_144
+    assert chunk_rows(1 << 20) == 4096 and chunk_rows(1 << 40) == 1 << 20

@@ -6,6 +6,8 @@ these tests build a small synthetic set of transforms rather than the demo's."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import numpy.typing as npt
 import onnxruntime as ort
@@ -236,3 +238,33 @@ def test_masked_columns_do_not_change_a_variants_score() -> None:
     shuffled[:, list(LAYOUT.intent_cols)] = shuffled[::-1][:, list(LAYOUT.intent_cols)]
     np.testing.assert_array_equal(model.predict(shuffled, nocross), model.predict(x[:32], nocross))
     assert not np.allclose(model.predict(shuffled, full), model.predict(x[:32], full))
+
+
+def test_auc_averages_tied_ranks_as_the_pairwise_definition_does() -> None:
+    rng = np.random.default_rng(5)
+    y = (rng.random(400) < 0.3).astype(np.float32)
+    score = rng.integers(0, 12, 400).astype(np.float32)  # many ties
+    pos, neg = score[y == 1], score[y == 0]
+    pairwise = ((pos[:, None] > neg[None, :]).sum() + 0.5 * (pos[:, None] == neg[None, :]).sum()) / (
+        len(pos) * len(neg)
+    )
+    assert np.isclose(auc(y, score), pairwise)
+
+
+def test_training_from_a_mapped_file_and_a_row_subset_is_the_training_in_memory(tmp_path: Path) -> None:
+    """x may be a file mapped in (the rows `recmesh train` writes to disk) and the
+    rows a subset of it: the model is the one trained on the copied rows, and
+    predictions over a subset match, whatever the chunking."""
+    x, y = synthetic(3000, 1)
+    w = np.random.default_rng(2).random(3000).astype(np.float32) + 0.5
+    rows = np.flatnonzero(np.arange(3000) % 3 != 0)
+    np.save(tmp_path / "x.npy", x)
+    mapped = np.load(tmp_path / "x.npy", mmap_mode="r")
+    configs = trained_configs(_variants(x, y))
+    a = train_family(mapped, y, LAYOUT, configs, epochs=2, seed=3, weights=w, rows=rows)
+    b = train_family(x[rows], y[rows], LAYOUT, configs, epochs=2, seed=3, weights=w[rows])
+    for key, value in a.params.items():
+        np.testing.assert_allclose(value, b.params[key], rtol=1e-5, atol=1e-6, err_msg=key)
+    v = configs[0]
+    np.testing.assert_allclose(a.predict(mapped, v, rows), a.predict(x[rows], v), rtol=1e-6)
+    assert pick_level1(mapped, y, LAYOUT, rows) == pick_level1(x[rows], y[rows], LAYOUT)

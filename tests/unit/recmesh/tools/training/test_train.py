@@ -1,0 +1,65 @@
+"""Training rows: replayed in chunks spilled to disk, written to files, a subset in use."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from recmesh.features.repository import FeatureSet
+from recmesh.tools.training import train as tt
+from recmesh.tools.training.train import TrainConfig, build_dataset, demo_source, rows_before
+
+SMALL = TrainConfig(sessions=150, hours=0.5)
+
+
+@pytest.fixture(scope="module")
+def world() -> tuple[list, dict, dict]:  # type: ignore[type-arg]
+    return demo_source(SMALL)
+
+
+def test_rows_spilled_in_chunks_to_files_are_the_rows_built_in_memory(
+    tmp_path: Path,
+    demo_feature_set: FeatureSet,
+    world: tuple[list, dict, dict],  # type: ignore[type-arg]
+) -> None:
+    events, users, items = world
+    whole = build_dataset(demo_feature_set, events, users, items)
+    lines: list[str] = []
+    chunked = build_dataset(demo_feature_set, events, users, items, rows_dir=tmp_path, chunk_rows=97,
+                            say=lines.append)  # fmt: skip
+    assert len(whole.y) > 5 * 97  # several chunks went to disk
+    assert chunked.transforms == whole.transforms  # planned from the same statistics
+    assert isinstance(chunked.x, np.memmap) and Path(str(chunked.x.filename)).parent == tmp_path
+    for name in ("x", "y", "t", "users"):
+        assert np.array_equal(np.asarray(getattr(chunked, name)), getattr(whole, name)), name
+    assert chunked.user_ids == whole.user_ids
+    assert (chunked.w is None) == (whole.w is None)
+    assert not list(tmp_path.glob(".examples-*"))  # the spilled examples are gone
+    assert lines and lines[-1].startswith("  rows [##########]")
+
+
+def test_rows_before_leaves_out_the_listed_users_rows_from_their_cut_without_copying(
+    demo_feature_set: FeatureSet,
+    world: tuple[list, dict, dict],  # type: ignore[type-arg]
+) -> None:
+    events, users, items = world
+    ds = build_dataset(demo_feature_set, events, users, items)
+    user = ds.user_ids[3]
+    mine = np.flatnonzero(ds.users == 3)
+    cut = int(np.median(ds.t[mine]))
+    probe = rows_before(ds, {user: cut})
+    assert probe.x is ds.x
+    expected = ~((ds.users == 3) & (ds.t >= cut))
+    assert np.array_equal(probe.in_use, expected) and 0 < (~expected).sum() < len(mine)
+    # The split and the training rows are those of the rows copied out, in order.
+    cfg = TrainConfig()
+    rows = tt._split_rows(probe, cfg, demo_feature_set)
+    copied = tt.Dataset(ds.transforms, ds.x[expected], ds.y[expected], ds.t[expected])
+    old = tt._split_rows(copied, cfg, demo_feature_set)
+    assert rows.split == old.split
+    assert np.array_equal(ds.x[rows.tr], copied.x[old.tr]) and np.array_equal(ds.x[rows.ho], copied.x[old.ho])
+    # A second cut narrows the rows in use further, never widens them.
+    narrower = rows_before(probe, {ds.user_ids[4]: int(ds.t.min())})
+    assert not (narrower.in_use & ~probe.in_use).any() and (~narrower.in_use & probe.in_use).any()
