@@ -35,6 +35,8 @@ from typing import Protocol
 import numpy as np
 import numpy.typing as npt
 
+from recmesh.retrieval.table import best, id_ranks
+
 F32 = npt.NDArray[np.float32]
 I64 = npt.NDArray[np.int64]
 
@@ -85,9 +87,7 @@ class SequenceModel:
             raise ValueError("sequence model: inputs, outputs, bias and positions do not fit together")
         if not self.row_of:
             self.row_of = {iid: r for r, iid in enumerate(self.item_ids)}
-        rank = np.empty(n, np.int64)
-        rank[np.argsort(np.asarray(self.item_ids, dtype=object), kind="stable")] = np.arange(n)
-        self.id_rank = rank
+        self.id_rank = id_ranks(self.item_ids)
 
     def __len__(self) -> int:
         return len(self.item_ids)
@@ -118,12 +118,12 @@ class SequenceModel:
     def query(self, seeds: Sequence[str]) -> F32 | None:
         """The user's query vector from their newest items (newest first); None
         when none of them is known."""
-        rows = [r for r in (self.row_of.get(s) for s in seeds[: self.length]) if r is not None]
-        if not rows:
-            return None
         # an unknown seed keeps its place: the known ones weigh as far back as they are
-        places = [p for p, s in enumerate(seeds[: self.length]) if s in self.row_of]
-        q: F32 = (self.positions[places, None] * self.inputs[rows]).sum(axis=0, dtype=np.float32)
+        known = [(p, r) for p, r in enumerate(map(self.row_of.get, seeds[: self.length])) if r is not None]
+        if not known:
+            return None
+        places, rows = zip(*known, strict=True)
+        q: F32 = (self.positions[list(places), None] * self.inputs[list(rows)]).sum(axis=0, dtype=np.float32)
         return q
 
     def scores(self, seeds: Sequence[str]) -> F32 | None:
@@ -147,16 +147,10 @@ class SequenceModel:
         total = self.scores(seeds)
         if total is None or k <= 0:
             return []
-        skip = np.fromiter((self.row_of[s] for s in exclude if s in self.row_of), np.int64)
-        if len(skip):
-            total = total.copy()
-            total[skip] = -np.inf
-        want = min(len(total), k + len(skip))
-        part = np.argpartition(-total, want - 1)[:want] if want < len(total) else np.arange(len(total))
-        part = part[np.isfinite(total[part])]
-        order = part[np.lexsort((self.id_rank[part], -total[part]))][:k]
-        ids = self.item_ids
-        return [(ids[r], float(total[r])) for r in order.tolist()]
+        # the best k + |exclude| first: one partial sort over the catalog, then the shared rule
+        want = min(len(total), k + len(exclude))
+        rows = np.argpartition(-total, want - 1)[:want] if want < len(total) else np.arange(len(total))
+        return best(self.item_ids, self.id_rank, self.row_of, rows, total[rows], k, exclude)
 
     def save(self, path: Path) -> None:
         np.savez(

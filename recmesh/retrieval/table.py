@@ -58,11 +58,7 @@ class NeighbourTable:
     def __post_init__(self) -> None:
         if not self.row_of:
             self.row_of = {iid: n for n, iid in enumerate(self.item_ids)}
-        rank = np.empty(len(self.item_ids), np.int64)
-        rank[np.argsort(np.asarray(self.item_ids, dtype=object), kind="stable")] = np.arange(
-            len(self.item_ids)
-        )
-        self.id_rank = rank
+        self.id_rank = id_ranks(self.item_ids)
 
     def __len__(self) -> int:
         return len(self.item_ids)
@@ -172,18 +168,7 @@ class NeighbourTable:
         is never returned (the seeds are, when not in it: an item viewed and not
         bought may be recommended where the repository says so, `recall.seen`)."""
         rows, total = self.scores(seeds, seed_weights)
-        if not len(rows):
-            return []
-        skip = [self.row_of[s] for s in exclude if s in self.row_of]
-        if skip:
-            keep = ~np.isin(rows, np.asarray(skip, np.int32))
-            rows, total = rows[keep], total[keep]
-        if len(rows) > k:
-            part = np.argpartition(-total, k - 1)[:k]
-            rows, total = rows[part], total[part]
-        order = np.lexsort((self.id_rank[rows], -total))
-        ids = self.item_ids
-        return [(ids[r], s) for r, s in zip(rows[order].tolist(), total[order].tolist(), strict=True)]
+        return best(self.item_ids, self.id_rank, self.row_of, rows, total, k, exclude)
 
     def save(self, path: Path) -> None:
         np.savez(
@@ -203,6 +188,39 @@ class NeighbourTable:
         if len(indptr) != n + 1 or len(indices) != len(weights) or (len(indices) and int(indices.max()) >= n):
             raise ValueError(f"{path}: not a consistent neighbour table")
         return cls(ids, indptr.astype(np.int64), indices.astype(np.int32), weights.astype(np.float32))
+
+
+def id_ranks(item_ids: Sequence[str]) -> npt.NDArray[np.int64]:
+    """Each row's rank in item-id order: ties break by id without comparing strings."""
+    rank = np.empty(len(item_ids), np.int64)
+    rank[np.argsort(np.asarray(item_ids, dtype=object), kind="stable")] = np.arange(len(item_ids))
+    return rank
+
+
+def best(
+    item_ids: Sequence[str],
+    id_rank: npt.NDArray[np.int64],
+    row_of: dict[str, int],
+    rows: npt.NDArray[np.integer],
+    total: npt.NDArray[np.floating],
+    k: int,
+    exclude: frozenset[str],
+) -> list[tuple[str, float]]:
+    """The k best of scored rows (`rows`, `total`), best first, ties by item id,
+    none of `exclude`: how every learnt source answers (RecallTable.top)."""
+    if not len(rows) or k <= 0:
+        return []
+    skip = [row_of[s] for s in exclude if s in row_of]
+    if skip:
+        blocked = np.zeros(len(item_ids), bool)
+        blocked[skip] = True
+        keep = ~blocked[rows]
+        rows, total = rows[keep], total[keep]
+    if len(rows) > k:
+        part = np.argpartition(-total, k - 1)[:k]
+        rows, total = rows[part], total[part]
+    order = np.lexsort((id_rank[rows], -total))
+    return [(item_ids[r], s) for r, s in zip(rows[order].tolist(), total[order].tolist(), strict=True)]
 
 
 def recency_weights(n: int, decay: float) -> list[float]:

@@ -68,7 +68,8 @@ def measure(repository: Path, log: Path, extra: list[str], say: Any) -> dict[str
     if child.returncode != 0:
         raise RuntimeError(f"recmesh train failed ({child.returncode}): {err[-2000:]}")
     figures = json.loads(out.strip().splitlines()[-1])
-    events = sum(1 for _ in log.open("rb"))
+    with log.open("rb") as fh:
+        events = sum(1 for _ in fh)
     rows = int(figures.get("rows") or 0)
     say(f"  {log.name}: {events:,} events, {wall:,.1f} s, peak {peak[0] / 2**30:.2f} GiB")
     return {
