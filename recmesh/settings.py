@@ -217,6 +217,10 @@ class RankerSettings(CommonSettings):
     # How long the popularity and category recall lists are reused (0: never; the
     # ranking evaluation runs with 0 so two runs give the same figures).
     recall_cache_s: float = Field(5.0, ge=0.0, validation_alias="RECMESH_RANKER_RECALL_CACHE_S")
+    # Ask the feature service for the candidates' features as one packed block
+    # (recmesh/features/block.py) and forward it to inference as it is; false:
+    # the per-feature message form (FeatureTable), decoded and re-encoded here.
+    item_block: bool = Field(True, validation_alias="RECMESH_RANKER_ITEM_BLOCK")
     # How many of the user's categories the affinity source draws from.
     affinity_categories: int = Field(3, gt=0, validation_alias="RECMESH_RANKER_AFFINITY_CATEGORIES")
     # Diversity: at most this many items of one category in an answer (0 = no cap).
@@ -336,6 +340,12 @@ class GatewaySettings(CommonSettings, KafkaSettings):
     impressions_topic: str = Field("impressions", validation_alias="RECMESH_IMPRESSIONS_TOPIC")
     impression_log_rate: float = Field(1.0, ge=0.0, le=1.0, validation_alias="RECMESH_IMPRESSION_LOG_RATE")
     impression_log_queue: int = Field(10_000, ge=1, validation_alias="RECMESH_IMPRESSION_LOG_QUEUE")
+    # How long the log gathers impressions into one send: the online figures see an
+    # answer up to this much later, and the gateway, the broker and the attribution
+    # consumer handle one batch per this many ms instead of one per answer.
+    impression_log_linger_ms: int = Field(
+        100, ge=0, le=10_000, validation_alias="RECMESH_IMPRESSION_LOG_LINGER_MS"
+    )
     produce_timeout_s: float = Field(5.0, validation_alias="RECMESH_PRODUCE_TIMEOUT_S")
     # Overload protection (recmesh/admission.py, recmesh/controller.py).
     admission: AdmissionSettings = Field(default_factory=AdmissionSettings)

@@ -27,15 +27,18 @@ class FeatureClient(GrpcClient):
         related_per_item: int = 0,
         items_only: bool = False,
         history_limit: int = 0,
+        item_block: bool = False,
     ) -> features_pb2.GetFeaturesResponse:
         """`related_limit` > 0 also asks for the user's co-visitation recall
         (the response's `related`, when `related_included`); `items_only`
         skips the user's features (the response's user row is empty);
-        `history_limit` > 0 asks for the user's newest distinct items too."""
+        `history_limit` > 0 asks for the user's newest distinct items too;
+        `item_block` asks for the items as one packed block (the response's
+        `item_block`, recmesh/features/block.py) instead of `items`."""
         req = features_pb2.GetFeaturesRequest(
             user_id=user_id, item_ids=item_ids, as_of_ms=as_of_ms,
             related_limit=related_limit, related_per_item=related_per_item, items_only=items_only,
-            history_limit=history_limit,
+            history_limit=history_limit, item_block=item_block,
         )  # fmt: skip
         # User-only look-ups and candidate look-ups hedge on their own p95.
         kind = "GetFeatures:items" if item_ids else "GetFeatures:user"

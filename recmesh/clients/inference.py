@@ -61,15 +61,19 @@ class InferenceClient(GrpcClient):
         return Scored(list(resp.scores), resp.model_version, suggested, resp.level)
 
     async def score_features(
-        self, feature_version: str, user: features_pb2.FeatureRow, items: features_pb2.FeatureTable,
-        level: int = 0, cap_s: float | None = None,
+        self, feature_version: str, user: features_pb2.FeatureRow,
+        items: features_pb2.FeatureTable | features_pb2.ItemBlock, level: int = 0, cap_s: float | None = None,
     ) -> Scored:  # fmt: skip
-        """Scores of `items` (one per entity, in the table's order) for `user`,
-        from their served features: the inference service builds the model's
-        inputs with the transforms its model card declares."""
+        """Scores of `items` (one per entity, in the table's or block's order) for
+        `user`, from their served features: the inference service builds the
+        model's inputs with the transforms its model card declares. A block
+        (GetFeatures' item_block) is forwarded as it is."""
         req = inference_pb2.ScoreRequest(feature_version=feature_version, level=level)
         req.user.CopyFrom(user)
-        req.items.CopyFrom(items)
+        if isinstance(items, features_pb2.ItemBlock):
+            req.item_block.CopyFrom(items)
+        else:
+            req.items.CopyFrom(items)
         resp, trailers = await self._call_with_trailers("Score", self._stub.Score, req, cap_s, retry=True)
         suggested = int(trailers.get(SUGGESTED_LEVEL_KEY, "0"))
         shadow = list(resp.shadow_scores) if resp.shadow_model_version else None

@@ -24,7 +24,7 @@ import math
 import random
 import zlib
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
@@ -32,6 +32,7 @@ import numpy as np
 import numpy.typing as npt
 
 from recmesh.errors import FailedPrecondition
+from recmesh.features.block import BlockView, as_list
 from recmesh.features.repository import Entity, FeatureDef, FeatureSet
 
 KINDS: dict[str, str] = {
@@ -105,10 +106,7 @@ def item_bucket(item_id: str, buckets: int) -> int:
     return zlib.crc32(item_id.encode()) % buckets
 
 
-def _as_list(v: Any) -> list[str]:
-    if isinstance(v, list | tuple):
-        return [str(x) for x in v]
-    return [] if v is None or v == "" else [str(v)]
+_as_list = as_list
 
 
 @dataclass
@@ -165,6 +163,25 @@ class Vectorizer:
             at += t.width
         return out.astype(np.float32)
 
+    def matrix_from_block(
+        self, user: Mapping[str, Any], block: BlockView, user_id: str = ""
+    ) -> npt.NDArray[np.float32]:
+        """`matrix` for one user and the items of a block (recmesh/features/block.py):
+        the same columns, bit for bit, with the item side read from the block's
+        arrays: numbers, categorical and list features, and a user's match and
+        share against an item attribute, without a Python step per item. Other
+        item-side transforms read the block's values decoded."""
+        n = block.rows
+        rows = _Rows([user], _BlockColumns(block), block.entity_ids, [user_id], False, n)
+        out = np.zeros((n, self.width), dtype=np.float64)
+        at = 0
+        for t, index in zip(self.transforms, self._index, strict=True):
+            cols = out[:, at : at + t.width]
+            if not _fill_from_block(t, index, cols, rows, block):
+                self._fill(t, index, cols, rows)
+            at += t.width
+        return out.astype(np.float32)
+
     def _fill(self, t: Transform, index: dict[str, int], out: npt.NDArray[np.float64], rows: _Rows) -> None:
         """One transform's columns, by its kind's filler (_FILLERS)."""
         fill = _FILLERS.get(t.kind)
@@ -204,6 +221,88 @@ class _Rows:
             return False, [u.get(name, default) for u in self.users]
         users = self.users
         return True, users[0].get(name, default) if users else default
+
+
+class _BlockColumns(Mapping[str, Sequence[Any]]):
+    """A block's columns as the message form's (feature -> one value per item), decoded when read."""
+
+    def __init__(self, block: BlockView) -> None:
+        self._block = block
+        self._decoded: dict[str, list[Any]] = {}
+
+    def __getitem__(self, name: str) -> Sequence[Any]:
+        got = self._decoded.get(name)
+        if got is None:
+            got = self._block.column(name)
+            if got is None:
+                raise KeyError(name)
+            self._decoded[name] = got
+        return got
+
+    def __iter__(self) -> Iterator[str]:
+        return self._block.names()
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self._block.names())
+
+
+def _fill_from_block(
+    t: Transform, index: dict[str, int], out: npt.NDArray[np.float64], rows: _Rows, block: BlockView
+) -> bool:
+    """`t`'s columns from the block's arrays, where its kind reads the item side
+    as arrays (False: not one of those; `_fill` does it). Each branch gives what
+    the kind's filler gives for the same values (the block tests compare them)."""
+    if t.entity == "item" and t.feature not in IDS:
+        if t.kind in ("value", "log1p"):
+            x = block.number(t.feature)
+            if x is None:
+                return False
+            out[:, 0] = np.log1p(np.maximum(x, 0.0)) if t.kind == "log1p" else x
+            return True
+        if t.kind == "one_hot":
+            hits = _per_value(block, t.feature, lambda d: float(index.get(d, -1)))
+            if hits is None:
+                return False
+            at, j = hits
+            keep = j >= 0
+            out[at[keep], j[keep].astype(np.intp)] = 1.0
+            return True
+        return False
+    if t.entity == "user" and t.kind in ("match", "share") and t.of not in (None, *IDS):
+        one, v = rows.side("user", t.feature, t.default)
+        if not one:
+            return False
+        if t.kind == "match":
+            mine = set(_as_list(v))
+            hits = _per_value(block, t.of or "", lambda d: 1.0 if d in mine else 0.0)
+            if hits is None:
+                return False
+            out[:, 0] = np.bincount(hits[0], weights=hits[1], minlength=rows.n) > 0
+            return True
+        total = sum(v.values()) if isinstance(v, dict) else 0
+        hits = _per_value(block, t.of or "", lambda d: float(v.get(d, 0)) if total else 0.0)
+        if hits is None:
+            return False
+        if total:
+            out[:, 0] = np.bincount(hits[0], weights=hits[1], minlength=rows.n) / total
+        return True
+    return False
+
+
+def _per_value(
+    block: BlockView, name: str, of: Callable[[str], float]
+) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.float64]] | None:
+    """For a categorical or list column of the block: each entry's row, and `of`
+    its value, worked out once per distinct value (None: no such column)."""
+    coded = block.coded(name)
+    if coded is not None:
+        codes, dictionary = coded
+        return np.arange(block.rows), np.array([of(d) for d in dictionary], dtype=np.float64)[codes]
+    lst = block.lists.get(name)
+    if lst is None or lst.counts is not None:
+        return None
+    table = np.array([of(d) for d in lst.dictionary], dtype=np.float64)
+    return lst.rows, table[lst.codes]
 
 
 def _other(t: Transform) -> Entity:

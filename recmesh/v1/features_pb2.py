@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19recmesh/v1/features.proto\x12\nrecmesh.v1\"\x1c\n\nStringList\x12\x0e\n\x06values\x18\x01 \x03(\t\"k\n\x08\x43ountMap\x12\x30\n\x06\x63ounts\x18\x01 \x03(\x0b\x32 .recmesh.v1.CountMap.CountsEntry\x1a-\n\x0b\x43ountsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01\"\xda\x01\n\x0c\x46\x65\x61tureValue\x12\x10\n\x06number\x18\x01 \x01(\x01H\x00\x12\x0e\n\x04text\x18\x02 \x01(\tH\x00\x12)\n\x07strings\x18\x03 \x01(\x0b\x32\x16.recmesh.v1.StringListH\x00\x12&\n\x06\x63ounts\x18\x04 \x01(\x0b\x32\x14.recmesh.v1.CountMapH\x00\x12)\n\x06source\x18\n \x01(\x0e\x32\x19.recmesh.v1.FeatureSource\x12\x0e\n\x06\x61ge_ms\x18\x0b \x01(\x03\x12\x11\n\tfreshness\x18\x0c \x01(\x01\x42\x07\n\x05value\"\xa2\x01\n\nFeatureRow\x12\x11\n\tentity_id\x18\x01 \x01(\t\x12\x36\n\x08\x66\x65\x61tures\x18\x02 \x03(\x0b\x32$.recmesh.v1.FeatureRow.FeaturesEntry\x1aI\n\rFeaturesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\'\n\x05value\x18\x02 \x01(\x0b\x32\x18.recmesh.v1.FeatureValue:\x02\x38\x01\"\xf4\x01\n\rFeatureColumn\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x13\n\x07numbers\x18\x02 \x03(\x01\x42\x02\x10\x01\x12\r\n\x05texts\x18\x03 \x03(\t\x12,\n\x0cstring_lists\x18\x04 \x03(\x0b\x32\x16.recmesh.v1.StringList\x12(\n\ncount_maps\x18\x05 \x03(\x0b\x32\x14.recmesh.v1.CountMap\x12.\n\x07sources\x18\x06 \x03(\x0e\x32\x19.recmesh.v1.FeatureSourceB\x02\x10\x01\x12\x12\n\x06\x61ge_ms\x18\x07 \x03(\x03\x42\x02\x10\x01\x12\x15\n\tfreshness\x18\x08 \x03(\x01\x42\x02\x10\x01\"N\n\x0c\x46\x65\x61tureTable\x12\x12\n\nentity_ids\x18\x01 \x03(\t\x12*\n\x07\x63olumns\x18\x02 \x03(\x0b\x32\x19.recmesh.v1.FeatureColumn\"\xa5\x01\n\x12GetFeaturesRequest\x12\x0f\n\x07user_id\x18\x01 \x01(\t\x12\x10\n\x08item_ids\x18\x02 \x03(\t\x12\x10\n\x08\x61s_of_ms\x18\x03 \x01(\x03\x12\x15\n\rrelated_limit\x18\x04 \x01(\x05\x12\x18\n\x10related_per_item\x18\x05 \x01(\x05\x12\x12\n\nitems_only\x18\x06 \x01(\x08\x12\x15\n\rhistory_limit\x18\x07 \x01(\x05\"\x8f\x02\n\x13GetFeaturesResponse\x12$\n\x04user\x18\x01 \x01(\x0b\x32\x16.recmesh.v1.FeatureRow\x12\'\n\x05items\x18\x02 \x01(\x0b\x32\x18.recmesh.v1.FeatureTable\x12\x17\n\x0f\x66\x65\x61ture_version\x18\x03 \x01(\t\x12\x10\n\x08\x61s_of_ms\x18\x04 \x01(\x03\x12\x10\n\x08\x64\x65graded\x18\x05 \x03(\t\x12\'\n\x07related\x18\x06 \x03(\x0b\x32\x16.recmesh.v1.ScoredItem\x12\x18\n\x10related_included\x18\x07 \x01(\x08\x12\x0f\n\x07history\x18\x08 \x03(\t\x12\x18\n\x10history_included\x18\t \x01(\x08\"\"\n\x11GetPopularRequest\x12\r\n\x05limit\x18\x01 \x01(\x05\",\n\nScoredItem\x12\x0f\n\x07item_id\x18\x01 \x01(\t\x12\r\n\x05score\x18\x02 \x01(\x01\";\n\x12GetPopularResponse\x12%\n\x05items\x18\x01 \x03(\x0b\x32\x16.recmesh.v1.ScoredItem\"F\n\x11GetRelatedRequest\x12\x10\n\x08item_ids\x18\x01 \x03(\t\x12\r\n\x05limit\x18\x02 \x01(\x05\x12\x10\n\x08per_item\x18\x03 \x01(\x05\";\n\x12GetRelatedResponse\x12%\n\x05items\x18\x01 \x03(\x0b\x32\x16.recmesh.v1.ScoredItem\">\n\x19GetCategoryPopularRequest\x12\x12\n\ncategories\x18\x01 \x03(\t\x12\r\n\x05limit\x18\x02 \x01(\x05\"H\n\rCategoryItems\x12\x10\n\x08\x63\x61tegory\x18\x01 \x01(\t\x12%\n\x05items\x18\x02 \x03(\x0b\x32\x16.recmesh.v1.ScoredItem\"K\n\x1aGetCategoryPopularResponse\x12-\n\ncategories\x18\x01 \x03(\x0b\x32\x19.recmesh.v1.CategoryItems*\x84\x01\n\rFeatureSource\x12\x1e\n\x1a\x46\x45\x41TURE_SOURCE_UNSPECIFIED\x10\x00\x12\x1b\n\x17\x46\x45\x41TURE_SOURCE_REALTIME\x10\x01\x12\x1a\n\x16\x46\x45\x41TURE_SOURCE_OFFLINE\x10\x02\x12\x1a\n\x16\x46\x45\x41TURE_SOURCE_DEFAULT\x10\x03\x32\xdf\x02\n\x0e\x46\x65\x61tureService\x12N\n\x0bGetFeatures\x12\x1e.recmesh.v1.GetFeaturesRequest\x1a\x1f.recmesh.v1.GetFeaturesResponse\x12K\n\nGetPopular\x12\x1d.recmesh.v1.GetPopularRequest\x1a\x1e.recmesh.v1.GetPopularResponse\x12K\n\nGetRelated\x12\x1d.recmesh.v1.GetRelatedRequest\x1a\x1e.recmesh.v1.GetRelatedResponse\x12\x63\n\x12GetCategoryPopular\x12%.recmesh.v1.GetCategoryPopularRequest\x1a&.recmesh.v1.GetCategoryPopularResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19recmesh/v1/features.proto\x12\nrecmesh.v1\"\x1c\n\nStringList\x12\x0e\n\x06values\x18\x01 \x03(\t\"k\n\x08\x43ountMap\x12\x30\n\x06\x63ounts\x18\x01 \x03(\x0b\x32 .recmesh.v1.CountMap.CountsEntry\x1a-\n\x0b\x43ountsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01\"\xda\x01\n\x0c\x46\x65\x61tureValue\x12\x10\n\x06number\x18\x01 \x01(\x01H\x00\x12\x0e\n\x04text\x18\x02 \x01(\tH\x00\x12)\n\x07strings\x18\x03 \x01(\x0b\x32\x16.recmesh.v1.StringListH\x00\x12&\n\x06\x63ounts\x18\x04 \x01(\x0b\x32\x14.recmesh.v1.CountMapH\x00\x12)\n\x06source\x18\n \x01(\x0e\x32\x19.recmesh.v1.FeatureSource\x12\x0e\n\x06\x61ge_ms\x18\x0b \x01(\x03\x12\x11\n\tfreshness\x18\x0c \x01(\x01\x42\x07\n\x05value\"\xa2\x01\n\nFeatureRow\x12\x11\n\tentity_id\x18\x01 \x01(\t\x12\x36\n\x08\x66\x65\x61tures\x18\x02 \x03(\x0b\x32$.recmesh.v1.FeatureRow.FeaturesEntry\x1aI\n\rFeaturesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\'\n\x05value\x18\x02 \x01(\x0b\x32\x18.recmesh.v1.FeatureValue:\x02\x38\x01\"\xf4\x01\n\rFeatureColumn\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x13\n\x07numbers\x18\x02 \x03(\x01\x42\x02\x10\x01\x12\r\n\x05texts\x18\x03 \x03(\t\x12,\n\x0cstring_lists\x18\x04 \x03(\x0b\x32\x16.recmesh.v1.StringList\x12(\n\ncount_maps\x18\x05 \x03(\x0b\x32\x14.recmesh.v1.CountMap\x12.\n\x07sources\x18\x06 \x03(\x0e\x32\x19.recmesh.v1.FeatureSourceB\x02\x10\x01\x12\x12\n\x06\x61ge_ms\x18\x07 \x03(\x03\x42\x02\x10\x01\x12\x15\n\tfreshness\x18\x08 \x03(\x01\x42\x02\x10\x01\"N\n\x0c\x46\x65\x61tureTable\x12\x12\n\nentity_ids\x18\x01 \x03(\t\x12*\n\x07\x63olumns\x18\x02 \x03(\x0b\x32\x19.recmesh.v1.FeatureColumn\"\xa9\x01\n\tItemBlock\x12\x0e\n\x06layout\x18\x01 \x01(\t\x12\x12\n\nentity_ids\x18\x02 \x03(\t\x12\x0f\n\x07\x63olumns\x18\x03 \x03(\t\x12\x0e\n\x06values\x18\x04 \x01(\x0c\x12\x31\n\x0c\x64ictionaries\x18\x05 \x03(\x0b\x32\x1b.recmesh.v1.BlockDictionary\x12$\n\x05lists\x18\x06 \x03(\x0b\x32\x15.recmesh.v1.BlockList\"1\n\x0f\x42lockDictionary\x12\x0e\n\x06\x63olumn\x18\x01 \x01(\t\x12\x0e\n\x06values\x18\x02 \x03(\t\"K\n\tBlockList\x12\x0e\n\x06\x63olumn\x18\x01 \x01(\t\x12\x0f\n\x07offsets\x18\x02 \x01(\x0c\x12\r\n\x05\x63odes\x18\x03 \x01(\x0c\x12\x0e\n\x06\x63ounts\x18\x04 \x01(\x0c\"\xb9\x01\n\x12GetFeaturesRequest\x12\x0f\n\x07user_id\x18\x01 \x01(\t\x12\x10\n\x08item_ids\x18\x02 \x03(\t\x12\x10\n\x08\x61s_of_ms\x18\x03 \x01(\x03\x12\x15\n\rrelated_limit\x18\x04 \x01(\x05\x12\x18\n\x10related_per_item\x18\x05 \x01(\x05\x12\x12\n\nitems_only\x18\x06 \x01(\x08\x12\x15\n\rhistory_limit\x18\x07 \x01(\x05\x12\x12\n\nitem_block\x18\x08 \x01(\x08\"\xba\x02\n\x13GetFeaturesResponse\x12$\n\x04user\x18\x01 \x01(\x0b\x32\x16.recmesh.v1.FeatureRow\x12\'\n\x05items\x18\x02 \x01(\x0b\x32\x18.recmesh.v1.FeatureTable\x12\x17\n\x0f\x66\x65\x61ture_version\x18\x03 \x01(\t\x12\x10\n\x08\x61s_of_ms\x18\x04 \x01(\x03\x12\x10\n\x08\x64\x65graded\x18\x05 \x03(\t\x12\'\n\x07related\x18\x06 \x03(\x0b\x32\x16.recmesh.v1.ScoredItem\x12\x18\n\x10related_included\x18\x07 \x01(\x08\x12\x0f\n\x07history\x18\x08 \x03(\t\x12\x18\n\x10history_included\x18\t \x01(\x08\x12)\n\nitem_block\x18\n \x01(\x0b\x32\x15.recmesh.v1.ItemBlock\"\"\n\x11GetPopularRequest\x12\r\n\x05limit\x18\x01 \x01(\x05\",\n\nScoredItem\x12\x0f\n\x07item_id\x18\x01 \x01(\t\x12\r\n\x05score\x18\x02 \x01(\x01\";\n\x12GetPopularResponse\x12%\n\x05items\x18\x01 \x03(\x0b\x32\x16.recmesh.v1.ScoredItem\"F\n\x11GetRelatedRequest\x12\x10\n\x08item_ids\x18\x01 \x03(\t\x12\r\n\x05limit\x18\x02 \x01(\x05\x12\x10\n\x08per_item\x18\x03 \x01(\x05\";\n\x12GetRelatedResponse\x12%\n\x05items\x18\x01 \x03(\x0b\x32\x16.recmesh.v1.ScoredItem\">\n\x19GetCategoryPopularRequest\x12\x12\n\ncategories\x18\x01 \x03(\t\x12\r\n\x05limit\x18\x02 \x01(\x05\"H\n\rCategoryItems\x12\x10\n\x08\x63\x61tegory\x18\x01 \x01(\t\x12%\n\x05items\x18\x02 \x03(\x0b\x32\x16.recmesh.v1.ScoredItem\"K\n\x1aGetCategoryPopularResponse\x12-\n\ncategories\x18\x01 \x03(\x0b\x32\x19.recmesh.v1.CategoryItems*\x84\x01\n\rFeatureSource\x12\x1e\n\x1a\x46\x45\x41TURE_SOURCE_UNSPECIFIED\x10\x00\x12\x1b\n\x17\x46\x45\x41TURE_SOURCE_REALTIME\x10\x01\x12\x1a\n\x16\x46\x45\x41TURE_SOURCE_OFFLINE\x10\x02\x12\x1a\n\x16\x46\x45\x41TURE_SOURCE_DEFAULT\x10\x03\x32\xdf\x02\n\x0e\x46\x65\x61tureService\x12N\n\x0bGetFeatures\x12\x1e.recmesh.v1.GetFeaturesRequest\x1a\x1f.recmesh.v1.GetFeaturesResponse\x12K\n\nGetPopular\x12\x1d.recmesh.v1.GetPopularRequest\x1a\x1e.recmesh.v1.GetPopularResponse\x12K\n\nGetRelated\x12\x1d.recmesh.v1.GetRelatedRequest\x1a\x1e.recmesh.v1.GetRelatedResponse\x12\x63\n\x12GetCategoryPopular\x12%.recmesh.v1.GetCategoryPopularRequest\x1a&.recmesh.v1.GetCategoryPopularResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -43,8 +43,8 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_FEATURECOLUMN'].fields_by_name['age_ms']._serialized_options = b'\020\001'
   _globals['_FEATURECOLUMN'].fields_by_name['freshness']._loaded_options = None
   _globals['_FEATURECOLUMN'].fields_by_name['freshness']._serialized_options = b'\020\001'
-  _globals['_FEATURESOURCE']._serialized_start=1827
-  _globals['_FEATURESOURCE']._serialized_end=1959
+  _globals['_FEATURESOURCE']._serialized_start=2190
+  _globals['_FEATURESOURCE']._serialized_end=2322
   _globals['_STRINGLIST']._serialized_start=41
   _globals['_STRINGLIST']._serialized_end=69
   _globals['_COUNTMAP']._serialized_start=71
@@ -61,26 +61,32 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_FEATURECOLUMN']._serialized_end=811
   _globals['_FEATURETABLE']._serialized_start=813
   _globals['_FEATURETABLE']._serialized_end=891
-  _globals['_GETFEATURESREQUEST']._serialized_start=894
-  _globals['_GETFEATURESREQUEST']._serialized_end=1059
-  _globals['_GETFEATURESRESPONSE']._serialized_start=1062
-  _globals['_GETFEATURESRESPONSE']._serialized_end=1333
-  _globals['_GETPOPULARREQUEST']._serialized_start=1335
-  _globals['_GETPOPULARREQUEST']._serialized_end=1369
-  _globals['_SCOREDITEM']._serialized_start=1371
-  _globals['_SCOREDITEM']._serialized_end=1415
-  _globals['_GETPOPULARRESPONSE']._serialized_start=1417
-  _globals['_GETPOPULARRESPONSE']._serialized_end=1476
-  _globals['_GETRELATEDREQUEST']._serialized_start=1478
-  _globals['_GETRELATEDREQUEST']._serialized_end=1548
-  _globals['_GETRELATEDRESPONSE']._serialized_start=1550
-  _globals['_GETRELATEDRESPONSE']._serialized_end=1609
-  _globals['_GETCATEGORYPOPULARREQUEST']._serialized_start=1611
-  _globals['_GETCATEGORYPOPULARREQUEST']._serialized_end=1673
-  _globals['_CATEGORYITEMS']._serialized_start=1675
-  _globals['_CATEGORYITEMS']._serialized_end=1747
-  _globals['_GETCATEGORYPOPULARRESPONSE']._serialized_start=1749
-  _globals['_GETCATEGORYPOPULARRESPONSE']._serialized_end=1824
-  _globals['_FEATURESERVICE']._serialized_start=1962
-  _globals['_FEATURESERVICE']._serialized_end=2313
+  _globals['_ITEMBLOCK']._serialized_start=894
+  _globals['_ITEMBLOCK']._serialized_end=1063
+  _globals['_BLOCKDICTIONARY']._serialized_start=1065
+  _globals['_BLOCKDICTIONARY']._serialized_end=1114
+  _globals['_BLOCKLIST']._serialized_start=1116
+  _globals['_BLOCKLIST']._serialized_end=1191
+  _globals['_GETFEATURESREQUEST']._serialized_start=1194
+  _globals['_GETFEATURESREQUEST']._serialized_end=1379
+  _globals['_GETFEATURESRESPONSE']._serialized_start=1382
+  _globals['_GETFEATURESRESPONSE']._serialized_end=1696
+  _globals['_GETPOPULARREQUEST']._serialized_start=1698
+  _globals['_GETPOPULARREQUEST']._serialized_end=1732
+  _globals['_SCOREDITEM']._serialized_start=1734
+  _globals['_SCOREDITEM']._serialized_end=1778
+  _globals['_GETPOPULARRESPONSE']._serialized_start=1780
+  _globals['_GETPOPULARRESPONSE']._serialized_end=1839
+  _globals['_GETRELATEDREQUEST']._serialized_start=1841
+  _globals['_GETRELATEDREQUEST']._serialized_end=1911
+  _globals['_GETRELATEDRESPONSE']._serialized_start=1913
+  _globals['_GETRELATEDRESPONSE']._serialized_end=1972
+  _globals['_GETCATEGORYPOPULARREQUEST']._serialized_start=1974
+  _globals['_GETCATEGORYPOPULARREQUEST']._serialized_end=2036
+  _globals['_CATEGORYITEMS']._serialized_start=2038
+  _globals['_CATEGORYITEMS']._serialized_end=2110
+  _globals['_GETCATEGORYPOPULARRESPONSE']._serialized_start=2112
+  _globals['_GETCATEGORYPOPULARRESPONSE']._serialized_end=2187
+  _globals['_FEATURESERVICE']._serialized_start=2325
+  _globals['_FEATURESERVICE']._serialized_end=2676
 # @@protoc_insertion_point(module_scope)

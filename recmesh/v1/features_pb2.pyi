@@ -98,8 +98,44 @@ class FeatureTable(_message.Message):
     columns: _containers.RepeatedCompositeFieldContainer[FeatureColumn]
     def __init__(self, entity_ids: _Optional[_Iterable[str]] = ..., columns: _Optional[_Iterable[_Union[FeatureColumn, _Mapping]]] = ...) -> None: ...
 
+class ItemBlock(_message.Message):
+    __slots__ = ("layout", "entity_ids", "columns", "values", "dictionaries", "lists")
+    LAYOUT_FIELD_NUMBER: _ClassVar[int]
+    ENTITY_IDS_FIELD_NUMBER: _ClassVar[int]
+    COLUMNS_FIELD_NUMBER: _ClassVar[int]
+    VALUES_FIELD_NUMBER: _ClassVar[int]
+    DICTIONARIES_FIELD_NUMBER: _ClassVar[int]
+    LISTS_FIELD_NUMBER: _ClassVar[int]
+    layout: str
+    entity_ids: _containers.RepeatedScalarFieldContainer[str]
+    columns: _containers.RepeatedScalarFieldContainer[str]
+    values: bytes
+    dictionaries: _containers.RepeatedCompositeFieldContainer[BlockDictionary]
+    lists: _containers.RepeatedCompositeFieldContainer[BlockList]
+    def __init__(self, layout: _Optional[str] = ..., entity_ids: _Optional[_Iterable[str]] = ..., columns: _Optional[_Iterable[str]] = ..., values: _Optional[bytes] = ..., dictionaries: _Optional[_Iterable[_Union[BlockDictionary, _Mapping]]] = ..., lists: _Optional[_Iterable[_Union[BlockList, _Mapping]]] = ...) -> None: ...
+
+class BlockDictionary(_message.Message):
+    __slots__ = ("column", "values")
+    COLUMN_FIELD_NUMBER: _ClassVar[int]
+    VALUES_FIELD_NUMBER: _ClassVar[int]
+    column: str
+    values: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, column: _Optional[str] = ..., values: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class BlockList(_message.Message):
+    __slots__ = ("column", "offsets", "codes", "counts")
+    COLUMN_FIELD_NUMBER: _ClassVar[int]
+    OFFSETS_FIELD_NUMBER: _ClassVar[int]
+    CODES_FIELD_NUMBER: _ClassVar[int]
+    COUNTS_FIELD_NUMBER: _ClassVar[int]
+    column: str
+    offsets: bytes
+    codes: bytes
+    counts: bytes
+    def __init__(self, column: _Optional[str] = ..., offsets: _Optional[bytes] = ..., codes: _Optional[bytes] = ..., counts: _Optional[bytes] = ...) -> None: ...
+
 class GetFeaturesRequest(_message.Message):
-    __slots__ = ("user_id", "item_ids", "as_of_ms", "related_limit", "related_per_item", "items_only", "history_limit")
+    __slots__ = ("user_id", "item_ids", "as_of_ms", "related_limit", "related_per_item", "items_only", "history_limit", "item_block")
     USER_ID_FIELD_NUMBER: _ClassVar[int]
     ITEM_IDS_FIELD_NUMBER: _ClassVar[int]
     AS_OF_MS_FIELD_NUMBER: _ClassVar[int]
@@ -107,6 +143,7 @@ class GetFeaturesRequest(_message.Message):
     RELATED_PER_ITEM_FIELD_NUMBER: _ClassVar[int]
     ITEMS_ONLY_FIELD_NUMBER: _ClassVar[int]
     HISTORY_LIMIT_FIELD_NUMBER: _ClassVar[int]
+    ITEM_BLOCK_FIELD_NUMBER: _ClassVar[int]
     user_id: str
     item_ids: _containers.RepeatedScalarFieldContainer[str]
     as_of_ms: int
@@ -114,10 +151,11 @@ class GetFeaturesRequest(_message.Message):
     related_per_item: int
     items_only: bool
     history_limit: int
-    def __init__(self, user_id: _Optional[str] = ..., item_ids: _Optional[_Iterable[str]] = ..., as_of_ms: _Optional[int] = ..., related_limit: _Optional[int] = ..., related_per_item: _Optional[int] = ..., items_only: _Optional[bool] = ..., history_limit: _Optional[int] = ...) -> None: ...
+    item_block: bool
+    def __init__(self, user_id: _Optional[str] = ..., item_ids: _Optional[_Iterable[str]] = ..., as_of_ms: _Optional[int] = ..., related_limit: _Optional[int] = ..., related_per_item: _Optional[int] = ..., items_only: _Optional[bool] = ..., history_limit: _Optional[int] = ..., item_block: _Optional[bool] = ...) -> None: ...
 
 class GetFeaturesResponse(_message.Message):
-    __slots__ = ("user", "items", "feature_version", "as_of_ms", "degraded", "related", "related_included", "history", "history_included")
+    __slots__ = ("user", "items", "feature_version", "as_of_ms", "degraded", "related", "related_included", "history", "history_included", "item_block")
     USER_FIELD_NUMBER: _ClassVar[int]
     ITEMS_FIELD_NUMBER: _ClassVar[int]
     FEATURE_VERSION_FIELD_NUMBER: _ClassVar[int]
@@ -127,6 +165,7 @@ class GetFeaturesResponse(_message.Message):
     RELATED_INCLUDED_FIELD_NUMBER: _ClassVar[int]
     HISTORY_FIELD_NUMBER: _ClassVar[int]
     HISTORY_INCLUDED_FIELD_NUMBER: _ClassVar[int]
+    ITEM_BLOCK_FIELD_NUMBER: _ClassVar[int]
     user: FeatureRow
     items: FeatureTable
     feature_version: str
@@ -136,7 +175,8 @@ class GetFeaturesResponse(_message.Message):
     related_included: bool
     history: _containers.RepeatedScalarFieldContainer[str]
     history_included: bool
-    def __init__(self, user: _Optional[_Union[FeatureRow, _Mapping]] = ..., items: _Optional[_Union[FeatureTable, _Mapping]] = ..., feature_version: _Optional[str] = ..., as_of_ms: _Optional[int] = ..., degraded: _Optional[_Iterable[str]] = ..., related: _Optional[_Iterable[_Union[ScoredItem, _Mapping]]] = ..., related_included: _Optional[bool] = ..., history: _Optional[_Iterable[str]] = ..., history_included: _Optional[bool] = ...) -> None: ...
+    item_block: ItemBlock
+    def __init__(self, user: _Optional[_Union[FeatureRow, _Mapping]] = ..., items: _Optional[_Union[FeatureTable, _Mapping]] = ..., feature_version: _Optional[str] = ..., as_of_ms: _Optional[int] = ..., degraded: _Optional[_Iterable[str]] = ..., related: _Optional[_Iterable[_Union[ScoredItem, _Mapping]]] = ..., related_included: _Optional[bool] = ..., history: _Optional[_Iterable[str]] = ..., history_included: _Optional[bool] = ..., item_block: _Optional[_Union[ItemBlock, _Mapping]] = ...) -> None: ...
 
 class GetPopularRequest(_message.Message):
     __slots__ = ("limit",)

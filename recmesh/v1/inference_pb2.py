@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from recmesh.v1 import features_pb2 as recmesh_dot_v1_dot_features__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1arecmesh/v1/inference.proto\x12\nrecmesh.v1\x1a\x19recmesh/v1/features.proto\"\xc4\x01\n\x0cScoreRequest\x12\x17\n\x0f\x66\x65\x61ture_version\x18\x01 \x01(\t\x12\x15\n\rfeature_names\x18\x02 \x03(\t\x12\x12\n\x06values\x18\x03 \x03(\x02\x42\x02\x10\x01\x12\r\n\x05level\x18\x04 \x01(\x05\x12\x12\n\nvalues_f32\x18\x05 \x01(\x0c\x12$\n\x04user\x18\x06 \x01(\x0b\x32\x16.recmesh.v1.FeatureRow\x12\'\n\x05items\x18\x07 \x01(\x0b\x32\x18.recmesh.v1.FeatureTable\"\x8f\x01\n\rScoreResponse\x12\x12\n\x06scores\x18\x01 \x03(\x02\x42\x02\x10\x01\x12\x15\n\rmodel_version\x18\x02 \x01(\t\x12\r\n\x05level\x18\x03 \x01(\x05\x12\x0b\n\x03\x61rm\x18\x04 \x01(\t\x12\x19\n\rshadow_scores\x18\x05 \x03(\x02\x42\x02\x10\x01\x12\x1c\n\x14shadow_model_version\x18\x06 \x01(\t\"\x12\n\x10ModelInfoRequest\"\x9d\x01\n\x11ModelInfoResponse\x12\x15\n\rmodel_version\x18\x01 \x01(\t\x12\x17\n\x0f\x66\x65\x61ture_version\x18\x02 \x01(\t\x12\x15\n\rfeature_names\x18\x03 \x03(\t\x12\x1a\n\x12\x65xecution_provider\x18\x04 \x01(\t\x12\x0e\n\x06origin\x18\x05 \x01(\t\x12\x15\n\rfeatures_read\x18\x06 \x03(\t\"\x1d\n\x0c\x45mbedRequest\x12\r\n\x05texts\x18\x01 \x03(\t\"d\n\rEmbedResponse\x12\x12\n\x06values\x18\x01 \x03(\x02\x42\x02\x10\x01\x12\x0b\n\x03\x64im\x18\x02 \x01(\x05\x12\r\n\x05model\x18\x03 \x01(\t\x12\x0f\n\x07\x62\x61\x63kend\x18\x04 \x01(\t\x12\x12\n\x06tokens\x18\x05 \x03(\x05\x42\x02\x10\x01\"J\n\x0fGenerateRequest\x12\x0e\n\x06prompt\x18\x01 \x01(\t\x12\x12\n\nmax_tokens\x18\x02 \x01(\x05\x12\x13\n\x0bjson_schema\x18\x03 \x01(\t\"r\n\x10GenerateResponse\x12\x0c\n\x04text\x18\x01 \x01(\t\x12\r\n\x05model\x18\x02 \x01(\t\x12\x0f\n\x07\x62\x61\x63kend\x18\x03 \x01(\t\x12\x15\n\rprompt_tokens\x18\x04 \x01(\x05\x12\x19\n\x11\x63ompletion_tokens\x18\x05 \x01(\x05\"\x15\n\x13\x43\x61pabilitiesRequest\"\x80\x01\n\x14\x43\x61pabilitiesResponse\x12\x17\n\x0f\x65mbedding_model\x18\x01 \x01(\t\x12\x19\n\x11\x65mbedding_backend\x18\x02 \x01(\t\x12\x18\n\x10generation_model\x18\x03 \x01(\t\x12\x1a\n\x12generation_backend\x18\x04 \x01(\t2\xf2\x02\n\x10InferenceService\x12<\n\x05Score\x12\x18.recmesh.v1.ScoreRequest\x1a\x19.recmesh.v1.ScoreResponse\x12H\n\tModelInfo\x12\x1c.recmesh.v1.ModelInfoRequest\x1a\x1d.recmesh.v1.ModelInfoResponse\x12<\n\x05\x45mbed\x12\x18.recmesh.v1.EmbedRequest\x1a\x19.recmesh.v1.EmbedResponse\x12\x45\n\x08Generate\x12\x1b.recmesh.v1.GenerateRequest\x1a\x1c.recmesh.v1.GenerateResponse\x12Q\n\x0c\x43\x61pabilities\x12\x1f.recmesh.v1.CapabilitiesRequest\x1a .recmesh.v1.CapabilitiesResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1arecmesh/v1/inference.proto\x12\nrecmesh.v1\x1a\x19recmesh/v1/features.proto\"\xef\x01\n\x0cScoreRequest\x12\x17\n\x0f\x66\x65\x61ture_version\x18\x01 \x01(\t\x12\x15\n\rfeature_names\x18\x02 \x03(\t\x12\x12\n\x06values\x18\x03 \x03(\x02\x42\x02\x10\x01\x12\r\n\x05level\x18\x04 \x01(\x05\x12\x12\n\nvalues_f32\x18\x05 \x01(\x0c\x12$\n\x04user\x18\x06 \x01(\x0b\x32\x16.recmesh.v1.FeatureRow\x12\'\n\x05items\x18\x07 \x01(\x0b\x32\x18.recmesh.v1.FeatureTable\x12)\n\nitem_block\x18\x08 \x01(\x0b\x32\x15.recmesh.v1.ItemBlock\"\x8f\x01\n\rScoreResponse\x12\x12\n\x06scores\x18\x01 \x03(\x02\x42\x02\x10\x01\x12\x15\n\rmodel_version\x18\x02 \x01(\t\x12\r\n\x05level\x18\x03 \x01(\x05\x12\x0b\n\x03\x61rm\x18\x04 \x01(\t\x12\x19\n\rshadow_scores\x18\x05 \x03(\x02\x42\x02\x10\x01\x12\x1c\n\x14shadow_model_version\x18\x06 \x01(\t\"\x12\n\x10ModelInfoRequest\"\x9d\x01\n\x11ModelInfoResponse\x12\x15\n\rmodel_version\x18\x01 \x01(\t\x12\x17\n\x0f\x66\x65\x61ture_version\x18\x02 \x01(\t\x12\x15\n\rfeature_names\x18\x03 \x03(\t\x12\x1a\n\x12\x65xecution_provider\x18\x04 \x01(\t\x12\x0e\n\x06origin\x18\x05 \x01(\t\x12\x15\n\rfeatures_read\x18\x06 \x03(\t\"\x1d\n\x0c\x45mbedRequest\x12\r\n\x05texts\x18\x01 \x03(\t\"d\n\rEmbedResponse\x12\x12\n\x06values\x18\x01 \x03(\x02\x42\x02\x10\x01\x12\x0b\n\x03\x64im\x18\x02 \x01(\x05\x12\r\n\x05model\x18\x03 \x01(\t\x12\x0f\n\x07\x62\x61\x63kend\x18\x04 \x01(\t\x12\x12\n\x06tokens\x18\x05 \x03(\x05\x42\x02\x10\x01\"J\n\x0fGenerateRequest\x12\x0e\n\x06prompt\x18\x01 \x01(\t\x12\x12\n\nmax_tokens\x18\x02 \x01(\x05\x12\x13\n\x0bjson_schema\x18\x03 \x01(\t\"r\n\x10GenerateResponse\x12\x0c\n\x04text\x18\x01 \x01(\t\x12\r\n\x05model\x18\x02 \x01(\t\x12\x0f\n\x07\x62\x61\x63kend\x18\x03 \x01(\t\x12\x15\n\rprompt_tokens\x18\x04 \x01(\x05\x12\x19\n\x11\x63ompletion_tokens\x18\x05 \x01(\x05\"\x15\n\x13\x43\x61pabilitiesRequest\"\x80\x01\n\x14\x43\x61pabilitiesResponse\x12\x17\n\x0f\x65mbedding_model\x18\x01 \x01(\t\x12\x19\n\x11\x65mbedding_backend\x18\x02 \x01(\t\x12\x18\n\x10generation_model\x18\x03 \x01(\t\x12\x1a\n\x12generation_backend\x18\x04 \x01(\t2\xf2\x02\n\x10InferenceService\x12<\n\x05Score\x12\x18.recmesh.v1.ScoreRequest\x1a\x19.recmesh.v1.ScoreResponse\x12H\n\tModelInfo\x12\x1c.recmesh.v1.ModelInfoRequest\x1a\x1d.recmesh.v1.ModelInfoResponse\x12<\n\x05\x45mbed\x12\x18.recmesh.v1.EmbedRequest\x1a\x19.recmesh.v1.EmbedResponse\x12\x45\n\x08Generate\x12\x1b.recmesh.v1.GenerateRequest\x1a\x1c.recmesh.v1.GenerateResponse\x12Q\n\x0c\x43\x61pabilities\x12\x1f.recmesh.v1.CapabilitiesRequest\x1a .recmesh.v1.CapabilitiesResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -43,25 +43,25 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_EMBEDRESPONSE'].fields_by_name['tokens']._loaded_options = None
   _globals['_EMBEDRESPONSE'].fields_by_name['tokens']._serialized_options = b'\020\001'
   _globals['_SCOREREQUEST']._serialized_start=70
-  _globals['_SCOREREQUEST']._serialized_end=266
-  _globals['_SCORERESPONSE']._serialized_start=269
-  _globals['_SCORERESPONSE']._serialized_end=412
-  _globals['_MODELINFOREQUEST']._serialized_start=414
-  _globals['_MODELINFOREQUEST']._serialized_end=432
-  _globals['_MODELINFORESPONSE']._serialized_start=435
-  _globals['_MODELINFORESPONSE']._serialized_end=592
-  _globals['_EMBEDREQUEST']._serialized_start=594
-  _globals['_EMBEDREQUEST']._serialized_end=623
-  _globals['_EMBEDRESPONSE']._serialized_start=625
-  _globals['_EMBEDRESPONSE']._serialized_end=725
-  _globals['_GENERATEREQUEST']._serialized_start=727
-  _globals['_GENERATEREQUEST']._serialized_end=801
-  _globals['_GENERATERESPONSE']._serialized_start=803
-  _globals['_GENERATERESPONSE']._serialized_end=917
-  _globals['_CAPABILITIESREQUEST']._serialized_start=919
-  _globals['_CAPABILITIESREQUEST']._serialized_end=940
-  _globals['_CAPABILITIESRESPONSE']._serialized_start=943
-  _globals['_CAPABILITIESRESPONSE']._serialized_end=1071
-  _globals['_INFERENCESERVICE']._serialized_start=1074
-  _globals['_INFERENCESERVICE']._serialized_end=1444
+  _globals['_SCOREREQUEST']._serialized_end=309
+  _globals['_SCORERESPONSE']._serialized_start=312
+  _globals['_SCORERESPONSE']._serialized_end=455
+  _globals['_MODELINFOREQUEST']._serialized_start=457
+  _globals['_MODELINFOREQUEST']._serialized_end=475
+  _globals['_MODELINFORESPONSE']._serialized_start=478
+  _globals['_MODELINFORESPONSE']._serialized_end=635
+  _globals['_EMBEDREQUEST']._serialized_start=637
+  _globals['_EMBEDREQUEST']._serialized_end=666
+  _globals['_EMBEDRESPONSE']._serialized_start=668
+  _globals['_EMBEDRESPONSE']._serialized_end=768
+  _globals['_GENERATEREQUEST']._serialized_start=770
+  _globals['_GENERATEREQUEST']._serialized_end=844
+  _globals['_GENERATERESPONSE']._serialized_start=846
+  _globals['_GENERATERESPONSE']._serialized_end=960
+  _globals['_CAPABILITIESREQUEST']._serialized_start=962
+  _globals['_CAPABILITIESREQUEST']._serialized_end=983
+  _globals['_CAPABILITIESRESPONSE']._serialized_start=986
+  _globals['_CAPABILITIESRESPONSE']._serialized_end=1114
+  _globals['_INFERENCESERVICE']._serialized_start=1117
+  _globals['_INFERENCESERVICE']._serialized_end=1487
 # @@protoc_insertion_point(module_scope)

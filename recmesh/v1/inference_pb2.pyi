@@ -8,7 +8,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class ScoreRequest(_message.Message):
-    __slots__ = ("feature_version", "feature_names", "values", "level", "values_f32", "user", "items")
+    __slots__ = ("feature_version", "feature_names", "values", "level", "values_f32", "user", "items", "item_block")
     FEATURE_VERSION_FIELD_NUMBER: _ClassVar[int]
     FEATURE_NAMES_FIELD_NUMBER: _ClassVar[int]
     VALUES_FIELD_NUMBER: _ClassVar[int]
@@ -16,6 +16,7 @@ class ScoreRequest(_message.Message):
     VALUES_F32_FIELD_NUMBER: _ClassVar[int]
     USER_FIELD_NUMBER: _ClassVar[int]
     ITEMS_FIELD_NUMBER: _ClassVar[int]
+    ITEM_BLOCK_FIELD_NUMBER: _ClassVar[int]
     feature_version: str
     feature_names: _containers.RepeatedScalarFieldContainer[str]
     values: _containers.RepeatedScalarFieldContainer[float]
@@ -23,7 +24,8 @@ class ScoreRequest(_message.Message):
     values_f32: bytes
     user: _features_pb2.FeatureRow
     items: _features_pb2.FeatureTable
-    def __init__(self, feature_version: _Optional[str] = ..., feature_names: _Optional[_Iterable[str]] = ..., values: _Optional[_Iterable[float]] = ..., level: _Optional[int] = ..., values_f32: _Optional[bytes] = ..., user: _Optional[_Union[_features_pb2.FeatureRow, _Mapping]] = ..., items: _Optional[_Union[_features_pb2.FeatureTable, _Mapping]] = ...) -> None: ...
+    item_block: _features_pb2.ItemBlock
+    def __init__(self, feature_version: _Optional[str] = ..., feature_names: _Optional[_Iterable[str]] = ..., values: _Optional[_Iterable[float]] = ..., level: _Optional[int] = ..., values_f32: _Optional[bytes] = ..., user: _Optional[_Union[_features_pb2.FeatureRow, _Mapping]] = ..., items: _Optional[_Union[_features_pb2.FeatureTable, _Mapping]] = ..., item_block: _Optional[_Union[_features_pb2.ItemBlock, _Mapping]] = ...) -> None: ...
 
 class ScoreResponse(_message.Message):
     __slots__ = ("scores", "model_version", "level", "arm", "shadow_scores", "shadow_model_version")

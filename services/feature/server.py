@@ -11,6 +11,7 @@ from prometheus_client import Counter, Gauge
 from redis.exceptions import RedisError
 
 from recmesh.errors import InvalidArgument, Unavailable
+from recmesh.features.block import ItemLayout
 from recmesh.features.covisit import seeds_of
 from recmesh.features.wire import columns_to_pb, row_to_pb
 from recmesh.grpcserver import MeshServer, Registration
@@ -46,6 +47,7 @@ class FeatureServicer(features_pb2_grpc.FeatureServiceServicer):
         self._settings = settings
         self._served_log = served_log
         self._recall = recall
+        self._layout = ItemLayout.of(self._feature_set)
 
     async def GetFeatures(
         self, request: pb.GetFeaturesRequest, context: grpc.aio.ServicerContext
@@ -77,7 +79,11 @@ class FeatureServicer(features_pb2_grpc.FeatureServiceServicer):
             as_of_ms=as_of,
             degraded=lookup.degraded,
         )
-        columns_to_pb(self._feature_set, item_ids, lookup.item_columns, response.items)
+        if request.item_block:
+            values = {name: col.values for name, col in lookup.item_columns.items()}
+            self._layout.encode(item_ids, values, response.item_block)
+        else:
+            columns_to_pb(self._feature_set, item_ids, lookup.item_columns, response.items)
         if request.related_limit:
             await self._add_related(request, lookup, timeout_ms / 1000, response)
         if history is not None:

@@ -62,9 +62,14 @@ def impression_record(imp: Impression) -> dict[str, object]:
 
 class ImpressionLog(TopicLog[Impression]):
     def __init__(
-        self, make_producer: Callable[[], AIOKafkaProducer], topic: str, rate: float, queue_max: int = 10_000
+        self,
+        make_producer: Callable[[], AIOKafkaProducer],
+        topic: str,
+        rate: float,
+        queue_max: int = 10_000,
+        linger_s: float = 0.0,
     ) -> None:
-        super().__init__(make_producer, topic, rate, self._record, IMPRESSIONS, queue_max)
+        super().__init__(make_producer, topic, rate, self._record, IMPRESSIONS, queue_max, linger_s=linger_s)
 
     def offer(self, user_id: str, rec: Recommendation, as_of_ms: int) -> None:
         """Log an answered recommendation, if sampled; never blocks."""
@@ -87,4 +92,5 @@ def impression_log_from(settings: GatewaySettings) -> ImpressionLog | None:
         settings.impressions_topic,
         settings.impression_log_rate,
         settings.impression_log_queue,
+        settings.impression_log_linger_ms / 1000,
     )

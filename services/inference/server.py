@@ -29,6 +29,8 @@ from prometheus_client import Counter, Gauge
 from recmesh.errors import FailedPrecondition, InvalidArgument, ResourceExhausted
 from recmesh.evaluation.experiment import CANDIDATE
 from recmesh.evaluation.impression import CONTROL
+from recmesh.features.block import BlockView
+from recmesh.features.vectorize import Vectorizer
 from recmesh.features.wire import row_values, table_columns
 from recmesh.grpcserver import MeshServer, Registration
 from recmesh.metadata import SUGGESTED_LEVEL_KEY
@@ -160,28 +162,41 @@ class InferenceServicer(inference_pb2_grpc.InferenceServiceServicer):
         # A batch holds one variant's jobs only (take_batch splits on the job's model).
         return await self._batcher.submit(variant, matrix, remaining_s())
 
+    def _served_features(self, model: LoadedModel, request: pb.ScoreRequest, rows: int) -> Vectorizer:
+        """The checks of a request that sends served features (a table or a block)."""
+        if request.feature_names or request.values or request.values_f32:
+            raise InvalidArgument("send items (served features) or rows (feature_names + values), not both")
+        if rows > self._settings.max_rows:
+            raise InvalidArgument(f"{rows} items; at most {self._settings.max_rows} per request")
+        if request.feature_version != model.feature_version:
+            raise FailedPrecondition(
+                f"feature set {request.feature_version!r} does not match model {model.version} "
+                f"(trained on {model.feature_version!r})"
+            )
+        if model.vectorizer is None:
+            raise FailedPrecondition(
+                f"model {model.version} declares no input transforms (an older card): "
+                "send rows, or retrain it"
+            )
+        return model.vectorizer
+
+    def _block_matrix(self, model: LoadedModel, request: pb.ScoreRequest) -> npt.NDArray[np.float32]:
+        """The input rows of a request that sends its items as a packed block."""
+        if request.HasField("items"):
+            raise InvalidArgument("send items or item_block, not both")
+        block = request.item_block
+        vectorizer = self._served_features(model, request, len(block.entity_ids))
+        view = BlockView(block, model.feature_version)
+        return vectorizer.matrix_from_block(row_values(request.user), view, request.user.entity_id)
+
     def _matrix(self, model: LoadedModel, request: pb.ScoreRequest) -> npt.NDArray[np.float32]:
         """The request's input rows: built from its served features with the
         model's declared transforms, or the rows the caller built."""
+        if request.HasField("item_block"):
+            return self._block_matrix(model, request)
         if request.HasField("items"):
-            if request.feature_names or request.values or request.values_f32:
-                raise InvalidArgument(
-                    "send items (served features) or rows (feature_names + values), not both"
-                )
-            rows = len(request.items.entity_ids)
-            if rows > self._settings.max_rows:
-                raise InvalidArgument(f"{rows} items; at most {self._settings.max_rows} per request")
-            if request.feature_version != model.feature_version:
-                raise FailedPrecondition(
-                    f"feature set {request.feature_version!r} does not match model {model.version} "
-                    f"(trained on {model.feature_version!r})"
-                )
-            if model.vectorizer is None:
-                raise FailedPrecondition(
-                    f"model {model.version} declares no input transforms (an older card): "
-                    "send rows, or retrain it"
-                )
-            return model.vectorizer.matrix(
+            vectorizer = self._served_features(model, request, len(request.items.entity_ids))
+            return vectorizer.matrix(
                 [row_values(request.user)],
                 table_columns(request.items),
                 list(request.items.entity_ids),

@@ -230,8 +230,6 @@ class RankPipeline:
         # gather would cost a future and a loop turn per node.
         inputs = {name: await fut for name, fut in zip(node.inputs, upstream, strict=True)}
         kind = KINDS[node.kind]
-        if kind.idle is not None and kind.idle(self._env):
-            return kind.neutral(self._env, req, node, inputs)
         slo = current_slo_class()
         self._climb_ladder(req, started, budget_ms)
         t0 = time.perf_counter()
@@ -336,8 +334,17 @@ class RankPipeline:
             self._learnt.refresh_in_background()
         started = time.perf_counter()
         tasks: dict[str, asyncio.Future[object]] = {}
+        loop = asyncio.get_running_loop()
         for name in self.graph.order:
             node = self._nodes[name]
+            kind = KINDS[node.kind]
+            if kind.idle is not None and kind.idle(self._env):
+                # Nothing to do (a learnt source with no table): its neutral answer
+                # now, with no task, inputs to wait for, span or deadline.
+                done: asyncio.Future[object] = loop.create_future()
+                done.set_result(kind.neutral(self._env, req, node, {}))
+                tasks[name] = done
+                continue
             upstream = [tasks[i] for i in node.inputs]
             tasks[name] = asyncio.ensure_future(self._run_node(node, req, upstream, started, budget_ms))
         try:

@@ -19,6 +19,7 @@ from recmesh.clients.feature import FeatureClient
 from recmesh.clients.inference import UNSCORED_MODEL, InferenceClient
 from recmesh.errors import RecmeshError, Unavailable
 from recmesh.evaluation.impression import CONTROL
+from recmesh.features.block import first_values
 from recmesh.features.repository import FeatureSet, FeatureValue
 from recmesh.features.wire import row_values
 from recmesh.retrieval.build import FUSION_HEAD
@@ -90,8 +91,9 @@ class ItemFeatures:
     user: fpb.FeatureRow
     pool: list[tuple[str, float]]  # to be scored, in recall order
     rest: list[tuple[str, float]]  # not scored (sampled out), in recall order
-    # the pool's features as served, in pool order (no columns: every feature's default)
-    items: fpb.FeatureTable
+    # the pool's features as served, in pool order: a packed block (forwarded to
+    # inference as it is) or the message form (no columns: every feature's default)
+    items: fpb.FeatureTable | fpb.ItemBlock
     categories: dict[str, str]  # item -> its recall category (diversity), where known
     feature_version: str
 
@@ -322,13 +324,15 @@ async def _run_features(env: Env, req: RequestState, node: NodeSpec, inputs: Inp
     # falling back, read the items only.
     u = _one(inputs, UserOut)
     complete = isinstance(u, UserOut) and u.complete
+    block = env.settings.item_block
     resp = await env.features.get_features(
-        req.user_id, [i for i, _ in pool], req.as_of_ms, cap_s=cap_s, items_only=complete
+        req.user_id, [i for i, _ in pool], req.as_of_ms, cap_s=cap_s, items_only=complete, item_block=block
     )
     req.degraded.extend(f"feature:{d}" for d in resp.degraded)
     user = resp.user if resp.user.features else _user_row(req, inputs)
-    categories = _categories(env, resp.items)
-    return ItemFeatures(user, pool, rest, resp.items, categories, resp.feature_version)
+    items = resp.item_block if block else resp.items
+    categories = _categories(env, items)
+    return ItemFeatures(user, pool, rest, items, categories, resp.feature_version)
 
 
 def _user_row(req: RequestState, inputs: Inputs) -> fpb.FeatureRow:
@@ -344,9 +348,12 @@ def _neutral_features(env: Env, req: RequestState, node: NodeSpec, inputs: Input
     return ItemFeatures(_user_row(req, inputs), pool, rest, items, {}, env.feature_set.version)
 
 
-def _categories(env: Env, table: fpb.FeatureTable) -> dict[str, str]:
+def _categories(env: Env, table: fpb.FeatureTable | fpb.ItemBlock) -> dict[str, str]:
     """Each item's recall category (its first value, for a multi-valued one): the diversity cap."""
     name = env.feature_set.roles.category
+    if isinstance(table, fpb.ItemBlock):
+        firsts = first_values(table, name) if name else None
+        return {i: v for i, v in zip(table.entity_ids, firsts or (), strict=False) if v}
     col = next((c for c in table.columns if c.name == name), None) if name else None
     if col is None:
         return {}

@@ -20,7 +20,7 @@ from recmesh.clients.ranker import RankerClient
 from recmesh.errors import DeadlineExceeded, FailedPrecondition, InvalidArgument
 from recmesh.events import Event
 from recmesh.features.repository import FeatureSet
-from recmesh.features.wire import table_rows
+from recmesh.features.wire import table_columns, table_rows
 from recmesh.resilience import request_scope
 from recmesh.settings import RankerSettings
 from recmesh.v1 import features_pb2, inference_pb2, inference_pb2_grpc
@@ -150,6 +150,40 @@ async def test_score_builds_the_inputs_from_served_features(mesh: Mesh, demo_fea
         features_pb2.FeatureTable(entity_ids=items),
     )
     assert len(bare.scores) == 3
+
+
+async def test_the_packed_block_serves_and_scores_as_the_message_form(
+    mesh: Mesh, demo_feature_set: FeatureSet
+) -> None:
+    """GetFeatures' item block holds the table's values, scores the same over real
+    gRPC, and a block of another feature-set version is refused by name."""
+    from recmesh.features.block import BlockView
+
+    now = int(time.time() * 1000)
+    items = ["i3", "i4", "i5", "i6"]
+    table = await mesh.feature_client.get_features("u5", items, now, cap_s=2.0)
+    packed = await mesh.feature_client.get_features("u5", items, now, cap_s=2.0, item_block=True)
+    assert not packed.items.entity_ids and list(packed.item_block.entity_ids) == items
+    view = BlockView(packed.item_block, demo_feature_set.version)
+    for name, values in table_columns(table.items, demo_feature_set).items():
+        assert view.column(name) == values, name
+    by_table = await mesh.inference_client.score_features(demo_feature_set.version, table.user, table.items)
+    by_block = await mesh.inference_client.score_features(
+        demo_feature_set.version, packed.user, packed.item_block
+    )
+    assert by_block.scores == by_table.scores and len(by_block.scores) == 4
+    other = features_pb2.ItemBlock()
+    other.CopyFrom(packed.item_block)
+    other.layout = "fs-0123456789ab/items.v1"
+    with pytest.raises(FailedPrecondition, match=r"layout 'fs-0123456789ab/items.v1' is not this model's"):
+        await mesh.inference_client.score_features(demo_feature_set.version, packed.user, other)
+    async with open_channel(mesh.inference.address) as channel:
+        stub = inference_pb2_grpc.InferenceServiceStub(channel)
+        both = inference_pb2.ScoreRequest(feature_version=demo_feature_set.version, items=table.items,
+                                          item_block=packed.item_block)  # fmt: skip
+        with pytest.raises(grpc.aio.AioRpcError, match="items or item_block, not both") as err:
+            await stub.Score(both, timeout=5)
+        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
 
 
 def mesh_card(mesh: Mesh) -> dict[str, Any]:

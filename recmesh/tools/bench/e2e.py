@@ -24,7 +24,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -38,7 +38,7 @@ from recmesh.tools.bench.common import emit, free_port
 from recmesh.tools.bench.loadgen import StepResult
 from recmesh.tools.bench.proccpu import CpuMeter, child_pids, named
 from recmesh.tools.bench.profile import py_spy, recording, report
-from recmesh.tools.bench.repeat import round_order, spreads
+from recmesh.tools.bench.repeat import round_order, spread, spreads
 from recmesh.tools.bench.sweep import parse_mix, parse_rates, sweep, table
 from recmesh.vectors import RELOAD_CHECK_S, load_item_vectors
 
@@ -248,47 +248,105 @@ def ratio_table(rounds: list[dict[str, float]], rates: list[float]) -> str:
     return "\n".join(lines)
 
 
+def parse_against(text: str | None) -> dict[str, str]:
+    """`--against VAR=VALUE[,VAR=VALUE]` as the second mesh's extra environment."""
+    out: dict[str, str] = {}
+    for part in (text or "").split(","):
+        if not part.strip():
+            continue
+        name, eq, value = part.partition("=")
+        if not eq or not name.strip():
+            raise InvalidArgument(f"--against takes VAR=VALUE[,VAR=VALUE]; {part!r} is not VAR=VALUE")
+        out[name.strip()] = value.strip()
+    return out
+
+
+def against_table(mesh: list[list[StepResult]], other: list[list[StepResult]], label: str) -> str:
+    """Per loaded rate, each process's CPU per answer in the mesh and in the one
+    started with `--against` (median over the rounds), and the ratio of their
+    totals per round (median and range): what the compared setting costs, by hop."""
+    lines = [f"this mesh against one with {label}: CPU ms per answer by process (median over rounds)"]
+    for k in range(1, len(mesh[0])):
+        steps_m = [sweep_[k] for sweep_ in mesh if len(sweep_) > k]
+        steps_o = [sweep_[k] for sweep_ in other if len(sweep_) > k]
+        names = sorted({n for s in steps_m + steps_o for n in s.cpu_ms_per_request})
+        if not names:
+            continue
+        lines.append(f"  at {steps_m[0].rate:g}/s offered")
+        for name in [*names, "all"]:
+
+            def cpu(s: StepResult, n: str = name) -> float:
+                d = s.cpu_ms_per_request
+                return sum(d.values()) if n == "all" else d.get(n, 0.0)
+
+            m = spread([cpu(s) for s in steps_m])
+            o = spread([cpu(s) for s in steps_o])
+            per_round = [cpu(a) / cpu(b) for a, b in zip(steps_m, steps_o, strict=False) if cpu(b) > 0]
+            lines.append(
+                f"    {name:<16} {m.median:7.2f} against {o.median:7.2f}   ratio {spread(per_round).text()}"
+            )
+    return "\n".join(lines)
+
+
 @dataclass
 class Compared:
     mesh: list[list[StepResult]]  # one sweep per round
     floor: list[list[StepResult]]  # empty without the baseline
     profile: str = ""
+    against: list[list[StepResult]] | None = None  # the --against mesh's sweeps, one per round
+
+
+@dataclass(frozen=True)
+class _Target:
+    """One thing a round sweeps: a mesh, the --against mesh or the floor."""
+
+    url: str  # its gateway
+    meter: Callable[[], CpuMeter | None]  # how its CPU is measured (a fresh meter per sweep)
+    seconds: float  # per step
+    mix: dict[str, float]
+    api_key: str | None
+    sweeps: list[list[StepResult]]  # where its sweeps go, one per round
 
 
 async def run(args: Any) -> Compared:
-    """The mesh's sweep, and with the baseline the floor's, `args.repeat` times in
-    alternating order; both are started once. With `args.profile`, py-spy records
-    the mesh's services throughout."""
+    """The mesh's sweep, and with the baseline the floor's (with `--against`, a
+    second mesh's too), `args.repeat` times in alternating order; all are started
+    once. With `args.profile`, py-spy records the mesh's services throughout."""
     rates, mix = parse_rates(args.rates), parse_mix(args.mix)
     if args.profile:
         py_spy()  # missing: said before a mesh starts
-    out = Compared([], [])
+    against = parse_against(args.against)
+    if against and args.gateway:
+        raise InvalidArgument("--against starts both meshes itself: leave out --gateway")
+    out = Compared([], [], against=[] if against else None)
     async with contextlib.AsyncExitStack() as stack:
         tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="recmesh-bench-e2e-")))
-        (tmp / "mesh").mkdir()
-        (tmp / "floor").mkdir()
+        for sub in ("mesh", "floor", "against"):
+            (tmp / sub).mkdir()
         up_pid: int | None = args.up_pid
         url = args.gateway
         if not url:
             mesh = await stack.enter_async_context(started_mesh(tmp / "mesh"))
             url, up_pid = mesh.url, mesh.pid
-        floor_url, roles = "", dict[int, str]()
+        targets = {"mesh": _Target(url, lambda: CpuMeter(up_pid) if up_pid else None, args.seconds, mix,
+                                   args.api_key, out.mesh)}  # fmt: skip
+        if out.against is not None:
+            other = await stack.enter_async_context(started_mesh(tmp / "against", env=against))
+            targets["against"] = _Target(other.url, lambda: CpuMeter(other.pid), args.seconds, mix,
+                                         args.api_key, out.against)  # fmt: skip
         if args.baseline:
             floor_url, roles = await stack.enter_async_context(floor_bench.started_skeleton(tmp / "floor"))
+            targets["floor"] = _Target(floor_url, lambda: CpuMeter(names=roles), min(args.seconds, 5.0),
+                                       {"A": 1.0}, None, out.floor)  # fmt: skip
         if args.profile:
             if up_pid is None:
                 raise InvalidArgument("--profile with --gateway needs --up-pid (the processes to record)")
             pids = {n: p for n, p in named(child_pids(up_pid)).items() if n in SERVICES}
             await stack.enter_async_context(recording(pids, Path(args.profile)))
         for r in range(args.repeat):
-            for which in round_order(["mesh", "floor"] if args.baseline else ["mesh"], r):
-                if which == "mesh":
-                    meter = CpuMeter(up_pid) if up_pid else None
-                    out.mesh.append(await sweep(url, rates, args.seconds, mix, args.api_key, meter))
-                else:
-                    meter = CpuMeter(names=roles)
-                    seconds = min(args.seconds, 5.0)
-                    out.floor.append(await sweep(floor_url, rates, seconds, {"A": 1.0}, None, meter))
+            for which in round_order(list(targets), r):
+                t = targets[which]
+                t.sweeps.append(await sweep(t.url, rates, t.seconds, t.mix, t.api_key, t.meter()))
     if args.profile:
         out.profile = report(Path(args.profile))
     return out
@@ -308,6 +366,11 @@ def main(args: Any) -> int:
         text += "\n" + ratio_table(rounds, parse_rates(args.rates))
         if args.profile:
             text += "\n  (py-spy sampled the mesh: the CPU figures include the sampling; measure without it)"
+    if compared.against:
+        label = args.against
+        sweeps = [[asdict(s) for s in m] for m in compared.against]
+        figures["against"] = {"env": parse_against(label), "steps": sweeps}
+        text += "\n" + against_table(compared.mesh, compared.against, label)
     if compared.profile:
         text += "\n" + compared.profile
     emit(figures, args.json, text)

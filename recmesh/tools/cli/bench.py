@@ -245,6 +245,12 @@ def _add_e2e(bench: Any) -> None:
         help="rounds of the mesh's and the floor's sweeps, in alternating order; prints each ratio's median "
         "and range",
     )  # fmt: skip
+    be.add_argument(
+        "--against", metavar="VAR=VALUE[,VAR=VALUE]",
+        help="also start a second mesh with these variables set (e.g. RECMESH_RANKER_ITEM_BLOCK=false), "
+        "sweep it in every round in alternating order, and print the CPU per answer of each process of "
+        "both and their ratio (median and range over the rounds)",
+    )  # fmt: skip
     be.add_argument("--profile", metavar="DIR", help="py-spy the mesh's services during the sweeps: "
                     "DIR/SERVICE.folded and their top frames (py-spy: a dev dependency)")  # fmt: skip
     be.add_argument("--json", action="store_true")

@@ -42,7 +42,10 @@ class Features:
             raise Unavailable("feature.GetFeatures: down")
         resp = pb.GetFeaturesResponse(feature_version="fs-v1", as_of_ms=as_of_ms)
         resp.user.entity_id = user_id
-        resp.items.entity_ids.extend(item_ids)
+        if kw.get("item_block"):  # the ranker's default: the packed form
+            resp.item_block.entity_ids.extend(item_ids)
+        else:
+            resp.items.entity_ids.extend(item_ids)
         return resp
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import pytest
 
 from recmesh.features.repository import FeatureSet
@@ -29,7 +30,7 @@ class RecordingFeatures:
             resp.user.features["clicks_5m"].number = 0.0 if not item_ids else 7.0
         if not item_ids:
             resp.degraded.extend(self.user_degraded)
-        resp.items.entity_ids.extend(item_ids)
+        (resp.item_block if kw.get("item_block") else resp.items).entity_ids.extend(item_ids)
         return resp
 
 
@@ -55,7 +56,8 @@ async def test_the_candidate_lookup_rereads_the_user_only_after_a_fallback(
 
 
 class CategoryFeatures:
-    """Answers with the items' recall category as a text column or as string lists."""
+    """Answers with the items' recall category as a text column or as string lists,
+    in the message form or in a packed block, as asked."""
 
     def __init__(self, multi: bool) -> None:
         self.multi = multi
@@ -63,6 +65,19 @@ class CategoryFeatures:
     async def get_features(self, user_id: str, item_ids: list[str], as_of_ms: int, **kw: Any) -> Any:
         resp = pb.GetFeaturesResponse(feature_version="fs-v1", as_of_ms=as_of_ms)
         resp.user.entity_id = user_id
+        if kw.get("item_block"):
+            block = resp.item_block
+            block.entity_ids.extend(item_ids)
+            block.dictionaries.add(column="category", values=["news", "music", "food"])
+            if self.multi:
+                offsets, codes = [0, 2, 2, 3], [0, 2, 1]
+                block.lists.add(column="category", offsets=np.asarray(offsets, "<i4").tobytes(),
+                                codes=np.asarray(codes, "<i4").tobytes())  # fmt: skip
+            else:
+                block.dictionaries[0].values.append("")
+                block.columns.extend(["other", "category"])
+                block.values = np.asarray([[5, 0], [6, 3], [7, 1]], "<f8").tobytes()
+            return resp
         resp.items.entity_ids.extend(item_ids)
         col = resp.items.columns.add(name="category")
         if self.multi:
@@ -74,12 +89,14 @@ class CategoryFeatures:
         return resp
 
 
+@pytest.mark.parametrize("block", [True, False])
 @pytest.mark.parametrize("multi", [False, True])
 async def test_the_diversity_categories_are_the_repositorys_recall_category(
-    multi: bool, demo_feature_set: FeatureSet
+    multi: bool, block: bool, demo_feature_set: FeatureSet
 ) -> None:
     assert demo_feature_set.roles.category == "category"
-    env = Env(CategoryFeatures(multi), None, RankerSettings(), demo_feature_set, {})  # type: ignore[arg-type]
+    settings = RankerSettings(item_block=block)
+    env = Env(CategoryFeatures(multi), None, settings, demo_feature_set, {})  # type: ignore[arg-type]
     req = RequestState("u1", 5, 1_000, {}, frozenset())
     inputs = {"fuse": Candidates([Fused("i1", 1.0), Fused("i2", 0.5), Fused("i3", 0.2)])}
     out = await _run_features(env, req, None, inputs, 1.0)  # type: ignore[arg-type]

@@ -2,7 +2,17 @@
 
 from __future__ import annotations
 
-from recmesh.tools.bench.e2e import baseline_table, full_answer_capacity, ratio_table, ratios
+import pytest
+
+from recmesh.errors import InvalidArgument
+from recmesh.tools.bench.e2e import (
+    against_table,
+    baseline_table,
+    full_answer_capacity,
+    parse_against,
+    ratio_table,
+    ratios,
+)
 from recmesh.tools.bench.loadgen import ClassSummary, StepResult
 
 
@@ -46,3 +56,26 @@ def test_round_ratios_and_their_spread() -> None:
     assert "unloaded class-A p50        2.00x (range 1.50-2.50, 3 rounds)" in text
     assert "CPU per answer at   100/s   2.50x (range 2.00-3.00, 3 rounds)" in text
     assert "0.50x" in text and "mesh 100/s, floor 200/s" in text
+
+
+def test_against_names_the_second_meshs_variables_and_refuses_anything_else() -> None:
+    assert parse_against("RECMESH_RANKER_ITEM_BLOCK=false, A=1") == {
+        "RECMESH_RANKER_ITEM_BLOCK": "false",
+        "A": "1",
+    }
+    assert parse_against(None) == {} and parse_against("") == {}
+    with pytest.raises(InvalidArgument, match="'RECMESH_X' is not VAR=VALUE"):
+        parse_against("RECMESH_X")
+
+
+def test_the_against_table_compares_each_process_round_by_round() -> None:
+    def sweep(ranker: float, feature: float) -> list[StepResult]:
+        return [_step(20, 4.0, {}), _step(100, 5.0, {"ranker": ranker, "feature": feature})]
+
+    mesh = [sweep(2.0, 1.0), sweep(3.0, 1.0), sweep(2.0, 2.0)]
+    other = [sweep(4.0, 1.0), sweep(3.0, 2.0), sweep(4.0, 1.0)]
+    rows = {line.split()[0]: line.split() for line in against_table(mesh, other, "X=1").splitlines()[2:]}
+    assert rows["ranker"][1:4] == ["2.00", "against", "4.00"]
+    assert rows["ranker"][5] == "0.50x", "rounds: 0.5, 1.0, 0.5"
+    assert rows["all"][1:4] == ["4.00", "against", "5.00"] and rows["all"][5] == "0.80x", "3, 4, 4 / 5"
+    assert "(range 0.60-0.80, 3 rounds)" in " ".join(rows["all"])
