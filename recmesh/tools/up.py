@@ -554,3 +554,19 @@ async def _start(mesh: Mesh, demo_events: int) -> None:
         n = await mesh.send_demo_events(demo_events)
         say(f"sent {n} demo events to {mesh.s.events_topic} (real-time features are live)")
     print(banner(mesh, time.monotonic() - t0), flush=True)
+    release_startup_memory()
+
+
+def release_startup_memory() -> None:
+    """From here on this process only supervises: give back to the system what
+    the start-up steps (catalog load, demo events, training checks) allocated
+    and freed (glibc keeps freed heap pages otherwise)."""
+    import ctypes
+    import ctypes.util
+    import gc
+
+    gc.collect()
+    name = ctypes.util.find_library("c")
+    if name:
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL(name).malloc_trim(0)
