@@ -187,7 +187,8 @@ class BlockView:
         for name, j in self._packed.items():
             if name in self.dictionaries:
                 codes = self.values[:, j]
-                if n and (codes.min() < 0 or codes.max() >= len(self.dictionaries[name])):
+                whole = bool((codes == np.floor(codes)).all())  # NaN is not whole either
+                if n and (not whole or codes.min() < 0 or codes.max() >= len(self.dictionaries[name])):
                     raise InvalidArgument(f"item block column {name!r} has codes outside its dictionary")
 
     def number(self, name: str) -> npt.NDArray[np.float64] | None:
@@ -253,19 +254,24 @@ def _list_column(lst: pb.BlockList, rows: int, dictionary: tuple[str, ...]) -> L
 
 
 def first_values(block: pb.ItemBlock, name: str) -> list[str] | None:
-    """A categorical or list column's first value per row ("" for none), read
-    from the block without decoding the rest (the ranker's diversity cap);
-    None when the block has no such column."""
+    """A categorical or list column's first value per row ("" for none, and for
+    a code outside the dictionary), read from the block without decoding the
+    rest or checking it (the ranker's diversity cap; inference checks what it
+    scores); None when the block has no such column."""
     d = next((tuple(x.values) for x in block.dictionaries if x.column == name), None)
     if d is None:
         return None
     columns = list(block.columns)
     if name in columns:
         values = np.frombuffer(block.values, dtype=F8).reshape(len(block.entity_ids), len(columns))
-        return [d[int(c)] for c in values[:, columns.index(name)].tolist()]
+        return [_entry(d, c) for c in values[:, columns.index(name)].tolist()]
     lst = next((x for x in block.lists if x.column == name), None)
     if lst is None:
         return None
     offsets = np.frombuffer(lst.offsets, dtype=I4).tolist()
     codes = np.frombuffer(lst.codes, dtype=I4).tolist() if lst.codes else []
-    return [d[codes[a]] if b > a else "" for a, b in itertools.pairwise(offsets)]
+    return [_entry(d, codes[a]) if b > a else "" for a, b in itertools.pairwise(offsets)]
+
+
+def _entry(dictionary: tuple[str, ...], code: float) -> str:
+    return dictionary[int(code)] if 0 <= code < len(dictionary) else ""

@@ -185,6 +185,11 @@ def test_a_block_decodes_to_the_values_it_was_given(feature_set: FeatureSet) -> 
     assert first_values(ItemLayout.of(feature_set).encode(ids, items), "category") == items["category"]
     firsts = first_values(ItemLayout.of(feature_set).encode(ids, items), "genres")
     assert firsts == [g[0] if g else "" for g in items["genres"]]
+    short = ItemLayout.of(feature_set).encode(ids, items)
+    del short.dictionaries[0].values[1:]  # codes past the dictionary: no category, not an error
+    assert first_values(short, "category") == [
+        c if c == items["category"][0] else "" for c in items["category"]
+    ]
 
 
 def test_an_empty_block(feature_set: FeatureSet) -> None:
@@ -212,6 +217,13 @@ def test_a_malformed_block_is_an_invalid_argument_naming_the_fault(feature_set: 
     del bad_code.dictionaries[0].values[:]
     with pytest.raises(InvalidArgument, match="'category' has codes outside its dictionary"):
         BlockView(bad_code, feature_set.version)
+    for code in (float("nan"), 0.5):
+        not_a_code = layout.encode(ids, items)
+        values = np.frombuffer(not_a_code.values, dtype="<f8").copy().reshape(4, 4)
+        values[1, 0] = code  # column 0 is the categorical 'category'
+        not_a_code.values = values.tobytes()
+        with pytest.raises(InvalidArgument, match="'category' has codes outside its dictionary"):
+            BlockView(not_a_code, feature_set.version)
     bad_offsets = layout.encode(ids, items)
     bad_offsets.lists[0].offsets = np.asarray([0, 5, 1, 1, 1], dtype="<i4").tobytes()
     with pytest.raises(InvalidArgument, match="'genres': offsets do not run from 0"):
