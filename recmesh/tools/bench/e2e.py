@@ -105,14 +105,19 @@ async def started_mesh(
     ready_timeout_s: float = 180.0,
     env: Mapping[str, str] | None = None,
     demo_events: int = 3000,
+    tree: Path | None = None,
 ) -> AsyncIterator[StartedMesh]:
     """`recmesh up` on free ports, with `env` on top of this process's
-    environment (a repository, a model directory); SIGINT on exit."""
+    environment (a repository, a model directory); SIGINT on exit. `tree`: a
+    checkout of recmesh whose code the mesh runs (with this Python
+    environment) instead of this one's, e.g. an earlier commit's worktree."""
     ports, env = _mesh_env(log_dir, env or {})
+    if tree is not None:
+        env["PYTHONPATH"] = os.pathsep.join([str(tree), *filter(None, [env.get("PYTHONPATH")])])
     log = (log_dir / "up.log").open("ab")
     proc = subprocess.Popen(  # noqa: ASYNC220 (returns at once)
         [sys.executable, "-m", "recmesh.tools.cli.main", "up", "--demo-events", str(demo_events)],
-        env=env, stdout=log, stderr=subprocess.STDOUT,
+        env=env, stdout=log, stderr=subprocess.STDOUT, cwd=tree,
     )  # fmt: skip
     url = f"http://127.0.0.1:{ports['GATEWAY_HTTP_PORT']}"
     try:
@@ -261,6 +266,18 @@ def parse_against(text: str | None) -> dict[str, str]:
     return out
 
 
+def against_tree(path: str | None) -> Path | None:
+    """`--against-tree DIR`: a recmesh checkout (its `recmesh/` and `services/` packages)."""
+    if not path:
+        return None
+    tree = Path(path).resolve()
+    if not (tree / "recmesh" / "tools" / "up.py").is_file() or not (tree / "services").is_dir():
+        raise InvalidArgument(
+            f"--against-tree {path}: not a recmesh checkout (no recmesh/tools/up.py, services/)"
+        )
+    return tree
+
+
 def against_table(mesh: list[list[StepResult]], other: list[list[StepResult]], label: str) -> str:
     """Per loaded rate, each process's CPU per answer in the mesh and in the one
     started with `--against` (median over the rounds), and the ratio of their
@@ -316,9 +333,10 @@ async def run(args: Any) -> Compared:
     if args.profile:
         py_spy()  # missing: said before a mesh starts
     against = parse_against(args.against)
-    if against and args.gateway:
-        raise InvalidArgument("--against starts both meshes itself: leave out --gateway")
-    out = Compared([], [], against=[] if against else None)
+    tree = against_tree(args.against_tree)
+    if (against or tree) and args.gateway:
+        raise InvalidArgument("--against and --against-tree start both meshes: leave out --gateway")
+    out = Compared([], [], against=[] if against or tree else None)
     async with contextlib.AsyncExitStack() as stack:
         tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="recmesh-bench-e2e-")))
         for sub in ("mesh", "floor", "against"):
@@ -331,7 +349,7 @@ async def run(args: Any) -> Compared:
         targets = {"mesh": _Target(url, lambda: CpuMeter(up_pid) if up_pid else None, args.seconds, mix,
                                    args.api_key, out.mesh)}  # fmt: skip
         if out.against is not None:
-            other = await stack.enter_async_context(started_mesh(tmp / "against", env=against))
+            other = await stack.enter_async_context(started_mesh(tmp / "against", env=against, tree=tree))
             targets["against"] = _Target(other.url, lambda: CpuMeter(other.pid), args.seconds, mix,
                                          args.api_key, out.against)  # fmt: skip
         if args.baseline:
@@ -367,9 +385,11 @@ def main(args: Any) -> int:
         if args.profile:
             text += "\n  (py-spy sampled the mesh: the CPU figures include the sampling; measure without it)"
     if compared.against:
-        label = args.against
+        label = " and ".join(
+            filter(None, [args.against, args.against_tree and f"the code of {args.against_tree}"])
+        )
         sweeps = [[asdict(s) for s in m] for m in compared.against]
-        figures["against"] = {"env": parse_against(label), "steps": sweeps}
+        figures["against"] = {"env": parse_against(args.against), "tree": args.against_tree, "steps": sweeps}
         text += "\n" + against_table(compared.mesh, compared.against, label)
     if compared.profile:
         text += "\n" + compared.profile

@@ -251,6 +251,11 @@ def _add_e2e(bench: Any) -> None:
         "sweep it in every round in alternating order, and print the CPU per answer of each process of "
         "both and their ratio (median and range over the rounds)",
     )  # fmt: skip
+    be.add_argument(
+        "--against-tree", metavar="DIR",
+        help="the second mesh runs the code of this recmesh checkout (e.g. `git worktree add DIR REV`) with "
+        "this environment's packages: the same table, before against after",
+    )  # fmt: skip
     be.add_argument("--profile", metavar="DIR", help="py-spy the mesh's services during the sweeps: "
                     "DIR/SERVICE.folded and their top frames (py-spy: a dev dependency)")  # fmt: skip
     be.add_argument("--json", action="store_true")

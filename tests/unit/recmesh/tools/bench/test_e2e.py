@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from recmesh.errors import InvalidArgument
 from recmesh.tools.bench.e2e import (
     against_table,
+    against_tree,
     baseline_table,
     full_answer_capacity,
     parse_against,
@@ -79,3 +82,13 @@ def test_the_against_table_compares_each_process_round_by_round() -> None:
     assert rows["ranker"][5] == "0.50x", "rounds: 0.5, 1.0, 0.5"
     assert rows["all"][1:4] == ["4.00", "against", "5.00"] and rows["all"][5] == "0.80x", "3, 4, 4 / 5"
     assert "(range 0.60-0.80, 3 rounds)" in " ".join(rows["all"])
+
+
+def test_against_tree_must_be_a_recmesh_checkout(tmp_path: Path) -> None:
+    assert against_tree(None) is None
+    with pytest.raises(InvalidArgument, match="not a recmesh checkout"):
+        against_tree(str(tmp_path))
+    (tmp_path / "recmesh" / "tools").mkdir(parents=True)
+    (tmp_path / "recmesh" / "tools" / "up.py").write_text("")
+    (tmp_path / "services").mkdir()
+    assert against_tree(str(tmp_path)) == tmp_path.resolve()
