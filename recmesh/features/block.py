@@ -222,6 +222,18 @@ class BlockView:
         x = self.number(name)
         return None if x is None else x.tolist()
 
+    def first(self, name: str) -> list[str] | None:
+        """A categorical or list column's first value per row ("" for none)."""
+        got = self.coded(name)
+        if got is not None:
+            d = got[1]
+            return [d[c] for c in got[0].tolist()]
+        lst = self.lists.get(name)
+        if lst is None or lst.counts is not None:
+            return None
+        d, codes = lst.dictionary, lst.codes.tolist()
+        return [d[codes[a]] if b > a else "" for a, b in itertools.pairwise(lst.offsets.tolist())]
+
     def names(self) -> Iterator[str]:
         yield from self._packed
         yield from self.lists
@@ -254,24 +266,7 @@ def _list_column(lst: pb.BlockList, rows: int, dictionary: tuple[str, ...]) -> L
 
 
 def first_values(block: pb.ItemBlock, name: str) -> list[str] | None:
-    """A categorical or list column's first value per row ("" for none, and for
-    a code outside the dictionary), read from the block without decoding the
-    rest or checking it (the ranker's diversity cap; inference checks what it
-    scores); None when the block has no such column."""
-    d = next((tuple(x.values) for x in block.dictionaries if x.column == name), None)
-    if d is None:
-        return None
-    columns = list(block.columns)
-    if name in columns:
-        values = np.frombuffer(block.values, dtype=F8).reshape(len(block.entity_ids), len(columns))
-        return [_entry(d, c) for c in values[:, columns.index(name)].tolist()]
-    lst = next((x for x in block.lists if x.column == name), None)
-    if lst is None:
-        return None
-    offsets = np.frombuffer(lst.offsets, dtype=I4).tolist()
-    codes = np.frombuffer(lst.codes, dtype=I4).tolist() if lst.codes else []
-    return [_entry(d, codes[a]) if b > a else "" for a, b in itertools.pairwise(offsets)]
-
-
-def _entry(dictionary: tuple[str, ...], code: float) -> str:
-    return dictionary[int(code)] if 0 <= code < len(dictionary) else ""
+    """A categorical or list column's first value per row ("" for none), e.g. the
+    ranker's diversity cap; None when the block has no such column. The block is
+    read as it says it was laid out (InvalidArgument when it is malformed)."""
+    return BlockView(block, block.layout.removesuffix(f"/{ENCODING}")).first(name)

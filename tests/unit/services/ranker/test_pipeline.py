@@ -16,6 +16,7 @@ import pytest
 
 from recmesh.clients.inference import UNSCORED_MODEL, Scored
 from recmesh.errors import Unavailable
+from recmesh.features.block import layout_name
 from recmesh.features.repository import FeatureSet
 from recmesh.resilience import request_scope
 from recmesh.settings import RankerSettings
@@ -43,6 +44,7 @@ class Features:
         resp = pb.GetFeaturesResponse(feature_version="fs-v1", as_of_ms=as_of_ms)
         resp.user.entity_id = user_id
         if kw.get("item_block"):  # the ranker's default: the packed form
+            resp.item_block.layout = layout_name("fs-v1")
             resp.item_block.entity_ids.extend(item_ids)
         else:
             resp.items.entity_ids.extend(item_ids)

@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from recmesh.features.block import layout_name
 from recmesh.features.repository import FeatureSet
 from recmesh.features.wire import row_values
 from recmesh.settings import RankerSettings
@@ -30,6 +31,8 @@ class RecordingFeatures:
             resp.user.features["clicks_5m"].number = 0.0 if not item_ids else 7.0
         if not item_ids:
             resp.degraded.extend(self.user_degraded)
+        if kw.get("item_block"):
+            resp.item_block.layout = layout_name("fs-v1")
         (resp.item_block if kw.get("item_block") else resp.items).entity_ids.extend(item_ids)
         return resp
 
@@ -67,6 +70,7 @@ class CategoryFeatures:
         resp.user.entity_id = user_id
         if kw.get("item_block"):
             block = resp.item_block
+            block.layout = layout_name("fs-v1")
             block.entity_ids.extend(item_ids)
             block.dictionaries.add(column="category", values=["news", "music", "food"])
             if self.multi:
