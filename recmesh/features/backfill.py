@@ -14,6 +14,7 @@ from an example's future can leak in; only the label looks ahead.
 from __future__ import annotations
 
 import bisect
+import hashlib
 import random
 import time
 import zlib
@@ -52,6 +53,28 @@ class Example:
     weight: float = 1.0  # in the training loss: training.weights of its behaviour (negatives 1)
 
 
+class ExampleDigest:
+    """A digest of examples in order, bit for bit: two replays that give it
+    equal gave the same rows (numbers in their shortest round-trip form, keys
+    sorted)."""
+
+    def __init__(self) -> None:
+        self._hash = hashlib.blake2b(digest_size=16)
+        self.count = 0
+
+    def add(self, ex: Example) -> None:
+        self._hash.update(
+            orjson.dumps(
+                (ex.user_id, ex.item_id, ex.as_of_ms, ex.label, ex.weight, ex.user, ex.item),
+                option=orjson.OPT_SORT_KEYS,
+            )
+        )
+        self.count += 1
+
+    def hexdigest(self) -> str:
+        return self._hash.hexdigest()
+
+
 def offline_values(
     feature_set: FeatureSet, entity: Entity, row: Mapping[str, Any] | None
 ) -> dict[str, FeatureValue]:
@@ -59,16 +82,53 @@ def offline_values(
     return {f.name: row.get(f.name, f.default) for f in feature_set.features_of(entity, "offline")}
 
 
+class Identity:
+    """The event-id rule the online store keeps: an event whose id was already
+    applied for its user (within FeatureSet.identity_ms) is a duplicate."""
+
+    def __init__(self) -> None:
+        self._ids: dict[str, dict[str, int]] = {}
+
+    def seen(self, user_id: str, event_id: str) -> bool:
+        return event_id in self._ids.get(user_id, ())
+
+    def remember(self, ev: Event) -> bool:
+        """Record its id; False when it was already there (a duplicate)."""
+        ids = self._ids.setdefault(ev.user_id, {})
+        if ev.event_id in ids:
+            return False
+        ids[ev.event_id] = ev.event_time
+        return True
+
+    def forget_before(self, cutoff_ms: int) -> None:
+        for uid in list(self._ids):
+            kept = {e: t for e, t in self._ids[uid].items() if t >= cutoff_ms}
+            if kept:
+                self._ids[uid] = kept
+            else:
+                del self._ids[uid]
+
+
+ENTITIES: tuple[Entity, ...] = ("user", "item")
+
+
 class ReplayState:
-    """Per-entity stream state as the online store keeps it, held in memory."""
+    """Per-entity stream state as the online store keeps it, held in memory.
+
+    `entities`: the entities whose streams it keeps (a partition of the
+    engine's replay keeps one: recmesh.tools.training.engine)."""
 
     def __init__(
         self,
         feature_set: FeatureSet,
         users: Mapping[str, Mapping[str, Any]],
         items: Mapping[str, Mapping[str, Any]],
+        entities: tuple[Entity, ...] = ENTITIES,
     ) -> None:
         self.feature_set = feature_set
+        self._sides = [
+            (entity, list(feature_set.streams_of(entity))) for entity in ENTITIES if entity in entities
+        ]
         self._offline: dict[Entity, Mapping[str, Mapping[str, Any]]] = {"user": users, "item": items}
         self._attr_cache: dict[Entity, dict[str, dict[str, str]]] = {"user": {}, "item": {}}
         self._offline_values: dict[Entity, dict[str, dict[str, FeatureValue]]] = {"user": {}, "item": {}}
@@ -83,7 +143,7 @@ class ReplayState:
         self._distinct: dict[tuple[Entity, str], dict[str, DistinctState]] = {
             (s.entity, s.id): {} for s in feature_set.streams if s.read == "distinct"
         }
-        self._ids: dict[str, dict[str, int]] = {}
+        self.identity = Identity()
         self.applied = 0
         self.duplicates = 0
         self._newest = 0
@@ -101,35 +161,39 @@ class ReplayState:
         return held
 
     def seen(self, user_id: str, event_id: str) -> bool:
-        return event_id in self._ids.get(user_id, ())
+        return self.identity.seen(user_id, event_id)
 
     def apply(self, ev: Event) -> bool:
         """Apply one event (in event-time order); False when its id was already
         applied for the user (a duplicate, dropped as online)."""
-        t = ev.event_time
-        ids = self._ids.setdefault(ev.user_id, {})
-        if ev.event_id in ids:
+        if not self.identity.remember(ev):
             self.duplicates += 1
             return False
-        ids[ev.event_id] = t
-        for entity, own, other, other_entity in (
-            ("user", ev.user_id, ev.item_id, "item"), ("item", ev.item_id, ev.user_id, "user"),
-        ):  # fmt: skip
-            for s in self.feature_set.streams_of(entity):  # type: ignore[arg-type]
+        self.apply_streams(ev)
+        return True
+
+    def apply_streams(self, ev: Event) -> None:
+        """Apply one event known not to be a duplicate (example_plan decided) to
+        the streams kept."""
+        t = ev.event_time
+        for entity, streams in self._sides:
+            own, other = (ev.user_id, ev.item_id) if entity == "user" else (ev.item_id, ev.user_id)
+            other_entity: Entity = "item" if entity == "user" else "user"
+            for s in streams:
                 if ev.behavior not in s.behaviors:
                     continue
-                attrs = self.attributes(other_entity, other) if s.attrs else {}  # type: ignore[arg-type]
+                attrs = self.attributes(other_entity, other) if s.attrs else {}
                 if s.read == "tiles":
-                    tiles = self._tiles[(entity, s.id)]  # type: ignore[index]
+                    tiles = self._tiles[(entity, s.id)]
                     held = tiles.get(own) or tiles.setdefault(own, TileState())
                     held.apply(s, t, components(s, attrs, ev.values))
                     continue
                 if s.read == "distinct":
-                    lists = self._distinct[(entity, s.id)]  # type: ignore[index]
+                    lists = self._distinct[(entity, s.id)]
                     (lists.get(own) or lists.setdefault(own, DistinctState())).apply(s, t, other)
                     continue
                 member = encode_member(s, ev.event_id, other, attrs, ev.values)
-                events = self._state[(entity, s.id)].setdefault(own, [])  # type: ignore[index]
+                events = self._state[(entity, s.id)].setdefault(own, [])
                 bisect.insort(events, (t, member))
                 cutoff = events[-1][0] - s.retention_ms
                 if events[0][0] < cutoff:
@@ -138,7 +202,6 @@ class ReplayState:
         self._newest = max(self._newest, t)
         if self.applied % SWEEP_EVERY == 0:
             self.sweep(self._newest)
-        return True
 
     def sweep(self, now_ms: int) -> None:
         """Forget entities whose newest event is older than their retention, as
@@ -158,13 +221,7 @@ class ReplayState:
             table = self._state[(s.entity, s.id)]
             for eid in [e for e, evs in table.items() if not evs or evs[-1][0] < cutoff]:
                 del table[eid]
-        cutoff = now_ms - self.feature_set.identity_ms
-        for uid in list(self._ids):
-            kept = {e: t for e, t in self._ids[uid].items() if t >= cutoff}
-            if kept:
-                self._ids[uid] = kept
-            else:
-                del self._ids[uid]
+        self.identity.forget_before(now_ms - self.feature_set.identity_ms)
 
     def row(self, entity: Entity, entity_id: str, as_of_ms: int) -> dict[str, FeatureValue]:
         """Every feature of one entity as of `as_of_ms`, as a look-up then would
@@ -200,54 +257,6 @@ class ReplayState:
             for f in s.features:
                 out[f.name] = aggregate(f, layout, events, as_of_ms)
         return out
-
-
-@dataclass(eq=False)
-class _Pending:
-    user_id: str
-    item_id: str
-    event_id: str
-    t: int
-    user: dict[str, FeatureValue]
-    item: dict[str, FeatureValue]
-    label: int = 0
-    weight: float = 1.0
-
-    def example(self) -> Example:
-        return Example(self.user_id, self.item_id, self.t - 1, self.user, self.item, self.label, self.weight)
-
-
-class _AwaitingLabel:
-    """Examples whose label a later event decides (a label window), oldest first."""
-
-    def __init__(self, within_ms: int) -> None:
-        self.within_ms = within_ms
-        self.pending: deque[_Pending] = deque()
-        self.waiting: dict[tuple[str, str], list[_Pending]] = {}  # (user, item) -> its examples pending
-
-    def hold(self, p: _Pending) -> None:
-        self.pending.append(p)
-        self.waiting.setdefault((p.user_id, p.item_id), []).append(p)
-
-    def label(self, ev: Event) -> None:
-        """A label event: the user's examples on its item within the window turn positive."""
-        t, within = ev.event_time, self.within_ms
-        for p in self.waiting.get((ev.user_id, ev.item_id), ()):
-            if p.t <= t <= p.t + within and p.event_id != ev.event_id:
-                p.label = 1
-
-    def due(self, now_ms: int | None) -> Iterator[Example]:
-        """The examples whose window closed before `now_ms` (None: all), labelled as they stand."""
-        pending, waiting, within = self.pending, self.waiting, self.within_ms
-        while pending and (now_ms is None or pending[0].t + within < now_ms):
-            p = pending.popleft()
-            key = (p.user_id, p.item_id)
-            queue = waiting.get(key)
-            if queue is not None:
-                queue.remove(p)
-                if not queue:
-                    del waiting[key]
-            yield p.example()
 
 
 @dataclass
@@ -428,22 +437,97 @@ class _Negatives:
         return drawn
 
 
-class _SameTime:
-    """The events of the current time, applied once time moves on: an example's features
-    are as of 1 ms before it, and a tiled window's newest tile would otherwise hold them."""
+@dataclass(frozen=True, slots=True)
+class Read:
+    """The features of one entity as of a time: the `n`-th read of its entity in the plan."""
 
-    def __init__(self, state: ReplayState) -> None:
-        self._state = state
+    entity: Entity
+    entity_id: str
+    as_of_ms: int
+    n: int
+
+
+@dataclass(slots=True)
+class PlannedRow:
+    """A training row without its features, which come from the plan's `user_read`-th
+    user read and `item_read`-th item read."""
+
+    user_id: str
+    item_id: str
+    t: int  # the example event's time (its features are as of 1 ms before)
+    user_read: int
+    item_read: int
+    label: int = 0
+    weight: float = 1.0
+    final: bool = True  # its label is known (False: a later event within the window may set it)
+    event_id: str = ""
+
+    def example(self, user: dict[str, FeatureValue], item: dict[str, FeatureValue]) -> Example:
+        return Example(self.user_id, self.item_id, self.t - 1, user, item, self.label, self.weight)
+
+
+class _Rows:
+    """The planned rows in the order they were read; a row leaves once it and every
+    row before it is final (an example waiting for its label holds the later ones)."""
+
+    def __init__(self, within_ms: int) -> None:
+        self.within_ms = within_ms
+        self.rows: deque[PlannedRow] = deque()
+        self.awaiting: deque[PlannedRow] = deque()  # not final, oldest first
+        self.waiting: dict[tuple[str, str], list[PlannedRow]] = {}  # (user, item) -> those awaiting
+
+    def hold(self, row: PlannedRow) -> None:
+        self.rows.append(row)
+        if not row.final:
+            self.awaiting.append(row)
+            self.waiting.setdefault((row.user_id, row.item_id), []).append(row)
+
+    def label(self, ev: Event) -> None:
+        """A label event: the user's examples on its item within the window turn positive."""
+        t, within = ev.event_time, self.within_ms
+        for row in self.waiting.get((ev.user_id, ev.item_id), ()):
+            if row.t <= t <= row.t + within and row.event_id != ev.event_id:
+                row.label = 1
+
+    def ready(self, now_ms: int | None) -> Iterator[PlannedRow]:
+        """Rows final by `now_ms` (None: the end: every row), in order."""
+        awaiting, waiting, within = self.awaiting, self.waiting, self.within_ms
+        while awaiting and (now_ms is None or awaiting[0].t + within < now_ms):
+            row = awaiting.popleft()
+            row.final = True
+            key = (row.user_id, row.item_id)
+            queue = waiting[key]
+            queue.remove(row)
+            if not queue:
+                del waiting[key]
+        rows = self.rows
+        while rows and rows[0].final:
+            yield rows.popleft()
+
+
+class _SameTime:
+    """The events of the current time, applied once time moves on, each once (the
+    id rule; the ids forgotten as the online store's expire)."""
+
+    def __init__(self, identity_ms: int) -> None:
+        self.identity, self.identity_ms = Identity(), identity_ms
+        self.applied = self.newest = 0
         self._held: list[Event] = []
         self._ids: set[tuple[str, str]] = set()
 
-    def advance(self, t: int | None) -> None:
-        """Apply what is held when `t` (None: the end) is another time."""
-        if self._held and (t is None or self._held[0].event_time != t):
-            for ev in self._held:
-                self._state.apply(ev)
-            self._held.clear()
-            self._ids.clear()
+    def advance(self, t: int | None) -> Iterator[Event]:
+        """The held events to apply when `t` (None: the end) is another time."""
+        if not self._held or (t is not None and self._held[0].event_time == t):
+            return
+        for ev in self._held:
+            if self.identity.remember(ev):
+                yield ev
+                self.applied += 1
+                self.newest = max(self.newest, ev.event_time)
+                if self.applied % SWEEP_EVERY == 0:
+                    self.identity.forget_before(self.newest - self.identity_ms)
+        self._held.clear()
+        self._ids.clear()
 
     def hold(self, ev: Event) -> None:
         self._held.append(ev)
@@ -451,24 +535,26 @@ class _SameTime:
 
     def seen(self, ev: Event) -> bool:
         """Its id was applied, or held, for its user."""
-        return self._state.seen(ev.user_id, ev.event_id) or (ev.user_id, ev.event_id) in self._ids
+        return self.identity.seen(ev.user_id, ev.event_id) or (ev.user_id, ev.event_id) in self._ids
 
 
-def training_examples(
-    feature_set: FeatureSet,
-    events: Iterable[Event],
-    users: Mapping[str, Mapping[str, Any]],
-    items: Mapping[str, Mapping[str, Any]],
-) -> Iterator[Example]:
-    """One example per event of the repository's example behaviours, labelled by its rule.
+def example_plan(
+    feature_set: FeatureSet, events: Iterable[Event], items: Mapping[str, Any]
+) -> Iterator[Event | Read | PlannedRow]:
+    """The training rows of a log (sorted by event time) without their features:
+    the events the state applies (duplicates dropped by the online store's id
+    rule; the events of one time applied only once time moves on, since an
+    example's features are as of 1 ms before it and a tiled window's newest
+    tile would otherwise hold them), the reads of an entity's features as of
+    a time, and the rows, labelled by the rule, each after its reads.
 
-    `events` must be sorted by event time. Labels look ahead (that is what a
-    label is); features never do. Memory holds only the state retention window
-    and the examples still waiting for their label.
+    One plan, two executors: training_examples runs it against one
+    ReplayState; the engine (recmesh.tools.training.engine) sends each
+    entity's events and reads to the partition holding it, and joins the
+    partitions' answers to the rows. Memory holds the identity window, the
+    events of one time and the rows still waiting for their label.
     """
     rule = LabelRule.of(feature_set)
-    state = ReplayState(feature_set, users, items)
-    awaiting = _AwaitingLabel(rule.within_ms)
     catalog = sorted(items)
     if rule.negatives and not catalog:
         raise FailedPrecondition(
@@ -479,33 +565,102 @@ def training_examples(
     hard = CoOccurring(feature_set.roles.learnt_behaviors or dict.fromkeys(rule.examples, 1.0))
     n_hard = round(rule.negatives * rule.hard_share)
     negatives = _Negatives(rule.negatives, n_hard, catalog, hard)
-    now = _SameTime(state)
+    now = _SameTime(feature_set.identity_ms)
+    rows = _Rows(rule.within_ms)
+    reads = {"user": 0, "item": 0}
+
+    def read(entity: Entity, entity_id: str, as_of: int) -> Read:
+        n = reads[entity]
+        reads[entity] = n + 1
+        return Read(entity, entity_id, as_of, n)
+
     for ev in events:
         t = ev.event_time
-        now.advance(t)
-        yield from awaiting.due(t)
+        yield from now.advance(t)
+        yield from rows.ready(t)
         if rule.negatives:
             touched.setdefault(ev.user_id, set()).add(ev.item_id)
         if ev.behavior in rule.behaviors:
-            awaiting.label(ev)
+            rows.label(ev)
         if ev.behavior in rule.examples and not now.seen(ev):
             as_of = t - 1
-            uf, itf = state.row("user", ev.user_id, as_of), state.row("item", ev.item_id, as_of)
+            user, item = read("user", ev.user_id, as_of), read("item", ev.item_id, as_of)
+            yield user
+            yield item
             known = rule.immediate(ev)
-            weight = rule.weight(ev.behavior)
-            p = _Pending(ev.user_id, ev.item_id, ev.event_id, t, uf, itf, known or 0, weight)
-            if known is not None:
-                yield p.example()
-            else:
-                awaiting.hold(p)
+            rows.hold(PlannedRow(ev.user_id, ev.item_id, t, user.n, item.n, known or 0,
+                                 rule.weight(ev.behavior), known is not None, ev.event_id))  # fmt: skip
             if rule.negatives:
-                for item in negatives.draw(ev, touched.get(ev.user_id, set())):
-                    yield Example(ev.user_id, item, as_of, uf, state.row("item", item, as_of), 0)
+                for other in negatives.draw(ev, touched.get(ev.user_id, set())):
+                    negative = read("item", other, as_of)
+                    yield negative
+                    rows.hold(PlannedRow(ev.user_id, other, t, user.n, negative.n))
         if n_hard:
             hard.add(ev)
         now.hold(ev)
-    now.advance(None)
-    yield from awaiting.due(None)
+    yield from now.advance(None)
+    yield from rows.ready(None)
+
+
+class ReadAnswers:
+    """The answers to one entity's reads, taken in the rows' order: a row asks
+    for read n, never one before the last it asked for (rows share a read)."""
+
+    def __init__(self, answers: Iterator[tuple[int, dict[str, FeatureValue]]]) -> None:
+        self._answers = answers
+        self._n = -1
+        self._row: dict[str, FeatureValue] = {}
+
+    def get(self, n: int) -> dict[str, FeatureValue]:
+        while self._n < n:
+            self._n, self._row = next(self._answers)
+        if self._n != n:
+            raise RuntimeError(f"read {n} asked after read {self._n}: the answers are out of order")
+        return self._row
+
+
+def answer_reads(
+    state: ReplayState, ops: Iterable[Event | Read]
+) -> Iterator[tuple[int, dict[str, FeatureValue]]]:
+    """The plan's events applied to `state` and its reads answered from it, in order."""
+    for op in ops:
+        if isinstance(op, Read):
+            yield op.n, state.row(op.entity, op.entity_id, op.as_of_ms)
+        else:
+            state.apply_streams(op)
+
+
+def training_examples(
+    feature_set: FeatureSet,
+    events: Iterable[Event],
+    users: Mapping[str, Mapping[str, Any]],
+    items: Mapping[str, Mapping[str, Any]],
+) -> Iterator[Example]:
+    """One example per event of the repository's example behaviours (and its
+    sampled negatives after it), labelled by its rule: example_plan run
+    against one ReplayState holding both entities' streams.
+
+    `events` must be sorted by event time. Labels look ahead (that is what a
+    label is); features never do. Memory holds only the state retention window
+    and the rows still waiting for their label.
+    """
+    state = ReplayState(feature_set, users, items)
+    answered: dict[Entity, deque[tuple[int, dict[str, FeatureValue]]]] = {"user": deque(), "item": deque()}
+    views = {e: ReadAnswers(_drain(answered[e])) for e in ENTITIES}
+    for op in example_plan(feature_set, events, items):
+        if isinstance(op, PlannedRow):
+            yield op.example(views["user"].get(op.user_read), views["item"].get(op.item_read))
+        elif isinstance(op, Read):
+            answered[op.entity].append((op.n, state.row(op.entity, op.entity_id, op.as_of_ms)))
+        else:
+            state.apply_streams(op)
+
+
+def _drain(
+    queue: deque[tuple[int, dict[str, FeatureValue]]],
+) -> Iterator[tuple[int, dict[str, FeatureValue]]]:
+    while True:
+        yield queue.popleft()
 
 
 @dataclass(frozen=True)

@@ -34,6 +34,7 @@ import numpy as np
 import numpy.typing as npt
 
 from recmesh.events import Event
+from recmesh.features.eventlog import select
 from recmesh.retrieval import sequence
 from recmesh.retrieval.table import NeighbourTable, RecallTable, recency_weights
 
@@ -220,7 +221,7 @@ class Holdout:
 
     targets: dict[str, str]  # user -> item
     history: dict[str, list[str]]  # user -> newest distinct items first (the seeds)
-    training: list[Event]
+    training: Sequence[Event]
     seen: dict[str, set[str]] = field(default_factory=dict)  # user -> every item they had an event on
     as_of: dict[str, int] = field(default_factory=dict)  # user -> 1 ms before their held-out part
 
@@ -272,10 +273,10 @@ def holdout(
         eligible = sorted(np.random.default_rng(seed).choice(eligible, users, replace=False).tolist())
     chosen = {u: found[u] for u in eligible}
     cut = {u: events[c].event_time for u, (_, c) in chosen.items()}
-    training = [
-        ev for n, ev in enumerate(events)
+    training = select(events, [
+        n for n, ev in enumerate(events)
         if ev.user_id not in chosen or (n < chosen[ev.user_id][1] and ev.event_time < cut[ev.user_id])
-    ]  # fmt: skip
+    ])  # fmt: skip
     hist: dict[str, list[str]] = {u: [] for u in chosen}
     seen: dict[str, set[str]] = {u: set() for u in chosen}
     for ev in reversed(training):

@@ -288,3 +288,30 @@ def test_learnt_retrieval_serves_a_ranking_better_than_recall_alone_and_populari
     for name in ("item_knn", "offline_knn", "offline_ease", "offline_sequence"):  # on the same targets
         assert r[name]["targets"] == 150
     assert not [n for n in r["degraded"]["served"] if n.startswith("error")], r["degraded"]
+
+
+@pytest.mark.timeout(300)
+def test_the_dask_engine_trains_on_the_single_process_rows_bit_for_bit(
+    movielens: Slice, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`recmesh train --engine dask` on a local cluster (two worker processes, the
+    users and the items in three partitions each) gives the rows one process
+    gives: the same digest, so the same model, byte for byte."""
+    monkeypatch.setenv("RECMESH_REPOSITORY", str(movielens.repo))
+    monkeypatch.setenv("RECMESH_STATE_DIR", str(tmp_path / "state"))
+    log = tmp_path / "ml-events.jsonl"
+    assert cli_main(["events", "import", str(movielens.ratings), "--to", "log", "--out", str(log)]) == 0
+    figures = {}
+    for engine in (["--engine", "single"], ["--engine", "dask", "--workers", "2", "--partitions", "3"]):
+        capsys.readouterr()
+        models = tmp_path / f"models-{engine[1]}"
+        argv = ["train", "--events", str(log), "--model-dir", str(models), "--epochs", "1", *engine, "--json"]
+        assert cli_main(argv) == 0
+        captured = capsys.readouterr()
+        figures[engine[1]] = json.loads(captured.out.strip().splitlines()[-1])
+    single, dask = figures["single"], figures["dask"]
+    assert single["rows"] == dask["rows"] > 10_000
+    assert len(single["rows_digest"]) == 32 and single["rows_digest"] == dask["rows_digest"]
+    assert single["version"] == dask["version"]  # the ONNX files' digest: the same model
+    assert "engine: 6 partitions replayed" in captured.out + captured.err
+    assert not list((tmp_path / "state" / "training").glob("engine-*")), "the engine's files are removed"

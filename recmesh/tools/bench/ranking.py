@@ -31,10 +31,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from recmesh.clients.ranker import RankerClient
 from recmesh.errors import RecmeshError
 from recmesh.events import Event
 from recmesh.features.backfill import LabelRule
+from recmesh.features.eventlog import event_times
 from recmesh.features.repository import FeatureSet
 from recmesh.resilience import request_scope
 from recmesh.retrieval import files
@@ -258,12 +261,9 @@ async def _mesh_rankings(
     return got
 
 
-def _before(events: Sequence[Event], start: int, t_ms: int) -> int:
-    """The index of the first event from `start` on at or after `t_ms`."""
-    upto = start
-    while upto < len(events) and events[upto].event_time < t_ms:
-        upto += 1
-    return upto
+def _before(times: np.ndarray, start: int, t_ms: int) -> int:
+    """The index of the first event from `start` on at or after `t_ms` (`times`: sorted)."""
+    return max(start, int(np.searchsorted(times, t_ms, side="left")))
 
 
 async def _replay_and_rank(
@@ -286,10 +286,11 @@ async def _replay_and_rank(
     writer = EventWriter(client, feature_set, FeatureStore(client, feature_set).offline.attributes)
     ranker = RankerClient(ranker_addr, "ranking-eval", plaintext=True)
     events, written, replay_s, rank_s = split.training, 0, 0.0, 0.0
+    times = event_times(events)
     try:
         for n, target in enumerate(split.targets):
             t0 = time.perf_counter()
-            upto = _before(events, written, target.event_time)
+            upto = _before(times, written, target.event_time)
             batch = events[written:upto]
             await _write(writer, batch)
             base.add(batch)

@@ -80,6 +80,8 @@ def measure(repository: Path, log: Path, extra: list[str], say: Any) -> dict[str
         "ms_per_event": round(wall * 1000 / max(1, events), 3),
         "peak_rss_gib": round(peak[0] / 2**30, 3),
         "auc_holdout": figures.get("auc_holdout"),
+        "replay_s": figures.get("replay_seconds"),
+        "rows_digest": figures.get("rows_digest"),
     }
 
 
@@ -100,34 +102,61 @@ def shop_log(events: int, workdir: Path, seed: int = 7) -> Path:
     return log
 
 
-def run(sizes: list[int], movielens: Path | None, epochs: int, say: Any) -> dict[str, Any]:
+def engine_args(engine: str) -> list[str]:
+    """'single', or 'dask:N' (a local cluster of N workers) as `recmesh train` options."""
+    if engine == "single":
+        return ["--engine", "single"]
+    name, _, workers = engine.partition(":")
+    if name != "dask" or not workers.isdigit() or int(workers) < 1:
+        raise ValueError(f"engine {engine!r}: want single or dask:N (N workers)")
+    return ["--engine", "dask", "--workers", workers]
+
+
+def run(
+    sizes: list[int], movielens: Path | None, epochs: int, say: Any, engines: list[str] | None = None
+) -> dict[str, Any]:
+    """Each log trained once per engine, the engines one after another on each log."""
     rows: list[dict[str, Any]] = []
+    engines = engines or ["single"]
     extra = ["--epochs", str(epochs)]
+
+    def each_engine(world: str, repository: Path, log: Path) -> None:
+        for engine in engines:
+            say(f"  engine {engine} ...")
+            rows.append({"world": world, "engine": engine,
+                         **measure(repository, log, [*extra, *engine_args(engine)], say)})  # fmt: skip
+
     with tempfile.TemporaryDirectory(prefix="recmesh-bench-logs-") as tmp:
         for size in sizes:
             say(f"generating a shop log of about {size:,} purchases ...")
             log = shop_log(size, Path(tmp))
-            figures = measure(log.parent / "purchases.toml", log, extra, say)
-            rows.append({"world": "shop purchases", **figures})
+            each_engine("shop purchases", log.parent / "purchases.toml", log)
             log.unlink()
     if movielens is not None:
-        rows.append({"world": "movielens-100k", **measure(MOVIELENS_REPOSITORY, movielens, extra, say)})
+        each_engine("movielens-100k", MOVIELENS_REPOSITORY, movielens)
     return {"epochs": epochs, "rows": rows}
 
 
 def table(f: dict[str, Any]) -> str:
     lines = [f"recmesh train, {f['epochs']} epochs (peak: resident memory of the process and its children)",
-             f"  {'world':<16} {'events':>10} {'rows':>11} {'wall s':>8} {'ms/event':>9} {'peak GiB':>9} "
-             f"{'AUC':>7}"]  # fmt: skip
+             f"  {'world':<16} {'engine':<7} {'events':>10} {'rows':>11} {'wall s':>8} {'ms/event':>9} "
+             f"{'replay s':>9} {'peak GiB':>9} {'AUC':>7}  rows digest"]  # fmt: skip
     for r in f["rows"]:
-        lines.append(f"  {r['world']:<16} {r['events']:>10,} {r['rows']:>11,} {r['wall_s']:>8} "
-                     f"{r['ms_per_event']:>9} {r['peak_rss_gib']:>9} {r['auc_holdout']!s:>7}")  # fmt: skip
+        lines.append(f"  {r['world']:<16} {r['engine']:<7} {r['events']:>10,} {r['rows']:>11,} "
+                     f"{r['wall_s']:>8} {r['ms_per_event']:>9} {r['replay_s']!s:>9} {r['peak_rss_gib']:>9} "
+                     f"{r['auc_holdout']!s:>7}  {r['rows_digest']}")  # fmt: skip
+    by_log: dict[str, set[str]] = {}
+    for r in f["rows"]:
+        by_log.setdefault(r["log"], set()).add(r["rows_digest"])
+    if any(len(engines) > 1 for engines in [[r for r in f["rows"] if r["log"] == log] for log in by_log]):
+        same = all(len(d) == 1 for d in by_log.values())
+        lines.append(f"  rows across engines: {'bit-identical' if same else 'DIFFERENT'} on every log")
     return "\n".join(lines)
 
 
 def main(args: Any) -> int:
     say = (lambda m: print(m, file=sys.stderr, flush=True)) if args.json else print
     sizes = [int(s) for s in args.sizes]
-    figures = run(sizes, Path(args.movielens) if args.movielens else None, args.epochs, say)
+    figures = run(sizes, Path(args.movielens) if args.movielens else None, args.epochs, say, args.engines)
     emit(figures, args.json, table(figures))
     return 0

@@ -3,6 +3,7 @@ each loads its module only when it runs."""
 
 from __future__ import annotations
 
+import argparse
 from typing import Any
 
 from recmesh.tools.cli.common import lazy, positive_int, whole_numbers
@@ -140,8 +141,23 @@ def _add_train(bench: Any) -> None:
                     help="generated shop logs of about these many purchases (comma-separated)")  # fmt: skip
     bt.add_argument("--movielens", help="MovieLens-100k's canonical log too (make movielens)")
     bt.add_argument("--epochs", type=positive_int, default=4, help="passes over the training rows")
+    bt.add_argument("--engines", type=_engines, default=["single"], metavar="single,dask:1,dask:2",
+                    help="train each log once per engine (dask:N: a local cluster of N workers); "
+                    "their rows' digests are compared")  # fmt: skip
     bt.add_argument("--json", action="store_true")
     bt.set_defaults(func=lazy("recmesh.tools.bench.train"))
+
+
+def _engines(text: str) -> list[str]:
+    from recmesh.tools.bench.train import engine_args
+
+    engines = [e.strip() for e in text.split(",") if e.strip()]
+    try:
+        for engine in engines:
+            engine_args(engine)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+    return engines or ["single"]
 
 
 def _add_inference(bench: Any) -> None:

@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 
 from recmesh.events import Event
 from recmesh.features.backfill import LabelRule, positive_examples
+from recmesh.features.eventlog import select
 from recmesh.retrieval.build import last_targets
 
 
@@ -57,7 +58,7 @@ class Split:
     """Targets (by time), the training part, each target user's history."""
 
     targets: list[Target]
-    training: list[Event]
+    training: Sequence[Event]
     history: dict[str, set[str]] = field(default_factory=dict)
     held_out_events: int = 0
     users_with_a_positive: int = 0
@@ -89,7 +90,7 @@ def leave_last_out(
                  random.Random(seed).sample(eligible, users))  # fmt: skip
     cut_index = {u: found[u][1] for u in chosen}
     cut = {u: events[c].event_time for u, c in cut_index.items()}
-    training: list[Event] = []
+    training: list[int] = []  # the indices of the training part's events
     history: dict[str, set[str]] = {u: set() for u in chosen}
     held = 0
     for n, ev in enumerate(events):
@@ -100,7 +101,7 @@ def leave_last_out(
             if n < cut_index[u] and counts:  # the same moment as the target, before it in the log: history
                 history[u].add(ev.item_id)
             continue
-        training.append(ev)
+        training.append(n)
         if u in history and counts:
             history[u].add(ev.item_id)
     targets = sorted(
@@ -111,7 +112,7 @@ def leave_last_out(
     for t in targets:
         history[t.user_id].discard(t.item_id)
     users_with_one = len({ev.user_id for ev, t in zip(events, is_target, strict=True) if t})
-    return Split(targets, training, history, held, users_with_one)
+    return Split(targets, select(events, training), history, held, users_with_one)
 
 
 class Popularity:

@@ -34,7 +34,7 @@ import numpy as np
 
 from recmesh.errors import InvalidArgument
 from recmesh.events import Event
-from recmesh.features.backfill import LabelRule, training_examples
+from recmesh.features.backfill import Example, ExampleDigest, LabelRule, training_examples
 from recmesh.features.repository import EMBEDDING_L2_DEFAULT, FeatureSet
 from recmesh.features.vectorize import InputStats, Transform, Vectorizer, plan_from
 from recmesh.modeldir import MODEL_NAME, variant_file
@@ -88,6 +88,7 @@ class Dataset:
     source: dict[str, Any] = field(default_factory=dict)
     w: np.ndarray | None = None  # per row, its weight in the loss (training.weights); None: 1 each
     rows: np.ndarray | None = None  # the rows in use (ascending; rows_before); None: every row
+    digest: str = ""  # of the examples the rows were made from (ExampleDigest)
 
     @property
     def in_use(self) -> np.ndarray:
@@ -150,6 +151,7 @@ def build_dataset(
     rows_dir: Path | None = None,
     chunk_rows: int = CHUNK_ROWS,
     say: Callable[[str], None] | None = None,
+    replay: Replay = training_examples,
 ) -> Dataset:
     """Point-in-time rows of `events` (sorted by time) as model inputs; the
     inputs are planned from these rows unless given (a model's own).
@@ -160,12 +162,16 @@ def build_dataset(
     (InputStats); then each chunk is vectorised into the rows. With `rows_dir`
     the rows are .npy files there, mapped in (numpy.load(mmap_mode="r")):
     memory holds one chunk of examples, never the log's. `say`: a progress
-    line every tenth of the rows written."""
+    line every tenth of the rows written. `replay`: what turns the events into
+    examples (training_examples, or the engine's partitioned replay: the same
+    examples); their digest (ExampleDigest) is the dataset's `digest`."""
     stats = InputStats(feature_set) if transforms is None else None
+    digest = ExampleDigest()
     with tempfile.TemporaryDirectory(dir=rows_dir, prefix=".examples-") as tmp:
         spilled: list[Path] = []
         buf: list[_Row] = []
-        for ex in training_examples(feature_set, events, users, items):
+        for ex in replay(feature_set, events, users, items):
+            digest.add(ex)
             if stats is not None:
                 stats.add(ex.user, ex.item)
             # a plain tuple: pickled and read back several times faster than the dataclass
@@ -181,10 +187,16 @@ def build_dataset(
         planned = plan_from(stats) if stats is not None else transforms
         assert planned is not None  # given, or planned from the rows
         bar = progress_bar(say, "rows", n, "rows") if say is not None else None
-        return _vectorised(planned, [*spilled, buf], n, rows_dir, bar)
+        dataset = _vectorised(planned, [*spilled, buf], n, rows_dir, bar)
+        dataset.digest = digest.hexdigest()
+        return dataset
 
 
 _Row = tuple[str, str, int, dict[str, Any], dict[str, Any], int, float]  # an Example's fields, in order
+Replay = Callable[
+    [FeatureSet, Iterable[Event], Mapping[str, Mapping[str, Any]], Mapping[str, Mapping[str, Any]]],
+    Iterable[Example],
+]
 
 
 def _spill(examples: list[_Row], path: Path) -> Path:
@@ -335,6 +347,7 @@ def train(
             "from_ms": int(t.min()), "to_ms": int(t.max()), "rows": len(y),
             "holdout_rows": int(rows.ho.sum()), "holdout_from_ms": int(rows.split) + 1,
             "positive_rate": round(float(y.mean()), 4), "label": LabelRule.of(feature_set).describe(),
+            **({"rows_digest": dataset.digest} if dataset.digest else {}),
         },
         seed=cfg.seed,
         origin=origin or ("demo" if feature_set.demo or "demo" in dataset.source else "trained"),

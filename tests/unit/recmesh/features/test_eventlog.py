@@ -1,0 +1,75 @@
+"""Event logs: the external sort, and the event table training's passes read."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import numpy as np
+
+from recmesh.events import Event, EventSchema, validate_event
+from recmesh.features.eventlog import EventTable, event_times, select, sorted_events, write_events
+
+SCHEMA = EventSchema(("view", "rate"), {}, ("rating", "dwell"))
+T0 = 1_767_225_600_000
+
+
+def _events(n: int, seed: int = 1) -> list[Event]:
+    rng = random.Random(seed)
+    out = []
+    for k in range(n):
+        obj: dict[str, object] = {
+            "event_id": f"e{k}-{rng.randrange(10**6)}", "user_id": f"u{rng.randrange(40)}",
+            "item_id": f"i{rng.randrange(90)}", "behavior": rng.choice(["view", "rate"]),
+            "event_time": T0 + rng.randrange(10**7),
+        }  # fmt: skip
+        if obj["behavior"] == "rate":
+            obj["rating"] = rng.choice([1, 2.5, 5, 0, -1.25])
+        if rng.random() < 0.2:
+            obj["dwell"] = rng.random() * 100
+        if rng.random() < 0.1:
+            obj["request_id"] = f"r{k}"
+        out.append(validate_event(obj, SCHEMA))
+    return sorted(out, key=lambda e: (e.event_time, e.event_id))
+
+
+def _same(a: Event, b: Event) -> bool:
+    return a.to_dict() == b.to_dict() and a.values == b.values and a.request_id == b.request_id
+
+
+def test_a_table_gives_back_every_event_with_its_values_and_request_id() -> None:
+    events = _events(10_000)
+    table = EventTable.of(events, SCHEMA.values)
+    assert len(table) == len(events)
+    assert all(_same(a, b) for a, b in zip(table, events, strict=True))
+    assert any(e.values == {} for e in table) and any(len(e.values) == 2 for e in table)
+    assert _same(table[0], events[0]) and _same(table[-1], events[-1]) and _same(table[4321], events[4321])
+    assert all(_same(a, b) for a, b in zip(reversed(table), reversed(events), strict=True))
+    assert np.array_equal(event_times(table), [e.event_time for e in events])
+
+
+def test_take_and_slices_are_views_in_the_order_given() -> None:
+    events = _events(9000, seed=2)
+    table = EventTable.of(events, SCHEMA.values)
+    rows = [8999, 3, 3, 4500, 0]
+    picked = select(table, rows)
+    assert isinstance(picked, EventTable) and picked._t is table._t  # the columns are shared
+    assert [e.event_id for e in picked] == [events[n].event_id for n in rows]
+    again = picked.take([4, 0])  # a view of a view
+    assert [e.event_id for e in again] == [events[0].event_id, events[8999].event_id]
+    assert [e.event_id for e in table[100:110:3]] == [e.event_id for e in events[100:110:3]]
+    assert [e.event_id for e in select(events, rows)] == [events[n].event_id for n in rows]  # a list
+    assert np.array_equal(event_times(picked), [events[n].event_time for n in rows])
+
+
+def test_an_empty_table_and_a_log_read_back(tmp_path: Path) -> None:
+    empty = EventTable.of([], SCHEMA.values)
+    assert len(empty) == 0 and list(empty) == [] and list(reversed(empty)) == []
+    events = _events(500, seed=3)
+    log = tmp_path / "events.jsonl"
+    shuffled = events[:]
+    random.Random(0).shuffle(shuffled)
+    write_events(log, shuffled)
+    table = EventTable.of(sorted_events(log, SCHEMA, run_size=64), SCHEMA.values)
+    assert [e.event_id for e in table] == [e.event_id for e in events]
+    assert [e.values for e in table] == [e.values for e in events]
