@@ -103,23 +103,20 @@ def _tune_blend(
     say: Any,
 ) -> dict[str, Any]:
     """The model/recall blend for the recall version, tuned on retrieval's tuning
-    users with a probe model: the same training without those users' held-out
-    parts (a model that has seen a target would claim it); then the version
-    becomes current beside the model trained on everything."""
-    import tempfile
-
+    users with a probe model: the full variant trained without those users'
+    held-out parts (a model that has seen a target would claim it); then the
+    version becomes current beside the model trained on everything."""
     from recmesh.retrieval import files as recall_files
     from recmesh.tools.training import recall
-    from recmesh.tools.training.train import rows_before, train
+    from recmesh.tools.training.train import rows_before, train_probe
 
     changes: dict[str, Any] = {}
     if tuned.hold is not None and tuned.candidates:
-        probe = rows_before(dataset, tuned.hold.as_of)
-        say(f"a probe model for the blend: the same training without the {len(tuned.hold.as_of):,} tuning "
-            f"users' held-out parts ({len(dataset.y) - int(probe.in_use.sum()):,} rows) ...")  # fmt: skip
-        with tempfile.TemporaryDirectory(prefix="recmesh-probe-") as tmp:
-            train(cfg, Path(tmp), feature_set, probe, progress=lambda _: None)
-            changes = recall.tune_blend(feature_set, tuned, users, items, Path(tmp), model_dir, version, say)
+        without = rows_before(dataset, tuned.hold.as_of)
+        say(f"a probe model for the blend: the full variant without the {len(tuned.hold.as_of):,} tuning "
+            f"users' held-out parts ({len(dataset.y) - int(without.in_use.sum()):,} rows) ...")  # fmt: skip
+        probe = train_probe(cfg, feature_set, without, progress=say)
+        changes = recall.tune_blend(feature_set, tuned, users, items, probe, model_dir, version, say)
     recall_files.set_current(model_dir, version)
     return changes
 

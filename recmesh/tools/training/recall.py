@@ -15,7 +15,7 @@ from collections import Counter
 from collections.abc import Callable, Collection, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
@@ -27,6 +27,9 @@ from recmesh.features.repository import FeatureSet
 from recmesh.retrieval import build as rb
 from recmesh.retrieval import files, sequence
 from recmesh.retrieval.table import NeighbourTable, RecallTable
+
+if TYPE_CHECKING:
+    from recmesh.tools.training.train import Probe
 
 Progress = Callable[[str], None]
 TUNING_USERS = 2000
@@ -209,7 +212,7 @@ def tune_blend(
     tuned: rb.Tuned,
     users: Mapping[str, Mapping[str, Any]],
     items: Mapping[str, Mapping[str, Any]],
-    probe_dir: Path,
+    probe: Probe,
     model_dir: Path,
     recall_version: str,
     progress: Progress = print,
@@ -220,16 +223,15 @@ def tune_blend(
     Each tuning user's fused candidates (the tables built without their
     held-out part) are scored as the ranker would: features as of 1 ms before
     the held-out part, replayed from the tuning split's events
-    (`features_as_of`), by the current model's full variant (ONNX, as served).
-    The model (the current one in `probe_dir`) must not have seen those
-    targets: it is trained without the tuning users' held-out parts. The blend
-    goes into the card of `recall_version` under `model_dir`.
+    (`features_as_of`), by the full variant of a model that never saw those
+    targets (`probe`: trained without the tuning users' held-out parts). The
+    blend goes into the card of `recall_version` under `model_dir`.
     """
     hold = tuned.hold
     if hold is None or not tuned.candidates:
         return {}
     started = time.perf_counter()
-    version, scored = _probe_scores(feature_set, hold, tuned.candidates, users, items, probe_dir)
+    scored = _probe_scores(feature_set, hold, tuned.candidates, users, items, probe)
     targets = {u: hold.targets[u] for u in scored}
     ndcg = _blend_ndcg(scored, targets)
     top = max(BLEND_GRID, key=lambda w: (round(ndcg[w], 6), -w))
@@ -245,7 +247,8 @@ def tune_blend(
         + f" -> {best:g} (best {top:g}; the least within one target's gain; "
         f"{time.perf_counter() - started:.1f} s)"
     )
-    tuning = {"model_version": version, "users": len(targets), "best": top,
+    tuning = {"model": f"probe: the full variant alone, {probe.rows:,} rows", "users": len(targets),
+              "best": top,
               "rule": "the least within 1/users of the best",
               "ndcg@10": {f"{w:g}": round(v, 4) for w, v in ndcg.items()}}  # fmt: skip
     changes = {"blend": best, "blend_tuning": tuning}
@@ -259,31 +262,21 @@ def _probe_scores(
     candidates: Mapping[str, list[str]],
     users: Mapping[str, Mapping[str, Any]],
     items: Mapping[str, Mapping[str, Any]],
-    probe_dir: Path,
-) -> tuple[str, dict[str, tuple[list[str], list[float]]]]:
-    """(the probe model's version, per tuning user: their candidates and the
-    model's scores for them), from features as of before their held-out part."""
-    import onnxruntime as ort
-
+    probe: Probe,
+) -> dict[str, tuple[list[str], list[float]]]:
+    """Per tuning user: their candidates and the probe model's scores for them,
+    from features as of before their held-out part."""
     from recmesh.features.backfill import Query, features_as_of
-    from recmesh.features.vectorize import Transform, Vectorizer
-    from recmesh.modeldir import MODEL_NAME, variant_file
+    from recmesh.features.vectorize import Vectorizer
 
-    model_root = probe_dir / MODEL_NAME
-    version = (model_root / "CURRENT").read_text().strip()
-    card = orjson.loads((model_root / version / "card.json").read_bytes())
-    vec = Vectorizer(tuple(Transform.from_json(t) for t in card["input"]["transforms"]))
-    session = ort.InferenceSession(
-        str(model_root / version / variant_file(0)), providers=["CPUExecutionProvider"]
-    )
+    vec = Vectorizer(probe.transforms)
     queries = [Query(u, hold.as_of[u], tuple(c)) for u, c in sorted(candidates.items()) if c]
     scored: dict[str, tuple[list[str], list[float]]] = {}
     for q, uf, rows in features_as_of(feature_set, hold.training, users, items, queries):
         names = {t.feature for t in vec.transforms if t.entity == "item"}
         x = vec.matrix([uf], {n: [r.get(n) for r in rows] for n in names}, list(q.items), [q.user_id])
-        (out,) = session.run(None, {card["input"]["name"]: x.astype(np.float32)})
-        scored[q.user_id] = (list(q.items), [float(s) for s in np.asarray(out).reshape(-1)])
-    return version, scored
+        scored[q.user_id] = (list(q.items), [float(s) for s in probe.score(x.astype(np.float32))])
+    return scored
 
 
 def _blend_ndcg(

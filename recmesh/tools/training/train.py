@@ -358,6 +358,39 @@ def train(
     return card
 
 
+@dataclass(frozen=True)
+class Probe:
+    """A model scoring in memory: the family's full variant (level 0) trained
+    alone, as the family's level 0 is (the same split of the rows in use, the
+    same epochs, seed and inputs). What learnt retrieval's blend is tuned with
+    (recmesh.tools.training.recall.tune_blend): a model that never saw the
+    tuning users' targets, at a fraction of the family's training (one
+    configuration's loss of the family's six; no baseline, no export)."""
+
+    family: Family
+    variant: Variant
+    transforms: tuple[Transform, ...]
+    rows: int  # the rows it trained on
+
+    def score(self, x: np.ndarray) -> np.ndarray:
+        return self.family.predict(x, self.variant)
+
+
+def train_probe(
+    cfg: TrainConfig, feature_set: FeatureSet, dataset: Dataset, progress: Callable[[str], None] = print
+) -> Probe:
+    rows = _split_rows(dataset, cfg, feature_set)
+    layout = Layout.of(dataset.transforms)
+    l2 = feature_set.decl.training.embedding_l2 if feature_set.decl.training else EMBEDDING_L2_DEFAULT
+    full = make_variants(layout, layout.dense)[0]
+    tr = np.flatnonzero(rows.tr)
+    family = train_family(
+        rows.x, rows.y, layout, (full,), hidden=cfg.hidden, epochs=cfg.epochs, seed=cfg.seed, l2_embedding=l2,
+        progress=_bar(progress, "probe"), weights=rows.w, rows=tr,
+    )  # fmt: skip
+    return Probe(family, full, dataset.transforms, len(tr))
+
+
 def _split_rows(dataset: Dataset, cfg: TrainConfig, feature_set: FeatureSet) -> _Rows:
     """The rows split by time; refused when either part's labels are all one class."""
     x, y, t = dataset.x, dataset.y, dataset.t

@@ -9,6 +9,7 @@ import pytest
 
 from recmesh.features.repository import FeatureSet
 from recmesh.tools.training import train as tt
+from recmesh.tools.training.family import auc
 from recmesh.tools.training.train import TrainConfig, build_dataset, demo_source, rows_before
 
 SMALL = TrainConfig(sessions=150, hours=0.5)
@@ -63,3 +64,23 @@ def test_rows_before_leaves_out_the_listed_users_rows_from_their_cut_without_cop
     # A second cut narrows the rows in use further, never widens them.
     narrower = rows_before(probe, {ds.user_ids[4]: int(ds.t.min())})
     assert not (narrower.in_use & ~probe.in_use).any() and (~narrower.in_use & probe.in_use).any()
+
+
+def test_the_blend_probe_is_the_full_variant_trained_on_the_rows_in_use_only(
+    demo_feature_set: FeatureSet,
+    world: tuple[list, dict, dict],  # type: ignore[type-arg]
+) -> None:
+    events, users, items = world
+    ds = build_dataset(demo_feature_set, events, users, items)
+    cfg = TrainConfig(epochs=2)
+    whole = tt.train_probe(cfg, demo_feature_set, ds, progress=lambda _: None)
+    rows = tt._split_rows(ds, cfg, demo_feature_set)
+    assert whole.rows == int(rows.tr.sum()) and whole.variant.level == 0
+    assert whole.variant.dense == whole.family.layout.dense  # every input: the served full variant's
+    scores = whole.score(np.asarray(ds.x[rows.ho]))
+    assert scores.shape == (int(rows.ho.sum()),)
+    assert auc(ds.y[rows.ho], scores) > 0.6  # it ranks: the blend's tuning reads its order
+    # Without some users' later rows: fewer rows trained on, and never theirs.
+    cut = {u: int(np.median(ds.t)) for u in ds.user_ids[:20]}
+    without = tt.train_probe(cfg, demo_feature_set, rows_before(ds, cut), progress=lambda _: None)
+    assert without.rows < whole.rows
