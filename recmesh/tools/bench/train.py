@@ -45,7 +45,8 @@ def _tree_rss(proc: psutil.Process) -> int:
 
 
 def measure(repository: Path, log: Path, extra: list[str], say: Any) -> dict[str, Any]:
-    """`recmesh train --events log` in its own process: wall time, peak RSS, its figures."""
+    """`recmesh train --events log` in its own process: wall time, peak RSS and the
+    phase it was reached in (the last progress line before it), its figures."""
     with tempfile.TemporaryDirectory(prefix="recmesh-bench-train-") as tmp:
         env = {**os.environ, "RECMESH_REPOSITORY": str(repository), "RECMESH_STATE_DIR": f"{tmp}/state"}
         cmd = [sys.executable, "-m", "recmesh.tools.cli.main", "train", "--events", str(log),
@@ -53,25 +54,42 @@ def measure(repository: Path, log: Path, extra: list[str], say: Any) -> dict[str
         started = time.perf_counter()
         child = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         peak = [0]
+        phase = ["start"]  # the newest progress line, and the one the peak was reached in
+        at_peak = ["start"]
+        errors: list[str] = []
         watched = psutil.Process(child.pid)
 
         def sample() -> None:
             while child.poll() is None:
-                peak[0] = max(peak[0], _tree_rss(watched))
+                rss = _tree_rss(watched)
+                if rss > peak[0]:
+                    peak[0], at_peak[0] = rss, phase[0]
                 time.sleep(0.1)
 
-        sampler = threading.Thread(target=sample, daemon=True)
-        sampler.start()
-        out, err = child.communicate()
+        def follow() -> None:
+            assert child.stderr is not None
+            for line in child.stderr:
+                errors.append(line)
+                if line.strip():
+                    phase[0] = line.strip()[:120]
+
+        threads = [threading.Thread(target=f, daemon=True) for f in (sample, follow)]
+        for thread in threads:
+            thread.start()
+        out = child.stdout.read() if child.stdout is not None else ""
+        child.wait()
         wall = time.perf_counter() - started
-        sampler.join()
+        for thread in threads:
+            thread.join()
     if child.returncode != 0:
-        raise RuntimeError(f"recmesh train failed ({child.returncode}): {err[-2000:]}")
+        raise RuntimeError(f"recmesh train failed ({child.returncode}): {''.join(errors)[-2000:]}")
     figures = json.loads(out.strip().splitlines()[-1])
     with log.open("rb") as fh:
         events = sum(1 for _ in fh)
     rows = int(figures.get("rows") or 0)
-    say(f"  {log.name}: {events:,} events, {wall:,.1f} s, peak {peak[0] / 2**30:.2f} GiB")
+    say(
+        f"  {log.name}: {events:,} events, {wall:,.1f} s, peak {peak[0] / 2**30:.2f} GiB during: {at_peak[0]}"
+    )
     return {
         "log": str(log),
         "events": events,
@@ -79,6 +97,7 @@ def measure(repository: Path, log: Path, extra: list[str], say: Any) -> dict[str
         "wall_s": round(wall, 1),
         "ms_per_event": round(wall * 1000 / max(1, events), 3),
         "peak_rss_gib": round(peak[0] / 2**30, 3),
+        "peak_during": at_peak[0],
         "auc_holdout": figures.get("auc_holdout"),
         "replay_s": figures.get("replay_seconds"),
         "rows_digest": figures.get("rows_digest"),
@@ -145,6 +164,7 @@ def table(f: dict[str, Any]) -> str:
         lines.append(f"  {r['world']:<16} {r['engine']:<7} {r['events']:>10,} {r['rows']:>11,} "
                      f"{r['wall_s']:>8} {r['ms_per_event']:>9} {r['replay_s']!s:>9} {r['peak_rss_gib']:>9} "
                      f"{r['auc_holdout']!s:>7}  {r['rows_digest']}")  # fmt: skip
+    lines += [f"  peak of {r['world']} / {r['engine']}: during {r.get('peak_during')!r}" for r in f["rows"]]
     by_log: dict[str, set[str]] = {}
     for r in f["rows"]:
         by_log.setdefault(r["log"], set()).add(r["rows_digest"])

@@ -73,6 +73,7 @@ class EngineConfig:
     workers: int = 2
     partitions: int | None = None
     address: str | None = None
+    connect_timeout_s: float = 30.0  # to the scheduler at `address`
 
     @property
     def parts(self) -> int:
@@ -182,7 +183,12 @@ def dask_runner(config: EngineConfig) -> Iterator[Runner]:
         ) from None
     cluster = None
     if config.address:
-        client = Client(config.address, timeout="30s")
+        try:
+            client = Client(config.address, timeout=f"{config.connect_timeout_s}s")
+        except (OSError, TimeoutError) as err:
+            raise FailedPrecondition(
+                f"--engine-address {config.address}: no Dask scheduler answers ({err})"
+            ) from None
     else:
         cluster = LocalCluster(
             n_workers=config.workers,

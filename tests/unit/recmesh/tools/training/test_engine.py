@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import dataclasses
 import random
+import socket
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from recmesh.errors import FailedPrecondition
 from recmesh.events import Event
 from recmesh.features.backfill import (
     Example,
@@ -122,3 +125,19 @@ def test_the_plan_reads_before_its_rows_and_each_example_precedes_its_negatives(
                     assert op.label == 0 and op.t == last.t
             last = op
     assert last is not None
+
+
+def test_a_scheduler_that_does_not_answer_is_refused_in_bounded_time(tmp_path: Path) -> None:
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    config = engine.EngineConfig(tmp_path, address=f"tcp://127.0.0.1:{port}", connect_timeout_s=1.0)
+    started = time.monotonic()
+    with (
+        pytest.raises(
+            FailedPrecondition, match=f"--engine-address tcp://127.0.0.1:{port}: no Dask scheduler"
+        ),
+        engine.dask_runner(config),
+    ):
+        pass
+    assert time.monotonic() - started < 15
