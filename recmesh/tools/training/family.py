@@ -46,6 +46,7 @@ Training is mini-batch Adam in NumPy, deterministic under a seed.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -268,6 +269,18 @@ class _Batch:
     hist: npt.NDArray[np.int64]  # history buckets (0 where absent)
     hist_w: F32  # 1/len(history) where present, 0 where absent
 
+    @functools.cached_property
+    def id_scatter(self) -> _Scatter:
+        """Where each row's item gradient goes (computed once a batch, shared by every configuration)."""
+        return _Scatter.of(self.ids, np.arange(len(self.ids)))
+
+    @functools.cached_property
+    def hist_scatter(self) -> _Scatter:
+        """Where each row's history gradient goes, by its positions' weights (absent ones left out)."""
+        weights = self.hist_w.ravel()
+        present = np.flatnonzero(weights > 0)
+        return _Scatter.of(self.hist.ravel()[present], present // self.hist.shape[1], weights[present])
+
     @staticmethod
     def of(x: F32, layout: Layout, mean: F32, std: F32) -> _Batch:
         n = len(x)
@@ -294,6 +307,34 @@ class _Batch:
             np.clip(raw, 0, layout.buckets - 1).astype(np.int64),
             hist_w.astype(np.float32),
         )
+
+
+@dataclass(frozen=True)
+class _Scatter:
+    """Rows of a batch added into rows of a table: target[index[i]] += weight[i] *
+    values[row[i]], as np.add.at would, summed per index first (sorted once; ~3x
+    faster than np.add.at, which is unbuffered, on the embeddings' gradients).
+    The sums differ from np.add.at's in the last bits only (another order)."""
+
+    rows: npt.NDArray[np.int64]  # the source row of each entry, entries sorted by index
+    weights: F32 | None
+    starts: npt.NDArray[np.int64]  # where each index's entries begin
+    index: npt.NDArray[np.int64]  # the distinct indices, ascending
+
+    @staticmethod
+    def of(index: npt.NDArray[np.int64], rows: npt.NDArray[np.int64], weights: F32 | None = None) -> _Scatter:
+        order = np.argsort(index, kind="stable")
+        ordered = index[order]
+        starts = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]]) if len(ordered) else order
+        return _Scatter(rows[order], None if weights is None else weights[order], starts, ordered[starts])
+
+    def add(self, target: F32, values: npt.NDArray[np.floating[Any]]) -> None:
+        if not len(self.rows):
+            return
+        picked = values[self.rows]
+        if self.weights is not None:
+            picked *= self.weights[:, None]
+        target[self.index] += np.add.reduceat(picked, self.starts, axis=0)
 
 
 def _mask(layout: Layout, variant: Variant) -> F32:
@@ -358,10 +399,8 @@ def _backward(
         dhc = dh @ p["w_hcross"].T
         ditem += dhc * c["hist"]
         dhist = dhc * c["item"]  # (n, d), spread over the history positions by their weights
-        np.add.at(
-            grads["e_item"][:, :d], b.hist.ravel(), (b.hist_w[:, :, None] * dhist[:, None, :]).reshape(-1, d)
-        )
-    np.add.at(grads["e_item"][:, :d], b.ids, ditem)
+        b.hist_scatter.add(grads["e_item"][:, :d], dhist)
+    b.id_scatter.add(grads["e_item"][:, :d], ditem)
     if b.attr.shape[1]:
         grads["e_cat"][:, :d] += b.attr.T @ ditem
     return loss
