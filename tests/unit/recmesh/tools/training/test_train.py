@@ -84,3 +84,18 @@ def test_the_blend_probe_is_the_full_variant_trained_on_the_rows_in_use_only(
     cut = {u: int(np.median(ds.t)) for u in ds.user_ids[:20]}
     without = tt.train_probe(cfg, demo_feature_set, rows_before(ds, cut), progress=lambda _: None)
     assert without.rows < whole.rows
+
+
+def test_a_rows_file_is_written_in_order_and_complete(tmp_path: Path) -> None:
+    col = tt._Column((5, 2), np.float32, tmp_path / "x.npy")
+    col.put(0, [[1, 2], [3, 4]])
+    with pytest.raises(ValueError, match="written in order"):
+        col.put(3, [[0, 0]])
+    col.put(2, [[5, 6], [7, 8], [9, 10]])
+    done = col.done()
+    assert isinstance(done, np.memmap) and not done.flags.writeable
+    assert np.array_equal(done, np.arange(1, 11, dtype=np.float32).reshape(5, 2))
+    short = tt._Column((3,), np.int64, tmp_path / "t.npy")
+    short.put(0, [1])
+    with pytest.raises(ValueError, match="1 rows written of 3"):
+        short.done()
