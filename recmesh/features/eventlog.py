@@ -231,6 +231,11 @@ class EventTable(Sequence[Event]):
             yield ev
 
 
+def load_log(path: Path, schema: EventSchema) -> EventTable:
+    """A log sorted by time and held as a table (what a command reading it several times holds)."""
+    return EventTable.of(sorted_events(path, schema), schema.values)
+
+
 def event_times(events: Sequence[Event]) -> np.ndarray:
     """Every event's time (int64), without making the events of a table."""
     if isinstance(events, EventTable):

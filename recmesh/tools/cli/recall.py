@@ -19,13 +19,13 @@ def _model_dir(args: argparse.Namespace) -> Path:
 
 
 def _cmd_build(args: argparse.Namespace) -> int:
-    from recmesh.features.eventlog import sorted_events
+    from recmesh.features.eventlog import load_log
     from recmesh.tools.cli.common import repository
     from recmesh.tools.training import recall
 
     feature_set = repository(args)
     say = (lambda m: print(m, file=sys.stderr, flush=True)) if args.json else print
-    events = list(sorted_events(Path(args.events), feature_set.event_schema))
+    events = load_log(Path(args.events), feature_set.event_schema)
     card, _ = recall.build(feature_set, events, _model_dir(args), say, args.seed,
                         {"events_file": str(Path(args.events).resolve())})  # fmt: skip
     print_figures(card, args.json, f"recall version {card['version']} is current in {_model_dir(args)}")

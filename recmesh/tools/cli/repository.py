@@ -66,12 +66,12 @@ def _cmd_repository_show(args: argparse.Namespace) -> int:
 
 def _cmd_repository_check(args: argparse.Namespace) -> int:
     from recmesh.features.check import check_log, errors
-    from recmesh.features.eventlog import sorted_events
+    from recmesh.features.eventlog import load_log
 
     feature_set = repository(args)
     started = time.perf_counter()
     users, items = read_catalog(feature_set, args.users, args.items)
-    events = list(sorted_events(Path(args.log), feature_set.event_schema))
+    events = load_log(Path(args.log), feature_set.event_schema)
     found = check_log(feature_set, events, users, items, ranking=True)
     for f in found:
         print(f"{f.level}: {f.text()}", file=sys.stderr)

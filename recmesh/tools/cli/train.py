@@ -202,7 +202,7 @@ def _from_log(
     """Training rows replayed from --events (with --ranking, from its training
     part, the model going to the ranking state), and learnt retrieval from the
     same events when the repository declares it."""
-    from recmesh.features.eventlog import EventTable, sorted_events
+    from recmesh.features.eventlog import load_log
     from recmesh.features.tabular import read_catalog
     from recmesh.tools.training.train import build_dataset
 
@@ -213,9 +213,7 @@ def _from_log(
         "for training rows ..."
     )
     # columns, not objects: ~50 bytes an event against ~1.7 KB, read by every pass below
-    logged_all = EventTable.of(
-        sorted_events(Path(args.events), feature_set.event_schema), feature_set.event_schema.values
-    )
+    logged_all = load_log(Path(args.events), feature_set.event_schema)
     events = iter(logged_all)
     check_or_refuse(feature_set, logged_all, users, items, bool(args.ranking), say)
     run.users, run.items = users, items
