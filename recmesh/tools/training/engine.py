@@ -28,7 +28,6 @@ from __future__ import annotations
 import functools
 import logging
 import pickle
-import shutil
 import tempfile
 import time
 import zlib
@@ -58,8 +57,6 @@ CHUNK = 16_384  # records per pickled chunk of a part's file
 # an applied event (event_id, user_id, item_id, behavior, event_time, values), a read
 # (entity_id, as_of_ms, n); the rows file (user_id, item_id, t, user_read, item_read, label, weight).
 _Applied = tuple[str, str, str, str, int, dict[str, float]]
-_Read = tuple[str, int, int]
-_Row = tuple[str, str, int, int, int, int, float]
 
 
 @dataclass(frozen=True)
@@ -226,34 +223,53 @@ def partitioned_examples(
     say: Callable[[str], None] | None = None,
 ) -> Iterator[Example]:
     """The examples training_examples gives, in its order, with the features
-    computed by `run` over entity partitions (see the module's text)."""
-    config.work_dir.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(dir=config.work_dir, prefix="engine-"))
-    try:
-        yield from _partitioned(feature_set, events, users, items, config, run, work, say)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
-
-
-def _partitioned(
-    feature_set: FeatureSet,
-    events: Iterable[Event],
-    users: Mapping[str, Mapping[str, Any]],
-    items: Mapping[str, Mapping[str, Any]],
-    config: EngineConfig,
-    run: Runner,
-    work: Path,
-    say: Callable[[str], None] | None,
-) -> Iterator[Example]:
+    computed by `run` over entity partitions (see the module's text): plan,
+    replay, join. The working files go when the examples are all read."""
     n = config.parts
-    context = work / "context.pickle"
-    with context.open("wb") as fh:
-        pickle.dump((feature_set, dict(users), dict(items)), fh, protocol=pickle.HIGHEST_PROTOCOL)
-    # Only the events a side's streams take go to its partitions.
+    config.work_dir.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=config.work_dir, prefix="engine-") as tmp:
+        work = Path(tmp)
+        context = work / "context.pickle"
+        with context.open("wb") as fh:
+            pickle.dump((feature_set, dict(users), dict(items)), fh, protocol=pickle.HIGHEST_PROTOCOL)
+        started = time.perf_counter()
+        planned = _write_plan(feature_set, events, items, work, n)
+        if say is not None:
+            say(f"engine: planned {planned:,} rows in {time.perf_counter() - started:.1f} s; "
+                f"replaying {2 * n} partitions ...")  # fmt: skip
+        started = time.perf_counter()
+        stats = run([(str(context), e, str(_part(work, e, p)), str(_answers(work, e, p)))
+                     for e in ENTITIES for p in range(n)])  # fmt: skip
+        if say is not None:
+            slowest = max((s["seconds"] for s in stats), default=0.0)
+            say(f"engine: {len(stats)} partitions replayed in {time.perf_counter() - started:.1f} s "
+                f"(slowest {slowest:.1f} s)")  # fmt: skip
+        user_answers, item_answers = (
+            [ReadAnswers(_records(_answers(work, e, p))) for p in range(n)] for e in ENTITIES
+        )
+        for user_id, item_id, t, user_read, item_read, label, weight in _records(work / "rows"):
+            user = user_answers[partition_of(user_id, n)].get(user_read)
+            item = item_answers[partition_of(item_id, n)].get(item_read)
+            yield Example(user_id, item_id, t - 1, user, item, label, weight)
+
+
+def _part(work: Path, entity: Entity, p: int) -> Path:
+    return work / f"{entity}-{p:04d}.ops"
+
+
+def _answers(work: Path, entity: Entity, p: int) -> Path:
+    return work / f"{entity}-{p:04d}.answers"
+
+
+def _write_plan(
+    feature_set: FeatureSet, events: Iterable[Event], items: Mapping[str, Any], work: Path, n: int
+) -> int:
+    """The plan written out: each event to the user and item partitions whose
+    streams take it, each read to its entity's partition, the rows to `rows`;
+    the number of rows."""
     takes = {e: frozenset(b for s in feature_set.streams_of(e) for b in s.behaviors) for e in ENTITIES}
-    parts = {(e, p): _ChunkWriter(work / f"{e}-{p:04d}.ops") for e in ENTITIES for p in range(n)}
+    parts = {(e, p): _ChunkWriter(_part(work, e, p)) for e in ENTITIES for p in range(n)}
     rows = _ChunkWriter(work / "rows")
-    started = time.perf_counter()
     for op in example_plan(feature_set, events, items):
         if isinstance(op, PlannedRow):
             rows.add((op.user_id, op.item_id, op.t, op.user_read, op.item_read, op.label, op.weight))
@@ -267,24 +283,4 @@ def _partitioned(
                 parts[("item", partition_of(op.item_id, n))].add(record)
     for writer in (*parts.values(), rows):
         writer.close()
-    planned = time.perf_counter()
-    if say is not None:
-        say(f"engine: planned {rows.count:,} rows in {planned - started:.1f} s; "
-            f"replaying {2 * n} partitions ...")  # fmt: skip
-    tasks = [(str(context), e, str(w.path), str(w.path.with_suffix(".answers")))
-             for (e, _), w in parts.items()]  # fmt: skip
-    stats = run(tasks)
-    if say is not None:
-        slowest = max((s["seconds"] for s in stats), default=0.0)
-        say(f"engine: {len(stats)} partitions replayed in {time.perf_counter() - planned:.1f} s "
-            f"(slowest {slowest:.1f} s)")  # fmt: skip
-    answers = {
-        (e, p): ReadAnswers(_records(parts[(e, p)].path.with_suffix(".answers")))
-        for e in ENTITIES
-        for p in range(n)
-    }
-    user_answers, item_answers = ([answers[(e, p)] for p in range(n)] for e in ENTITIES)
-    for user_id, item_id, t, user_read, item_read, label, weight in _records(rows.path):
-        user = user_answers[partition_of(user_id, n)].get(user_read)
-        item = item_answers[partition_of(item_id, n)].get(item_read)
-        yield Example(user_id, item_id, t - 1, user, item, label, weight)
+    return rows.count
