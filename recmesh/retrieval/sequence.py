@@ -36,6 +36,7 @@ import numpy as np
 import numpy.typing as npt
 
 from recmesh.retrieval.table import best, id_ranks
+from recmesh.scatter import Scatter
 
 F32 = npt.NDArray[np.float32]
 I64 = npt.NDArray[np.int64]
@@ -258,7 +259,8 @@ def train(
             g_q = g @ out_c
             g_pos = np.einsum("bd,bld->l", g_q, emb)
             g_in = np.zeros_like(inputs)
-            np.add.at(g_in, xb.ravel(), (positions[None, :, None] * g_q[:, None, :]).reshape(-1, dim))
+            # each context position's row gets its position's weight times g_q
+            Scatter.of(xb.ravel(), np.arange(xb.size) // length, np.tile(positions, len(xb))).add(g_in, g_q)
             g_in[n] = 0.0
             g_in += L2 * inputs
             g_out += L2 * outputs

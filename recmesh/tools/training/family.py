@@ -57,6 +57,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from recmesh.features.vectorize import Transform
+from recmesh.scatter import Scatter
 
 F32 = npt.NDArray[np.float32]
 
@@ -270,16 +271,16 @@ class _Batch:
     hist_w: F32  # 1/len(history) where present, 0 where absent
 
     @functools.cached_property
-    def id_scatter(self) -> _Scatter:
+    def id_scatter(self) -> Scatter:
         """Where each row's item gradient goes (computed once a batch, shared by every configuration)."""
-        return _Scatter.of(self.ids, np.arange(len(self.ids)))
+        return Scatter.of(self.ids, np.arange(len(self.ids)))
 
     @functools.cached_property
-    def hist_scatter(self) -> _Scatter:
+    def hist_scatter(self) -> Scatter:
         """Where each row's history gradient goes, by its positions' weights (absent ones left out)."""
         weights = self.hist_w.ravel()
         present = np.flatnonzero(weights > 0)
-        return _Scatter.of(self.hist.ravel()[present], present // self.hist.shape[1], weights[present])
+        return Scatter.of(self.hist.ravel()[present], present // self.hist.shape[1], weights[present])
 
     @staticmethod
     def of(x: F32, layout: Layout, mean: F32, std: F32) -> _Batch:
@@ -309,50 +310,59 @@ class _Batch:
         )
 
 
-@dataclass(frozen=True)
-class _Scatter:
-    """Rows of a batch added into rows of a table: target[index[i]] += weight[i] *
-    values[row[i]], as np.add.at would, summed per index first (sorted once; ~3x
-    faster than np.add.at, which is unbuffered, on the embeddings' gradients).
-    The sums differ from np.add.at's in the last bits only (another order)."""
-
-    rows: npt.NDArray[np.int64]  # the source row of each entry, entries sorted by index
-    weights: F32 | None
-    starts: npt.NDArray[np.int64]  # where each index's entries begin
-    index: npt.NDArray[np.int64]  # the distinct indices, ascending
-
-    @staticmethod
-    def of(index: npt.NDArray[np.int64], rows: npt.NDArray[np.int64], weights: F32 | None = None) -> _Scatter:
-        order = np.argsort(index, kind="stable")
-        ordered = index[order]
-        starts = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]]) if len(ordered) else order
-        return _Scatter(rows[order], None if weights is None else weights[order], starts, ordered[starts])
-
-    def add(self, target: F32, values: npt.NDArray[np.floating[Any]]) -> None:
-        if not len(self.rows):
-            return
-        picked = values[self.rows]
-        if self.weights is not None:
-            picked *= self.weights[:, None]
-        target[self.index] += np.add.reduceat(picked, self.starts, axis=0)
-
-
 def _mask(layout: Layout, variant: Variant) -> F32:
     keep = set(variant.dense)
     return np.array([1.0 if c in keep else 0.0 for c in layout.dense], np.float32)
 
 
-def _item(p: dict[str, F32], b: _Batch, d: int) -> F32:
-    item = p["e_item"][b.ids, :d]
-    if b.attr.shape[1]:
-        item = item + b.attr @ p["e_cat"][:, :d]
-    return item
+@dataclass(frozen=True)
+class _Looked:
+    """A batch's embedding look-ups at the widest dimension its configurations
+    use, made once a step and sliced by each (a prefix of a sum is the sum of
+    the prefixes): the item vector v and the history mean h."""
+
+    item: F32  # (n, d)
+    hist: F32 | None  # (n, d), None when the family has no history
+
+    @staticmethod
+    def of(p: dict[str, F32], b: _Batch, d: int) -> _Looked:
+        item = p["e_item"][b.ids, :d]
+        if b.attr.shape[1]:
+            item = item + b.attr @ p["e_cat"][:, :d]
+        # h: the mean of the history items' id embeddings (absent positions weigh 0)
+        hist = np.einsum("nl,nld->nd", b.hist_w, p["e_item"][b.hist, :d]) if b.hist.shape[1] else None
+        return _Looked(item, hist)
 
 
-def _forward(p: dict[str, F32], b: _Batch, v: Variant, mask: F32) -> tuple[F32, dict[str, npt.NDArray[Any]]]:
+@dataclass(frozen=True)
+class _RowGrads:
+    """The loss's gradient with respect to each row's v and h, summed over the
+    configurations (each adds into its prefix), scattered into the tables once
+    a step: one scatter of the widest prefix instead of one per configuration."""
+
+    item: F32
+    hist: F32
+
+    @staticmethod
+    def zeros(n: int, d: int) -> _RowGrads:
+        return _RowGrads(np.zeros((n, d), np.float32), np.zeros((n, d), np.float32))
+
+    def scatter(self, b: _Batch, grads: dict[str, F32]) -> None:
+        d = self.item.shape[1]
+        if b.hist.shape[1]:
+            b.hist_scatter.add(grads["e_item"][:, :d], self.hist)
+        b.id_scatter.add(grads["e_item"][:, :d], self.item)
+        if b.attr.shape[1]:
+            grads["e_cat"][:, :d] += b.attr.T @ self.item
+
+
+def _forward(
+    p: dict[str, F32], b: _Batch, v: Variant, mask: F32, looked: _Looked | None = None
+) -> tuple[F32, dict[str, npt.NDArray[Any]]]:
     d = v.dim
+    looked = looked or _Looked.of(p, b, d)
     xm = b.dense * mask
-    item = _item(p, b, d)
+    item = looked.item[:, :d]
     pre = xm @ p["w_dense"] + item @ p["w_item"][:d] + p["b1"]
     cache: dict[str, npt.NDArray[Any]] = {"xm": xm, "item": item}
     if v.cross and b.shares.shape[1]:
@@ -360,24 +370,25 @@ def _forward(p: dict[str, F32], b: _Batch, v: Variant, mask: F32) -> tuple[F32, 
         cross = (user * item).sum(axis=1, keepdims=True)
         pre = pre + cross @ p["w_cross"]
         cache |= {"user": user, "cross": cross}
-    if v.cross and b.hist.shape[1]:
-        # h: the mean of the history items' id embeddings (absent positions weigh 0)
-        hist = np.einsum("nl,nld->nd", b.hist_w, p["e_item"][b.hist, :d])
+    if v.cross and looked.hist is not None:
+        hist = looked.hist[:, :d]
         hcross = (hist * item).sum(axis=1, keepdims=True)
         pre = pre + hcross @ p["w_hcross"]
         cache |= {"hist": hist, "hcross": hcross}
     h = np.maximum(0.0, pre)
     z = h @ p["w_out"] + p["b_out"]
-    prob = (1.0 / (1.0 + np.exp(-np.clip(z, -60.0, 60.0)))).astype(np.float32).ravel()
+    prob = (1.0 / (1.0 + np.exp(-np.clip(z, -60.0, 60.0)))).ravel()  # float32 when the weights are
     cache |= {"pre": pre, "h": h}
     return prob, cache
 
 
 def _backward(
-    p: dict[str, F32], b: _Batch, v: Variant, mask: F32, y: F32, w: F32, grads: dict[str, F32]
-) -> float:
-    """Adds this configuration's gradient into grads; returns its loss (rows weighted by w)."""
-    prob, c = _forward(p, b, v, mask)
+    p: dict[str, F32], b: _Batch, v: Variant, mask: F32, y: F32, w: F32, grads: dict[str, F32],
+    looked: _Looked, rows: _RowGrads,
+) -> float:  # fmt: skip
+    """Adds this configuration's gradient into grads (the embedding tables'
+    part into `rows`, scattered later); returns its loss (rows weighted by w)."""
+    prob, c = _forward(p, b, v, mask, looked)
     n, d = len(y), v.dim
     eps = 1e-7
     loss = float(-np.mean(w * (y * np.log(prob + eps) + (1 - y) * np.log(1 - prob + eps))))
@@ -388,7 +399,8 @@ def _backward(
     grads["w_dense"] += c["xm"].T @ dh
     grads["b1"] += dh.sum(axis=0)
     grads["w_item"][:d] += c["item"].T @ dh
-    ditem = dh @ p["w_item"][:d].T
+    ditem = rows.item[:, :d]
+    ditem += dh @ p["w_item"][:d].T
     if "cross" in c:
         grads["w_cross"] += c["cross"].T @ dh
         dcross = dh @ p["w_cross"].T
@@ -398,12 +410,20 @@ def _backward(
         grads["w_hcross"] += c["hcross"].T @ dh
         dhc = dh @ p["w_hcross"].T
         ditem += dhc * c["hist"]
-        dhist = dhc * c["item"]  # (n, d), spread over the history positions by their weights
-        b.hist_scatter.add(grads["e_item"][:, :d], dhist)
-    b.id_scatter.add(grads["e_item"][:, :d], ditem)
-    if b.attr.shape[1]:
-        grads["e_cat"][:, :d] += b.attr.T @ ditem
+        rows.hist[:, :d] += dhc * c["item"]  # spread over the history positions by their weights
     return loss
+
+
+def _gradients(
+    p: dict[str, F32], b: _Batch, configs: Sequence[Variant], masks: Sequence[F32], y: F32, w: F32
+) -> tuple[dict[str, F32], float]:
+    """The gradient of the configurations' summed loss on one batch, and that loss."""
+    grads = {k: np.zeros_like(a) for k, a in p.items()}
+    widest = max(c.dim for c in configs)
+    looked, rows = _Looked.of(p, b, widest), _RowGrads.zeros(len(y), widest)
+    loss = sum(_backward(p, b, c, m, y, w, grads, looked, rows) for c, m in zip(configs, masks, strict=True))
+    rows.scatter(b, grads)
+    return grads, float(loss)
 
 
 def _init(rng: np.random.Generator, layout: Layout, hidden: int, y_mean: float) -> dict[str, F32]:
@@ -454,9 +474,7 @@ def train_family(
                 x = _fresh(x)
             # each batch's inputs derived from its rows only: no copy of the whole matrix
             batch, yb = _Batch.of(x[rows[idx]], layout, mean, std), y_tr[idx]
-            grads = {k: np.zeros_like(a) for k, a in p.items()}
-            for cfg, mask in zip(configs, masks, strict=True):
-                _backward(p, batch, cfg, mask, yb, w_all[idx], grads)
+            grads = _gradients(p, batch, configs, masks, yb, w_all[idx])[0]
             # L2 on the embedding rows this batch looked up, not on the whole
             # table: under Adam a decay term alone moves each row the batch
             # did not use toward 0 by about the learning rate per step. How

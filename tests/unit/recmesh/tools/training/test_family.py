@@ -270,25 +270,53 @@ def test_training_from_a_mapped_file_and_a_row_subset_is_the_training_in_memory(
     assert pick_level1(mapped, y, LAYOUT, rows) == pick_level1(x[rows], y[rows], LAYOUT)
 
 
-def test_the_scatter_adds_what_np_add_at_adds() -> None:
-    from recmesh.tools.training.family import _Scatter
+def test_the_summed_gradient_is_the_summed_losss_derivative() -> None:
+    """Every configuration adds its part of the embedding tables' gradient into
+    one per-row buffer, scattered once a step: the result is the derivative of
+    the configurations' summed loss, checked against central differences on
+    every parameter (ids repeated within the batch, short histories, attribute
+    and intent tables included)."""
+    from recmesh.tools.training.family import _Batch, _gradients, _init, _mask
 
-    rng = np.random.default_rng(4)
-    n, width, table = 700, 24, 50
-    values = rng.standard_normal((n, width)).astype(np.float32)
-    index = rng.integers(0, table, 3 * n)
-    index[::5] = 0  # a crowded index, as absent history positions once were
-    rows = rng.integers(0, n, 3 * n)
-    weights = rng.random(3 * n).astype(np.float32)
-    start = rng.standard_normal((table, 2 * width)).astype(np.float32)
-    for w in (None, weights):
-        want, got = start.copy(), start.copy()
-        np.add.at(want[:, :width], index, values[rows] * (1.0 if w is None else w[:, None]))
-        _Scatter.of(index, rows, w).add(got[:, :width], values)
-        assert np.allclose(got, want, rtol=1e-5, atol=1e-5)
-        assert np.array_equal(got[:, width:], start[:, width:])  # only the view's columns
-        untouched = np.setdiff1d(np.arange(table), index)
-        assert np.array_equal(got[untouched], start[untouched])
-    empty = start.copy()
-    _Scatter.of(np.zeros(0, np.int64), np.zeros(0, np.int64)).add(empty, values)
-    assert np.array_equal(empty, start)
+    history = Transform("id_sequence", "recent", "user", "u_recent", buckets=16, length=4, role="history")
+    ids = Transform("hash_bucket", "item_id", "item", "i_id_bucket", buckets=16, role="item_id")
+    layout = Layout.of((*TRANSFORMS[:-1], ids, history))
+    x, y = synthetic_with(layout, 24, seed=3)
+    configs = trained_configs(make_variants(layout, pick_level1(x, y, layout)))
+    masks = [_mask(layout, c) for c in configs]
+    rng = np.random.default_rng(0)
+    p = {k: v.astype(np.float64) for k, v in _init(rng, layout, 8, float(y.mean())).items()}
+    for k in ("w_cross", "w_hcross", "e_item", "e_cat", "u_cat"):  # the cross paths as strong as the rest
+        p[k] *= 10.0
+    batch = _Batch.of(x, layout, x.mean(axis=0)[layout.dense_idx], x.std(axis=0)[layout.dense_idx] + 1e-6)
+    w = rng.uniform(0.5, 1.5, len(y)).astype(np.float32)
+    grads, _ = _gradients(p, batch, configs, masks, y, w)  # type: ignore[arg-type]
+    eps = 1e-6  # float64 weights: the loss in float64 too
+    for name, param in p.items():
+        flat = param.reshape(-1)
+        for i in {*np.argsort(-np.abs(grads[name].reshape(-1)))[:4], *rng.integers(0, flat.size, 3)}:
+            keep = flat[i]
+            flat[i] = keep + eps
+            up = _gradients(p, batch, configs, masks, y, w)[1]  # type: ignore[arg-type]
+            flat[i] = keep - eps
+            down = _gradients(p, batch, configs, masks, y, w)[1]  # type: ignore[arg-type]
+            flat[i] = keep
+            numeric = (up - down) / (2 * eps)
+            assert abs(numeric - grads[name].reshape(-1)[i]) <= 1e-5 + 1e-3 * abs(numeric), (name, i)
+
+
+def synthetic_with(layout: Layout, n: int, seed: int) -> tuple[F32, F32]:
+    """Rows in `layout` (TRANSFORMS' dense, attribute and intent columns, a
+    16-bucket item id and a 4-long history, -1 past its end)."""
+    rng = np.random.default_rng(seed)
+    x = rng.random((n, len(layout.columns))).astype(np.float32)
+    x[:, layout.id_col] = rng.integers(0, 16, n)
+    attr = list(layout.attr_cols)
+    x[:, attr] = 0.0
+    x[np.arange(n), np.array(attr)[rng.integers(0, len(CATS), n)]] = 1.0
+    x[:, list(layout.intent_cols)] = rng.dirichlet(np.ones(len(CATS)), n)
+    hist = np.array(layout.history_cols)
+    x[:, hist] = rng.integers(0, 16, (n, len(hist)))
+    x[:, hist[2:]] = np.where(rng.random((n, 2)) < 0.5, -1.0, x[:, hist[2:]])
+    y = (rng.random(n) < 0.4).astype(np.float32)
+    return x, y
