@@ -92,30 +92,17 @@ def _target(feature_set: Any, given: list[str] | None) -> frozenset[str] | None:
 
 
 def _tune_blend(
-    cfg: Any,
-    feature_set: Any,
-    dataset: Any,
-    tuned: Any,
-    users: Any,
-    items: Any,
-    model_dir: Path,
-    version: str,
-    say: Any,
+    feature_set: Any, tuned: Any, probe: Any, users: Any, items: Any, model_dir: Path, version: str, say: Any
 ) -> dict[str, Any]:
     """The model/recall blend for the recall version, tuned on retrieval's tuning
-    users with a probe model: the full variant trained without those users'
-    held-out parts (a model that has seen a target would claim it); then the
-    version becomes current beside the model trained on everything."""
+    users with the trained model's full variant (`probe`: trained without those
+    users' held-out parts: a model that has seen a target would claim it); then
+    the version becomes current beside the model."""
     from recmesh.retrieval import files as recall_files
     from recmesh.tools.training import recall
-    from recmesh.tools.training.train import rows_before, train_probe
 
     changes: dict[str, Any] = {}
     if tuned.hold is not None and tuned.candidates:
-        without = rows_before(dataset, tuned.hold.as_of)
-        say(f"a probe model for the blend: the full variant without the {len(tuned.hold.as_of):,} tuning "
-            f"users' held-out parts ({len(dataset.y) - int(without.in_use.sum()):,} rows) ...")  # fmt: skip
-        probe = train_probe(cfg, feature_set, without, progress=say)
         changes = recall.tune_blend(feature_set, tuned, users, items, probe, model_dir, version, say)
     recall_files.set_current(model_dir, version)
     return changes
@@ -170,22 +157,21 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
 
 def _train_run(args: argparse.Namespace, cfg: Any, feature_set: Any, run: _Training, say: Any) -> int:
-    from recmesh.tools.training.train import train
+    from recmesh.tools.training.train import fit
 
-    card = train(cfg, run.model_dir, feature_set, run.dataset, progress=say)
     recall_card = run.recall_card
-    if recall_card is not None and run.tuned is not None and run.dataset is not None:
-        recall_card |= _tune_blend(
-            cfg,
-            feature_set,
-            run.dataset,
-            run.tuned,
-            run.users,
-            run.items,
-            run.model_dir,
-            recall_card["version"],
-            say,
-        )
+    blend = recall_card is not None and run.tuned is not None and run.dataset is not None
+    unseen = run.tuned.hold.as_of if blend and run.tuned.hold is not None and run.tuned.candidates else None
+    if unseen:
+        say(f"the {len(unseen):,} tuning users' held-out parts are left out of the model's training rows: "
+            "its full variant tunes the blend")  # fmt: skip
+    fitted = fit(cfg, run.model_dir, feature_set, run.dataset, progress=say, unseen=unseen)
+    card = fitted.card
+    if blend:
+        assert recall_card is not None
+        version = recall_card["version"]
+        recall_card |= _tune_blend(feature_set, run.tuned, fitted.probe, run.users, run.items, run.model_dir,
+                                   version, say)  # fmt: skip
     figures = _figures(card, recall_card)
     if run.replay_seconds is not None:
         figures["replay_seconds"] = run.replay_seconds

@@ -223,9 +223,10 @@ def tune_blend(
     Each tuning user's fused candidates (the tables built without their
     held-out part) are scored as the ranker would: features as of 1 ms before
     the held-out part, replayed from the tuning split's events
-    (`features_as_of`), by the full variant of a model that never saw those
-    targets (`probe`: trained without the tuning users' held-out parts). The
-    blend goes into the card of `recall_version` under `model_dir`.
+    (`features_as_of`), by the full variant of the model trained beside it,
+    which never saw those targets (`probe`: trained without the tuning users'
+    held-out parts). The blend goes into the card of `recall_version` under
+    `model_dir`.
     """
     hold = tuned.hold
     if hold is None or not tuned.candidates:
@@ -247,7 +248,7 @@ def tune_blend(
         + f" -> {best:g} (best {top:g}; the least within one target's gain; "
         f"{time.perf_counter() - started:.1f} s)"
     )
-    tuning = {"model": f"probe: the full variant alone, {probe.rows:,} rows", "users": len(targets),
+    tuning = {"model": f"the model's full variant, {probe.rows:,} training rows", "users": len(targets),
               "best": top,
               "rule": "the least within 1/users of the best",
               "ndcg@10": {f"{w:g}": round(v, 4) for w, v in ndcg.items()}}  # fmt: skip

@@ -19,7 +19,6 @@ weight bytes and holdout AUC.
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 import pickle
@@ -87,16 +86,7 @@ class Dataset:
     user_ids: list[str] = field(default_factory=list)
     source: dict[str, Any] = field(default_factory=dict)
     w: np.ndarray | None = None  # per row, its weight in the loss (training.weights); None: 1 each
-    rows: np.ndarray | None = None  # the rows in use (ascending; rows_before); None: every row
     digest: str = ""  # of the examples the rows were made from (ExampleDigest)
-
-    @property
-    def in_use(self) -> np.ndarray:
-        if self.rows is None:
-            return np.ones(len(self.y), bool)
-        mask = np.zeros(len(self.y), bool)
-        mask[self.rows] = True
-        return mask
 
 
 def shuffle_event_times(events: list[dict[str, Any]], seed: int) -> list[dict[str, Any]]:
@@ -289,16 +279,11 @@ class _Column:
         return mapped
 
 
-def rows_before(dataset: Dataset, cut: Mapping[str, int]) -> Dataset:
-    """The dataset without each listed user's rows as of `cut[user]` or later
-    (their held-out part: its examples and their sampled negatives): the same
-    rows, fewer of them in use (nothing copied)."""
+def _before(dataset: Dataset, cut: Mapping[str, int]) -> np.ndarray:
+    """Per row: whether it lies before its user's cut (users without one: every row)."""
     last = np.iinfo(np.int64).max
     limit = np.asarray([cut.get(u, last) for u in dataset.user_ids], np.int64)
-    keep = np.asarray(dataset.t) < limit[np.asarray(dataset.users)] if len(limit) else np.ones(0, bool)
-    if dataset.rows is not None:
-        keep &= dataset.in_use
-    return dataclasses.replace(dataset, rows=np.flatnonzero(keep), source=dict(dataset.source))
+    return np.asarray(dataset.t) < limit[np.asarray(dataset.users)] if len(limit) else np.ones(0, bool)
 
 
 def demo_dataset(
@@ -351,13 +336,52 @@ def train(
 ) -> dict[str, Any]:
     """Train the family on `dataset` (default: the demo generator's), export
     every variant and the card, and make it the current version."""
+    return fit(cfg, model_dir, feature_set, dataset, progress, origin).card
+
+
+@dataclass(frozen=True)
+class Probe:
+    """The trained family's full variant (level 0) scoring in memory: what
+    learnt retrieval's blend is tuned with (recmesh.tools.training.recall.tune_blend),
+    the served model itself. `fit(..., unseen=...)` keeps the tuning users'
+    held-out parts out of its training rows, so it has never seen a target it
+    is asked to rank."""
+
+    family: Family
+    variant: Variant
+    transforms: tuple[Transform, ...]
+    rows: int  # the rows it trained on
+
+    def score(self, x: np.ndarray) -> np.ndarray:
+        return self.family.predict(x, self.variant)
+
+
+@dataclass(frozen=True)
+class Fitted:
+    card: dict[str, Any]
+    probe: Probe
+
+
+def fit(
+    cfg: TrainConfig,
+    model_dir: Path,
+    feature_set: FeatureSet,
+    dataset: Dataset | None = None,
+    progress: Callable[[str], None] = print,
+    origin: str | None = None,
+    unseen: Mapping[str, int] | None = None,
+) -> Fitted:
+    """`train`, and its full variant as a probe; `unseen`: users whose rows as
+    of their time there are never trained on (the blend's tuning users' held-out
+    parts), though the holdout still measures them."""
     started = time.perf_counter()
     if dataset is None:
         progress(f"building point-in-time rows ({cfg.sessions} demo sessions over {cfg.hours} h) ...")
         dataset = demo_dataset(feature_set, cfg)
-    rows = _split_rows(dataset, cfg, feature_set)
+    rows = _split_rows(dataset, cfg, feature_set, unseen)
     used = rows.tr | rows.ho
     y, t = rows.y[used], rows.t[used]
+    left_out = int(((rows.t <= rows.split) & ~rows.tr).sum())
     progress(
         f"{len(y)} rows, {rows.x.shape[1]} input columns, positive rate {y.mean():.3f}; "
         f"holdout = last {cfg.holdout_fraction:.0%} by time"
@@ -382,6 +406,8 @@ def train(
             "holdout_rows": int(rows.ho.sum()), "holdout_from_ms": int(rows.split) + 1,
             "positive_rate": round(float(y.mean()), 4), "label": LabelRule.of(feature_set).describe(),
             **({"rows_digest": dataset.digest} if dataset.digest else {}),
+            **({"not_trained_on": {"users": len(unseen), "rows": left_out,
+                                   "why": "the blend's tuning users' held-out parts"}} if unseen else {}),
         },
         seed=cfg.seed,
         origin=origin or ("demo" if feature_set.demo or "demo" in dataset.source else "trained"),
@@ -389,51 +415,19 @@ def train(
     )  # fmt: skip
     progress(f"exported {len(trained.variants)} variants to {model_dir / MODEL_NAME / card['version']} "
              f"in {card['train_seconds']} s")  # fmt: skip
-    return card
+    probe = Probe(trained.family, trained.variants[0], dataset.transforms, int(rows.tr.sum()))
+    return Fitted(card, probe)
 
 
-@dataclass(frozen=True)
-class Probe:
-    """A model scoring in memory: the family's full variant (level 0) trained
-    alone, as the family's level 0 is (the same split of the rows in use, the
-    same epochs, seed and inputs). What learnt retrieval's blend is tuned with
-    (recmesh.tools.training.recall.tune_blend): a model that never saw the
-    tuning users' targets, at a fraction of the family's training (one
-    configuration's loss of the family's six; no baseline, no export)."""
-
-    family: Family
-    variant: Variant
-    transforms: tuple[Transform, ...]
-    rows: int  # the rows it trained on
-
-    def score(self, x: np.ndarray) -> np.ndarray:
-        return self.family.predict(x, self.variant)
-
-
-def train_probe(
-    cfg: TrainConfig, feature_set: FeatureSet, dataset: Dataset, progress: Callable[[str], None] = print
-) -> Probe:
-    rows = _split_rows(dataset, cfg, feature_set)
-    layout = Layout.of(dataset.transforms)
-    l2 = feature_set.decl.training.embedding_l2 if feature_set.decl.training else EMBEDDING_L2_DEFAULT
-    full = make_variants(layout, layout.dense)[0]
-    tr = np.flatnonzero(rows.tr)
-    family = train_family(
-        rows.x, rows.y, layout, (full,), hidden=cfg.hidden, epochs=cfg.epochs, seed=cfg.seed, l2_embedding=l2,
-        progress=_bar(progress, "probe"), weights=rows.w, rows=tr,
-    )  # fmt: skip
-    return Probe(family, full, dataset.transforms, len(tr))
-
-
-def _split_rows(dataset: Dataset, cfg: TrainConfig, feature_set: FeatureSet) -> _Rows:
-    """The rows split by time; refused when either part's labels are all one class."""
+def _split_rows(
+    dataset: Dataset, cfg: TrainConfig, feature_set: FeatureSet, unseen: Mapping[str, int] | None = None
+) -> _Rows:
+    """The rows split by time, the training part without `unseen` users' rows
+    from their time on; refused when either part's labels are all one class."""
     x, y, t = dataset.x, dataset.y, dataset.t
-    if dataset.rows is None:
-        split, tr, ho = split_by_time(t, cfg.holdout_fraction)
-    else:  # the split of the rows in use
-        split = split_by_time(t[dataset.rows], cfg.holdout_fraction)[0]
-        used = dataset.in_use
-        tr, ho = used & (t <= split), used & (t > split)
+    split, tr, ho = split_by_time(t, cfg.holdout_fraction)
+    if unseen:
+        tr &= _before(dataset, unseen)
     if not 0 < y[tr].mean() < 1 or not 0 < y[ho].mean() < 1:
         raise InvalidArgument(
             f"labels are all one class in the training or holdout part (positive rate {y.mean():.3f}; "

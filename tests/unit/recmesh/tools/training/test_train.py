@@ -10,7 +10,7 @@ import pytest
 from recmesh.features.repository import FeatureSet
 from recmesh.tools.training import train as tt
 from recmesh.tools.training.family import auc
-from recmesh.tools.training.train import TrainConfig, build_dataset, demo_source, rows_before
+from recmesh.tools.training.train import TrainConfig, build_dataset, demo_source
 
 SMALL = TrainConfig(sessions=150, hours=0.5)
 
@@ -41,49 +41,34 @@ def test_rows_spilled_in_chunks_to_files_are_the_rows_built_in_memory(
     assert lines and lines[-1].startswith("  rows [##########]")
 
 
-def test_rows_before_leaves_out_the_listed_users_rows_from_their_cut_without_copying(
+def test_the_blend_probe_is_the_models_full_variant_never_trained_on_the_unseen_rows(
     demo_feature_set: FeatureSet,
     world: tuple[list, dict, dict],  # type: ignore[type-arg]
-) -> None:
-    events, users, items = world
-    ds = build_dataset(demo_feature_set, events, users, items)
-    user = ds.user_ids[3]
-    mine = np.flatnonzero(ds.users == 3)
-    cut = int(np.median(ds.t[mine]))
-    probe = rows_before(ds, {user: cut})
-    assert probe.x is ds.x
-    expected = ~((ds.users == 3) & (ds.t >= cut))
-    assert np.array_equal(probe.in_use, expected) and 0 < (~expected).sum() < len(mine)
-    # The split and the training rows are those of the rows copied out, in order.
-    cfg = TrainConfig()
-    rows = tt._split_rows(probe, cfg, demo_feature_set)
-    copied = tt.Dataset(ds.transforms, ds.x[expected], ds.y[expected], ds.t[expected])
-    old = tt._split_rows(copied, cfg, demo_feature_set)
-    assert rows.split == old.split
-    assert np.array_equal(ds.x[rows.tr], copied.x[old.tr]) and np.array_equal(ds.x[rows.ho], copied.x[old.ho])
-    # A second cut narrows the rows in use further, never widens them.
-    narrower = rows_before(probe, {ds.user_ids[4]: int(ds.t.min())})
-    assert not (narrower.in_use & ~probe.in_use).any() and (~narrower.in_use & probe.in_use).any()
-
-
-def test_the_blend_probe_is_the_full_variant_trained_on_the_rows_in_use_only(
-    demo_feature_set: FeatureSet,
-    world: tuple[list, dict, dict],  # type: ignore[type-arg]
+    tmp_path: Path,
 ) -> None:
     events, users, items = world
     ds = build_dataset(demo_feature_set, events, users, items)
     cfg = TrainConfig(epochs=2)
-    whole = tt.train_probe(cfg, demo_feature_set, ds, progress=lambda _: None)
+    whole = tt.fit(cfg, tmp_path / "whole", demo_feature_set, ds, progress=lambda _: None)
     rows = tt._split_rows(ds, cfg, demo_feature_set)
-    assert whole.rows == int(rows.tr.sum()) and whole.variant.level == 0
-    assert whole.variant.dense == whole.family.layout.dense  # every input: the served full variant's
-    scores = whole.score(np.asarray(ds.x[rows.ho]))
-    assert scores.shape == (int(rows.ho.sum()),)
-    assert auc(ds.y[rows.ho], scores) > 0.6  # it ranks: the blend's tuning reads its order
-    # Without some users' later rows: fewer rows trained on, and never theirs.
-    cut = {u: int(np.median(ds.t)) for u in ds.user_ids[:20]}
-    without = tt.train_probe(cfg, demo_feature_set, rows_before(ds, cut), progress=lambda _: None)
-    assert without.rows < whole.rows
+    probe = whole.probe
+    assert probe.rows == int(rows.tr.sum()) and probe.variant.level == 0
+    assert probe.variant.dense == probe.family.layout.dense  # every input: the served full variant's
+    scores = probe.score(np.asarray(ds.x[rows.ho]))
+    assert abs(auc(ds.y[rows.ho], scores) - whole.card["metrics"]["auc_holdout"]) <= 5e-5  # the served model
+    assert "not_trained_on" not in whole.card["training_data"]
+    # Some users' later rows unseen: never trained on, still in the holdout.
+    cut = {u: int(np.quantile(ds.t, 0.5)) for u in ds.user_ids[:20]}
+    without = tt.fit(cfg, tmp_path / "without", demo_feature_set, ds, progress=lambda _: None, unseen=cut)
+    kept = tt._split_rows(ds, cfg, demo_feature_set, cut)
+    dropped = rows.tr & ~kept.tr
+    assert dropped.any() and not (kept.tr & ~rows.tr).any()
+    assert np.array_equal(kept.ho, rows.ho) and kept.split == rows.split
+    assert (ds.t[dropped] >= int(np.quantile(ds.t, 0.5))).all()
+    assert without.probe.rows == int(kept.tr.sum()) == probe.rows - int(dropped.sum())
+    left = without.card["training_data"]["not_trained_on"]
+    assert left["users"] == 20 and left["rows"] == int(dropped.sum())
+    assert without.card["training_data"]["holdout_rows"] == whole.card["training_data"]["holdout_rows"]
 
 
 def test_a_rows_file_is_written_in_order_and_complete(tmp_path: Path) -> None:
