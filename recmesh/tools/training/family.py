@@ -41,7 +41,11 @@ load" switch is a slice of one table; and training costs one run. The price
 is that level 0 shares capacity with its sub-networks; the model card and
 `recmesh bench degrade` measure what each level costs in AUC.
 
-Training is mini-batch Adam in NumPy, deterministic under a seed.
+Training is mini-batch Adam in NumPy, deterministic under a seed. A step
+looks the embeddings up once, at the widest prefix its configurations use
+(each slices it), and each configuration adds its gradient with respect to
+the rows' item and history vectors into one buffer, scattered into the
+tables once (`_gradients`).
 """
 
 from __future__ import annotations
