@@ -35,6 +35,7 @@ first. Capping after every batch or every event leaves the same set.
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -124,38 +125,101 @@ def value(f: FeatureDef, stream: Stream, sums: WindowSums, as_of_ms: int) -> tup
     return total / SCALE / present, age
 
 
+@dataclass(slots=True)
+class _Running:
+    """A window's sums as of tile `at` (the newest tile or later): the held tiles
+    from `lo` (an index into TileState.keys) on."""
+
+    at: int
+    lo: int
+    sums: Components
+
+
 @dataclass
 class TileState:
     """One entity's tiles of one stream, in memory (the offline replay): what the
-    Redis tiles hash holds, keyed by tile."""
+    Redis tiles hash holds, keyed by tile (`keys`: those held, ascending), and
+    each window's running sums (by its length in tiles), carried forward as
+    events apply and as reads move on in time, as the online totals hash is:
+    each tile is added once and taken out once a window, so a read costs its
+    components, not its window's tiles. A read before a window's running
+    time sums its tiles. Integer components: either way gives the same sums."""
 
     tiles: dict[int, Components] = field(default_factory=dict)
     newest_time: int = -1
     newest_tile: int = -1
+    keys: list[int] = field(default_factory=list)
+    running: dict[int, _Running] = field(default_factory=dict)
 
     def apply(self, stream: Stream, time_ms: int, parts: Iterable[tuple[str, int]]) -> None:
         k = tile_of(time_ms, stream.slide_ms)
-        add(self.tiles.setdefault(k, {}), parts)
+        comps = self.tiles.get(k)
+        if comps is None:
+            comps = self.tiles[k] = {}
+            self._insert(k)
+        parts = list(parts)
+        add(comps, parts)
         self.newest_time = max(self.newest_time, time_ms)
+        for n, run in self.running.items():
+            if k > run.at:
+                self._advance(run, n, k)
+            if k > run.at - n:
+                add(run.sums, parts)
         if k > self.newest_tile:
             self.newest_tile = k
-            keep_from = k - retention_tiles(stream)
-            if self.tiles and min(self.tiles) < keep_from:
-                for old in [m for m in self.tiles if m < keep_from]:
-                    del self.tiles[old]
+            self._prune(k - retention_tiles(stream))
 
     def sums(self, first: int, last: int) -> WindowSums:
+        """The components of tiles first..last (read-only, valid until the next apply)."""
+        n = last - first + 1
+        if last < self.newest_tile or (n in self.running and last < self.running[n].at):
+            return self._summed(first, last)
+        run = self.running.get(n)
+        if run is None:
+            lo = bisect.bisect_left(self.keys, first)
+            run = self.running[n] = _Running(last, lo, self._summed(first, last).totals)
+        elif last > run.at:
+            self._advance(run, n, last)
+        return WindowSums(run.sums, self.newest_time, self.newest_tile if self.newest_tile >= first else -1)
+
+    def _summed(self, first: int, last: int) -> WindowSums:
         totals: Components = {}
         newest = -1
-        if len(self.tiles) <= last - first + 1:
-            held: Iterable[tuple[int, Components]] = self.tiles.items()
-        else:
-            held = ((k, self.tiles[k]) for k in range(first, last + 1) if k in self.tiles)
-        for k, comps in held:
-            if first <= k <= last:
-                add(totals, comps.items())
-                newest = max(newest, k)
+        for k in self.keys[bisect.bisect_left(self.keys, first) : bisect.bisect_right(self.keys, last)]:
+            add(totals, self.tiles[k].items())
+            newest = k
         return WindowSums(totals, self.newest_time, newest)
+
+    def _advance(self, run: _Running, n: int, to: int) -> None:
+        first, keys = to - n + 1, self.keys
+        while run.lo < len(keys) and keys[run.lo] < first:  # left the window
+            for name, v in self.tiles[keys[run.lo]].items():
+                left = run.sums.pop(name, 0) - v  # absent: it summed to 0 (values can)
+                if left:
+                    run.sums[name] = left
+            run.lo += 1
+        run.at = to
+
+    def _insert(self, k: int) -> None:
+        """Tile k into `keys`; a window whose start it precedes skips it (a late tile, or one
+        before a window a read carried past it)."""
+        at = len(self.keys) if not self.keys or k > self.keys[-1] else bisect.bisect_left(self.keys, k)
+        self.keys.insert(at, k)
+        for n, run in self.running.items():
+            if at < run.lo or (at == run.lo and k <= run.at - n):
+                run.lo += 1
+
+    def _prune(self, keep_from: int) -> None:
+        gone = bisect.bisect_left(self.keys, keep_from)
+        if gone:
+            for k in self.keys[:gone]:
+                del self.tiles[k]
+            del self.keys[:gone]
+            for n, run in list(self.running.items()):
+                if run.lo >= gone:  # a window of the stream's: it starts after keep_from
+                    run.lo -= gone
+                else:  # wider than the retention: summed from its tiles when next read
+                    del self.running[n]
 
 
 def retention_tiles(stream: Stream) -> int:
