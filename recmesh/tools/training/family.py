@@ -326,15 +326,16 @@ class _Looked:
     the prefixes): the item vector v and the history mean h."""
 
     item: F32  # (n, d)
-    hist: F32 | None  # (n, d), None when the family has no history
+    hist: F32 | None  # (n, d), None when no configuration reads the history (or there is none)
 
     @staticmethod
-    def of(p: dict[str, F32], b: _Batch, d: int) -> _Looked:
+    def of(p: dict[str, F32], b: _Batch, d: int, cross: bool) -> _Looked:
         item = p["e_item"][b.ids, :d]
         if b.attr.shape[1]:
             item = item + b.attr @ p["e_cat"][:, :d]
         # h: the mean of the history items' id embeddings (absent positions weigh 0)
-        hist = np.einsum("nl,nld->nd", b.hist_w, p["e_item"][b.hist, :d]) if b.hist.shape[1] else None
+        read = cross and b.hist.shape[1]
+        hist = np.einsum("nl,nld->nd", b.hist_w, p["e_item"][b.hist, :d]) if read else None
         return _Looked(item, hist)
 
 
@@ -345,15 +346,15 @@ class _RowGrads:
     a step: one scatter of the widest prefix instead of one per configuration."""
 
     item: F32
-    hist: F32
+    hist: F32 | None  # None: no configuration read the history
 
     @staticmethod
-    def zeros(n: int, d: int) -> _RowGrads:
-        return _RowGrads(np.zeros((n, d), np.float32), np.zeros((n, d), np.float32))
+    def zeros(n: int, d: int, hist: bool) -> _RowGrads:
+        return _RowGrads(np.zeros((n, d), np.float32), np.zeros((n, d), np.float32) if hist else None)
 
     def scatter(self, b: _Batch, grads: dict[str, F32]) -> None:
         d = self.item.shape[1]
-        if b.hist.shape[1]:
+        if self.hist is not None:
             b.hist_scatter.add(grads["e_item"][:, :d], self.hist)
         b.id_scatter.add(grads["e_item"][:, :d], self.item)
         if b.attr.shape[1]:
@@ -364,7 +365,7 @@ def _forward(
     p: dict[str, F32], b: _Batch, v: Variant, mask: F32, looked: _Looked | None = None
 ) -> tuple[F32, dict[str, npt.NDArray[Any]]]:
     d = v.dim
-    looked = looked or _Looked.of(p, b, d)
+    looked = looked or _Looked.of(p, b, d, v.cross)
     xm = b.dense * mask
     item = looked.item[:, :d]
     pre = xm @ p["w_dense"] + item @ p["w_item"][:d] + p["b1"]
@@ -411,6 +412,7 @@ def _backward(
         ditem += dcross * c["user"]
         grads["u_cat"][:, :d] += b.shares.T @ (dcross * c["item"])
     if "hcross" in c:
+        assert rows.hist is not None  # looked.hist was read: rows.hist is kept with it
         grads["w_hcross"] += c["hcross"].T @ dh
         dhc = dh @ p["w_hcross"].T
         ditem += dhc * c["hist"]
@@ -424,7 +426,8 @@ def _gradients(
     """The gradient of the configurations' summed loss on one batch, and that loss."""
     grads = {k: np.zeros_like(a) for k, a in p.items()}
     widest = max(c.dim for c in configs)
-    looked, rows = _Looked.of(p, b, widest), _RowGrads.zeros(len(y), widest)
+    looked = _Looked.of(p, b, widest, any(c.cross for c in configs))
+    rows = _RowGrads.zeros(len(y), widest, looked.hist is not None)
     loss = sum(_backward(p, b, c, m, y, w, grads, looked, rows) for c, m in zip(configs, masks, strict=True))
     rows.scatter(b, grads)
     return grads, float(loss)
