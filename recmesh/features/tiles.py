@@ -276,7 +276,8 @@ def tiles_from_hash(flat: Mapping[Any, Any]) -> TileState:
         name = k.decode() if isinstance(k, bytes) else str(k)
         tile, _, comp = name.partition(":")
         state.tiles.setdefault(int(tile), {})[comp] = int(v)
-    state.newest_tile = max(state.tiles, default=-1)
+    state.keys = sorted(state.tiles)
+    state.newest_tile = state.keys[-1] if state.keys else -1
     return state
 
 

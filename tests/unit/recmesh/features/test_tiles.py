@@ -9,7 +9,7 @@ import random
 import pytest
 
 from recmesh.features.repository.feature_set import Stream
-from recmesh.features.tiles import Components, TileState, add, retention_tiles, window_tiles
+from recmesh.features.tiles import Components, TileState, add, retention_tiles, tiles_from_hash, window_tiles
 
 SLIDE = 1_000
 STREAM = Stream(
@@ -54,3 +54,23 @@ def test_window_sums_carried_forward_are_the_sums_of_the_tiles(seed: int) -> Non
             assert {c: v for c, v in got.totals.items() if v} == want, (first, last)
             assert got.newest_tile == newest and got.newest_time == state.newest_time
     assert state.running and sorted(state.tiles) == state.keys == sorted(tiles)
+
+
+def test_a_tiles_hash_read_back_sums_as_the_state_it_was_written_from() -> None:
+    """The cluster's read: a tiles hash (HGETALL) becomes a TileState whose windows
+    sum as the state that holds the same tiles."""
+    rng = random.Random(3)
+    state = TileState()
+    for t in sorted(rng.randrange(50 * SLIDE, 70 * SLIDE) for _ in range(200)):
+        state.apply(STREAM, t, [("n", 1), (f"b0:{rng.choice('xy')}", 1)])
+    flat = {
+        f"{k}:{c}".encode(): str(v).encode() for k, comps in state.tiles.items() for c, v in comps.items()
+    }
+    read = tiles_from_hash(flat)
+    assert read.newest_tile == state.newest_tile and read.keys == state.keys
+    for as_of in (60 * SLIDE, 69 * SLIDE + 5, 75 * SLIDE):
+        for w in STREAM.windows:
+            first, last = window_tiles(as_of, w, SLIDE)
+            want, newest = by_tiles(state.tiles, first, last)
+            got = read.sums(first, last)
+            assert {c: v for c, v in got.totals.items() if v} == want and got.newest_tile == newest
