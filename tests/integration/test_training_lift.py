@@ -21,10 +21,10 @@ CFG = TrainConfig()  # the default demo size: smaller samples make the lift nois
 def test_shuffling_event_times_destroys_the_realtime_lift(
     tmp_path: Path, demo_feature_set: FeatureSet
 ) -> None:
-    real = train(CFG, tmp_path / "real", demo_feature_set, progress=lambda _: None)["metrics"]
+    real = train(CFG, tmp_path / "real", demo_feature_set, progress=lambda _: None).card["metrics"]
     shuffled = train(
         replace(CFG, shuffle_times=True), tmp_path / "shuffled", demo_feature_set, progress=lambda _: None
-    )["metrics"]
+    ).card["metrics"]
     assert real["auc_lift_from_realtime"] > 0.02, real
     # What survives is what the events say about the user regardless of time
     # (activity level, long-run tastes); the temporal part is gone.
@@ -33,8 +33,8 @@ def test_shuffling_event_times_destroys_the_realtime_lift(
 
 def test_training_is_deterministic_under_a_seed(tmp_path: Path, demo_feature_set: FeatureSet) -> None:
     small = TrainConfig(sessions=600, hours=1.0, epochs=1)
-    a = train(small, tmp_path / "a", demo_feature_set, progress=lambda _: None)
-    b = train(small, tmp_path / "b", demo_feature_set, progress=lambda _: None)
+    a = train(small, tmp_path / "a", demo_feature_set, progress=lambda _: None).card
+    b = train(small, tmp_path / "b", demo_feature_set, progress=lambda _: None).card
     assert a["version"] == b["version"] and a["metrics"] == b["metrics"]
     # The card names the repository's feature set and the inputs the model reads.
     assert a["feature_set_version"] == demo_feature_set.version and a["repository"] == "demo"

@@ -157,7 +157,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
 
 def _train_run(args: argparse.Namespace, cfg: Any, feature_set: Any, run: _Training, say: Any) -> int:
-    from recmesh.tools.training.train import fit
+    from recmesh.tools.training.train import train
 
     recall_card = run.recall_card
     blend = recall_card is not None and run.tuned is not None and run.dataset is not None
@@ -165,7 +165,7 @@ def _train_run(args: argparse.Namespace, cfg: Any, feature_set: Any, run: _Train
     if unseen:
         say(f"the {len(unseen):,} tuning users' held-out parts are left out of the model's training rows: "
             "its full variant tunes the blend")  # fmt: skip
-    fitted = fit(cfg, run.model_dir, feature_set, run.dataset, progress=say, unseen=unseen)
+    fitted = train(cfg, run.model_dir, feature_set, run.dataset, progress=say, unseen=unseen)
     card = fitted.card
     if blend:
         assert recall_card is not None

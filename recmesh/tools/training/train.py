@@ -326,24 +326,11 @@ class _Trained:
     prefix_auc: dict[int, float]
 
 
-def train(
-    cfg: TrainConfig,
-    model_dir: Path,
-    feature_set: FeatureSet,
-    dataset: Dataset | None = None,
-    progress: Callable[[str], None] = print,
-    origin: str | None = None,
-) -> dict[str, Any]:
-    """Train the family on `dataset` (default: the demo generator's), export
-    every variant and the card, and make it the current version."""
-    return fit(cfg, model_dir, feature_set, dataset, progress, origin).card
-
-
 @dataclass(frozen=True)
 class Probe:
     """The trained family's full variant (level 0) scoring in memory: what
     learnt retrieval's blend is tuned with (recmesh.tools.training.recall.tune_blend),
-    the served model itself. `fit(..., unseen=...)` keeps the tuning users'
+    the served model itself. `train(..., unseen=...)` keeps the tuning users'
     held-out parts out of its training rows, so it has never seen a target it
     is asked to rank."""
 
@@ -362,7 +349,7 @@ class Fitted:
     probe: Probe
 
 
-def fit(
+def train(
     cfg: TrainConfig,
     model_dir: Path,
     feature_set: FeatureSet,
@@ -371,7 +358,9 @@ def fit(
     origin: str | None = None,
     unseen: Mapping[str, int] | None = None,
 ) -> Fitted:
-    """`train`, and its full variant as a probe; `unseen`: users whose rows as
+    """Train the family on `dataset` (default: the demo generator's), export
+    every variant and the card, and make it the current version; the card and
+    the full variant as a probe. `unseen`: users whose rows as
     of their time there are never trained on (the blend's tuning users' held-out
     parts), though the holdout still measures them."""
     started = time.perf_counter()

@@ -49,7 +49,7 @@ def test_the_blend_probe_is_the_models_full_variant_never_trained_on_the_unseen_
     events, users, items = world
     ds = build_dataset(demo_feature_set, events, users, items)
     cfg = TrainConfig(epochs=2)
-    whole = tt.fit(cfg, tmp_path / "whole", demo_feature_set, ds, progress=lambda _: None)
+    whole = tt.train(cfg, tmp_path / "whole", demo_feature_set, ds, progress=lambda _: None)
     rows = tt._split_rows(ds, cfg, demo_feature_set)
     probe = whole.probe
     assert probe.rows == int(rows.tr.sum()) and probe.variant.level == 0
@@ -59,7 +59,7 @@ def test_the_blend_probe_is_the_models_full_variant_never_trained_on_the_unseen_
     assert "not_trained_on" not in whole.card["training_data"]
     # Some users' later rows unseen: never trained on, still in the holdout.
     cut = {u: int(np.quantile(ds.t, 0.5)) for u in ds.user_ids[:20]}
-    without = tt.fit(cfg, tmp_path / "without", demo_feature_set, ds, progress=lambda _: None, unseen=cut)
+    without = tt.train(cfg, tmp_path / "without", demo_feature_set, ds, progress=lambda _: None, unseen=cut)
     kept = tt._split_rows(ds, cfg, demo_feature_set, cut)
     dropped = rows.tr & ~kept.tr
     assert dropped.any() and not (kept.tr & ~rows.tr).any()
