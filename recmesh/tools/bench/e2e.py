@@ -283,6 +283,14 @@ def against_table(mesh: list[list[StepResult]], other: list[list[StepResult]], l
     started with `--against` (median over the rounds), and the ratio of their
     totals per round (median and range): what the compared setting costs, by hop."""
     lines = [f"this mesh against one with {label}: CPU ms per answer by process (median over rounds)"]
+    p50_m = [a.p50_ms for s in mesh if (a := s[0].classes.get("A"))]
+    p50_o = [a.p50_ms for s in other if (a := s[0].classes.get("A"))]
+    if p50_m and p50_o:
+        per_round = [m / o for m, o in zip(p50_m, p50_o, strict=False) if o > 0]
+        lines.append(
+            f"  unloaded class-A p50 ms {spread(p50_m).median:7.2f} against {spread(p50_o).median:7.2f}"
+            f"   ratio {spread(per_round).text()}"
+        )
     for k in range(1, len(mesh[0])):
         steps_m = [sweep_[k] for sweep_ in mesh if len(sweep_) > k]
         steps_o = [sweep_[k] for sweep_ in other if len(sweep_) > k]
@@ -298,6 +306,8 @@ def against_table(mesh: list[list[StepResult]], other: list[list[StepResult]], l
 
             m = spread([cpu(s) for s in steps_m])
             o = spread([cpu(s) for s in steps_o])
+            if m.median == o.median == 0:
+                continue  # a process that used nothing measurable in either (one gone before a sweep)
             per_round = [cpu(a) / cpu(b) for a, b in zip(steps_m, steps_o, strict=False) if cpu(b) > 0]
             lines.append(
                 f"    {name:<16} {m.median:7.2f} against {o.median:7.2f}   ratio {spread(per_round).text()}"

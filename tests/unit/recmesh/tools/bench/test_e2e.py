@@ -72,12 +72,15 @@ def test_against_names_the_second_meshs_variables_and_refuses_anything_else() ->
 
 
 def test_the_against_table_compares_each_process_round_by_round() -> None:
-    def sweep(ranker: float, feature: float) -> list[StepResult]:
-        return [_step(20, 4.0, {}), _step(100, 5.0, {"ranker": ranker, "feature": feature})]
+    def sweep(ranker: float, feature: float, p50: float = 4.0) -> list[StepResult]:
+        return [_step(20, p50, {}), _step(100, 5.0, {"ranker": ranker, "feature": feature})]
 
-    mesh = [sweep(2.0, 1.0), sweep(3.0, 1.0), sweep(2.0, 2.0)]
-    other = [sweep(4.0, 1.0), sweep(3.0, 2.0), sweep(4.0, 1.0)]
-    rows = {line.split()[0]: line.split() for line in against_table(mesh, other, "X=1").splitlines()[2:]}
+    mesh = [sweep(2.0, 1.0, 4.0), sweep(3.0, 1.0, 6.0), sweep(2.0, 2.0, 5.0)]
+    other = [sweep(4.0, 1.0, 4.0), sweep(3.0, 2.0, 4.0), sweep(4.0, 1.0, 5.0)]
+    lines = against_table(mesh, other, "X=1").splitlines()
+    assert lines[1].split()[4:8] == ["5.00", "against", "4.00", "ratio"], "medians of the unloaded p50s"
+    assert lines[1].split()[8] == "1.00x" and "(range 1.00-1.50, 3 rounds)" in lines[1], "1, 1.5, 1"
+    rows = {line.split()[0]: line.split() for line in lines[3:]}
     assert rows["ranker"][1:4] == ["2.00", "against", "4.00"]
     assert rows["ranker"][5] == "0.50x", "rounds: 0.5, 1.0, 0.5"
     assert rows["all"][1:4] == ["4.00", "against", "5.00"] and rows["all"][5] == "0.80x", "3, 4, 4 / 5"
