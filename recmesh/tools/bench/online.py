@@ -25,7 +25,8 @@ The simulation, exactly:
 - The arms: a degradation level served to `--share` percent of users (`--level 3`, the
   weaker model the ladder falls back to), or a candidate model (`--candidate shuffled`: the
   served model with its weights shuffled; `--candidate inverted`: the served model scoring
-  backwards; `--candidate copy`: the served model itself), which the repository's
+  backwards; `--candidate copy`: the served model itself; `--candidate offline-only`: the
+  baseline trained beside it without the real-time features), which the repository's
   `[evaluation.guard]` promotes or rolls back during the replay (`--no-guard`: figures only,
   the split runs to the end).
 
@@ -61,7 +62,7 @@ from recmesh.evaluation.sums import Estimate, add, rows
 from recmesh.events import Event
 from recmesh.features.eventlog import sorted_events
 from recmesh.features.repository import FeatureSet, load_feature_set
-from recmesh.modeldir import current_model
+from recmesh.modeldir import MODEL_NAME, current_model
 from recmesh.redis_client import connect
 from recmesh.tools.bench.common import emit, plaintext_unless_set
 from recmesh.tools.bench.e2e import StartedMesh, started_mesh
@@ -245,6 +246,13 @@ def _experiment(args: Any, models: Path) -> Experiment:
         raise SystemExit(f"no current model in {args.model_dir}: train one (`recmesh train --events LOG`)")
     if args.candidate is None:
         return new_experiment("level", args.share, level=args.level)
+    if args.candidate == "offline-only":
+        card = json.loads((current / "card.json").read_text())
+        base = card.get("offline_only_version")
+        if not base or not (models / MODEL_NAME / base / "card.json").exists():
+            raise SystemExit(f"{current.name} names no offline-only baseline in {args.model_dir}: "
+                             "train it again (`recmesh train` exports one beside every model)")  # fmt: skip
+        return new_experiment("model", args.share, candidate=base)
     name = f"{current.name}-{args.candidate}"
     seed = 7 if args.candidate == "shuffled" else None
     derive_version(models, current.name, name, shuffle_seed=seed, invert=args.candidate == "inverted")
@@ -305,8 +313,7 @@ async def replay(args: Any) -> dict[str, Any]:
         # The experiment starts with the live period, in the replay's time (the guard reads the
         # figures of the minutes of as-of time since it started).
         exp = replace(_experiment(args, models), started_ms=p.live[0].event_time)
-        current = current_model(models)
-        card = json.loads((current / "card.json").read_text()) if current is not None else {}
+        offline = _offline_aucs(models, exp)
         env = {"RECMESH_REPOSITORY": repo, "RECMESH_MODEL_DIR": str(models),
                "RECMESH_GUARD": "on" if args.guard else "off"}  # fmt: skip
         if args.blend is not None:
@@ -325,11 +332,14 @@ async def replay(args: Any) -> dict[str, Any]:
                 decided = read_experiment(models)
             finally:
                 await run.close()
-    figures = report(args, exp, decided, total, cumulative, card, p, started)
+    figures = report(args, exp, decided, total, cumulative, offline, p, started)
     return {**figures, "answers_served": run.answers, "attribution": attribution}
 
 
-def _offline_auc(card: dict[str, Any], level: int) -> float | None:
+def _offline_auc(models: Path, version: str, level: int) -> float | None:
+    """A version's holdout AUC at `level` from its card (None where the card has none:
+    a derived version whose weights changed)."""
+    card = json.loads((models / MODEL_NAME / version / "card.json").read_text())
     for v in card.get("variants", []):
         if v.get("level") == level:
             value = v.get("auc_holdout")
@@ -337,9 +347,21 @@ def _offline_auc(card: dict[str, Any], level: int) -> float | None:
     return None
 
 
+def _offline_aucs(models: Path, exp: Experiment) -> dict[str, float | None]:
+    """Each arm's offline holdout AUC, by arm name."""
+    current = current_model(models)
+    if current is None:
+        return {}
+    if exp.kind == "level":
+        return {impression.CONTROL: _offline_auc(models, current.name, 0),
+                exp.arm_name: _offline_auc(models, current.name, exp.level)}  # fmt: skip
+    return {impression.CONTROL: _offline_auc(models, current.name, 0),
+            exp.arm_name: _offline_auc(models, exp.candidate, 0)}  # fmt: skip
+
+
 def report(
     args: Any, exp: Experiment, decided: Experiment | None, total: dict[str, float],
-    cumulative: list[dict[str, float]], card: dict[str, Any], p: Plan, started: float,
+    cumulative: list[dict[str, float]], offline: dict[str, float | None], p: Plan, started: float,
 ) -> dict[str, Any]:  # fmt: skip
     arms = {r.key[3]: r for r in rows(total, by=["arm"])}
     control, other = arms.get(impression.CONTROL), arms.get(exp.arm_name)
@@ -358,11 +380,7 @@ def report(
             f: (None if (e := row.figure(f)) is None else e.to_json())
             for f in ("ctr", "hit", "ndcg", "auc")
         }}  # fmt: skip
-    if exp.kind == "level":
-        figures["offline_auc"] = {
-            impression.CONTROL: _offline_auc(card, 0),
-            exp.arm_name: _offline_auc(card, exp.level),
-        }
+    figures["offline_auc"] = offline
     for metric in ("ctr", "auc"):
         curve = []
         for sums in cumulative:

@@ -42,9 +42,9 @@ def _add_online(bench: Any) -> None:
     arm = bo.add_mutually_exclusive_group()
     arm.add_argument("--level", type=int, choices=(1, 2, 3), default=3,
                      help="the other arm: the served model at this level (default 3)")  # fmt: skip
-    arm.add_argument("--candidate", choices=("shuffled", "inverted", "copy"),
+    arm.add_argument("--candidate", choices=("shuffled", "inverted", "copy", "offline-only"),
                      help="the other arm: the served model with shuffled weights, scoring backwards, "
-                     "or its copy")  # fmt: skip
+                     "its copy, or the offline-only baseline trained beside it")  # fmt: skip
     bo.add_argument("--no-guard", dest="guard", action="store_false",
                     help="leave [evaluation.guard] alone: the split runs to the end")  # fmt: skip
     bo.add_argument(

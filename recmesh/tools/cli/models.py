@@ -255,11 +255,11 @@ def _cmd_list(args: argparse.Namespace) -> int:
     if not rows:
         print(f"no model versions in {_model_dir(args) / MODEL_NAME}")
         return 0
-    print(f"{'':2}{'version':<28} {'origin':<9} {'feature set':<16} {'fits':<5} {'AUC':>7}  levels")
+    print(f"{'':2}{'version':<28} {'origin':<12} {'feature set':<16} {'fits':<5} {'AUC':>7}  levels")
     for r in rows:
         fits = "yes" if r["feature_set_version"] == feature_set.version else "no"
         auc = f"{r['auc_holdout']:.4f}" if isinstance(r["auc_holdout"], float) else "-"
-        print(f"{'*' if r['current'] else ' '} {r['version']:<28} {r['origin']:<9} "
+        print(f"{'*' if r['current'] else ' '} {r['version']:<28} {r['origin']:<12} "
               f"{r['feature_set_version'] or '?':<16} {fits:<5} {auc:>7}  {r['variants']}")  # fmt: skip
     return 0
 

@@ -36,7 +36,7 @@ from recmesh.events import Event
 from recmesh.features.backfill import Example, ExampleDigest, LabelRule, training_examples
 from recmesh.features.repository import EMBEDDING_L2_DEFAULT, FeatureSet
 from recmesh.features.vectorize import InputStats, Transform, Vectorizer, plan_from
-from recmesh.modeldir import MODEL_NAME, variant_file
+from recmesh.modeldir import MODEL_NAME, point_current, variant_file
 from recmesh.tools.catalog import progress_bar
 from recmesh.tools.training.family import (
     LEVEL2_TOLERANCE,
@@ -56,6 +56,9 @@ from recmesh.tools.training.family import (
 )
 
 HOUR_MS = 3_600_000
+# The origin on the card of the offline-only baseline every training exports beside
+# its model (named by the model's card as `offline_only_version`).
+OFFLINE_ONLY = "offline-only"
 
 
 @dataclass(frozen=True)
@@ -379,7 +382,25 @@ def train(
     l2 = feature_set.decl.training.embedding_l2 if feature_set.decl.training else EMBEDDING_L2_DEFAULT
     trained = _train_variants(cfg, layout, rows, l2, progress)
     auc_full, prefix_auc = trained.variant_auc[0], trained.prefix_auc
-    auc_base = _offline_baseline(cfg, feature_set, dataset.transforms, layout, rows, l2, progress)
+    base = _offline_baseline(cfg, feature_set, dataset.transforms, layout, rows, l2, progress)
+    auc_base = base.variant_auc[0]
+    training_data = {
+        **dataset.source,
+        "from_ms": int(t.min()), "to_ms": int(t.max()), "rows": len(y),
+        "holdout_rows": int(rows.ho.sum()), "holdout_from_ms": int(rows.split) + 1,
+        "positive_rate": round(float(y.mean()), 4), "label": LabelRule.of(feature_set).describe(),
+        **({"rows_digest": dataset.digest} if dataset.digest else {}),
+        **({"not_trained_on": {"users": len(unseen), "rows": left_out,
+                               "why": "the blend's tuning users' held-out parts"}} if unseen else {}),
+    }  # fmt: skip
+    # The baseline is a version too (never made current): served beside the model
+    # (`recmesh models activate BASELINE --share 50`), it shows online what the
+    # real-time features earn.
+    base_card = export(
+        base.family, base.variants, dataset, model_dir, feature_set,
+        metrics={"auc_holdout": round(auc_base, 4)}, variant_auc=base.variant_auc,
+        training_data=training_data, seed=cfg.seed, origin=OFFLINE_ONLY, started=started, current=False,
+    )  # fmt: skip
     card = export(
         trained.family, trained.variants, dataset, model_dir, feature_set,
         metrics={
@@ -389,21 +410,15 @@ def train(
             "auc_holdout_level1_by_embedding_dim": {str(d): round(a, 4) for d, a in prefix_auc.items()},
         },
         variant_auc=trained.variant_auc,
-        training_data={
-            **dataset.source,
-            "from_ms": int(t.min()), "to_ms": int(t.max()), "rows": len(y),
-            "holdout_rows": int(rows.ho.sum()), "holdout_from_ms": int(rows.split) + 1,
-            "positive_rate": round(float(y.mean()), 4), "label": LabelRule.of(feature_set).describe(),
-            **({"rows_digest": dataset.digest} if dataset.digest else {}),
-            **({"not_trained_on": {"users": len(unseen), "rows": left_out,
-                                   "why": "the blend's tuning users' held-out parts"}} if unseen else {}),
-        },
+        training_data=training_data,
+        offline_only_version=base_card["version"],
         seed=cfg.seed,
         origin=origin or ("demo" if feature_set.demo or "demo" in dataset.source else "trained"),
         started=started,
     )  # fmt: skip
     progress(f"exported {len(trained.variants)} variants to {model_dir / MODEL_NAME / card['version']} "
-             f"in {card['train_seconds']} s")  # fmt: skip
+             f"in {card['train_seconds']} s; the offline-only baseline as {base_card['version']} "
+             "(not current)")  # fmt: skip
     probe = Probe(trained.family, trained.variants[0], dataset.transforms, int(rows.tr.sum()))
     return Fitted(card, probe)
 
@@ -465,8 +480,9 @@ def _train_variants(
 def _offline_baseline(
     cfg: TrainConfig, feature_set: FeatureSet, transforms: tuple[Transform, ...], layout: Layout, rows: _Rows,
     l2: float, progress: Callable[[str], None],
-) -> float:  # fmt: skip
-    """The holdout AUC of the same family trained without the real-time features' columns."""
+) -> _Trained:  # fmt: skip
+    """The same family trained without the real-time features' columns (one
+    variant, level 0) and its holdout AUC."""
     progress("training baseline (same family, offline features only) ...")
     realtime_cols = {
         c for tf in transforms if feature_set.by_name.get(tf.feature) is not None
@@ -480,7 +496,7 @@ def _offline_baseline(
     )  # fmt: skip
     auc_base = auc(y[ho], base.predict(x, base_variant, ho))
     progress(f"  holdout AUC {auc_base:.4f}")
-    return auc_base
+    return _Trained(base, (base_variant,), {0: auc_base}, {})
 
 
 def _bar(progress: Callable[[str], None], label: str) -> Callable[[int, int], None]:
@@ -508,7 +524,11 @@ def export(
     seed: int,
     origin: str,
     started: float,
+    current: bool = True,
+    offline_only_version: str | None = None,
 ) -> dict[str, Any]:
+    """Every variant's ONNX file and the card under MODEL_DIR/ctr/<version> (the
+    version a digest of the files); made the current version when `current`."""
     blobs = {v.level: to_onnx(family, v).SerializeToString() for v in variants}
     digest = hashlib.sha256(b"".join(blobs[level] for level in sorted(blobs))).hexdigest()[:12]
     version = f"{MODEL_NAME}-{digest}"
@@ -534,6 +554,7 @@ def export(
         },
         "training_data": training_data,
         "metrics": metrics,
+        **({"offline_only_version": offline_only_version} if offline_only_version else {}),
         "variants": [
             {
                 "level": v.level,
@@ -551,5 +572,6 @@ def export(
         "train_seconds": round(time.perf_counter() - started, 2),
     }
     (out / "card.json").write_text(json.dumps(card, indent=2) + "\n")
-    (model_dir / MODEL_NAME / "CURRENT").write_text(version + "\n")
+    if current:
+        point_current(model_dir, version)
     return card

@@ -1,10 +1,19 @@
-"""The replay's plan: where visits start, and when two arms' intervals separate for good."""
+"""The replay's plan: where visits start, when two arms' intervals separate for good, and
+which model serves the other arm."""
 
 from __future__ import annotations
 
+import argparse
+import json
+from pathlib import Path
+
+import pytest
+
 from recmesh.evaluation.sums import Estimate
 from recmesh.events import Event
-from recmesh.tools.bench.online import HOUR_MS, Visit, separated_after, visits
+from recmesh.features.repository import FeatureSet
+from recmesh.tools.bench.online import HOUR_MS, Visit, _experiment, _offline_aucs, separated_after, visits
+from recmesh.tools.training.train import TrainConfig, build_dataset, demo_source, train
 
 
 def _ev(user: str, t: int) -> Event:
@@ -45,3 +54,24 @@ def test_attribution_counters_are_read_from_its_metrics_text() -> None:
     assert _metric(text, "recmesh_attribution_answers_total", {"outcome": "added"}) == 7
     assert _metric(text, "recmesh_attribution_pending") == 3
     assert _metric(text, "recmesh_attribution_answers_total", {"outcome": "already_added"}) == 0
+
+
+def test_the_offline_only_candidate_is_the_baseline_trained_beside_the_model(
+    tmp_path: Path, demo_feature_set: FeatureSet
+) -> None:
+    ds = build_dataset(demo_feature_set, *demo_source(TrainConfig(sessions=150, hours=0.5)))
+    card = train(TrainConfig(epochs=1), tmp_path, demo_feature_set, ds, progress=lambda _: None).card
+    args = argparse.Namespace(candidate="offline-only", share=30.0, level=3, model_dir=str(tmp_path))
+    exp = _experiment(args, tmp_path)
+    assert (exp.kind, exp.candidate, exp.share) == ("model", card["offline_only_version"], 30.0)
+    assert _offline_aucs(tmp_path, exp) == {
+        "control": card["metrics"]["auc_holdout"],
+        "candidate": card["metrics"]["auc_holdout_offline_only"],
+    }
+    level = _experiment(argparse.Namespace(candidate=None, share=50.0, level=3, model_dir=""), tmp_path)
+    assert _offline_aucs(tmp_path, level)["level:3"] == card["variants"][3]["auc_holdout"]
+    # A model trained before baselines were exported names none: refused, saying what to do.
+    path = tmp_path / "ctr" / card["version"] / "card.json"
+    path.write_text(json.dumps({k: v for k, v in card.items() if k != "offline_only_version"}))
+    with pytest.raises(SystemExit, match=r"names no offline-only baseline.*train it again"):
+        _experiment(args, tmp_path)

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
+import onnxruntime as ort
 import pytest
 
 from recmesh.features.repository import FeatureSet
+from recmesh.modeldir import current_model
 from recmesh.tools.training import train as tt
 from recmesh.tools.training.family import auc
 from recmesh.tools.training.train import TrainConfig, build_dataset, demo_source
@@ -69,6 +72,40 @@ def test_the_blend_probe_is_the_models_full_variant_never_trained_on_the_unseen_
     left = without.card["training_data"]["not_trained_on"]
     assert left["users"] == 20 and left["rows"] == int(dropped.sum())
     assert without.card["training_data"]["holdout_rows"] == whole.card["training_data"]["holdout_rows"]
+
+
+def test_the_offline_only_baseline_is_a_version_beside_the_model_never_current(
+    demo_feature_set: FeatureSet,
+    world: tuple[list, dict, dict],  # type: ignore[type-arg]
+    tmp_path: Path,
+) -> None:
+    events, users, items = world
+    ds = build_dataset(demo_feature_set, events, users, items)
+    card = tt.train(TrainConfig(epochs=1), tmp_path, demo_feature_set, ds, progress=lambda _: None).card
+    base = card["offline_only_version"]
+    assert current_model(tmp_path) == tmp_path / "ctr" / card["version"] != tmp_path / "ctr" / base
+    base_card = json.loads((tmp_path / "ctr" / base / "card.json").read_text())
+    assert base_card["origin"] == tt.OFFLINE_ONLY
+    assert base_card["feature_set_version"] == card["feature_set_version"]
+    assert base_card["metrics"]["auc_holdout"] == card["metrics"]["auc_holdout_offline_only"]
+    assert [v["level"] for v in base_card["variants"]] == [0]
+    assert not base_card["variants"][0]["cross_features"]
+    assert base_card["input"] == card["input"], "it reads the model's input row"
+    # What it scores does not move with the real-time features' columns, and the model's does.
+    kinds = {t.feature: getattr(demo_feature_set.by_name.get(t.feature), "kind", None) for t in ds.transforms}
+    realtime = [card["input"]["columns"].index(c) for t in ds.transforms if kinds[t.feature] == "realtime"
+                for c in t.columns]  # fmt: skip
+    assert realtime
+    rows = np.asarray(ds.x[:256], np.float32)
+    moved = rows.copy()
+    moved[:, realtime] += np.random.default_rng(0).normal(0, 3, (len(rows), len(realtime))).astype(np.float32)
+
+    def scores(version: str, x: np.ndarray) -> np.ndarray:
+        session = ort.InferenceSession(str(tmp_path / "ctr" / version / "model.onnx"))
+        return np.asarray(session.run(None, {"features": x})[0])
+
+    assert np.array_equal(scores(base, rows), scores(base, moved))
+    assert not np.allclose(scores(card["version"], rows), scores(card["version"], moved))
 
 
 def test_a_rows_file_is_written_in_order_and_complete(tmp_path: Path) -> None:
