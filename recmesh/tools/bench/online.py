@@ -22,6 +22,9 @@ The simulation, exactly:
 - The served order is the ranker's blend of the model's order and the recall order
   (`--blend`: RECMESH_RANKER_RECALL_BLEND; default, the tuned weight of the learnt recall's
   card); `--blend 0` serves the model's order alone.
+- `--shadow` (with a candidate): control's answers are scored by the candidate too, never
+  served by it (`--share 0`: nobody is served the candidate); the AUC is then held against the
+  shadow's, on the very items and clicks control's answers had.
 - The arms: a degradation level served to `--share` percent of users (`--level 3`, the
   weaker model the ladder falls back to), or a candidate model (`--candidate shuffled`: the
   served model with its weights shuffled; `--candidate inverted`: the served model scoring
@@ -58,7 +61,7 @@ from recmesh.clients.ranker import RankerClient
 from recmesh.credentials import RedisAuth
 from recmesh.evaluation import impression
 from recmesh.evaluation.experiment import Experiment, new_experiment, read_experiment, write_experiment
-from recmesh.evaluation.sums import Estimate, add, rows
+from recmesh.evaluation.sums import SHADOW, Estimate, add, rows
 from recmesh.events import Event
 from recmesh.features.eventlog import sorted_events
 from recmesh.features.repository import FeatureSet, load_feature_set
@@ -245,6 +248,8 @@ def _experiment(args: Any, models: Path) -> Experiment:
     if current is None:
         raise SystemExit(f"no current model in {args.model_dir}: train one (`recmesh train --events LOG`)")
     if args.candidate is None:
+        if args.shadow:
+            raise SystemExit("--shadow scores with a candidate model: name one (--candidate)")
         return new_experiment("level", args.share, level=args.level)
     if args.candidate == "offline-only":
         card = json.loads((current / "card.json").read_text())
@@ -252,11 +257,11 @@ def _experiment(args: Any, models: Path) -> Experiment:
         if not base or not (models / MODEL_NAME / base / "card.json").exists():
             raise SystemExit(f"{current.name} names no offline-only baseline in {args.model_dir}: "
                              "train it again (`recmesh train` exports one beside every model)")  # fmt: skip
-        return new_experiment("model", args.share, candidate=base)
+        return new_experiment("model", args.share, candidate=base, shadow=args.shadow)
     name = f"{current.name}-{args.candidate}"
     seed = 7 if args.candidate == "shuffled" else None
     derive_version(models, current.name, name, shuffle_seed=seed, invert=args.candidate == "inverted")
-    return new_experiment("model", args.share, candidate=name)
+    return new_experiment("model", args.share, candidate=name, shadow=args.shadow)
 
 
 @dataclass(frozen=True)
@@ -355,8 +360,9 @@ def _offline_aucs(models: Path, exp: Experiment) -> dict[str, float | None]:
     if exp.kind == "level":
         return {impression.CONTROL: _offline_auc(models, current.name, 0),
                 exp.arm_name: _offline_auc(models, current.name, exp.level)}  # fmt: skip
-    return {impression.CONTROL: _offline_auc(models, current.name, 0),
-            exp.arm_name: _offline_auc(models, exp.candidate, 0)}  # fmt: skip
+    candidate = _offline_auc(models, exp.candidate, 0)
+    return {impression.CONTROL: _offline_auc(models, current.name, 0), exp.arm_name: candidate,
+            **({SHADOW: candidate} if exp.shadow else {})}  # fmt: skip
 
 
 def report(
@@ -364,9 +370,11 @@ def report(
     cumulative: list[dict[str, float]], offline: dict[str, float | None], p: Plan, started: float,
 ) -> dict[str, Any]:  # fmt: skip
     arms = {r.key[3]: r for r in rows(total, by=["arm"])}
-    control, other = arms.get(impression.CONTROL), arms.get(exp.arm_name)
+    # Whom control is held against, per figure: the other arm; for the AUC the shadow
+    # when there is one (the candidate's scores of the very answers control served).
+    against = {"ctr": exp.arm_name, "auc": SHADOW if exp.shadow else exp.arm_name}
     figures: dict[str, Any] = {
-        "answers": int(sum(r.answers for r in arms.values() if r.key[3] != "shadow")),
+        "answers": int(sum(r.answers for r in arms.values() if r.key[3] != SHADOW)),
         "visits": len(p.visits), "past_events": len(p.past), "live_events": len(p.live),
         "experiment": exp.describe(), "seconds": round(time.monotonic() - started, 1), "arms": {},
         "blend": args.blend,
@@ -385,10 +393,12 @@ def report(
         curve = []
         for sums in cumulative:
             by_arm = {r.key[3]: r for r in rows(sums, by=["arm"])}
-            a, b = by_arm.get(impression.CONTROL), by_arm.get(exp.arm_name)
-            n = sum(r.answers for k, r in by_arm.items() if k != "shadow")
+            a, b = by_arm.get(impression.CONTROL), by_arm.get(against[metric])
+            n = sum(r.answers for k, r in by_arm.items() if k != SHADOW)
             curve.append((n, a.figure(metric) if a else None, b.figure(metric) if b else None))
         figures[f"{metric}_separated_after_answers"] = separated_after(curve)
+        figures[f"{metric}_against"] = against[metric]
+        control, other = arms.get(impression.CONTROL), arms.get(against[metric])
         if control is not None and other is not None:
             c, o = control.figure(metric), other.figure(metric)
             figures[f"{metric}_control_ahead"] = None if c is None or o is None else c.mean > o.mean
@@ -427,7 +437,12 @@ def table(figures: dict[str, Any], k: int) -> str:
         )
         if ahead is not None:
             where = f"separated for good after {after:,} answers" if after else "still overlap"
-            lines.append(f"{metric.upper()}: control {'ahead of' if ahead else 'behind'} the other arm; "
+            whom = (
+                "the shadow (the same answers)"
+                if figures.get(f"{metric}_against") == SHADOW
+                else "the other arm"
+            )
+            lines.append(f"{metric.upper()}: control {'ahead of' if ahead else 'behind'} {whom}; "
                          f"the 95% intervals {where}")  # fmt: skip
     a = figures.get("attribution")
     if a is not None:

@@ -45,6 +45,10 @@ def _add_online(bench: Any) -> None:
     arm.add_argument("--candidate", choices=("shuffled", "inverted", "copy", "offline-only"),
                      help="the other arm: the served model with shuffled weights, scoring backwards, "
                      "its copy, or the offline-only baseline trained beside it")  # fmt: skip
+    bo.add_argument("--shadow", action="store_true",
+                    help="with --candidate: score control's answers with it too (never served); the "
+                    "AUC is held against the shadow's, on the same answers (--share 0: nobody served "
+                    "it)")  # fmt: skip
     bo.add_argument("--no-guard", dest="guard", action="store_false",
                     help="leave [evaluation.guard] alone: the split runs to the end")  # fmt: skip
     bo.add_argument(

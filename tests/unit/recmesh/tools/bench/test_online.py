@@ -61,15 +61,23 @@ def test_the_offline_only_candidate_is_the_baseline_trained_beside_the_model(
 ) -> None:
     ds = build_dataset(demo_feature_set, *demo_source(TrainConfig(sessions=150, hours=0.5)))
     card = train(TrainConfig(epochs=1), tmp_path, demo_feature_set, ds, progress=lambda _: None).card
-    args = argparse.Namespace(candidate="offline-only", share=30.0, level=3, model_dir=str(tmp_path))
+    args = argparse.Namespace(
+        candidate="offline-only", share=30.0, level=3, model_dir=str(tmp_path), shadow=False
+    )
     exp = _experiment(args, tmp_path)
     assert (exp.kind, exp.candidate, exp.share) == ("model", card["offline_only_version"], 30.0)
     assert _offline_aucs(tmp_path, exp) == {
         "control": card["metrics"]["auc_holdout"],
         "candidate": card["metrics"]["auc_holdout_offline_only"],
     }
-    level = _experiment(argparse.Namespace(candidate=None, share=50.0, level=3, model_dir=""), tmp_path)
+    shadow = _experiment(argparse.Namespace(**{**vars(args), "share": 0.0, "shadow": True}), tmp_path)
+    assert shadow.shadow and shadow.share == 0 and shadow.candidate == exp.candidate
+    assert _offline_aucs(tmp_path, shadow)["shadow"] == card["metrics"]["auc_holdout_offline_only"]
+    levels = argparse.Namespace(candidate=None, share=50.0, level=3, model_dir="", shadow=False)
+    level = _experiment(levels, tmp_path)
     assert _offline_aucs(tmp_path, level)["level:3"] == card["variants"][3]["auc_holdout"]
+    with pytest.raises(SystemExit, match="--shadow scores with a candidate model"):
+        _experiment(argparse.Namespace(**{**vars(levels), "shadow": True}), tmp_path)
     # A model trained before baselines were exported names none: refused, saying what to do.
     path = tmp_path / "ctr" / card["version"] / "card.json"
     path.write_text(json.dumps({k: v for k, v in card.items() if k != "offline_only_version"}))
