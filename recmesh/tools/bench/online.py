@@ -29,7 +29,8 @@ The simulation, exactly:
   weaker model the ladder falls back to), or a candidate model (`--candidate shuffled`: the
   served model with its weights shuffled; `--candidate inverted`: the served model scoring
   backwards; `--candidate copy`: the served model itself; `--candidate offline-only`: the
-  baseline trained beside it without the real-time features), which the repository's
+  baseline trained beside it without the real-time features; or any other version in the
+  model directory; `--control VERSION` serves another than its CURRENT), which the repository's
   `[evaluation.guard]` promotes or rolls back during the replay (`--no-guard`: figures only,
   the split runs to the end).
 
@@ -65,7 +66,7 @@ from recmesh.evaluation.sums import SHADOW, Estimate, add, rows
 from recmesh.events import Event
 from recmesh.features.eventlog import sorted_events
 from recmesh.features.repository import FeatureSet, load_feature_set
-from recmesh.modeldir import MODEL_NAME, current_model
+from recmesh.modeldir import MODEL_NAME, current_model, point_current
 from recmesh.redis_client import connect
 from recmesh.tools.bench.common import emit, plaintext_unless_set
 from recmesh.tools.bench.e2e import StartedMesh, started_mesh
@@ -243,7 +244,15 @@ def _metric(text: str, name: str, labels: dict[str, str] | None = None) -> float
     return 0.0
 
 
+DERIVED = ("shuffled", "inverted", "copy")
+
+
 def _experiment(args: Any, models: Path) -> Experiment:
+    """The experiment the replay runs, in `models` (a copy: `--control` points its CURRENT)."""
+    if args.control:
+        if not (models / MODEL_NAME / args.control / "card.json").exists():
+            raise SystemExit(f"--control {args.control}: no such model version in {args.model_dir}")
+        point_current(models, args.control)
     current = current_model(models)
     if current is None:
         raise SystemExit(f"no current model in {args.model_dir}: train one (`recmesh train --events LOG`)")
@@ -258,6 +267,13 @@ def _experiment(args: Any, models: Path) -> Experiment:
             raise SystemExit(f"{current.name} names no offline-only baseline in {args.model_dir}: "
                              "train it again (`recmesh train` exports one beside every model)")  # fmt: skip
         return new_experiment("model", args.share, candidate=base, shadow=args.shadow)
+    if args.candidate not in DERIVED:
+        named = models / MODEL_NAME / args.candidate / "card.json"
+        if args.candidate == current.name or not named.exists():
+            kinds = ", ".join((*DERIVED, "offline-only"))
+            raise SystemExit(f"--candidate {args.candidate}: not one of {kinds} nor a model version in "
+                             f"{args.model_dir} other than the served one")  # fmt: skip
+        return new_experiment("model", args.share, candidate=args.candidate, shadow=args.shadow)
     name = f"{current.name}-{args.candidate}"
     seed = 7 if args.candidate == "shuffled" else None
     derive_version(models, current.name, name, shuffle_seed=seed, invert=args.candidate == "inverted")

@@ -42,9 +42,15 @@ def _add_online(bench: Any) -> None:
     arm = bo.add_mutually_exclusive_group()
     arm.add_argument("--level", type=int, choices=(1, 2, 3), default=3,
                      help="the other arm: the served model at this level (default 3)")  # fmt: skip
-    arm.add_argument("--candidate", choices=("shuffled", "inverted", "copy", "offline-only"),
+    arm.add_argument("--candidate", metavar="shuffled|inverted|copy|offline-only|VERSION",
                      help="the other arm: the served model with shuffled weights, scoring backwards, "
-                     "its copy, or the offline-only baseline trained beside it")  # fmt: skip
+                     "its copy, the offline-only baseline trained beside it, or a version in "
+                     "--model-dir")  # fmt: skip
+    bo.add_argument(
+        "--control",
+        metavar="VERSION",
+        help="the version control serves (default: the model directory's current one)",
+    )
     bo.add_argument("--shadow", action="store_true",
                     help="with --candidate: score control's answers with it too (never served); the "
                     "AUC is held against the shadow's, on the same answers (--share 0: nobody served "

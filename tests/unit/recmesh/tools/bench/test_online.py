@@ -12,6 +12,7 @@ import pytest
 from recmesh.evaluation.sums import Estimate
 from recmesh.events import Event
 from recmesh.features.repository import FeatureSet
+from recmesh.modeldir import current_model, point_current
 from recmesh.tools.bench.online import HOUR_MS, Visit, _experiment, _offline_aucs, separated_after, visits
 from recmesh.tools.training.train import TrainConfig, build_dataset, demo_source, train
 
@@ -62,7 +63,7 @@ def test_the_offline_only_candidate_is_the_baseline_trained_beside_the_model(
     ds = build_dataset(demo_feature_set, *demo_source(TrainConfig(sessions=150, hours=0.5)))
     card = train(TrainConfig(epochs=1), tmp_path, demo_feature_set, ds, progress=lambda _: None).card
     args = argparse.Namespace(
-        candidate="offline-only", share=30.0, level=3, model_dir=str(tmp_path), shadow=False
+        candidate="offline-only", share=30.0, level=3, model_dir=str(tmp_path), shadow=False, control=None
     )
     exp = _experiment(args, tmp_path)
     assert (exp.kind, exp.candidate, exp.share) == ("model", card["offline_only_version"], 30.0)
@@ -73,11 +74,19 @@ def test_the_offline_only_candidate_is_the_baseline_trained_beside_the_model(
     shadow = _experiment(argparse.Namespace(**{**vars(args), "share": 0.0, "shadow": True}), tmp_path)
     assert shadow.shadow and shadow.share == 0 and shadow.candidate == exp.candidate
     assert _offline_aucs(tmp_path, shadow)["shadow"] == card["metrics"]["auc_holdout_offline_only"]
-    levels = argparse.Namespace(candidate=None, share=50.0, level=3, model_dir="", shadow=False)
+    levels = argparse.Namespace(candidate=None, share=50.0, level=3, model_dir="", shadow=False, control=None)
     level = _experiment(levels, tmp_path)
     assert _offline_aucs(tmp_path, level)["level:3"] == card["variants"][3]["auc_holdout"]
     with pytest.raises(SystemExit, match="--shadow scores with a candidate model"):
         _experiment(argparse.Namespace(**{**vars(levels), "shadow": True}), tmp_path)
+    # Any two versions: the baseline served as control, the model as the candidate.
+    swapped = argparse.Namespace(**{**vars(args), "control": exp.candidate, "candidate": card["version"]})
+    assert _experiment(swapped, tmp_path).candidate == card["version"]
+    assert current_model(tmp_path) == tmp_path / "ctr" / exp.candidate
+    for wrong in ({"candidate": "ctr-nope"}, {"candidate": exp.candidate}, {"control": "ctr-nope"}):
+        with pytest.raises(SystemExit, match=r"ctr-nope: no such model version|not one of shuffled"):
+            _experiment(argparse.Namespace(**{**vars(swapped), **wrong}), tmp_path)
+    point_current(tmp_path, card["version"])
     # A model trained before baselines were exported names none: refused, saying what to do.
     path = tmp_path / "ctr" / card["version"] / "card.json"
     path.write_text(json.dumps({k: v for k, v in card.items() if k != "offline_only_version"}))
