@@ -6,8 +6,10 @@ file (MODEL_DIR/ctr/EXPERIMENT); unless it runs and the repository declares
 as-of time since it started (store.read_sums_since), decide
 (recmesh/evaluation/guard.py: promote, roll back or wait), and act:
 - promote: a candidate model becomes CURRENT (the inference service follows
-  it), then the experiment is written `promoted`; a degradation level is
-  written `validated` (nothing served changes: it was only shown to hold);
+  it), then the experiment is written `promoted`; a degradation level, and a
+  candidate only shadow-scored (no user served it: its AUC on control's
+  answers leans its way, recmesh/evaluation/guard.py), are written
+  `validated` (nothing served changes: it was only shown to hold);
 - rollback: the experiment is written `rolled_back` (the inference service
   stops splitting traffic; CURRENT is left as it was).
 CURRENT is written before the experiment, so a failure between the two is
@@ -30,7 +32,7 @@ import structlog
 from prometheus_client import Counter, Gauge
 
 from recmesh.evaluation.experiment import Experiment, read_experiment, write_experiment
-from recmesh.evaluation.guard import Decision, decide
+from recmesh.evaluation.guard import Decision, decide, shadow_only
 from recmesh.features.repository import Guard
 from recmesh.modeldir import point_current
 from recmesh.redis_client import AnyRedis
@@ -98,7 +100,7 @@ class ExperimentGuard:
         reason = f"guard: {decision.reason}"
         if decision.verdict == "rollback":
             ended = experiment.ended("rolled_back", reason)
-        elif experiment.kind == "model":
+        elif experiment.kind == "model" and not shadow_only(experiment):
             point_current(self.model_dir, experiment.candidate)
             ended = experiment.ended("promoted", reason)
         else:

@@ -19,7 +19,7 @@ import redis.asyncio as redis
 from prometheus_client import REGISTRY
 
 from recmesh.evaluation.experiment import Experiment, new_experiment, read_experiment, write_experiment
-from recmesh.evaluation.impression import Group, Shown
+from recmesh.evaluation.impression import Group, Shadow, Shown
 from recmesh.evaluation.outcome import outcome
 from recmesh.evaluation.sums import increments
 from recmesh.features.repository import DEMO_REPOSITORY, Evaluation, Guard
@@ -157,6 +157,36 @@ async def test_a_level_within_max_drop_is_validated(redis_client: redis.Redis, t
     assert decision is not None and decision.verdict == "promote" and decision.difference == 0.0
     ended = read_experiment(root)
     assert ended is not None and ended.state == "validated" and current(root) == "base"
+
+
+async def test_a_shadow_that_holds_is_validated_and_never_made_current(
+    redis_client: redis.Redis, tmp_path: Path
+) -> None:
+    exp = new_experiment("model", 0.0, candidate="cand", shadow=True)
+    root = started(tmp_path, exp)
+    store = AttributionStore(redis_client, EVALUATION, grace_ms=3_600_000, retention_ms=86_400_000)
+    done = []
+    for i in range(1200):  # control's answers, one click each on the last shown; the shadow scores it first
+        s = Shown(f"r{i}", f"u{i}", exp.started_ms + i, ITEMS, SCORES, arm("control"),
+                  shadow=Shadow("cand", tuple(reversed(SCORES))))  # fmt: skip
+        served_outcome = outcome(s, {ITEMS[len(ITEMS) - 1]}, EVALUATION.k)
+        shadow_outcome = outcome(
+            s, {ITEMS[len(ITEMS) - 1]}, EVALUATION.k, s.shadow.scores if s.shadow else None
+        )
+        done.append((Due(pending_member(s.user_id, s.request_id), s, [], []),
+                     increments(s, served_outcome, shadow_outcome)))  # fmt: skip
+    for start in range(0, len(done), 500):
+        assert all(await store.finalise(done[start : start + 500]))
+
+    decision = await ExperimentGuard(redis_client, root, Guard()).check()
+
+    assert decision is not None and decision.verdict == "promote", decision
+    assert decision.candidate is not None and decision.candidate.mean == 1.0, (
+        "the shadow ranks the click first"
+    )
+    ended = read_experiment(root)
+    assert ended is not None and ended.state == "validated" and current(root) == "base"
+    assert "a shadow is validated, never promoted" in ended.reason
 
 
 async def test_a_failing_check_is_logged_and_tried_again(redis_client: redis.Redis, tmp_path: Path) -> None:

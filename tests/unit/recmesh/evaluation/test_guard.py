@@ -133,7 +133,8 @@ def test_a_shadow_candidate_is_compared_on_its_auc_of_control_answers() -> None:
     add(good, answers(arm("control"), EVEN, 2000, shadow=("other", reversed_scores)))  # not this one
     control, candidate = arm_sums(SHADOW_ONLY, good)
     assert control["auc_n"] == 4000 and candidate["auc_n"] == 2000
-    assert decide(Guard(), SHADOW_ONLY, good).verdict == "promote"
+    passed = decide(Guard(), SHADOW_ONLY, good)
+    assert passed.verdict == "promote" and "a shadow is validated, never promoted" in passed.reason
 
 
 def test_a_served_candidate_with_shadow_scoring_is_compared_on_its_own_arm() -> None:
