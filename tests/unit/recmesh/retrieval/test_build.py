@@ -114,3 +114,43 @@ def test_the_fused_head_follows_its_weights_and_the_rest_the_depth_weights() -> 
     assert rrf_head_tail(lists, head, head, size=2) == ["x", "y", "z", "w"]
     # The first two by the head's weights, then b's order for what is left.
     assert rrf_head_tail(lists, head, {"a": 0.0, "b": 1.0}, size=2) == ["x", "y", "p", "q", "r"]
+
+
+def test_grid_ascent_stops_where_no_single_coordinate_move_gains() -> None:
+    lams, decays = (1.0, 2.0, 5.0, 10.0, 20.0, 40.0), (1.0, 0.9, 0.8, 0.65, 0.5)
+    for seed in range(40):
+        rng = np.random.default_rng(seed)
+        table = {(a, b): float(rng.integers(0, 6)) for a in lams for b in decays}  # many ties
+        calls: list[tuple[float, ...]] = []
+
+        def score(
+            point: tuple[float, ...],
+            table: dict[tuple[float, float], float] = table,
+            calls: list[tuple[float, ...]] = calls,
+        ) -> float:
+            calls.append(point)
+            return table[(point[0], point[1])]
+
+        point, best, tries = rb.grid_ascent((lams, decays), (lams[2], decays[1]), score)
+        assert best == table[(point[0], point[1])] and tries == len(calls) == len(set(calls)), "each once"
+        for a in lams:  # no move along either axis beats it, ties to the larger point
+            assert (table[(a, point[1])], (a, point[1])) <= (best, point)
+        for b in decays:
+            assert (table[(point[0], b)], (point[0], b)) <= (best, point)
+    # Where the score is separable, the ascent finds the whole grid's best point in one pass and a check.
+    peak = {a: -abs(a - 10.0) for a in lams} | {b + 100: -abs(b - 0.65) for b in decays}
+    point, _, tries = rb.grid_ascent((lams, decays), (1.0, 1.0), lambda p: peak[p[0]] + peak[p[1] + 100])
+    assert point == (10.0, 0.65) and tries < len(lams) * len(decays)
+
+
+def test_the_weight_search_scores_each_combination_once() -> None:
+    names, grid = ["knn", "ease", "sequence", "popular"], (0.0, 0.25, 0.5, 1.0)  # 256: coordinate ascent
+    calls: list[tuple[tuple[str, float], ...]] = []
+
+    def score(ws: dict[str, float]) -> float:
+        calls.append(tuple(sorted(ws.items())))
+        return -abs(ws["knn"] - 0.5) - abs(ws["ease"] - 0.25) - ws["popular"] + ws["sequence"]
+
+    best, ws = rb._weight_search(names, grid, score)
+    assert ws == {"knn": 0.5, "ease": 0.25, "sequence": 1.0, "popular": 0.0} and best == 1.0
+    assert len(calls) == len(set(calls)) < 2 * len(names) * len(grid), "the held point is not scored again"
