@@ -50,6 +50,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from recmesh.errors import FailedPrecondition, InvalidArgument, NotFound
 from recmesh.evaluation.experiment import Experiment, State, new_experiment, read_experiment, write_experiment
+from recmesh.evaluation.guard import shadow_only
 from recmesh.features.repository import FeatureSet
 from recmesh.features.vectorize import KINDS, Transform, Vectorizer, check_against
 from recmesh.modeldir import MODEL_NAME, current_model, point_current, variant_file
@@ -303,9 +304,10 @@ def _start(model_dir: Path, exp: Experiment) -> None:
     ended = _end_running(model_dir, "stopped", f"replaced by {exp.id}")
     write_experiment(model_dir, exp)
     print(f"started {exp.describe()}" + (f"; ended {ended.id}" if ended else ""))
+    decides = "validates or rolls back this shadow" if shadow_only(exp) else "promotes or rolls it back"
     print("the inference service follows it within its poll (2 s); figures: "
-          "`recmesh eval online --by model_version,arm`; [evaluation.guard], when declared, "
-          "promotes or rolls it back")  # fmt: skip
+          f"`recmesh eval online --by model_version,arm`; [evaluation.guard], when declared, "
+          f"{decides}")  # fmt: skip
 
 
 def _end_running(model_dir: Path, state: State, reason: str) -> Experiment | None:
