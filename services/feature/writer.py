@@ -72,6 +72,9 @@ ANNOUNCE_FAILED = Counter(
 
 # How often one process trims and re-expires a key it keeps writing to.
 MAINTAIN_EVERY_S = 60.0
+# A cluster batch's per-key tile calls in flight at once (well under the pool of
+# RECMESH_REDIS_MAX_CONNECTIONS per node, default 32).
+TILE_CALLS_IN_FLIGHT = 8
 
 # keys.applied's rule, for the write script and mark_applied: per partition the larger
 # offset wins, and the newest event time applied only grows (-1: no event applied).
@@ -739,13 +742,16 @@ class EventWriter:
             pipe.expire(key, s.ttl_s)
         # Each tiles key's increments in one call of its own (its slot), skipping the events
         # at offsets it already applied: a crash before the ids are written adds nothing twice.
-        # Before the pipeline, whose expiries then reach the keys they create.
-        await asyncio.gather(
-            *(
-                self._tile_add(keys=[k, k + keys.TOTALS], args=["\n".join(lines)])
-                for k, lines in tile_lines.items()
-            )
-        )
+        # Before the pipeline, whose expiries then reach the keys they create. At most
+        # TILE_CALLS_IN_FLIGHT at once: a cluster client refuses a call beyond its pool
+        # (MaxConnectionsError) rather than queue it, and a batch touches hundreds of keys.
+        gate = asyncio.Semaphore(TILE_CALLS_IN_FLIGHT)
+
+        async def add(key: str, lines: list[str]) -> None:
+            async with gate:
+                await self._tile_add(keys=[key, key + keys.TOTALS], args=["\n".join(lines)])
+
+        await asyncio.gather(*(add(k, lines) for k, lines in tile_lines.items()))
         await pipe.execute()
         await self._trim_tiles({k: s for k, s in tiled.items() if s.read == "tiles"})
 
