@@ -28,6 +28,7 @@ from recmesh.clients.ranker import RankerClient
 from recmesh.features.repository import FeatureSet, load_feature_set
 from recmesh.features.served import dump_topic, read_served
 from recmesh.features.wire import row_to_json
+from recmesh.modeldir import current_model
 from recmesh.redis_client import connect
 from recmesh.resilience import request_scope
 from recmesh.settings import FeatureSettings, InferenceSettings, IngestSettings, RankerSettings
@@ -254,9 +255,18 @@ def test_train_ranking_measures_the_served_mesh_by_leave_last_out(
     served_notes = ranking["degraded"]["served"]
     fallbacks = ("scoring_unavailable", "inference_cold")
     assert not [n for n in served_notes if n.startswith("error") or n in fallbacks], served_notes
-    # The held-out model went to the ranking state, never to the served model directory.
-    (card_path,) = (state / "ranking" / "models" / "ctr").glob("ctr-*/card.json")
-    assert json.loads(card_path.read_text())["training_data"]["held_out"]["users"] == 8
+    # The held-out model (and its offline-only baseline) went to the ranking state, never to the
+    # served model directory.
+    ranking_models = state / "ranking" / "models"
+    current = current_model(ranking_models)
+    assert current is not None
+    card = json.loads((current / "card.json").read_text())
+    base = json.loads((ranking_models / "ctr" / card["offline_only_version"] / "card.json").read_text())
+    assert card["training_data"]["held_out"]["users"] == base["training_data"]["held_out"]["users"] == 8
+    assert {p.parent.name for p in (ranking_models / "ctr").glob("ctr-*/card.json")} == {
+        card["version"],
+        card["offline_only_version"],
+    }
     assert not (state / "models").exists()
 
 
