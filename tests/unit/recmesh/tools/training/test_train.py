@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -13,7 +14,7 @@ from recmesh.features.repository import FeatureSet
 from recmesh.modeldir import current_model
 from recmesh.tools.training import train as tt
 from recmesh.tools.training.family import auc
-from recmesh.tools.training.train import TrainConfig, build_dataset, demo_source
+from recmesh.tools.training.train import Dataset, TrainConfig, build_dataset, demo_source
 
 SMALL = TrainConfig(sessions=150, hours=0.5)
 
@@ -44,15 +45,32 @@ def test_rows_spilled_in_chunks_to_files_are_the_rows_built_in_memory(
     assert lines and lines[-1].startswith("  rows [##########]")
 
 
-def test_the_blend_probe_is_the_models_full_variant_never_trained_on_the_unseen_rows(
+CFG = TrainConfig(epochs=2)
+
+
+@dataclass(frozen=True)
+class Trained:
+    ds: Dataset
+    fitted: tt.Fitted
+    model_dir: Path
+
+
+@pytest.fixture(scope="module")
+def trained(
     demo_feature_set: FeatureSet,
     world: tuple[list, dict, dict],  # type: ignore[type-arg]
-    tmp_path: Path,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Trained:
+    """The demo world's rows and the family trained on them, once for the module."""
+    ds = build_dataset(demo_feature_set, *world)
+    model_dir = tmp_path_factory.mktemp("whole")
+    return Trained(ds, tt.train(CFG, model_dir, demo_feature_set, ds, progress=lambda _: None), model_dir)
+
+
+def test_the_blend_probe_is_the_models_full_variant_never_trained_on_the_unseen_rows(
+    demo_feature_set: FeatureSet, trained: Trained, tmp_path: Path
 ) -> None:
-    events, users, items = world
-    ds = build_dataset(demo_feature_set, events, users, items)
-    cfg = TrainConfig(epochs=2)
-    whole = tt.train(cfg, tmp_path / "whole", demo_feature_set, ds, progress=lambda _: None)
+    ds, whole, cfg = trained.ds, trained.fitted, CFG
     rows = tt._split_rows(ds, cfg, demo_feature_set)
     probe = whole.probe
     assert probe.rows == int(rows.tr.sum()) and probe.variant.level == 0
@@ -75,13 +93,9 @@ def test_the_blend_probe_is_the_models_full_variant_never_trained_on_the_unseen_
 
 
 def test_the_offline_only_baseline_is_a_version_beside_the_model_never_current(
-    demo_feature_set: FeatureSet,
-    world: tuple[list, dict, dict],  # type: ignore[type-arg]
-    tmp_path: Path,
+    demo_feature_set: FeatureSet, trained: Trained
 ) -> None:
-    events, users, items = world
-    ds = build_dataset(demo_feature_set, events, users, items)
-    card = tt.train(TrainConfig(epochs=1), tmp_path, demo_feature_set, ds, progress=lambda _: None).card
+    ds, card, tmp_path = trained.ds, trained.fitted.card, trained.model_dir
     base = card["offline_only_version"]
     assert current_model(tmp_path) == tmp_path / "ctr" / card["version"] != tmp_path / "ctr" / base
     base_card = json.loads((tmp_path / "ctr" / base / "card.json").read_text())
