@@ -55,17 +55,20 @@ def current(root: Path) -> str:
 
 
 async def served(
-    client: redis.Redis, group: Group, positions: Iterable[int], n: int, as_of_ms: int, tag: str
-) -> None:
+    client: redis.Redis, group: Group, positions: Iterable[int], n: int, as_of_ms: int, tag: str,
+    shadow: Shadow | None = None,
+) -> None:  # fmt: skip
     """n answers of `group` made final as attribution does, one click each at the next of
-    `positions`, as of `as_of_ms` onwards (one per ms)."""
+    `positions`, as of `as_of_ms` onwards (one per ms); `shadow`: scored by it too."""
     store = AttributionStore(client, EVALUATION, grace_ms=3_600_000, retention_ms=86_400_000)
     done = []
     for i, p in enumerate(itertools.islice(itertools.cycle(positions), n)):
         user, rid = f"{tag}-u{i}", f"{tag}-r{i}"
-        s = Shown(rid, user, as_of_ms + i, ITEMS, SCORES, group)
+        s = Shown(rid, user, as_of_ms + i, ITEMS, SCORES, group, shadow=shadow)
         due = Due(pending_member(user, rid), s, [], [])
-        done.append((due, increments(s, outcome(s, {ITEMS[p - 1]}, EVALUATION.k), None)))
+        clicked = {ITEMS[p - 1]}
+        by_shadow = None if shadow is None else outcome(s, clicked, EVALUATION.k, shadow.scores)
+        done.append((due, increments(s, outcome(s, clicked, EVALUATION.k), by_shadow)))
     for start in range(0, len(done), 500):
         assert all(await store.finalise(done[start : start + 500]))
 
@@ -164,19 +167,9 @@ async def test_a_shadow_that_holds_is_validated_and_never_made_current(
 ) -> None:
     exp = new_experiment("model", 0.0, candidate="cand", shadow=True)
     root = started(tmp_path, exp)
-    store = AttributionStore(redis_client, EVALUATION, grace_ms=3_600_000, retention_ms=86_400_000)
-    done = []
-    for i in range(1200):  # control's answers, one click each on the last shown; the shadow scores it first
-        s = Shown(f"r{i}", f"u{i}", exp.started_ms + i, ITEMS, SCORES, arm("control"),
-                  shadow=Shadow("cand", tuple(reversed(SCORES))))  # fmt: skip
-        served_outcome = outcome(s, {ITEMS[len(ITEMS) - 1]}, EVALUATION.k)
-        shadow_outcome = outcome(
-            s, {ITEMS[len(ITEMS) - 1]}, EVALUATION.k, s.shadow.scores if s.shadow else None
-        )
-        done.append((Due(pending_member(s.user_id, s.request_id), s, [], []),
-                     increments(s, served_outcome, shadow_outcome)))  # fmt: skip
-    for start in range(0, len(done), 500):
-        assert all(await store.finalise(done[start : start + 500]))
+    # Control's answers, each clicked at its last position, which the shadow scores first.
+    await served(redis_client, arm("control"), [len(ITEMS)], 1200, exp.started_ms, "c",
+                 shadow=Shadow("cand", tuple(reversed(SCORES))))  # fmt: skip
 
     decision = await ExperimentGuard(redis_client, root, Guard()).check()
 
