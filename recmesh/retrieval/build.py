@@ -385,14 +385,13 @@ def _rank_all(
 Popularity = Callable[[Sequence[Event]], list[str]]
 
 
-def tune(events: Sequence[Event], cfg: BuildConfig, is_target: Sequence[bool], users: int = 2000,
-         seed: int = 0, progress: Progress = lambda _: None,
+def tune(hold: Holdout, cfg: BuildConfig, seed: int = 0, progress: Progress = lambda _: None,
          popularity: Popularity | None = None) -> Tuned:  # fmt: skip
     """Seed decay per method, EASE's lambda and the fusion weights that give the
-    best NDCG@10 on a leave-last-out split of `events` (module docstring).
-    `popularity`: the ranked list the ranker's popularity source would serve,
-    from the events it may see (default: the learnt behaviours' counts)."""
-    hold = holdout(events, is_target, cfg.behaviors, cfg.history, users, seed, cfg.seen_behaviors)
+    best NDCG@10 on `hold`, a leave-last-out split of the log (`holdout`; module
+    docstring). `seed`: the sequence model's. `popularity`: the ranked list the
+    ranker's popularity source would serve, from the events it may see (default:
+    the learnt behaviours' counts)."""
     seeds_seen = cfg.seen_behaviors is None
     out = Tuned(users=len(hold.targets))
     if not hold.targets:

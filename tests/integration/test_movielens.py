@@ -306,20 +306,29 @@ def test_the_dask_engine_trains_on_the_single_process_rows_bit_for_bit(
 ) -> None:
     """`recmesh train --engine dask` on a local cluster (two worker processes, the
     users and the items in three partitions each) gives the rows one process
-    gives: the same digest, so the same model, byte for byte."""
+    gives: the same digest, so the same model, byte for byte. Learnt retrieval
+    built in a process beside the training (--jobs 2) gives the tables and the
+    fusion it gives built first in the same process (--jobs 1)."""
     monkeypatch.setenv("RECMESH_REPOSITORY", str(movielens.repo))
     monkeypatch.setenv("RECMESH_STATE_DIR", str(tmp_path / "state"))
     log = tmp_path / "ml-events.jsonl"
     assert cli_main(["events", "import", str(movielens.ratings), "--to", "log", "--out", str(log)]) == 0
     figures = {}
-    for engine in (["--engine", "single"], ["--engine", "dask", "--workers", "2", "--partitions", "3"]):
+    tables = {}
+    for engine in (["--engine", "single", "--jobs", "1"],
+                   ["--engine", "dask", "--workers", "2", "--partitions", "3", "--jobs", "2"]):  # fmt: skip
         capsys.readouterr()
         models = tmp_path / f"models-{engine[1]}"
         argv = ["train", "--events", str(log), "--model-dir", str(models), "--epochs", "1", *engine, "--json"]
         assert cli_main(argv) == 0
         captured = capsys.readouterr()
         figures[engine[1]] = json.loads(captured.out.strip().splitlines()[-1])
+        (version,) = [d for d in (models / "recall").iterdir() if d.is_dir()]
+        tables[engine[1]] = {f.name: f.read_bytes() for f in sorted(version.glob("*.npz"))}
     single, dask = figures["single"], figures["dask"]
+    assert set(tables["single"]) == {"knn.npz", "ease.npz", "sequence.npz"}
+    assert tables["single"] == tables["dask"]  # built beside: the same tables, byte for byte
+    assert single["recall_fusion"] == dask["recall_fusion"] and single["recall_blend"] == dask["recall_blend"]
     assert single["rows"] == dask["rows"] > 10_000
     assert len(single["rows_digest"]) == 32 and single["rows_digest"] == dask["rows_digest"]
     assert single["version"] == dask["version"]  # the ONNX files' digest: the same model

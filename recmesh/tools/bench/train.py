@@ -3,11 +3,16 @@
 For each size it writes the generated shop's purchase log (recmesh demo
 write-shop: one purchase a row, about 30 per shopper, 2,000 products; the
 shape of examples/shop/purchases.toml: 4 negatives per example), imports it as
-a canonical log, and runs `recmesh train --events LOG` in its own process with
-a fresh state directory, sampling the resident memory of that process and its
-children every 0.1 s. `--movielens LOG` adds MovieLens-100k's log (with
-examples/movielens). It prints, per log: events, training rows, wall time and
-time per event, peak memory, holdout AUC.
+a canonical log (kept in `--log-dir` and reused from there when given), and
+runs `recmesh train --events LOG` in its own process with a fresh state
+directory, sampling the memory of that process and its children every 0.1 s:
+the sum of their proportional set sizes (a page shared by two of them, as a
+forked child's inherited pages are, counts half in each), which for one
+process is its resident memory. `--movielens LOG` adds MovieLens-100k's log
+(with examples/movielens). `--engines` and `--jobs` train each log once per
+configuration, `--repeat` runs them all again in the same order (alternated).
+It prints, per run: events, training rows, wall time and time per event, peak
+memory, holdout AUC.
 """
 
 from __future__ import annotations
@@ -32,7 +37,9 @@ MOVIELENS_REPOSITORY = Path(__file__).resolve().parents[3] / "examples" / "movie
 PURCHASES_PER_SHOPPER = 30  # about, in the generated shop
 
 
-def _tree_rss(proc: psutil.Process) -> int:
+def _tree_memory(proc: psutil.Process) -> int:
+    """The process's and its children's memory: their proportional set sizes
+    summed where the system reports them (Linux), else their resident sizes."""
     total = 0
     try:
         procs = [proc, *proc.children(recursive=True)]
@@ -40,12 +47,13 @@ def _tree_rss(proc: psutil.Process) -> int:
         return 0
     for p in procs:
         with contextlib.suppress(psutil.Error):
-            total += p.memory_info().rss
+            full = p.memory_full_info()
+            total += getattr(full, "pss", full.rss)
     return total
 
 
 def measure(repository: Path, log: Path, extra: list[str], say: Any) -> dict[str, Any]:
-    """`recmesh train --events log` in its own process: wall time, peak RSS and the
+    """`recmesh train --events log` in its own process: wall time, peak memory and the
     phase it was reached in (the last progress line before it), its figures."""
     with tempfile.TemporaryDirectory(prefix="recmesh-bench-train-") as tmp:
         env = {**os.environ, "RECMESH_REPOSITORY": str(repository), "RECMESH_STATE_DIR": f"{tmp}/state"}
@@ -61,9 +69,9 @@ def measure(repository: Path, log: Path, extra: list[str], say: Any) -> dict[str
 
         def sample() -> None:
             while child.poll() is None:
-                rss = _tree_rss(watched)
-                if rss > peak[0]:
-                    peak[0], at_peak[0] = rss, phase[0]
+                used = _tree_memory(watched)
+                if used > peak[0]:
+                    peak[0], at_peak[0] = used, phase[0]
                 time.sleep(0.1)
 
         def follow() -> None:
@@ -96,7 +104,7 @@ def measure(repository: Path, log: Path, extra: list[str], say: Any) -> dict[str
         "rows": rows,
         "wall_s": round(wall, 1),
         "ms_per_event": round(wall * 1000 / max(1, events), 3),
-        "peak_rss_gib": round(peak[0] / 2**30, 3),
+        "peak_gib": round(peak[0] / 2**30, 3),
         "peak_during": at_peak[0],
         "auc_holdout": figures.get("auc_holdout"),
         "replay_s": figures.get("replay_seconds"),
@@ -132,39 +140,58 @@ def engine_args(engine: str) -> list[str]:
 
 
 def run(
-    sizes: list[int], movielens: Path | None, epochs: int, say: Any, engines: list[str] | None = None
+    sizes: list[int],
+    movielens: Path | None,
+    epochs: int,
+    say: Any,
+    engines: list[str] | None = None,
+    jobs: list[int] | None = None,
+    repeat: int = 1,
+    log_dir: Path | None = None,
 ) -> dict[str, Any]:
-    """Each log trained once per engine, the engines one after another on each log."""
+    """Each log trained once per engine and number of jobs, all of them one after
+    another on each log, `repeat` times over."""
     rows: list[dict[str, Any]] = []
-    engines = engines or ["single"]
+    configs = [(e, j) for e in engines or ["single"] for j in jobs or [1]]
     extra = ["--epochs", str(epochs)]
 
-    def each_engine(world: str, repository: Path, log: Path) -> None:
-        for engine in engines:
-            say(f"  engine {engine} ...")
-            rows.append({"world": world, "engine": engine,
-                         **measure(repository, log, [*extra, *engine_args(engine)], say)})  # fmt: skip
+    def each_config(world: str, repository: Path, log: Path) -> None:
+        for round_ in range(1, repeat + 1):
+            for engine, n in configs:
+                say(f"  engine {engine}, {n} job(s), round {round_} ...")
+                argv = [*extra, *engine_args(engine), "--jobs", str(n)]
+                rows.append({"world": world, "engine": engine, "jobs": n, "round": round_,
+                             **measure(repository, log, argv, say)})  # fmt: skip
 
     with tempfile.TemporaryDirectory(prefix="recmesh-bench-logs-") as tmp:
         for size in sizes:
-            say(f"generating a shop log of about {size:,} purchases ...")
-            log = shop_log(size, Path(tmp))
-            each_engine("shop purchases", log.parent / "purchases.toml", log)
-            log.unlink()
+            kept = log_dir / f"shop-{size}" / "purchases.jsonl" if log_dir is not None else None
+            if kept is not None and kept.exists():
+                say(f"the shop log of about {size:,} purchases in {kept.parent}")
+                log = kept
+            else:
+                say(f"generating a shop log of about {size:,} purchases ...")
+                log = shop_log(size, log_dir or Path(tmp))
+            each_config("shop purchases", log.parent / "purchases.toml", log)
+            if log_dir is None:
+                log.unlink()
     if movielens is not None:
-        each_engine("movielens-100k", MOVIELENS_REPOSITORY, movielens)
+        each_config("movielens-100k", MOVIELENS_REPOSITORY, movielens)
     return {"epochs": epochs, "rows": rows}
 
 
 def table(f: dict[str, Any]) -> str:
-    lines = [f"recmesh train, {f['epochs']} epochs (peak: resident memory of the process and its children)",
-             f"  {'world':<16} {'engine':<7} {'events':>10} {'rows':>11} {'wall s':>8} {'ms/event':>9} "
-             f"{'replay s':>9} {'peak GiB':>9} {'AUC':>7}  rows digest"]  # fmt: skip
+    lines = [f"recmesh train, {f['epochs']} epochs (peak: proportional set size of the process and its "
+             "children)",
+             f"  {'world':<16} {'engine':<7} {'jobs':>4} {'round':>5} {'events':>10} {'rows':>11} "
+             f"{'wall s':>8} {'ms/event':>9} {'replay s':>9} {'peak GiB':>9} {'AUC':>7}  "
+             "rows digest"]  # fmt: skip
     for r in f["rows"]:
-        lines.append(f"  {r['world']:<16} {r['engine']:<7} {r['events']:>10,} {r['rows']:>11,} "
-                     f"{r['wall_s']:>8} {r['ms_per_event']:>9} {r['replay_s']!s:>9} {r['peak_rss_gib']:>9} "
-                     f"{r['auc_holdout']!s:>7}  {r['rows_digest']}")  # fmt: skip
-    lines += [f"  peak of {r['world']} / {r['engine']}: during {r.get('peak_during')!r}" for r in f["rows"]]
+        lines.append(f"  {r['world']:<16} {r['engine']:<7} {r['jobs']:>4} {r['round']:>5} {r['events']:>10,} "
+                     f"{r['rows']:>11,} {r['wall_s']:>8} {r['ms_per_event']:>9} {r['replay_s']!s:>9} "
+                     f"{r['peak_gib']:>9} {r['auc_holdout']!s:>7}  {r['rows_digest']}")  # fmt: skip
+    lines += [f"  peak of {r['world']} / {r['engine']} / {r['jobs']} job(s) / round {r['round']}: during "
+              f"{r.get('peak_during')!r}" for r in f["rows"]]  # fmt: skip
     by_log: dict[str, set[str]] = {}
     for r in f["rows"]:
         by_log.setdefault(r["log"], set()).add(r["rows_digest"])
@@ -177,6 +204,7 @@ def table(f: dict[str, Any]) -> str:
 def main(args: Any) -> int:
     say = (lambda m: print(m, file=sys.stderr, flush=True)) if args.json else print
     sizes = [int(s) for s in args.sizes]
-    figures = run(sizes, Path(args.movielens) if args.movielens else None, args.epochs, say, args.engines)
+    figures = run(sizes, Path(args.movielens) if args.movielens else None, args.epochs, say, args.engines,
+                  args.jobs, args.repeat, Path(args.log_dir) if args.log_dir else None)  # fmt: skip
     emit(figures, args.json, table(figures))
     return 0

@@ -154,6 +154,12 @@ def _add_train(bench: Any) -> None:
     bt.add_argument("--engines", type=_engines, default=["single"], metavar="single,dask:1,dask:2",
                     help="train each log once per engine (dask:N: a local cluster of N workers); "
                     "their rows' digests are compared")  # fmt: skip
+    bt.add_argument("--jobs", type=whole_numbers, default=[1], metavar="1,2",
+                    help="train each log once per value of recmesh train --jobs (2: learnt retrieval "
+                    "built in a process beside the training)")  # fmt: skip
+    bt.add_argument("--repeat", type=positive_int, default=1,
+                    help="rounds of every configuration, alternated")  # fmt: skip
+    bt.add_argument("--log-dir", help="keep the generated logs here, and reuse those already there")
     bt.add_argument("--json", action="store_true")
     bt.set_defaults(func=lazy("recmesh.tools.bench.train"))
 

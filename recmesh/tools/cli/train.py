@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import os
 import shutil
 import sys
 import tempfile
@@ -119,6 +120,8 @@ class _Training:
     split: Any = None
     recall_card: dict[str, Any] | None = None
     tuned: Any = None
+    hold: Any = None  # learnt retrieval's tuning split (its users' held-out parts are not trained on)
+    retrieval: Any = None  # learnt retrieval's build, running beside the replay and the training
     users: Any = None
     items: Any = None
     rows_dir: Path | None = None  # the rows on disk while training (removed after)
@@ -142,8 +145,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
         raise InvalidArgument("--engine-address and --partitions are for --engine dask")
     if args.engine != "single" and not args.events:
         raise InvalidArgument(f"--engine {args.engine} replays an event log: give it with --events LOG")
-    if args.workers < 1 or (args.partitions is not None and args.partitions < 1):
-        raise InvalidArgument("--workers and --partitions: at least 1")
+    if args.workers < 1 or args.jobs < 1 or (args.partitions is not None and args.partitions < 1):
+        raise InvalidArgument("--workers, --jobs and --partitions: at least 1")
     if not args.events and not feature_set.demo:
         raise InvalidArgument(f"repository {feature_set.name!r}: give your event log with --events LOG")
     run = _Training(model_dir)
@@ -152,6 +155,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
             run = _from_log(args, feature_set, model_dir, run, say)
         return _train_run(args, cfg, feature_set, run, say)
     finally:
+        if run.retrieval is not None:
+            run.retrieval.cancel()
         if run.rows_dir is not None:
             shutil.rmtree(run.rows_dir, ignore_errors=True)
 
@@ -159,16 +164,16 @@ def _cmd_train(args: argparse.Namespace) -> int:
 def _train_run(args: argparse.Namespace, cfg: Any, feature_set: Any, run: _Training, say: Any) -> int:
     from recmesh.tools.training.train import train
 
-    recall_card = run.recall_card
-    blend = recall_card is not None and run.tuned is not None and run.dataset is not None
-    unseen = run.tuned.hold.as_of if blend and run.tuned.hold is not None and run.tuned.candidates else None
+    hold = run.hold
+    unseen = hold.as_of if hold is not None and any(u in hold.history for u in hold.targets) else None
     if unseen:
         say(f"the {len(unseen):,} tuning users' held-out parts are left out of the model's training rows: "
             "its full variant tunes the blend")  # fmt: skip
-    fitted = train(cfg, run.model_dir, feature_set, run.dataset, progress=say, unseen=unseen)
+    fitted = train(cfg, run.model_dir, feature_set, run.dataset, progress=say, unseen=unseen,
+                   late_source=functools.partial(_retrieval_built, run, say))  # fmt: skip
     card = fitted.card
-    if blend:
-        assert recall_card is not None
+    recall_card = run.recall_card
+    if recall_card is not None and run.tuned is not None and run.dataset is not None:
         version = recall_card["version"]
         recall_card |= _tune_blend(feature_set, run.tuned, fitted.probe, run.users, run.items, run.model_dir,
                                    version, say)  # fmt: skip
@@ -215,20 +220,19 @@ def _from_log(
         run.model_dir = _ranking_dir() / "models"
     if feature_set.roles.learnt_behaviors:
         # Learnt retrieval from the same log (the training part with --ranking),
-        # beside the model it serves with.
+        # served beside the model; built in a process of its own while this one
+        # replays the log and trains (--jobs): the two share only the log.
         from recmesh.tools.training import recall
+        from recmesh.tools.training.beside import run_beside
 
         logged = split.training if split is not None else logged_all
-        run.recall_card, run.tuned = recall.build(
-            feature_set,
-            logged,
-            run.model_dir,
-            say,
-            args.seed,
-            {"events_file": str(Path(args.events).resolve())},
-            activate=False,
-            target=target,
-        )
+        tuning = recall.tuning_split(feature_set, logged, args.seed, target)
+        run.hold = tuning.hold
+        build = functools.partial(
+            recall.build, feature_set, logged, run.model_dir, say, args.seed,
+            {"events_file": str(Path(args.events).resolve())}, activate=False, split=tuning,
+        )  # fmt: skip
+        run.retrieval = run_beside(lambda: _without_split(build()), "learnt retrieval's build", args.jobs)
         events = iter(logged)
     total = len(split.training) if split is not None else len(logged_all)
     replay_started = time.perf_counter()
@@ -239,17 +243,34 @@ def _from_log(
         )  # fmt: skip
     run.replay_seconds = round(time.perf_counter() - replay_started, 1)
     say(f"{len(dataset.y):,} training rows in {run.replay_seconds} s (digest {dataset.digest})")
-    recall_card = run.recall_card
     dataset.source = {
         "events": str(Path(args.events).resolve()),
         "users": args.users,
         "items": args.items,
         **({"held_out": {"users": len(split.targets), "events": split.held_out_events,
                          "seed": args.seed}} if split else {}),
-        # the learnt retrieval built from the same log, served beside this model
-        **({"recall_version": recall_card["version"]} if recall_card else {}),
     }  # fmt: skip
     return run
+
+
+def _without_split(built: tuple[dict[str, Any], Any]) -> tuple[dict[str, Any], Any]:
+    """The build's card and tuning without its split: the caller holds the split
+    already, and its events are a view of the whole log (not sent back)."""
+    card, tuned = built
+    tuned.hold = None
+    return card, tuned
+
+
+def _retrieval_built(run: _Training, say: Any) -> dict[str, Any]:
+    """Learnt retrieval's build, waited for once the model is trained (it was
+    running beside); what the model card says of it: the version served beside."""
+    if run.retrieval is None:
+        return {}
+    if not run.retrieval.ready():
+        say("waiting for learnt retrieval's build (running beside) ...")
+    run.recall_card, run.tuned = run.retrieval.result()
+    run.tuned.hold = run.hold
+    return {"recall_version": run.recall_card["version"]}
 
 
 @contextmanager
@@ -370,6 +391,12 @@ def add_commands(sub: Any) -> None:
         help="where the replay computes the training rows' features: this process, or Dask "
         "(the log partitioned by entity, each partition replayed by the same code; the same rows, "
         "bit for bit: compare the printed digest). Needs pip install 'recmesh[engine]'",
+    )  # fmt: skip
+    tr.add_argument(
+        "--jobs", type=int, default=min(2, len(os.sched_getaffinity(0))), metavar="N",
+        help="processes for work that runs side by side: with 2, learnt retrieval is built in a second "
+        "process while this one replays the log and trains the model (the same tables and model as "
+        "with 1; default 2 where 2 CPUs are free to this process)",
     )  # fmt: skip
     tr.add_argument("--workers", type=int, default=2,
                     help="--engine dask: worker processes of the local cluster")  # fmt: skip

@@ -13,6 +13,7 @@ from __future__ import annotations
 import time
 from collections import Counter
 from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -110,6 +111,33 @@ def served_popularity(feature_set: FeatureSet) -> rb.Popularity | None:
     return None
 
 
+@dataclass(frozen=True)
+class TuningSplit:
+    """The leave-last-out split learnt retrieval is tuned on (`rb.holdout`), and
+    how its targets were chosen (`targets`; the card says it)."""
+
+    hold: rb.Holdout
+    what: str
+
+
+def tuning_split(
+    feature_set: FeatureSet, events: Sequence[Event], seed: int = 0, target: Collection[str] | None = None
+) -> TuningSplit:
+    """Each of TUNING_USERS users' last positive of `target` (see `targets`) held
+    out of `events`, the users drawn under `seed`; refused when no event is of
+    the learnt behaviours."""
+    cfg = config_of(feature_set)
+    learnt = frozenset(cfg.behaviors)
+    if not any(ev.behavior in learnt for ev in events):
+        raise InvalidArgument(
+            f"no event of the learnt behaviours {sorted(cfg.behaviors)} in the log: nothing to learn from "
+            "(recall.learnt.behaviors in the repository names them)"
+        )
+    is_target, what = targets(feature_set, events, target)
+    hold = rb.holdout(events, is_target, cfg.behaviors, cfg.history, TUNING_USERS, seed, cfg.seen_behaviors)
+    return TuningSplit(hold, what)
+
+
 def build(
     feature_set: FeatureSet,
     events: Sequence[Event],
@@ -119,24 +147,21 @@ def build(
     source: dict[str, Any] | None = None,
     activate: bool = True,
     target: Collection[str] | None = None,
+    split: TuningSplit | None = None,
 ) -> tuple[dict[str, Any], rb.Tuned]:
-    """Tune on a split of `events` (each tuning user's last positive of `target`,
-    see `targets`), build the tables on all of them, save a version under
+    """Tune on a split of `events` (`split`, or `tuning_split`'s under `seed`
+    and `target`), build the tables on all of them, save a version under
     model_dir/recall (current when `activate`); its card, and the tuning (the
     split and each tuning user's fused candidates, what `tune_blend` scores
     with the model trained beside the tables)."""
     cfg = config_of(feature_set)
     started = time.perf_counter()
-    is_target, what = targets(feature_set, events, target)
+    split = split or tuning_split(feature_set, events, seed, target)
+    what = split.what
     progress(f"learnt retrieval: tuning {', '.join(cfg.methods)} on {len(events):,} events, "
              f"each user's last of {what} held out ...")  # fmt: skip
-    tuned = rb.tune(events, cfg, is_target, TUNING_USERS, seed, progress, served_popularity(feature_set))
+    tuned = rb.tune(split.hold, cfg, seed, progress, served_popularity(feature_set))
     data = rb.interactions(events, cfg.behaviors)
-    if not len(data.items):
-        raise InvalidArgument(
-            f"no event of the learnt behaviours {sorted(cfg.behaviors)} in the log: nothing to learn from "
-            "(recall.learnt.behaviors in the repository names them)"
-        )
     tables, sources = _tables(data, cfg, tuned, seed)
     card = {
         "feature_set_version": feature_set.version,

@@ -360,12 +360,16 @@ def train(
     progress: Callable[[str], None] = print,
     origin: str | None = None,
     unseen: Mapping[str, int] | None = None,
+    late_source: Callable[[], Mapping[str, Any]] | None = None,
 ) -> Fitted:
     """Train the family on `dataset` (default: the demo generator's), export
     every variant and the card, and make it the current version; the card and
     the full variant as a probe. `unseen`: users whose rows as
     of their time there are never trained on (the blend's tuning users' held-out
-    parts), though the holdout still measures them."""
+    parts), though the holdout still measures them. `late_source`: called once
+    the family is trained, before the export, for what the card's training data
+    says beside `dataset.source` that is known only then (the learnt retrieval
+    built beside the training)."""
     started = time.perf_counter()
     if dataset is None:
         progress(f"building point-in-time rows ({cfg.sessions} demo sessions over {cfg.hours} h) ...")
@@ -386,6 +390,7 @@ def train(
     auc_base = base.variant_auc[0]
     training_data = {
         **dataset.source,
+        **(late_source() if late_source is not None else {}),
         "from_ms": int(t.min()), "to_ms": int(t.max()), "rows": len(y),
         "holdout_rows": int(rows.ho.sum()), "holdout_from_ms": int(rows.split) + 1,
         "positive_rate": round(float(y.mean()), 4), "label": LabelRule.of(feature_set).describe(),

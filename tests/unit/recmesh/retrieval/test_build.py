@@ -95,7 +95,9 @@ def test_tune_picks_weights_that_fuse_the_sources_it_learnt() -> None:
     seqs = {f"u{u}": [f"i{(u + s) % 40}" for s in range(8)] for u in range(200)}  # sequential structure
     events = sequences(seqs)
     cfg = rb.BuildConfig(behaviors={"view": 1.0}, previous=5, neighbours=20, history=10, ease_items=100)
-    tuned = rb.tune(events, cfg, [True] * len(events), users=100, seed=int(rng.integers(10)))
+    seed = int(rng.integers(10))
+    hold = rb.holdout(events, [True] * len(events), cfg.behaviors, cfg.history, 100, seed, cfg.seen_behaviors)
+    tuned = rb.tune(hold, cfg, seed)
     assert tuned.users == 100
     assert set(tuned.decay) == {"knn", "ease"}
     assert tuned.ease_lambda > 0

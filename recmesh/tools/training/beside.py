@@ -1,0 +1,105 @@
+"""Work run beside the caller's: a function in a forked child process, its
+result (or its exception) sent back through a pipe.
+
+`recmesh train --events` builds learnt retrieval this way while it replays the
+log and trains the model: the two share only the event log, which the child
+inherits from the fork (nothing is copied or pickled on the way in), and the
+build's result is small (its card and the tuning users' candidates). On a
+machine without `fork` (or with `jobs=1`), `run_beside` runs the function at
+once, in this process, and the caller's code is the same.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import sys
+import traceback
+from collections.abc import Callable
+from multiprocessing.connection import Connection
+from typing import Any, Generic, TypeVar
+
+T = TypeVar("T")
+
+
+class Done(Generic[T]):
+    """A result computed already (the function ran in this process)."""
+
+    def __init__(self, value: T) -> None:
+        self._value = value
+
+    def ready(self) -> bool:
+        return True
+
+    def result(self) -> T:
+        return self._value
+
+    def cancel(self) -> None:
+        return None
+
+
+class Forked(Generic[T]):
+    """`fn()` running in a forked child; `result()` waits for it."""
+
+    def __init__(self, fn: Callable[[], T], what: str) -> None:
+        self.what = what
+        for stream in (sys.stdout, sys.stderr):  # or the child would print the parent's buffered lines again
+            stream.flush()
+        ctx = multiprocessing.get_context("fork")
+        self._recv, send = ctx.Pipe(duplex=False)
+        self._proc = ctx.Process(target=_child, args=(fn, send), name=what, daemon=True)
+        self._proc.start()
+        send.close()
+        self._outcome: tuple[str, Any] | None = None
+
+    def ready(self) -> bool:
+        return self._outcome is not None or self._recv.poll()
+
+    def result(self) -> T:
+        if self._outcome is None:
+            try:
+                self._outcome = self._recv.recv()
+            except EOFError:  # killed (out of memory, a signal) before it could answer
+                self._proc.join()
+                code = self._proc.exitcode
+                raise RuntimeError(f"{self.what}: its process died (exit code {code})") from None
+            self._proc.join()
+        kind, value = self._outcome
+        if kind == "error":
+            raise value
+        return value  # type: ignore[no-any-return]
+
+    def cancel(self) -> None:
+        if self._proc.is_alive():
+            self._proc.terminate()
+            self._proc.join()
+
+
+def _child(fn: Callable[[], Any], send: Connection) -> None:
+    for stream in (sys.stdout, sys.stderr):  # progress lines as they come, not when the child ends
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None:
+            reconfigure(line_buffering=True)
+    try:
+        outcome: tuple[str, Any] = ("ok", fn())
+    except BaseException as err:  # every failure goes back to the caller, which raises it
+        err.add_note(f"in a process beside the caller's:\n{traceback.format_exc()}")
+        outcome = ("error", err)
+    try:
+        send.send(outcome)
+    except Exception as err:  # a result or exception that does not pickle
+        send.send(("error", RuntimeError(f"{type(err).__name__}: {err}\n{traceback.format_exc()}")))
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+
+
+def can_fork() -> bool:
+    return sys.platform == "linux" and "fork" in multiprocessing.get_all_start_methods()
+
+
+def run_beside(fn: Callable[[], T], what: str, jobs: int) -> Done[T] | Forked[T]:
+    """`fn` in a forked child when `jobs` > 1 and this system forks safely (Linux),
+    else run now in this process."""
+    if jobs > 1 and can_fork():
+        return Forked(fn, what)
+    return Done(fn())

@@ -1,0 +1,68 @@
+"""Work beside the caller's: a forked child's result, its exception and its death
+reach the caller; with one job the work runs at once in the caller's process."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import pytest
+
+from recmesh.errors import InvalidArgument
+from recmesh.tools.training.beside import Done, Forked, can_fork, run_beside
+
+pytestmark = pytest.mark.skipif(not can_fork(), reason="forks on Linux only")
+
+
+def test_the_result_comes_back_from_another_process(capfd: pytest.CaptureFixture[str]) -> None:
+    table = list(range(100_000))  # inherited by the fork, not sent
+
+    def work() -> tuple[int, int]:
+        print("a progress line from the child")
+        return os.getpid(), sum(table)
+
+    pending = run_beside(work, "the sum", jobs=2)
+    assert isinstance(pending, Forked)
+    pid, total = pending.result()
+    assert pid != os.getpid() and total == sum(table)
+    assert pending.result() == (pid, total)  # asked again: the same answer, no second wait
+    assert "a progress line from the child" in capfd.readouterr().out
+
+
+def test_one_job_runs_the_work_here_and_now() -> None:
+    calls: list[int] = []
+
+    def work() -> int:
+        calls.append(os.getpid())
+        return 7
+
+    pending = run_beside(work, "here", jobs=1)
+    assert isinstance(pending, Done) and calls == [os.getpid()] and pending.result() == 7
+
+
+def test_the_childs_exception_is_raised_in_the_caller_with_its_message() -> None:
+    def refuse() -> None:
+        raise InvalidArgument("no event of the learnt behaviours ['view'] in the log")
+
+    pending = Forked(refuse, "learnt retrieval's build")
+    with pytest.raises(InvalidArgument, match=r"no event of the learnt behaviours") as err:
+        pending.result()
+    assert any("in a process beside the caller's" in note for note in err.value.__notes__)
+
+
+def test_a_child_that_dies_is_an_error_naming_the_work() -> None:
+    def die() -> None:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    with pytest.raises(RuntimeError, match=r"learnt retrieval's build: its process died \(exit code -9\)"):
+        Forked(die, "learnt retrieval's build").result()
+
+
+def test_cancel_stops_a_child_still_working() -> None:
+    import time
+
+    pending = Forked(lambda: time.sleep(60), "a long build")
+    assert not pending.ready()
+    started = time.perf_counter()
+    pending.cancel()
+    assert time.perf_counter() - started < 5
