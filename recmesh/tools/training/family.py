@@ -51,6 +51,7 @@ tables once (`_gradients`).
 from __future__ import annotations
 
 import functools
+import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -202,10 +203,6 @@ PREDICT_ROWS = 4096
 # Single-column AUCs (pick_level1) are measured on at most this many training
 # rows, evenly spaced: every row below it.
 LEVEL1_SAMPLE = 1_000_000
-# A file-backed matrix is mapped afresh every this many mini-batches, so the
-# pages random batches touched leave the process (the page cache keeps them):
-# a random row touches a 4 KB page, so 8 batches of 1,024 hold at most 32 MB.
-REMAP_BATCHES = 8
 
 Rows = npt.NDArray[np.int64]
 
@@ -214,12 +211,35 @@ def _all_rows(x: F32, rows: Rows | None) -> Rows:
     return np.arange(len(x), dtype=np.int64) if rows is None else rows
 
 
-def _fresh(x: F32) -> F32:
-    """A file-backed matrix mapped again (its touched pages released); any other as it is."""
-    if isinstance(x, np.memmap) and x.filename is not None:
-        mapped: F32 = np.load(x.filename, mmap_mode="r")
-        return mapped
-    return x
+def take_rows(x: F32, index: Rows) -> F32:
+    """x[index]. For an .npy file mapped in whole (numpy.load(mmap_mode="r")),
+    the rows are read with pread, a run of consecutive rows in one read, so no
+    page of the file is mapped into the process: read through the mapping,
+    each random row maps the pages around it (the kernel's fault-around and
+    large page-cache folios), and a mini-batch of 1,024 random rows of 5 M left
+    about 500 MB of the file in the process whether it was mapped afresh every
+    batch or every 8 (the page cache keeps the file either way). Reading is
+    also faster: 1.8 against 2.3 ms a batch of 1,024 rows of 160 bytes."""
+    mapped = getattr(x, "_mmap", None)
+    if not (isinstance(x, np.memmap) and x.filename and mapped is not None and x.flags.c_contiguous
+            and x.ndim == 2 and x.dtype == np.float32 and len(mapped) == x.offset + x.nbytes):  # fmt: skip
+        return x[index]
+    index = np.asarray(index, np.int64)
+    if not len(index):
+        return np.zeros((0, x.shape[1]), np.float32)
+    row = x.strides[0]
+    starts = np.flatnonzero(np.r_[True, index[1:] != index[:-1] + 1])
+    counts = np.diff(np.r_[starts, len(index)]) * row
+    offsets = x.offset + index[starts] * row
+    fd = os.open(x.filename, os.O_RDONLY)
+    try:
+        parts = [os.pread(fd, n, at) for n, at in zip(counts.tolist(), offsets.tolist(), strict=True)]
+    finally:
+        os.close(fd)
+    data = b"".join(parts)
+    if len(data) != len(index) * row:
+        raise OSError(f"{x.filename}: read {len(data)} bytes of {len(index) * row}: the file was cut short")
+    return np.frombuffer(data, np.float32).reshape(len(index), x.shape[1])
 
 
 def pick_level1(x: F32, y: F32, layout: Layout, rows: Rows | None = None) -> tuple[str, ...]:
@@ -230,7 +250,7 @@ def pick_level1(x: F32, y: F32, layout: Layout, rows: Rows | None = None) -> tup
     if len(rows) > LEVEL1_SAMPLE:
         rows = rows[np.linspace(0, len(rows) - 1, LEVEL1_SAMPLE).astype(np.int64)]
     cols = [layout.columns.index(c) for c in layout.dense]
-    parts = [_fresh(x)[rows[s : s + CHUNK_ROWS]][:, cols] for s in range(0, len(rows), CHUNK_ROWS)]
+    parts = [take_rows(x, rows[s : s + CHUNK_ROWS])[:, cols] for s in range(0, len(rows), CHUNK_ROWS)]
     block = np.concatenate(parts) if parts else np.zeros((0, len(cols)), np.float32)
     yr = y[rows]
     strength = []
@@ -258,7 +278,7 @@ class Family:
         rows = _all_rows(x, rows)
         out = np.empty(len(rows), np.float32)
         for s in range(0, len(rows), PREDICT_ROWS):
-            part = _fresh(x)[rows[s : s + PREDICT_ROWS]]  # a fresh mapping: its pages leave with it
+            part = take_rows(x, rows[s : s + PREDICT_ROWS])
             out[s : s + len(part)] = _forward(
                 self.params, _Batch.of(part, self.layout, self.mean, self.std), variant, mask
             )[0]
@@ -477,10 +497,8 @@ def train_family(
         order = rng.permutation(len(rows))
         for start in range(0, len(rows), batch_size):
             idx = order[start : start + batch_size]
-            if step % REMAP_BATCHES == 0:
-                x = _fresh(x)
             # each batch's inputs derived from its rows only: no copy of the whole matrix
-            batch, yb = _Batch.of(x[rows[idx]], layout, mean, std), y_tr[idx]
+            batch, yb = _Batch.of(take_rows(x, rows[idx]), layout, mean, std), y_tr[idx]
             grads = _gradients(p, batch, configs, masks, yb, w_all[idx])[0]
             # L2 on the embedding rows this batch looked up, not on the whole
             # table: under Adam a decay term alone moves each row the batch
@@ -508,11 +526,11 @@ def _moments(x: F32, rows: Rows, cols: Sequence[int] | npt.NDArray[np.int64]) ->
     cols = list(cols)
     total = np.zeros(len(cols), np.float64)
     for s in range(0, len(rows), CHUNK_ROWS):
-        total += _fresh(x)[rows[s : s + CHUNK_ROWS]][:, cols].sum(axis=0, dtype=np.float64)
+        total += take_rows(x, rows[s : s + CHUNK_ROWS])[:, cols].sum(axis=0, dtype=np.float64)
     mean = total / max(1, len(rows))
     squares = np.zeros(len(cols), np.float64)
     for s in range(0, len(rows), CHUNK_ROWS):
-        squares += ((_fresh(x)[rows[s : s + CHUNK_ROWS]][:, cols] - mean) ** 2).sum(axis=0)
+        squares += ((take_rows(x, rows[s : s + CHUNK_ROWS])[:, cols] - mean) ** 2).sum(axis=0)
     std = np.sqrt(squares / max(1, len(rows)))
     return mean.astype(np.float32), (std + 1e-6).astype(np.float32)
 

@@ -21,6 +21,7 @@ from recmesh.tools.training.family import (
     make_variants,
     offline_only,
     pick_level1,
+    take_rows,
     to_onnx,
     train_family,
     trained_configs,
@@ -268,6 +269,24 @@ def test_training_from_a_mapped_file_and_a_row_subset_is_the_training_in_memory(
     v = configs[0]
     np.testing.assert_allclose(a.predict(mapped, v, rows), a.predict(x[rows], v), rtol=1e-6)
     assert pick_level1(mapped, y, LAYOUT, rows) == pick_level1(x[rows], y[rows], LAYOUT)
+
+
+def test_rows_of_a_mapped_file_are_read_not_mapped(tmp_path: Path) -> None:
+    """take_rows gives x[index] for any index (runs, repeats, out of order, none),
+    reading a whole mapped .npy file's rows with pread into memory of its own;
+    a view of a mapping (not the whole file) is indexed as it is."""
+    x = np.random.default_rng(0).random((5000, 7), dtype=np.float32)
+    np.save(tmp_path / "x.npy", x)
+    mapped = np.load(tmp_path / "x.npy", mmap_mode="r")
+    rng = np.random.default_rng(1)
+    for index in (rng.permutation(5000)[:1024], np.arange(100, 3000), np.r_[7, 8, 9, 3, 3, 4999, 0],
+                  np.zeros(0, np.int64)):  # fmt: skip
+        got = take_rows(mapped, index)
+        np.testing.assert_array_equal(got, x[index])
+        assert not isinstance(got, np.memmap) and got.dtype == np.float32 and got.shape == (len(index), 7)
+    view = mapped[10:]
+    np.testing.assert_array_equal(take_rows(view, np.r_[0, 5]), x[[10, 15]])
+    np.testing.assert_array_equal(take_rows(x, np.r_[4, 2]), x[[4, 2]])
 
 
 def test_the_summed_gradient_is_the_summed_losss_derivative() -> None:
