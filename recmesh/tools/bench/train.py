@@ -30,6 +30,7 @@ from typing import Any
 
 import psutil
 
+from recmesh.errors import InvalidArgument
 from recmesh.tools.bench.common import emit
 
 SHOP_REPOSITORY = Path(__file__).resolve().parents[3] / "examples" / "shop" / "purchases.toml"
@@ -204,6 +205,8 @@ def table(f: dict[str, Any]) -> str:
 def main(args: Any) -> int:
     say = (lambda m: print(m, file=sys.stderr, flush=True)) if args.json else print
     sizes = [int(s) for s in args.sizes]
+    if any(j < 1 for j in args.jobs):
+        raise InvalidArgument(f"--jobs {','.join(map(str, args.jobs))}: each at least 1")
     figures = run(sizes, Path(args.movielens) if args.movielens else None, args.epochs, say, args.engines,
                   args.jobs, args.repeat, Path(args.log_dir) if args.log_dir else None)  # fmt: skip
     emit(figures, args.json, table(figures))

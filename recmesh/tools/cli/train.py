@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import functools
-import os
 import shutil
 import sys
 import tempfile
@@ -347,6 +346,8 @@ def _rank_held_out(
 
 
 def add_commands(sub: Any) -> None:
+    from recmesh.tools.training.beside import usable_cpus
+
     tr = sub.add_parser(
         "train", help="train the model family on your event log (or the demo's) and export ONNX + model card"
     )
@@ -393,10 +394,10 @@ def add_commands(sub: Any) -> None:
         "bit for bit: compare the printed digest). Needs pip install 'recmesh[engine]'",
     )  # fmt: skip
     tr.add_argument(
-        "--jobs", type=int, default=min(2, len(os.sched_getaffinity(0))), metavar="N",
+        "--jobs", type=int, default=min(2, usable_cpus()), metavar="N",
         help="processes for work that runs side by side: with 2, learnt retrieval is built in a second "
         "process while this one replays the log and trains the model (the same tables and model as "
-        "with 1; default 2 where 2 CPUs are free to this process)",
+        "with 1; default 2 where this process may run on 2 CPUs or more)",
     )  # fmt: skip
     tr.add_argument("--workers", type=int, default=2,
                     help="--engine dask: worker processes of the local cluster")  # fmt: skip

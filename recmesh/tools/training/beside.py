@@ -12,7 +12,9 @@ once, in this process, and the caller's code is the same.
 from __future__ import annotations
 
 import multiprocessing
+import os
 import sys
+import threading
 import traceback
 from collections.abc import Callable
 from multiprocessing.connection import Connection
@@ -38,31 +40,41 @@ class Done(Generic[T]):
 
 
 class Forked(Generic[T]):
-    """`fn()` running in a forked child; `result()` waits for it."""
+    """`fn()` running in a forked child; `result()` waits for it. A thread of
+    this process takes the answer as soon as it is sent, so the child ends (and
+    gives its memory back) when its work is done, not when the caller asks."""
 
     def __init__(self, fn: Callable[[], T], what: str) -> None:
         self.what = what
         for stream in (sys.stdout, sys.stderr):  # or the child would print the parent's buffered lines again
             stream.flush()
         ctx = multiprocessing.get_context("fork")
-        self._recv, send = ctx.Pipe(duplex=False)
-        self._proc = ctx.Process(target=_child, args=(fn, send), name=what, daemon=True)
+        recv, send = ctx.Pipe(duplex=False)
+        self._proc = ctx.Process(target=_child, args=(fn, send, recv), name=what, daemon=True)
         self._proc.start()
         send.close()
-        self._outcome: tuple[str, Any] | None = None
+        self._outcome: tuple[str, Any] = ("error", RuntimeError(f"{what}: no answer"))
+        self._taker = threading.Thread(target=self._take, args=(recv,), name=f"{what} (answer)", daemon=True)
+        self._taker.start()
+
+    def _take(self, recv: Connection) -> None:
+        try:
+            self._outcome = recv.recv()
+        except EOFError:  # killed (out of memory, a signal) before it could answer
+            self._proc.join()
+            code = self._proc.exitcode
+            self._outcome = ("error", RuntimeError(f"{self.what}: its process died (exit code {code})"))
+        except Exception as err:  # an answer that does not unpickle here
+            self._outcome = ("error", RuntimeError(f"{self.what}: its answer could not be read: {err!r}"))
+        finally:
+            recv.close()
+            self._proc.join()
 
     def ready(self) -> bool:
-        return self._outcome is not None or self._recv.poll()
+        return not self._taker.is_alive()
 
     def result(self) -> T:
-        if self._outcome is None:
-            try:
-                self._outcome = self._recv.recv()
-            except EOFError:  # killed (out of memory, a signal) before it could answer
-                self._proc.join()
-                code = self._proc.exitcode
-                raise RuntimeError(f"{self.what}: its process died (exit code {code})") from None
-            self._proc.join()
+        self._taker.join()
         kind, value = self._outcome
         if kind == "error":
             raise value
@@ -71,10 +83,13 @@ class Forked(Generic[T]):
     def cancel(self) -> None:
         if self._proc.is_alive():
             self._proc.terminate()
-            self._proc.join()
+        self._taker.join()
 
 
-def _child(fn: Callable[[], Any], send: Connection) -> None:
+def _child(fn: Callable[[], Any], send: Connection, parents_end: Connection) -> None:
+    # The caller's end of the pipe, inherited: closed, so that a caller that is
+    # gone (killed) makes the send below fail instead of blocking for ever.
+    parents_end.close()
     for stream in (sys.stdout, sys.stderr):  # progress lines as they come, not when the child ends
         reconfigure = getattr(stream, "reconfigure", None)
         if reconfigure is not None:
@@ -85,9 +100,12 @@ def _child(fn: Callable[[], Any], send: Connection) -> None:
         err.add_note(f"in a process beside the caller's:\n{traceback.format_exc()}")
         outcome = ("error", err)
     try:
-        send.send(outcome)
-    except Exception as err:  # a result or exception that does not pickle
-        send.send(("error", RuntimeError(f"{type(err).__name__}: {err}\n{traceback.format_exc()}")))
+        try:
+            send.send(outcome)
+        except (BrokenPipeError, ConnectionResetError):  # the caller is gone: nobody to answer
+            return
+        except Exception as err:  # a result or exception that does not pickle
+            send.send(("error", RuntimeError(f"{type(err).__name__}: {err}\n{traceback.format_exc()}")))
     finally:
         sys.stdout.flush()
         sys.stderr.flush()
@@ -95,6 +113,12 @@ def _child(fn: Callable[[], Any], send: Connection) -> None:
 
 def can_fork() -> bool:
     return sys.platform == "linux" and "fork" in multiprocessing.get_all_start_methods()
+
+
+def usable_cpus() -> int:
+    """The CPUs this process may run on (its affinity where the system says)."""
+    affinity = getattr(os, "sched_getaffinity", None)
+    return len(affinity(0)) if affinity is not None else (os.cpu_count() or 1)
 
 
 def run_beside(fn: Callable[[], T], what: str, jobs: int) -> Done[T] | Forked[T]:

@@ -227,6 +227,8 @@ def take_rows(x: F32, index: Rows) -> F32:
     index = np.asarray(index, np.int64)
     if not len(index):
         return np.zeros((0, x.shape[1]), np.float32)
+    if index.min() < 0 or index.max() >= len(x):
+        raise IndexError(f"rows {index.min()}..{index.max()} of a {len(x)}-row file")
     row = x.strides[0]
     starts = np.flatnonzero(np.r_[True, index[1:] != index[:-1] + 1])
     counts = np.diff(np.r_[starts, len(index)]) * row

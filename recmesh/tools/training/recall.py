@@ -127,7 +127,7 @@ def tuning_split(
     out of `events`, the users drawn under `seed`; refused when no event is of
     the learnt behaviours."""
     cfg = config_of(feature_set)
-    learnt = frozenset(cfg.behaviors)
+    learnt = frozenset(b for b, w in cfg.behaviors.items() if w)  # as rb.interactions counts them
     if not any(ev.behavior in learnt for ev in events):
         raise InvalidArgument(
             f"no event of the learnt behaviours {sorted(cfg.behaviors)} in the log: nothing to learn from "

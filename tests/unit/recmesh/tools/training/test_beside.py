@@ -29,6 +29,17 @@ def test_the_result_comes_back_from_another_process(capfd: pytest.CaptureFixture
     assert "a progress line from the child" in capfd.readouterr().out
 
 
+def test_the_child_ends_when_its_work_is_done_not_when_the_answer_is_asked_for() -> None:
+    import time
+
+    pending = Forked(lambda: list(range(200_000)), "a large answer")  # far more than a pipe holds
+    deadline = time.monotonic() + 30
+    while not pending.ready() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert pending.ready() and not pending._proc.is_alive()  # gone, its memory with it
+    assert pending.result()[-1] == 199_999
+
+
 def test_one_job_runs_the_work_here_and_now() -> None:
     calls: list[int] = []
 

@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 import onnxruntime as ort
+import pytest
 
 from recmesh.features.vectorize import Transform
 from recmesh.tools.training.family import (
@@ -284,6 +285,9 @@ def test_rows_of_a_mapped_file_are_read_not_mapped(tmp_path: Path) -> None:
         got = take_rows(mapped, index)
         np.testing.assert_array_equal(got, x[index])
         assert not isinstance(got, np.memmap) and got.dtype == np.float32 and got.shape == (len(index), 7)
+    for wrong in (np.r_[0, 5000], np.r_[-1, 3]):
+        with pytest.raises(IndexError, match="of a 5000-row file"):
+            take_rows(mapped, wrong)
     view = mapped[10:]
     np.testing.assert_array_equal(take_rows(view, np.r_[0, 5]), x[[10, 15]])
     np.testing.assert_array_equal(take_rows(x, np.r_[4, 2]), x[[4, 2]])
