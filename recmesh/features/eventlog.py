@@ -197,6 +197,16 @@ class EventTable(Sequence[Event]):
     def times(self) -> np.ndarray:
         return self._t if self._rows is None else self._t[self._rows]
 
+    def codes(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """The rows' times, and their user, item and behaviour codes (indices into
+        `users`, `items`, `behaviors`), in the table's order: a pass that needs
+        only these makes no event."""
+        cols = (self._t, self._user, self._item, self._behavior)
+        if self._rows is None:
+            return cols
+        t, user, item, behavior = (c[self._rows] for c in cols)
+        return t, user, item, behavior
+
     def take(self, rows: Sequence[int] | np.ndarray) -> EventTable:
         """The table of these rows of this one (in this order), sharing its columns."""
         taken = EventTable.__new__(EventTable)

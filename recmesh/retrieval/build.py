@@ -34,7 +34,7 @@ import numpy as np
 import numpy.typing as npt
 
 from recmesh.events import Event
-from recmesh.features.eventlog import select
+from recmesh.features.eventlog import EventTable, select
 from recmesh.retrieval import sequence
 from recmesh.retrieval.table import NeighbourTable, RecallTable, recency_weights
 
@@ -52,6 +52,10 @@ class BuildConfig:
     # Events of these behaviours make an item seen (never recommended to the user
     # again; the repository's recall.seen); None: every event, and the seeds.
     seen_behaviors: frozenset[str] | None = None
+
+
+Ints = npt.NDArray[np.int64]
+Floats = npt.NDArray[np.float64]
 
 
 @dataclass
@@ -89,6 +93,31 @@ class Interactions:
 
 
 def interactions(events: Iterable[Event], behaviors: Mapping[str, float]) -> Interactions:
+    """The events of `behaviors` (those with a weight), users and items numbered
+    in the order they first appear; from a table's columns when it is one."""
+    if isinstance(events, EventTable):
+        item_ids, user_ids, us, its, ws, ts = _counted_columns(events, behaviors)
+    else:
+        item_ids, user_ids, us, its, ws, ts = _counted_events(events, behaviors)
+    order = np.lexsort((ts, us)) if len(us) else np.zeros(0, np.int64)  # stable: log order
+    users, items, weights, times = us[order], its[order], ws[order], ts[order]
+    if len(users) > 1:
+        # An item repeated at once by the same user (a view and its click) is one
+        # step of the sequence, with the stronger weight.
+        same = (users[1:] == users[:-1]) & (items[1:] == items[:-1])
+        keep = np.ones(len(users), bool)
+        keep[1:] = ~same
+        group = np.cumsum(keep) - 1
+        strongest = np.zeros(int(keep.sum()), np.float32)
+        np.maximum.at(strongest, group, weights)
+        users, items, times, weights = users[keep], items[keep], times[keep], strongest
+    return Interactions(item_ids, user_ids, users, items, weights, times)
+
+
+_Counted = tuple[list[str], list[str], Ints, Ints, npt.NDArray[np.float32], Ints]
+
+
+def _counted_events(events: Iterable[Event], behaviors: Mapping[str, float]) -> _Counted:
     item_row: dict[str, int] = {}
     user_row: dict[str, int] = {}
     us: list[int] = []
@@ -103,29 +132,33 @@ def interactions(events: Iterable[Event], behaviors: Mapping[str, float]) -> Int
         its.append(item_row.setdefault(ev.item_id, len(item_row)))
         ws.append(w)
         ts.append(ev.event_time)
-    users = np.asarray(us, np.int64)
-    order = (
-        np.lexsort((np.asarray(ts, np.int64), users)) if us else np.zeros(0, np.int64)
-    )  # stable: log order
-    users = users[order]
-    items = np.asarray(its, np.int64)[order]
-    weights = np.asarray(ws, np.float32)[order]
-    times = np.asarray(ts, np.int64)[order]
-    if len(users) > 1:
-        # An item repeated at once by the same user (a view and its click) is one
-        # step of the sequence, with the stronger weight.
-        same = (users[1:] == users[:-1]) & (items[1:] == items[:-1])
-        keep = np.ones(len(users), bool)
-        keep[1:] = ~same
-        group = np.cumsum(keep) - 1
-        strongest = np.zeros(int(keep.sum()), np.float32)
-        np.maximum.at(strongest, group, weights)
-        users, items, times, weights = users[keep], items[keep], times[keep], strongest
-    return Interactions(list(item_row), list(user_row), users, items, weights, times)
+    return (list(item_row), list(user_row), np.asarray(us, np.int64), np.asarray(its, np.int64),
+            np.asarray(ws, np.float32), np.asarray(ts, np.int64))  # fmt: skip
 
 
-Ints = npt.NDArray[np.int64]
-Floats = npt.NDArray[np.float64]
+def _counted_columns(table: EventTable, behaviors: Mapping[str, float]) -> _Counted:
+    """What _counted_events gives for the table's events, from its columns: no
+    event made, no Python list per event (at 4 M events the lists alone were
+    hundreds of MB)."""
+    t, user, item, behavior = table.codes()
+    weight_of = np.asarray([behaviors.get(b) or 0.0 for b in table.behaviors] or [0.0], np.float32)
+    counted = np.flatnonzero(weight_of[behavior] != 0)
+    user_names, us = _first_seen(user[counted])
+    item_names, its = _first_seen(item[counted])
+    return ([table.items[c] for c in item_names], [table.users[c] for c in user_names], us, its,
+            weight_of[behavior[counted]], t[counted].astype(np.int64))  # fmt: skip
+
+
+def _first_seen(codes: npt.NDArray[np.int32]) -> tuple[list[int], Ints]:
+    """The distinct codes in the order they first appear, and each position's
+    number among them (0 for the first to appear)."""
+    if not len(codes):
+        return [], np.zeros(0, np.int64)
+    distinct, first, inverse = np.unique(codes, return_index=True, return_inverse=True)
+    by_first = np.argsort(first, kind="stable")
+    number = np.empty(len(distinct), np.int64)
+    number[by_first] = np.arange(len(distinct))
+    return distinct[by_first].tolist(), number[inverse.ravel()]
 
 
 def _summed(keys: Ints, vals: Floats) -> tuple[Ints, Floats]:

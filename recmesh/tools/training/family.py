@@ -204,11 +204,29 @@ PREDICT_ROWS = 4096
 # rows, evenly spaced: every row below it.
 LEVEL1_SAMPLE = 1_000_000
 
-Rows = npt.NDArray[np.int64]
+Rows = npt.NDArray[np.signedinteger[Any]]  # row indices: int32 where they fit (4 bytes a row, not 8)
 
 
 def _all_rows(x: F32, rows: Rows | None) -> Rows:
-    return np.arange(len(x), dtype=np.int64) if rows is None else rows
+    return np.arange(len(x), dtype=row_index_dtype(len(x))) if rows is None else rows
+
+
+def row_index_dtype(n: int) -> type[np.signedinteger[Any]]:
+    """The narrowest index type for rows 0..n-1: per-row index arrays (the
+    training part, an epoch's order) are a file's size / its row width."""
+    return np.int32 if n <= np.iinfo(np.int32).max else np.int64
+
+
+def read_column(a: npt.NDArray[Any]) -> npt.NDArray[Any]:
+    """A 1-d column in memory. An .npy file mapped in whole is read with plain
+    reads, not through the mapping, so none of its pages stay in the process
+    (see take_rows): the labels and times are read once and kept, or reduced."""
+    if isinstance(a, np.memmap) and a.filename and a.ndim == 1 and a.flags.c_contiguous:
+        out = np.fromfile(a.filename, a.dtype, len(a), offset=a.offset)
+        if len(out) != len(a):
+            raise OSError(f"{a.filename}: read {len(out)} values of {len(a)}: the file was cut short")
+        return out
+    return np.asarray(a)
 
 
 def take_rows(x: F32, index: Rows) -> F32:
@@ -485,23 +503,25 @@ def train_family(
     (numpy.load(mmap_mode="r")): only a batch's rows are read at a time."""
     rng = np.random.default_rng(seed)
     rows = _all_rows(x, rows)
-    y_tr = y[rows]
-    w_tr = np.ones(len(rows), np.float32) if weights is None else weights[rows]
-    w_all = (w_tr / w_tr.mean()).astype(np.float32)
+    # Nothing per row but `rows` and an epoch's order (int32 each): a batch's
+    # labels and weights are gathered with its rows.
+    y_mean = float(y[rows].mean())
+    w_mean = None if weights is None else weights[rows].mean()
     mean, std = _moments(x, rows, layout.dense_idx)
-    p = _init(rng, layout, hidden, float(y_tr.mean()))
+    p = _init(rng, layout, hidden, y_mean)
     masks = [_mask(layout, c) for c in configs]
     m = {k: np.zeros_like(a) for k, a in p.items()}
     s = {k: np.zeros_like(a) for k, a in p.items()}
     step = 0
     steps = epochs * (-(-len(rows) // batch_size))
     for _ in range(epochs):
-        order = rng.permutation(len(rows))
+        order = rng.permutation(np.arange(len(rows), dtype=row_index_dtype(len(rows))))  # = permutation(n)
         for start in range(0, len(rows), batch_size):
-            idx = order[start : start + batch_size]
+            at = rows[order[start : start + batch_size]]
             # each batch's inputs derived from its rows only: no copy of the whole matrix
-            batch, yb = _Batch.of(take_rows(x, rows[idx]), layout, mean, std), y_tr[idx]
-            grads = _gradients(p, batch, configs, masks, yb, w_all[idx])[0]
+            batch, yb = _Batch.of(take_rows(x, at), layout, mean, std), y[at]
+            wb = np.ones(len(at), np.float32) if weights is None else weights[at] / w_mean
+            grads = _gradients(p, batch, configs, masks, yb, wb)[0]
             # L2 on the embedding rows this batch looked up, not on the whole
             # table: under Adam a decay term alone moves each row the batch
             # did not use toward 0 by about the learning rate per step. How

@@ -43,12 +43,15 @@ from recmesh.tools.training.family import (
     PREFIX_DIMS,
     Family,
     Layout,
+    Rows,
     Variant,
     auc,
     choose_level2_dim,
     make_variants,
     offline_only,
     pick_level1,
+    read_column,
+    row_index_dtype,
     to_onnx,
     train_family,
     trained_configs,
@@ -282,11 +285,15 @@ class _Column:
         return mapped
 
 
-def _before(dataset: Dataset, cut: Mapping[str, int]) -> np.ndarray:
-    """Per row: whether it lies before its user's cut (users without one: every row)."""
+def _before(dataset: Dataset, cut: Mapping[str, int], t: np.ndarray | None = None) -> np.ndarray:
+    """Per row: whether it lies before its user's cut (users without one: every
+    row); `t`: the rows' times when already read."""
     last = np.iinfo(np.int64).max
     limit = np.asarray([cut.get(u, last) for u in dataset.user_ids], np.int64)
-    return np.asarray(dataset.t) < limit[np.asarray(dataset.users)] if len(limit) else np.ones(0, bool)
+    if not len(limit):
+        return np.ones(0, bool)
+    before: np.ndarray = (read_column(dataset.t) if t is None else t) < limit[read_column(dataset.users)]
+    return before
 
 
 def demo_dataset(
@@ -306,16 +313,26 @@ def split_by_time(t: np.ndarray, holdout_fraction: float) -> tuple[int, np.ndarr
 
 @dataclass(frozen=True)
 class _Rows:
-    """The dataset's rows split by time: `tr` the training part, `ho` the
-    holdout (the last holdout_fraction, from `split` + 1 ms on), as row masks."""
+    """The dataset's rows split by time, as row indices (int32 where they fit):
+    `tr` the training part, `ho` the holdout (the last holdout_fraction, from
+    `split` + 1 ms on), `newest` the training part's newest tenth (where level
+    2's embedding size is chosen). x stays where it is (a file: read a batch at
+    a time); the labels and weights are in memory (4 bytes a row each); of the
+    times only what the card says is kept. What a row costs while the family
+    trains: these, and an epoch's order (4 bytes), about 13 bytes."""
 
     x: np.ndarray
     y: np.ndarray
-    t: np.ndarray
     w: np.ndarray | None
     split: int
-    tr: np.ndarray
-    ho: np.ndarray
+    tr: Rows
+    ho: Rows
+    newest: Rows
+    used: int  # rows in either part (the tuning users' left-out rows are in neither)
+    left_out: int
+    positive_rate: float  # over the rows used
+    from_ms: int
+    to_ms: int
 
 
 @dataclass(frozen=True)
@@ -375,11 +392,9 @@ def train(
         progress(f"building point-in-time rows ({cfg.sessions} demo sessions over {cfg.hours} h) ...")
         dataset = demo_dataset(feature_set, cfg)
     rows = _split_rows(dataset, cfg, feature_set, unseen)
-    used = rows.tr | rows.ho
-    y, t = rows.y[used], rows.t[used]
-    left_out = int(((rows.t <= rows.split) & ~rows.tr).sum())
+    left_out = rows.left_out
     progress(
-        f"{len(y)} rows, {rows.x.shape[1]} input columns, positive rate {y.mean():.3f}; "
+        f"{rows.used} rows, {rows.x.shape[1]} input columns, positive rate {rows.positive_rate:.3f}; "
         f"holdout = last {cfg.holdout_fraction:.0%} by time"
     )
     layout = Layout.of(dataset.transforms)
@@ -391,9 +406,9 @@ def train(
     training_data = {
         **dataset.source,
         **(late_source() if late_source is not None else {}),
-        "from_ms": int(t.min()), "to_ms": int(t.max()), "rows": len(y),
-        "holdout_rows": int(rows.ho.sum()), "holdout_from_ms": int(rows.split) + 1,
-        "positive_rate": round(float(y.mean()), 4), "label": LabelRule.of(feature_set).describe(),
+        "from_ms": rows.from_ms, "to_ms": rows.to_ms, "rows": rows.used,
+        "holdout_rows": len(rows.ho), "holdout_from_ms": int(rows.split) + 1,
+        "positive_rate": round(rows.positive_rate, 4), "label": LabelRule.of(feature_set).describe(),
         **({"rows_digest": dataset.digest} if dataset.digest else {}),
         **({"not_trained_on": {"users": len(unseen), "rows": left_out,
                                "why": "the blend's tuning users' held-out parts"}} if unseen else {}),
@@ -424,7 +439,7 @@ def train(
     progress(f"exported {len(trained.variants)} variants to {model_dir / MODEL_NAME / card['version']} "
              f"in {card['train_seconds']} s; the offline-only baseline as {base_card['version']} "
              "(not current)")  # fmt: skip
-    probe = Probe(trained.family, trained.variants[0], dataset.transforms, int(rows.tr.sum()))
+    probe = Probe(trained.family, trained.variants[0], dataset.transforms, len(rows.tr))
     return Fitted(card, probe)
 
 
@@ -432,17 +447,27 @@ def _split_rows(
     dataset: Dataset, cfg: TrainConfig, feature_set: FeatureSet, unseen: Mapping[str, int] | None = None
 ) -> _Rows:
     """The rows split by time, the training part without `unseen` users' rows
-    from their time on; refused when either part's labels are all one class."""
-    x, y, t = dataset.x, dataset.y, dataset.t
+    from their time on; refused when either part's labels are all one class.
+    The times (8 bytes a row) are read here and dropped."""
+    y, t = read_column(dataset.y), read_column(dataset.t)
     split, tr, ho = split_by_time(t, cfg.holdout_fraction)
     if unseen:
-        tr &= _before(dataset, unseen)
+        tr &= _before(dataset, unseen, t)
     if not 0 < y[tr].mean() < 1 or not 0 < y[ho].mean() < 1:
         raise InvalidArgument(
             f"labels are all one class in the training or holdout part (positive rate {y.mean():.3f}; "
             f"rule: {LabelRule.of(feature_set).describe()}): check training.label in the repository"
         )
-    return _Rows(x, y, t, dataset.w, split, tr, ho)
+    used = tr | ho
+    index = row_index_dtype(len(t))
+    newest = np.flatnonzero(tr & (t > np.quantile(t[tr], 0.9))).astype(index)
+    last = np.iinfo(np.int64).max
+    return _Rows(
+        dataset.x, y, None if dataset.w is None else read_column(dataset.w), split,
+        np.flatnonzero(tr).astype(index), np.flatnonzero(ho).astype(index), newest,
+        used=int(used.sum()), left_out=int((~used).sum()), positive_rate=float(y[used].mean()),
+        from_ms=int(np.min(t, where=used, initial=last)), to_ms=int(np.max(t, where=used, initial=-last)),
+    )  # fmt: skip
 
 
 def _train_variants(
@@ -451,8 +476,7 @@ def _train_variants(
     """The family trained on the summed loss of its configurations; level 2's
     embedding size chosen on the training rows' newest tenth; every served
     variant measured on the holdout."""
-    x, y, t = rows.x, rows.y, rows.t
-    tr, ho = np.flatnonzero(rows.tr), np.flatnonzero(rows.ho)
+    x, y, tr, ho = rows.x, rows.y, rows.tr, rows.ho
     level1 = pick_level1(x, y, layout, tr)
     configs = trained_configs(make_variants(layout, level1))
     progress(f"training the model family ({len(configs)} configurations, summed loss) ...")
@@ -469,8 +493,7 @@ def _train_variants(
 
     # Level 2's embedding size, chosen on the newest tenth of the training rows
     # (never on the holdout the card reports).
-    newest = np.flatnonzero(rows.tr & (t > np.quantile(t[rows.tr], 0.9)))
-    level2_dim = choose_level2_dim(at_prefix(newest))
+    level2_dim = choose_level2_dim(at_prefix(rows.newest))
     variants = make_variants(layout, level1, level2_dim)
     variant_auc = {v.level: auc(y[ho], family.predict(x, v, ho)) for v in variants}
     for v in variants:
@@ -494,7 +517,7 @@ def _offline_baseline(
         and feature_set.by_name[tf.feature].kind == "realtime" for c in tf.columns
     }  # fmt: skip
     base_variant = offline_only(layout, realtime_cols)
-    x, y, tr, ho = rows.x, rows.y, np.flatnonzero(rows.tr), np.flatnonzero(rows.ho)
+    x, y, tr, ho = rows.x, rows.y, rows.tr, rows.ho
     base = train_family(
         x, y, layout, (base_variant,), hidden=cfg.hidden, epochs=cfg.epochs, seed=cfg.seed,
         l2_embedding=l2, weights=rows.w, rows=tr,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from recmesh.events import Event
+from recmesh.features.eventlog import EventTable
 from recmesh.retrieval import build as rb
 
 
@@ -40,6 +41,30 @@ def test_interactions_collapse_an_item_repeated_at_once_keeping_the_stronger_wei
 def test_events_of_behaviours_not_named_do_not_count() -> None:
     data = rb.interactions([ev(0, "u", "a", "impression"), ev(1, "u", "b", "click")], {"click": 1.0})
     assert data.item_ids == ["b"]
+
+
+def test_a_tables_columns_give_the_interactions_its_events_give() -> None:
+    """The column path (no event made) against the event path, on a random log
+    with behaviours of weight 0 and none, repeats, shared times, and on a view
+    of the table in another order."""
+    rng = np.random.default_rng(3)
+    behaviours = ["view", "cart", "buy", "impression"]
+    events = [
+        Event(event_id=f"e{n}", user_id=f"u{rng.integers(30)}", item_id=f"i{rng.integers(40)}",
+              behavior=behaviours[rng.integers(4)], event_time=1_700_000_000_000 + int(rng.integers(300)))
+        for n in range(2000)
+    ]  # fmt: skip
+    events.sort(key=lambda e: (e.event_time, e.event_id))
+    table = EventTable.of(events)
+    weights = {"view": 1.0, "cart": 2.5, "buy": 4.0, "impression": 0.0}
+    view = table.take(rng.permutation(len(table))[:1500])
+    for source in (table, view):
+        got, want = rb.interactions(source, weights), rb.interactions(list(source), weights)
+        assert got.item_ids == want.item_ids and got.user_ids == want.user_ids
+        for name in ("users", "items", "weights", "times"):
+            a, b = getattr(got, name), getattr(want, name)
+            assert a.dtype == b.dtype and a.tolist() == b.tolist(), name
+    assert rb.interactions(EventTable.of(events[:5]), {"click": 1.0}).item_ids == []
 
 
 def test_knn_counts_sequential_pairs_within_previous_and_normalises_by_counts() -> None:

@@ -22,6 +22,7 @@ from recmesh.tools.training.family import (
     make_variants,
     offline_only,
     pick_level1,
+    read_column,
     take_rows,
     to_onnx,
     train_family,
@@ -291,6 +292,33 @@ def test_rows_of_a_mapped_file_are_read_not_mapped(tmp_path: Path) -> None:
     view = mapped[10:]
     np.testing.assert_array_equal(take_rows(view, np.r_[0, 5]), x[[10, 15]])
     np.testing.assert_array_equal(take_rows(x, np.r_[4, 2]), x[[4, 2]])
+
+
+def test_int32_rows_train_the_same_model_bit_for_bit_as_int64_rows() -> None:
+    """The training part and an epoch's order as int32 (half the memory a row)
+    give the very model int64 indices give, weighted or not."""
+    x, y = synthetic(2500, 4)
+    w = np.random.default_rng(5).random(2500).astype(np.float32) + 0.5
+    rows = np.flatnonzero(np.arange(2500) % 4 != 1)
+    configs = trained_configs(_variants(x, y))
+    for weights in (None, w):
+        a = train_family(x, y, LAYOUT, configs, epochs=2, seed=6, weights=weights, rows=rows.astype(np.int64))
+        b = train_family(x, y, LAYOUT, configs, epochs=2, seed=6, weights=weights, rows=rows.astype(np.int32))
+        for key, value in a.params.items():
+            assert value.tobytes() == b.params[key].tobytes(), key
+
+
+def test_a_mapped_column_is_read_into_memory_of_its_own(tmp_path: Path) -> None:
+    t = np.arange(1000, dtype=np.int64) * 7
+    np.save(tmp_path / "t.npy", t)
+    got = read_column(np.load(tmp_path / "t.npy", mmap_mode="r"))
+    assert not isinstance(got, np.memmap) and got.dtype == np.int64 and np.array_equal(got, t)
+    assert read_column(t) is t
+    with (tmp_path / "t.npy").open("r+b") as fh:  # cut short after it was mapped
+        mapped = np.load(tmp_path / "t.npy", mmap_mode="r")
+        fh.truncate(128 + 8 * 500)
+        with pytest.raises(OSError, match="cut short"):
+            read_column(mapped)
 
 
 def test_the_summed_gradient_is_the_summed_losss_derivative() -> None:

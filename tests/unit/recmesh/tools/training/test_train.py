@@ -73,7 +73,8 @@ def test_the_blend_probe_is_the_models_full_variant_never_trained_on_the_unseen_
     ds, whole, cfg = trained.ds, trained.fitted, CFG
     rows = tt._split_rows(ds, cfg, demo_feature_set)
     probe = whole.probe
-    assert probe.rows == int(rows.tr.sum()) and probe.variant.level == 0
+    assert probe.rows == len(rows.tr) and probe.variant.level == 0
+    assert rows.tr.dtype == rows.ho.dtype == np.int32  # 4 bytes a row, not 8
     assert probe.variant.dense == probe.family.layout.dense  # every input: the served full variant's
     scores = probe.score(np.asarray(ds.x[rows.ho]))
     assert abs(auc(ds.y[rows.ho], scores) - whole.card["metrics"]["auc_holdout"]) <= 5e-5  # the served model
@@ -82,13 +83,14 @@ def test_the_blend_probe_is_the_models_full_variant_never_trained_on_the_unseen_
     cut = {u: int(np.quantile(ds.t, 0.5)) for u in ds.user_ids[:20]}
     without = tt.train(cfg, tmp_path / "without", demo_feature_set, ds, progress=lambda _: None, unseen=cut)
     kept = tt._split_rows(ds, cfg, demo_feature_set, cut)
-    dropped = rows.tr & ~kept.tr
-    assert dropped.any() and not (kept.tr & ~rows.tr).any()
+    dropped = np.setdiff1d(rows.tr, kept.tr)
+    assert len(dropped) and not len(np.setdiff1d(kept.tr, rows.tr))
     assert np.array_equal(kept.ho, rows.ho) and kept.split == rows.split
     assert (ds.t[dropped] >= int(np.quantile(ds.t, 0.5))).all()
-    assert without.probe.rows == int(kept.tr.sum()) == probe.rows - int(dropped.sum())
+    assert without.probe.rows == len(kept.tr) == probe.rows - len(dropped)
+    assert kept.left_out == len(dropped) and kept.used == rows.used - len(dropped)
     left = without.card["training_data"]["not_trained_on"]
-    assert left["users"] == 20 and left["rows"] == int(dropped.sum())
+    assert left["users"] == 20 and left["rows"] == len(dropped)
     assert without.card["training_data"]["holdout_rows"] == whole.card["training_data"]["holdout_rows"]
 
 
