@@ -259,7 +259,10 @@ class Holdout:
     as_of: dict[str, int] = field(default_factory=dict)  # user -> 1 ms before their held-out part
 
 
-def last_targets(events: Sequence[Event], is_target: Sequence[bool]) -> dict[str, tuple[int, int]]:
+Flags = Sequence[bool] | npt.NDArray[np.bool_]  # per event
+
+
+def last_targets(events: Sequence[Event], is_target: Flags) -> dict[str, tuple[int, int]]:
     """Per user with a target event and a history before it: (the index of
     their last target event, the index where its held-out part begins).
 
@@ -269,6 +272,8 @@ def last_targets(events: Sequence[Event], is_target: Sequence[bool]) -> dict[str
     the ranking is asked as of before the user turned to the item; with one
     event per item (ratings, purchases) it is the target itself. Everything
     from there on is the user's held-out part."""
+    if isinstance(events, EventTable):
+        return _last_targets_of_columns(events, np.asarray(is_target, bool))
     last: dict[str, int] = {}
     prev: dict[str, int] = {}
     first: dict[str, int] = {}
@@ -287,9 +292,37 @@ def last_targets(events: Sequence[Event], is_target: Sequence[bool]) -> dict[str
     return {u: (t, lead[u]) for u, t in last.items() if first[u] < lead[u]}
 
 
+def _last_targets_of_columns(
+    table: EventTable, is_target: npt.NDArray[np.bool_]
+) -> dict[str, tuple[int, int]]:
+    """last_targets from a table's codes: the same pairs, in the same order (by
+    each user's first target), without making an event."""
+    _, user, item, _ = table.codes()
+    n, size = len(user), len(table.users)
+    first = np.full(size, n, np.int64)
+    seen_users, first_at = np.unique(user, return_index=True)
+    first[seen_users] = first_at
+    at = np.flatnonzero(is_target)
+    last = np.full(size, -1, np.int64)
+    np.maximum.at(last, user[at], at)
+    prev = np.full(size, -1, np.int64)
+    earlier = at[at != last[user[at]]]
+    np.maximum.at(prev, user[earlier], earlier)
+    rows = np.arange(n)
+    t = last[user]
+    leads = np.flatnonzero((t >= 0) & (prev[user] < rows) & (rows <= t) & (item == item[np.maximum(t, 0)]))
+    lead = np.full(size, n, np.int64)
+    np.minimum.at(lead, user[leads], leads)
+    by_first_target = np.full(size, n, np.int64)
+    np.minimum.at(by_first_target, user[at], at)
+    found = np.flatnonzero((last >= 0) & (first < lead))
+    found = found[np.argsort(by_first_target[found], kind="stable")]
+    return {table.users[u]: (int(last[u]), int(lead[u])) for u in found.tolist()}
+
+
 def holdout(
     events: Sequence[Event],
-    is_target: Sequence[bool],
+    is_target: Flags,
     behaviors: Mapping[str, float],
     history: int,
     users: int,
@@ -306,13 +339,18 @@ def holdout(
         eligible = sorted(np.random.default_rng(seed).choice(eligible, users, replace=False).tolist())
     chosen = {u: found[u] for u in eligible}
     cut = {u: events[c].event_time for u, (_, c) in chosen.items()}
-    training = select(events, [
-        n for n, ev in enumerate(events)
-        if ev.user_id not in chosen or (n < chosen[ev.user_id][1] and ev.event_time < cut[ev.user_id])
-    ])  # fmt: skip
+    training: Sequence[Event]
+    theirs: Sequence[Event]
+    if isinstance(events, EventTable):
+        training, theirs = _training_of_columns(events, chosen, cut)
+    else:
+        training = theirs = select(events, [
+            n for n, ev in enumerate(events)
+            if ev.user_id not in chosen or (n < chosen[ev.user_id][1] and ev.event_time < cut[ev.user_id])
+        ])  # fmt: skip
     hist: dict[str, list[str]] = {u: [] for u in chosen}
     seen: dict[str, set[str]] = {u: set() for u in chosen}
-    for ev in reversed(training):
+    for ev in reversed(theirs):
         if ev.user_id in seen and (seen_behaviors is None or ev.behavior in seen_behaviors):
             seen[ev.user_id].add(ev.item_id)
         h = hist.get(ev.user_id)
@@ -323,6 +361,24 @@ def holdout(
         seen[u].discard(item)
     as_of = {u: t - 1 for u, t in cut.items()}
     return Holdout(targets, {u: h for u, h in hist.items() if h}, training, seen, as_of)
+
+
+def _training_of_columns(
+    table: EventTable, chosen: Mapping[str, tuple[int, int]], cut: Mapping[str, int]
+) -> tuple[EventTable, EventTable]:
+    """The training part of `table` (every event of a user not chosen; a chosen
+    user's events before their held-out part and before its time), and the
+    chosen users' events in it: views of the table, no event made."""
+    t, user, _, _ = table.codes()
+    code = {u: c for c, u in enumerate(table.users)}
+    lead = np.full(len(table.users), len(t), np.int64)
+    before = np.full(len(table.users), np.iinfo(np.int64).max, np.int64)
+    for u, (_, c) in chosen.items():
+        lead[code[u]], before[code[u]] = c, cut[u]
+    keep = (np.arange(len(t)) < lead[user]) & (t < before[user])
+    theirs = np.zeros(len(table.users), bool)
+    theirs[[code[u] for u in chosen]] = True
+    return table.take(np.flatnonzero(keep)), table.take(np.flatnonzero(keep & theirs[user]))
 
 
 def ndcg(rankings: Mapping[str, Sequence[str]], targets: Mapping[str, str], k: int = 10) -> float:

@@ -24,6 +24,7 @@ import orjson
 
 from recmesh.errors import InvalidArgument
 from recmesh.events import Event
+from recmesh.features.eventlog import EventTable
 from recmesh.features.repository import FeatureSet
 from recmesh.retrieval import build as rb
 from recmesh.retrieval import files, sequence
@@ -56,29 +57,42 @@ def config_of(feature_set: FeatureSet) -> rb.BuildConfig:
 
 def targets(
     feature_set: FeatureSet, events: Sequence[Event], target: Collection[str] | None = None
-) -> tuple[list[bool], str]:
+) -> tuple[npt.NDArray[np.bool_], str]:
     """Which events the tuning split may hold out, and how they were chosen: the
     training label's positives (what `train --ranking` targets) of the `target`
     behaviours when given (`train --target`), else of the strongest learnt
     behaviours among them (a funnel's purchases, not its views); without a
     training label, events of the strongest learnt behaviours."""
     weights = feature_set.roles.learnt_behaviors
+    codes, names = _behaviour_codes(events)
+
+    def of(behaviors: Collection[str]) -> npt.NDArray[np.bool_]:
+        return np.isin(codes, [c for c, name in enumerate(names) if name in behaviors])
+
     if feature_set.decl.training is not None:
         from recmesh.features.backfill import LabelRule, positive_examples
 
-        positive = positive_examples(LabelRule.of(feature_set), events)
-        kinds = {ev.behavior for ev, p in zip(events, positive, strict=True) if p}
+        positive = np.asarray(positive_examples(LabelRule.of(feature_set), events), bool)
+        kinds = {names[c] for c in np.unique(codes[positive]).tolist()}
         if target is None and kinds and all(b in weights for b in kinds):
             top = max(weights[b] for b in kinds)
             target = frozenset(b for b in kinds if weights[b] == top)
         if target is None or set(target) >= kinds:
             return positive, "the training label's positives"
         keep = frozenset(target)
-        chosen = [p and ev.behavior in keep for ev, p in zip(events, positive, strict=True)]
-        return chosen, f"the training label's positives of {sorted(keep)}"
+        return positive & of(keep), f"the training label's positives of {sorted(keep)}"
     top = max(weights.values())
     strongest = frozenset(b for b, w in weights.items() if w == top)
-    return [ev.behavior in strongest for ev in events], f"events of {sorted(strongest)}"
+    return of(strongest), f"events of {sorted(strongest)}"
+
+
+def _behaviour_codes(events: Sequence[Event]) -> tuple[npt.NDArray[np.int64], list[str]]:
+    """Each event's behaviour as a code into the names: a table's own codes."""
+    if isinstance(events, EventTable):
+        return events.codes()[3].astype(np.int64), list(events.behaviors)
+    names: dict[str, int] = {}
+    codes = [names.setdefault(ev.behavior, len(names)) for ev in events]
+    return np.asarray(codes, np.int64), list(names)
 
 
 def served_popularity(feature_set: FeatureSet) -> rb.Popularity | None:

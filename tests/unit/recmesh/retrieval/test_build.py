@@ -67,6 +67,38 @@ def test_a_tables_columns_give_the_interactions_its_events_give() -> None:
     assert rb.interactions(EventTable.of(events[:5]), {"click": 1.0}).item_ids == []
 
 
+def test_the_tuning_split_of_a_tables_columns_is_the_split_of_its_events() -> None:
+    """last_targets and holdout from a table's codes against the same from its
+    events: the same targets in the same order, lead-ups (a view, a cart, then
+    the purchase), training part, histories and seen items; on the whole table,
+    on a view of it, with every user drawn and with a sample."""
+    rng = np.random.default_rng(8)
+    events = []
+    for n in range(3000):
+        user, item = f"u{rng.integers(60)}", f"i{rng.integers(25)}"
+        t = 1_700_000_000_000 + 1000 * int(rng.integers(400))
+        for k, behavior in enumerate(("view", "cart", "buy")[: 1 + int(rng.integers(3))]):
+            events.append(Event(event_id=f"e{n}-{k}", user_id=user, item_id=item, behavior=behavior,
+                                event_time=t + k * int(rng.integers(2))))  # fmt: skip
+    events.sort(key=lambda e: (e.event_time, e.event_id))
+    table = EventTable.of(events)
+    view = table.take(np.flatnonzero(rng.random(len(table)) < 0.8))
+    for source in (table, view):
+        listed = list(source)
+        is_target = np.asarray([ev.behavior == "buy" for ev in listed])
+        got, want = rb.last_targets(source, is_target), rb.last_targets(listed, is_target.tolist())
+        assert list(got.items()) == list(want.items()) and len(got) > 20
+        assert any(lead < t for t, lead in got.values())  # a lead-up before the purchase
+        for users in (1000, 15):
+            a = rb.holdout(source, is_target, {"view": 1.0, "buy": 3.0}, 5, users, 4, frozenset({"buy"}))
+            b = rb.holdout(
+                listed, is_target.tolist(), {"view": 1.0, "buy": 3.0}, 5, users, 4, frozenset({"buy"})
+            )
+            assert (a.targets, a.history, a.seen, a.as_of) == (b.targets, b.history, b.seen, b.as_of)
+            assert [ev.event_id for ev in a.training] == [ev.event_id for ev in b.training]
+            assert len(a.targets) == min(users, len(got)) and isinstance(a.training, EventTable)
+
+
 def test_knn_counts_sequential_pairs_within_previous_and_normalises_by_counts() -> None:
     # a then b for three users; c follows b far back for one
     events = sequences({"u1": ["a", "b"], "u2": ["a", "b"], "u3": ["a", "x", "y", "b", "c"]})
