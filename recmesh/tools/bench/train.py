@@ -35,7 +35,8 @@ from recmesh.tools.bench.common import emit
 
 SHOP_REPOSITORY = Path(__file__).resolve().parents[3] / "examples" / "shop" / "purchases.toml"
 MOVIELENS_REPOSITORY = Path(__file__).resolve().parents[3] / "examples" / "movielens"
-PURCHASES_PER_SHOPPER = 30  # about, in the generated shop
+PURCHASES_PER_SHOPPER = 30  # about, in the generated shop over SHOP_DAYS
+SHOP_DAYS = 180
 
 
 def _tree_memory(proc: psutil.Process) -> int:
@@ -113,13 +114,20 @@ def measure(repository: Path, log: Path, extra: list[str], say: Any) -> dict[str
     }
 
 
-def shop_log(events: int, workdir: Path, seed: int = 7) -> Path:
-    """The generated shop's purchase log of about `events` purchases, as a canonical log."""
+def shop_log(events: int, workdir: Path, seed: int = 7, shoppers: int | None = None) -> Path:
+    """The generated shop's purchase log of about `events` purchases, as a
+    canonical log: by default one shopper per PURCHASES_PER_SHOPPER purchases
+    over SHOP_DAYS days; with `shoppers`, that many over as many days as the
+    purchases need (a log that grows in events, not in users)."""
     from recmesh.tools.demo.shop import write_shop
 
-    data = workdir / f"shop-{events}"
-    shoppers = max(50, events // PURCHASES_PER_SHOPPER)
-    write_shop(data / "data", shoppers, 2000, 180, seed)
+    data = workdir / log_name(events, shoppers)
+    days = SHOP_DAYS
+    if shoppers is None:
+        shoppers = max(50, events // PURCHASES_PER_SHOPPER)
+    else:
+        days = max(1, round(SHOP_DAYS * events / (shoppers * PURCHASES_PER_SHOPPER)))
+    write_shop(data / "data", shoppers, 2000, days, seed)
     repository = data / "purchases.toml"
     repository.write_text(SHOP_REPOSITORY.read_text())
     log = data / "purchases.jsonl"
@@ -128,6 +136,10 @@ def shop_log(events: int, workdir: Path, seed: int = 7) -> Path:
                     str(data / "data" / "purchases.csv"), "--to", "log", "--out", str(log)],
                    env=env, check=True, capture_output=True)  # fmt: skip
     return log
+
+
+def log_name(events: int, shoppers: int | None) -> str:
+    return f"shop-{events}" if shoppers is None else f"shop-{events}-{shoppers}-shoppers"
 
 
 def engine_args(engine: str) -> list[str]:
@@ -149,6 +161,7 @@ def run(
     jobs: list[int] | None = None,
     repeat: int = 1,
     log_dir: Path | None = None,
+    shoppers: int | None = None,
 ) -> dict[str, Any]:
     """Each log trained once per engine and number of jobs, all of them one after
     another on each log, `repeat` times over."""
@@ -166,13 +179,13 @@ def run(
 
     with tempfile.TemporaryDirectory(prefix="recmesh-bench-logs-") as tmp:
         for size in sizes:
-            kept = log_dir / f"shop-{size}" / "purchases.jsonl" if log_dir is not None else None
+            kept = log_dir / log_name(size, shoppers) / "purchases.jsonl" if log_dir is not None else None
             if kept is not None and kept.exists():
                 say(f"the shop log of about {size:,} purchases in {kept.parent}")
                 log = kept
             else:
                 say(f"generating a shop log of about {size:,} purchases ...")
-                log = shop_log(size, log_dir or Path(tmp))
+                log = shop_log(size, log_dir or Path(tmp), shoppers=shoppers)
             each_config("shop purchases", log.parent / "purchases.toml", log)
             if log_dir is None:
                 log.unlink()
@@ -208,6 +221,7 @@ def main(args: Any) -> int:
     if any(j < 1 for j in args.jobs):
         raise InvalidArgument(f"--jobs {','.join(map(str, args.jobs))}: each at least 1")
     figures = run(sizes, Path(args.movielens) if args.movielens else None, args.epochs, say, args.engines,
-                  args.jobs, args.repeat, Path(args.log_dir) if args.log_dir else None)  # fmt: skip
+                  args.jobs, args.repeat, Path(args.log_dir) if args.log_dir else None,
+                  args.shoppers)  # fmt: skip
     emit(figures, args.json, table(figures))
     return 0
