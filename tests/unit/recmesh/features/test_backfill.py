@@ -181,6 +181,28 @@ def test_a_duplicate_event_id_of_the_same_user_is_dropped(demo_feature_set: Feat
     }  # fmt: skip
 
 
+def test_a_row_read_again_as_of_the_same_time_is_the_state_then(demo_feature_set: FeatureSet) -> None:
+    """Rows read again as of one time come from the last read while nothing
+    changed the entity: an event applied to it, a later or earlier time, or a
+    caller changing its copy each give the state as it is."""
+    state = ReplayState(demo_feature_set, {}, {"i": {"category": "news"}, "j": {"category": "food"}})
+    state.apply(event(demo_feature_set, "c1", "click", T0))
+    at = T0 + 1000
+    first = state.row("item", "i", at)
+    assert first["clicks_10m"] == 1
+    first["clicks_10m"] = 99  # the caller's copy
+    again = state.row("item", "i", at)
+    assert again["clicks_10m"] == 1
+    again["clicks_10m"] = 77  # a copy again
+    assert state.row("item", "i", at)["clicks_10m"] == 1
+    state.apply(event(demo_feature_set, "c2", "click", T0 + 500, user="u2"))  # on i: read afresh
+    assert state.row("item", "i", at)["clicks_10m"] == 2 and state.row("user", "u2", at)["clicks_5m"] == 1
+    state.apply(event(demo_feature_set, "c3", "click", T0 + 600, item="j"))  # not on i: i's row stands
+    assert state.row("item", "i", at)["clicks_10m"] == 2 and state.row("item", "j", at)["clicks_10m"] == 1
+    assert state.row("item", "i", T0 + 11 * MIN)["clicks_10m"] == 0  # another time
+    assert state.row("item", "i", at)["clicks_10m"] == 2  # and back
+
+
 def _demo_events(catalog: Any, feature_set: FeatureSet) -> list[Event]:
     raw = generate_events(catalog, 1_767_225_600_000, 30 * MIN, 150, seed=9)
     return [validate_event(e, feature_set.event_schema) for e in raw]
