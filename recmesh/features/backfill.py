@@ -147,7 +147,7 @@ class ReplayState:
         self.applied = 0
         self.duplicates = 0
         self._newest = 0
-        # The rows read as of one time (the newest asked for), each while no event
+        # The rows read as of one time (the last asked for), each while no event
         # has changed its entity since: the examples of one time read their items
         # and users again and again (a day-stamped purchase log: half the reads).
         self._read_at = -1
@@ -238,7 +238,7 @@ class ReplayState:
         answer: the real-time ones from the events applied, the offline ones
         from its table (the declared defaults for an entity it lacks). The
         row is the caller's: an entity read again as of the same time, with no
-        event applied to it since, gets a copy of the row it was given."""
+        event applied to it since, gets a (shallow) copy of the row it was given."""
         key = (entity, entity_id)
         if as_of_ms != self._read_at:
             self._read.clear()

@@ -200,7 +200,8 @@ class EventTable(Sequence[Event]):
     def codes(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """The rows' times, and their user, item and behaviour codes (indices into
         `users`, `items`, `behaviors`), in the table's order: a pass that needs
-        only these makes no event."""
+        only these makes no event. Read them, never write them: a whole table
+        hands out its own columns (a view's are copies)."""
         cols = (self._t, self._user, self._item, self._behavior)
         if self._rows is None:
             return cols

@@ -297,6 +297,8 @@ def _last_targets_of_columns(
 ) -> dict[str, tuple[int, int]]:
     """last_targets from a table's codes: the same pairs, in the same order (by
     each user's first target), without making an event."""
+    if len(is_target) != len(table):
+        raise ValueError(f"{len(is_target)} target flags for {len(table)} events")
     _, user, item, _ = table.codes()
     n, size = len(user), len(table.users)
     first = np.full(size, n, np.int64)

@@ -37,6 +37,7 @@ SHOP_REPOSITORY = Path(__file__).resolve().parents[3] / "examples" / "shop" / "p
 MOVIELENS_REPOSITORY = Path(__file__).resolve().parents[3] / "examples" / "movielens"
 PURCHASES_PER_SHOPPER = 30  # about, in the generated shop over SHOP_DAYS
 SHOP_DAYS = 180
+SHOP_PRODUCTS = 2000
 
 
 def _tree_memory(proc: psutil.Process) -> int:
@@ -54,9 +55,12 @@ def _tree_memory(proc: psutil.Process) -> int:
     return total
 
 
-def measure(repository: Path, log: Path, extra: list[str], say: Any) -> dict[str, Any]:
+def measure(
+    repository: Path, log: Path, extra: list[str], say: Any, keep: Path | None = None
+) -> dict[str, Any]:
     """`recmesh train --events log` in its own process: wall time, peak memory and the
-    phase it was reached in (the last progress line before it), its figures."""
+    phase it was reached in (the last progress line before it), its figures; its
+    progress lines, each with the seconds since the start, kept in `keep`."""
     with tempfile.TemporaryDirectory(prefix="recmesh-bench-train-") as tmp:
         env = {**os.environ, "RECMESH_REPOSITORY": str(repository), "RECMESH_STATE_DIR": f"{tmp}/state"}
         cmd = [sys.executable, "-m", "recmesh.tools.cli.main", "train", "--events", str(log),
@@ -79,7 +83,7 @@ def measure(repository: Path, log: Path, extra: list[str], say: Any) -> dict[str
         def follow() -> None:
             assert child.stderr is not None
             for line in child.stderr:
-                errors.append(line)
+                errors.append(f"{time.perf_counter() - started:9.1f} s  {line}")
                 if line.strip():
                     phase[0] = line.strip()[:120]
 
@@ -91,6 +95,8 @@ def measure(repository: Path, log: Path, extra: list[str], say: Any) -> dict[str
         wall = time.perf_counter() - started
         for thread in threads:
             thread.join()
+    if keep is not None:
+        keep.write_text("".join(errors))
     if child.returncode != 0:
         raise RuntimeError(f"recmesh train failed ({child.returncode}): {''.join(errors)[-2000:]}")
     figures = json.loads(out.strip().splitlines()[-1])
@@ -126,8 +132,8 @@ def shop_log(events: int, workdir: Path, seed: int = 7, shoppers: int | None = N
     if shoppers is None:
         shoppers = max(50, events // PURCHASES_PER_SHOPPER)
     else:
-        days = max(1, round(SHOP_DAYS * events / (shoppers * PURCHASES_PER_SHOPPER)))
-    write_shop(data / "data", shoppers, 2000, days, seed)
+        days = shop_days(events, shoppers)
+    write_shop(data / "data", shoppers, SHOP_PRODUCTS, days, seed)
     repository = data / "purchases.toml"
     repository.write_text(SHOP_REPOSITORY.read_text())
     log = data / "purchases.jsonl"
@@ -136,6 +142,22 @@ def shop_log(events: int, workdir: Path, seed: int = 7, shoppers: int | None = N
                     str(data / "data" / "purchases.csv"), "--to", "log", "--out", str(log)],
                    env=env, check=True, capture_output=True)  # fmt: skip
     return log
+
+
+def shop_days(events: int, shoppers: int) -> int:
+    """The days over which `shoppers` make about `events` purchases in the
+    generated shop: each starts within the first 60 % of the days and visits
+    every VISIT_DAYS on average, 2 purchases a visit, never a product twice."""
+    from recmesh.tools.demo.shop import VISIT_DAYS
+
+    each = events / shoppers
+    if not 2 <= each <= SHOP_PRODUCTS / 4:
+        raise InvalidArgument(
+            f"{events:,} purchases by {shoppers:,} shoppers: the generated shop makes 2 to "
+            f"{SHOP_PRODUCTS // 4} purchases a shopper (one visit at least; never a product twice "
+            f"of {SHOP_PRODUCTS:,})"
+        )
+    return max(1, round((each / 2 - 1) * VISIT_DAYS / 0.7))
 
 
 def log_name(events: int, shoppers: int | None) -> str:
@@ -174,8 +196,10 @@ def run(
             for engine, n in configs:
                 say(f"  engine {engine}, {n} job(s), round {round_} ...")
                 argv = [*extra, *engine_args(engine), "--jobs", str(n)]
+                name = f"train-{engine.replace(':', '')}-jobs{n}-round{round_}.log"
+                keep = log.parent / name if log_dir is not None else None
                 rows.append({"world": world, "engine": engine, "jobs": n, "round": round_,
-                             **measure(repository, log, argv, say)})  # fmt: skip
+                             **measure(repository, log, argv, say, keep)})  # fmt: skip
 
     with tempfile.TemporaryDirectory(prefix="recmesh-bench-logs-") as tmp:
         for size in sizes:

@@ -159,7 +159,8 @@ def _add_train(bench: Any) -> None:
                     "built in a process beside the training)")  # fmt: skip
     bt.add_argument("--repeat", type=positive_int, default=1,
                     help="rounds of every configuration, alternated")  # fmt: skip
-    bt.add_argument("--log-dir", help="keep the generated logs here, and reuse those already there")
+    bt.add_argument("--log-dir", help="keep the generated logs here, and reuse those already there; "
+                    "each run's progress lines are kept beside its log")  # fmt: skip
     bt.add_argument("--shoppers", type=positive_int,
                     help="this many shoppers in every log, over as many days as its purchases need "
                     "(default: one per 30 purchases, over 180 days): memory by events, users held "

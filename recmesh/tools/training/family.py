@@ -212,21 +212,25 @@ def _all_rows(x: F32, rows: Rows | None) -> Rows:
 
 
 def row_index_dtype(n: int) -> type[np.signedinteger[Any]]:
-    """The narrowest index type for rows 0..n-1: per-row index arrays (the
-    training part, an epoch's order) are a file's size / its row width."""
+    """The narrowest index type for rows 0..n-1 (int32 up to 2**31 rows): the
+    per-row index arrays (the training part, an epoch's order) then cost 4
+    bytes a row."""
     return np.int32 if n <= np.iinfo(np.int32).max else np.int64
 
 
 def read_column(a: npt.NDArray[Any]) -> npt.NDArray[Any]:
     """A 1-d column in memory. An .npy file mapped in whole is read with plain
     reads, not through the mapping, so none of its pages stay in the process
-    (see take_rows): the labels and times are read once and kept, or reduced."""
-    if isinstance(a, np.memmap) and a.filename and a.ndim == 1 and a.flags.c_contiguous:
+    (see take_rows): the labels and times are read once and kept, or reduced.
+    Anything else (a view of a mapping, an array) is copied as it is indexed."""
+    mapped = getattr(a, "_mmap", None)
+    if (isinstance(a, np.memmap) and a.filename and mapped is not None and a.ndim == 1
+            and a.flags.c_contiguous and len(mapped) == a.offset + a.nbytes):  # fmt: skip
         out = np.fromfile(a.filename, a.dtype, len(a), offset=a.offset)
         if len(out) != len(a):
             raise OSError(f"{a.filename}: read {len(out)} values of {len(a)}: the file was cut short")
         return out
-    return np.asarray(a)
+    return a if type(a) is np.ndarray else np.array(a)
 
 
 def take_rows(x: F32, index: Rows) -> F32:
@@ -520,7 +524,9 @@ def train_family(
             at = rows[order[start : start + batch_size]]
             # each batch's inputs derived from its rows only: no copy of the whole matrix
             batch, yb = _Batch.of(take_rows(x, at), layout, mean, std), y[at]
-            wb = np.ones(len(at), np.float32) if weights is None else weights[at] / w_mean
+            wb = np.ones(len(at), np.float32)
+            if weights is not None:
+                wb = (weights[at] / w_mean).astype(np.float32)
             grads = _gradients(p, batch, configs, masks, yb, wb)[0]
             # L2 on the embedding rows this batch looked up, not on the whole
             # table: under Adam a decay term alone moves each row the batch

@@ -319,7 +319,7 @@ class _Rows:
     2's embedding size is chosen). x stays where it is (a file: read a batch at
     a time); the labels and weights are in memory (4 bytes a row each); of the
     times only what the card says is kept. What a row costs while the family
-    trains: these, and an epoch's order (4 bytes), about 13 bytes."""
+    trains: these, and an epoch's order (4 bytes): 12 to 16 bytes."""
 
     x: np.ndarray
     y: np.ndarray

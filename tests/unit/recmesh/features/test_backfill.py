@@ -201,6 +201,8 @@ def test_a_row_read_again_as_of_the_same_time_is_the_state_then(demo_feature_set
     assert state.row("item", "i", at)["clicks_10m"] == 2 and state.row("item", "j", at)["clicks_10m"] == 1
     assert state.row("item", "i", T0 + 11 * MIN)["clicks_10m"] == 0  # another time
     assert state.row("item", "i", at)["clicks_10m"] == 2  # and back
+    state.sweep(T0 + 1000 * MIN)  # every entity idle past its retention: forgotten
+    assert state.row("item", "i", at)["clicks_10m"] == 0
 
 
 def _demo_events(catalog: Any, feature_set: FeatureSet) -> list[Event]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from recmesh.events import Event
 from recmesh.features.eventlog import EventTable
@@ -65,6 +66,8 @@ def test_a_tables_columns_give_the_interactions_its_events_give() -> None:
             a, b = getattr(got, name), getattr(want, name)
             assert a.dtype == b.dtype and a.tolist() == b.tolist(), name
     assert rb.interactions(EventTable.of(events[:5]), {"click": 1.0}).item_ids == []
+    with pytest.raises(ValueError, match="1999 target flags for 2000 events"):
+        rb.last_targets(table, np.ones(1999, bool))
 
 
 def test_the_tuning_split_of_a_tables_columns_is_the_split_of_its_events() -> None:

@@ -6,6 +6,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
+from recmesh.errors import InvalidArgument
 from recmesh.tools.bench.train import PURCHASES_PER_SHOPPER, shop_log
 
 
@@ -25,4 +28,7 @@ def test_a_log_of_more_purchases_by_the_same_shoppers(tmp_path: Path) -> None:
     users, events = _users_and_events(default)
     assert 0.6 * 3000 < events < 1.4 * 3000 and len(users) <= 3000 // PURCHASES_PER_SHOPPER
     users, events = _users_and_events(held)
-    assert 0.6 * 6000 < events < 1.4 * 6000 and 40 <= len(users) <= 50
+    assert 0.8 * 6000 < events < 1.2 * 6000 and 40 <= len(users) <= 50
+    for shoppers in (10_000, 10):  # under one visit each; most of the catalog each
+        with pytest.raises(InvalidArgument, match="purchases a shopper"):
+            shop_log(6000, tmp_path, shoppers=shoppers)

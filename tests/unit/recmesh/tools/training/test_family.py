@@ -297,6 +297,9 @@ def test_rows_of_a_mapped_file_are_read_not_mapped(tmp_path: Path) -> None:
 def test_int32_rows_train_the_same_model_bit_for_bit_as_int64_rows() -> None:
     """The training part and an epoch's order as int32 (half the memory a row)
     give the very model int64 indices give, weighted or not."""
+    for n in (0, 1, 7, 1000, 100_003):  # the int32 order is the order permutation(n) draws
+        want = np.random.default_rng(n).permutation(n)
+        assert np.array_equal(np.random.default_rng(n).permutation(np.arange(n, dtype=np.int32)), want)
     x, y = synthetic(2500, 4)
     w = np.random.default_rng(5).random(2500).astype(np.float32) + 0.5
     rows = np.flatnonzero(np.arange(2500) % 4 != 1)
@@ -314,6 +317,8 @@ def test_a_mapped_column_is_read_into_memory_of_its_own(tmp_path: Path) -> None:
     got = read_column(np.load(tmp_path / "t.npy", mmap_mode="r"))
     assert not isinstance(got, np.memmap) and got.dtype == np.int64 and np.array_equal(got, t)
     assert read_column(t) is t
+    part = read_column(np.load(tmp_path / "t.npy", mmap_mode="r")[4:10])  # a view: its own values
+    assert not isinstance(part, np.memmap) and part.tolist() == t[4:10].tolist()
     with (tmp_path / "t.npy").open("r+b") as fh:  # cut short after it was mapped
         mapped = np.load(tmp_path / "t.npy", mmap_mode="r")
         fh.truncate(128 + 8 * 500)
