@@ -28,8 +28,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+import numpy as np
+
 from recmesh.events import Event
 from recmesh.features.backfill import LabelRule, positive_examples
+from recmesh.features.eventlog import EventTable
 from recmesh.features.repository import FeatureSet, key_location
 from recmesh.retrieval.build import last_targets
 
@@ -63,7 +66,7 @@ def check_log(
 
     if feature_set.decl.training is not None:
         _labels(feature_set, events, ranking, add)
-    seen = {ev.behavior for ev in events}
+    seen = _behaviours(events)
     never = [b for b in feature_set.behaviors if b not in seen]
     if events and never:
         add("warning", "events.behaviors", f"{never} declared and never seen in the log "
@@ -90,7 +93,7 @@ def check_log(
                 f"{role.split('.')[1]} recall proposes almost nothing (learnt retrieval does not "
                 "need it)")  # fmt: skip
     if items and events:
-        logged = {ev.item_id for ev in events}
+        logged = _items(events)
         if not logged & set(items):
             add("warning", "items.id", f"none of the log's {len(logged):,} item ids is in the items file "
                 f"({len(items):,} rows; e.g. log {sorted(logged)[:2]}, file {sorted(items)[:2]}): "
@@ -98,12 +101,27 @@ def check_log(
     return found
 
 
+def _behaviours(events: Sequence[Event]) -> set[str]:
+    if isinstance(events, EventTable):  # a table's codes: no event made
+        return {events.behaviors[c] for c in np.unique(events.codes()[3]).tolist()}
+    return {ev.behavior for ev in events}
+
+
+def _items(events: Sequence[Event]) -> set[str]:
+    if isinstance(events, EventTable):
+        return {events.items[c] for c in np.unique(events.codes()[2]).tolist()}
+    return {ev.item_id for ev in events}
+
+
 def _labels(feature_set: FeatureSet, events: Sequence[Event], ranking: bool, add: Any) -> None:
     rule = LabelRule.of(feature_set)
-    examples = sum(1 for ev in events if ev.behavior in rule.examples)
+    if isinstance(events, EventTable):
+        examples = int(events.behaviour_flags(rule.examples).sum())
+    else:
+        examples = sum(1 for ev in events if ev.behavior in rule.examples)
     if not examples:
         add("error", "training.examples", f"the log has no event of {sorted(rule.examples)} "
-            f"(it has {sorted({ev.behavior for ev in events})})")  # fmt: skip
+            f"(it has {sorted(_behaviours(events))})")  # fmt: skip
         return
     positive = positive_examples(rule, events)
     positives = sum(positive)

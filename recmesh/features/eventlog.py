@@ -18,7 +18,7 @@ import heapq
 import math
 import tempfile
 from array import array
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import IO, Any, overload
 
@@ -207,6 +207,16 @@ class EventTable(Sequence[Event]):
             return cols
         t, user, item, behavior = (c[self._rows] for c in cols)
         return t, user, item, behavior
+
+    def value(self, name: str) -> np.ndarray:
+        """The rows' values of a declared value field (float64, NaN where absent)."""
+        column = self._values[:, self.value_names.index(name)]
+        return column if self._rows is None else column[self._rows]
+
+    def behaviour_flags(self, behaviors: Collection[str]) -> np.ndarray:
+        """Per row: is its behaviour one of `behaviors`."""
+        codes = [c for c, name in enumerate(self.behaviors) if name in behaviors]
+        return np.isin(self.codes()[3], codes)
 
     def take(self, rows: Sequence[int] | np.ndarray) -> EventTable:
         """The table of these rows of this one (in this order), sharing its columns."""

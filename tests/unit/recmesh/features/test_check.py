@@ -6,7 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from recmesh.events import Event
-from recmesh.features.check import check_log, errors
+from recmesh.features.check import Finding, check_log, errors
+from recmesh.features.eventlog import EventTable
 from recmesh.features.repository import parse_feature_set
 
 DAY = 86_400_000
@@ -50,6 +51,15 @@ def _ev(n: int, user: str, item: str, t: int, behavior: str = "purchase") -> Eve
     )
 
 
+def _checked(feature_set: object, log: list[Event], *args: object) -> list[Finding]:
+    """check_log of the events, the same as of their table (its columns: no event made)."""
+    found = check_log(feature_set, log, *args)  # type: ignore[arg-type]
+    assert [f.text() for f in check_log(feature_set, EventTable.of(log), *args)] == [  # type: ignore[arg-type]
+        f.text() for f in found
+    ]
+    return found
+
+
 def test_a_valid_log_passes_with_the_warnings_a_team_should_read(tmp_path: Path) -> None:
     feature_set = _feature_set(tmp_path)
     log = [
@@ -57,7 +67,7 @@ def test_a_valid_log_passes_with_the_warnings_a_team_should_read(tmp_path: Path)
         for n in range(24)
     ]
     items = {f"p{n}": {"aisle": "a1" if n == 0 else "unknown"} for n in range(20)}
-    found = check_log(feature_set, log, {}, items)  # type: ignore[arg-type]
+    found = _checked(feature_set, log, {}, items)
     assert errors(found) == []
     text = [f.text() for f in found]
     line = {f.key: f.where.rsplit(":", 1)[1] for f in found}
@@ -72,7 +82,7 @@ def test_a_valid_log_passes_with_the_warnings_a_team_should_read(tmp_path: Path)
 def test_ids_that_match_nothing_in_the_items_file_are_named(tmp_path: Path) -> None:
     feature_set = _feature_set(tmp_path)
     log = [_ev(n, f"u{n % 2}", f"p{n}", T0 + n) for n in range(4)]
-    found = check_log(feature_set, log, {}, {"P-1": {"aisle": "a"}})  # type: ignore[arg-type]
+    found = _checked(feature_set, log, {}, {"P-1": {"aisle": "a"}})
     assert any(f.key == "items.id" and "none of the log's 4 item ids" in f.message for f in found)
 
 
@@ -82,6 +92,6 @@ def test_the_refusals_come_before_anything_else_and_name_the_label_line(tmp_path
         SHOP.replace("label = { implicit = true }", 'label = { behaviors = ["purchase"], within = "0s" }'),
     )
     log = [_ev(n, "u1", f"p{n}", T0 + n) for n in range(3)]
-    (err,) = errors(check_log(feature_set, log))  # type: ignore[arg-type]
+    (err,) = errors(_checked(feature_set, log))
     assert err.key == "training.label" and err.where.endswith(":22")
     assert "write label = { implicit = true }" in err.message

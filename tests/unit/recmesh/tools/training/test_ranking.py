@@ -6,6 +6,7 @@ import math
 
 from recmesh.events import Event
 from recmesh.features.backfill import LabelRule, positive_examples
+from recmesh.features.eventlog import EventTable
 from recmesh.tools.training.ranking import Popularity, Quality, first_k, leave_last_out
 
 RATING = LabelRule(value_field="rating", at_least=4.0, examples=frozenset({"view"}))
@@ -29,6 +30,20 @@ def test_positives_by_value_and_by_a_later_behaviour() -> None:
         ev(4, "u1", "b", 2_200, "click"),  # 1.1 s after the view of b: too late
     ]
     assert positive_examples(CLICK, log) == [True, False, False, False]
+
+
+def test_a_tables_positives_are_its_events_positives() -> None:
+    """Rules an event decides alone read a table's columns: the same flags as
+    the events give, on the table and on a view of some of its rows."""
+    log = [ev(n, f"u{n % 3}", f"i{n % 7}", n, ("view", "click")[n % 5 == 0],
+              rating=None if n % 4 == 0 else float(n % 6)) for n in range(60)]  # fmt: skip
+    table = EventTable.of(log, ("rating",))
+    view = table.take([n for n in range(60) if n % 3 != 1])
+    implicit = LabelRule(implicit=True, examples=frozenset({"view"}))
+    for rule in (RATING, implicit, CLICK):
+        for events in (table, view):
+            want = positive_examples(rule, list(events))
+            assert positive_examples(rule, events) == want and any(want) and not all(want)
 
 
 def test_leave_last_out_holds_out_the_last_positive_and_what_follows() -> None:
