@@ -42,6 +42,7 @@ from recmesh.scatter import Scatter
 F32 = npt.NDArray[np.float32]
 I64 = npt.NDArray[np.int64]
 I32 = npt.NDArray[np.int32]
+Rows = npt.NDArray[np.uint16] | npt.NDArray[np.int32]  # item rows: uint16 where the catalog allows
 
 
 class Steps(Protocol):
@@ -180,13 +181,16 @@ class SequenceModel:
                 raise ValueError(f"{path}: not a sequence model ({err})") from None
 
 
-def examples(data: Steps, length: int) -> tuple[I32, I32, F32]:
+def examples(data: Steps, length: int) -> tuple[Rows, I32, F32]:
     """Every step of every user's sequence after their first: (the previous
     `length` distinct items, newest first, padded with n_items; the item; its
-    strength). Item rows as int32, built in flat buffers: 88 bytes a step (a
-    list per step took about 250, and the log's steps are all held at once)."""
+    strength). Built in flat buffers, the contexts' item rows as uint16 while
+    the catalog has fewer than 65,535 items, else int32: 48 bytes a step (88
+    with int32 rows; a list per step took about 250, and the log's steps are
+    all held at once)."""
     pad = data.n_items
-    contexts, targets, weights = array("i"), array("i"), array("f")
+    narrow = pad <= np.iinfo(np.uint16).max
+    contexts, targets, weights = array("H" if narrow else "i"), array("i"), array("f")
     padding = [pad] * length
     users, items, strengths = data.users.tolist(), data.items.tolist(), data.weights.tolist()
     recent: list[int] = []  # at most `length`, the newest first
@@ -202,7 +206,11 @@ def examples(data: Steps, length: int) -> tuple[I32, I32, F32]:
             recent.remove(item)
         recent.insert(0, item)
         del recent[length:]
-    x = np.frombuffer(contexts, np.int32).reshape(-1, length) if targets else np.zeros((0, length), np.int32)
+    x: Rows
+    if narrow:
+        x = np.frombuffer(contexts, np.uint16).reshape(-1, length)
+    else:
+        x = np.frombuffer(contexts, np.int32).reshape(-1, length)
     return x, np.frombuffer(targets, np.int32), np.frombuffer(weights, np.float32)
 
 
@@ -237,7 +245,7 @@ def train(
                              positions.copy())  # fmt: skip
 
     for epoch in range(1, epochs + 1):
-        order = rng.permutation(len(y))
+        order = rng.permutation(np.arange(len(y), dtype=np.int32))  # = permutation(len(y)), 4 bytes a step
         for start in range(0, len(y), BATCH):
             idx = order[start : start + BATCH]
             xb, yb, wb = x[idx], y[idx], w[idx]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -33,6 +35,11 @@ def test_examples_are_each_step_with_the_previous_distinct_items_newest_first() 
     assert [[name[int(r)] for r in row] for row in x] == [["a", "-", "-"], ["b", "a", "-"], ["a", "b", "-"]]
     assert [name[int(r)] for r in y] == ["b", "a", "c"]
     assert w.tolist() == [1.0, 1.0, 1.0]
+    assert x.dtype == np.uint16  # 2 bytes an item row while the catalog allows
+    wide = dataclasses.replace(data, item_ids=[*data.item_ids, *(f"z{k}" for k in range(70_000))])
+    xw, yw, _ = sequence.examples(wide, length=3)
+    assert xw.dtype == np.int32 and np.array_equal(yw, y)
+    assert np.array_equal(np.where(xw == wide.n_items, pad, xw), x)  # the same rows, another padding
 
 
 def test_it_learns_which_item_comes_next_where_pair_counts_cannot() -> None:
