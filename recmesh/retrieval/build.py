@@ -166,26 +166,49 @@ def _summed(keys: Ints, vals: Floats) -> tuple[Ints, Floats]:
     return uniq.astype(np.int64), np.bincount(inverse, weights=vals).astype(np.float64)
 
 
+# Events whose pairs at one lag are summed in at a time: the pair arrays and the
+# sort that sums them are this long, not the log's length.
+PAIR_BLOCK = 1 << 20
+
+
 def knn_table(data: Interactions, previous: int, neighbours: int) -> NeighbourTable:
+    """Each event paired with the user's items up to `previous` steps before it
+    (module docstring), the pairs' strengths summed and cosine-normalised."""
     n = data.n_items
     count = np.bincount(data.items, weights=data.weights, minlength=n)
-    acc_k = np.zeros(0, np.int64)
-    acc_v = np.zeros(0, np.float64)
-    for lag in range(1, previous + 1):
-        if lag >= len(data.items):
-            break
-        same = data.users[lag:] == data.users[:-lag]
-        a = data.items[lag:][same]
-        b = data.items[:-lag][same]
-        w = (data.weights[lag:][same] * data.weights[:-lag][same]).astype(np.float64)
-        diff = a != b
-        a, b, w = a[diff], b[diff], w[diff]
-        k = np.concatenate([a * n + b, b * n + a])
-        acc_k, acc_v = _summed(np.concatenate([acc_k, k]), np.concatenate([acc_v, w, w]))
+    acc_k, acc_v = pair_sums(data, previous)
     rows, cols = acc_k // n, acc_k % n
     norm = np.sqrt(np.maximum(count, 1e-9))
     sim = acc_v / (norm[rows] * norm[cols])
     return _top_per_row(data.item_ids, rows, cols, sim, neighbours)
+
+
+def pair_sums(data: Interactions, previous: int) -> tuple[Ints, Floats]:
+    """Per ordered pair of distinct items (key a * n_items + b) met within
+    `previous` steps of one user's sequence, both ways: the summed products of
+    their strengths. A lag's pairs are summed into the running sums a block of
+    PAIR_BLOCK events at a time, each direction in event order, so every sum
+    adds its terms in the order one whole-lag pass would (the same float64 to
+    the bit) while the arrays and the sort stay a block long."""
+    n = data.n_items
+    acc_k = np.zeros(0, np.int64)
+    acc_v = np.zeros(0, np.float64)
+    users, items, weights = data.users, data.items, data.weights
+    for lag in range(1, previous + 1):
+        if lag >= len(items):
+            break
+        for forward in (True, False):
+            for start in range(lag, len(items), PAIR_BLOCK):
+                now = slice(start, min(start + PAIR_BLOCK, len(items)))
+                before = slice(now.start - lag, now.stop - lag)
+                same = users[now] == users[before]
+                a, b = items[now][same], items[before][same]
+                w = (weights[now][same] * weights[before][same]).astype(np.float64)
+                diff = a != b
+                a, b, w = a[diff], b[diff], w[diff]
+                k = a * n + b if forward else b * n + a
+                acc_k, acc_v = _summed(np.concatenate([acc_k, k]), np.concatenate([acc_v, w]))
+    return acc_k, acc_v
 
 
 def _top_per_row(

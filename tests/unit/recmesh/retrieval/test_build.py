@@ -115,6 +115,36 @@ def test_knn_counts_sequential_pairs_within_previous_and_normalises_by_counts() 
     assert "c" in dict(t3.row("a"))
 
 
+def _whole_lag_pair_sums(data: rb.Interactions, previous: int) -> tuple[np.ndarray, np.ndarray]:
+    """The pair sums as one pass per lag makes them (the forward pairs of the
+    whole log, then the backward ones), the reference for the blocked sums."""
+    n, keys, sums = data.n_items, np.zeros(0, np.int64), np.zeros(0, np.float64)
+    inverse: np.ndarray
+    for lag in range(1, previous + 1):
+        same = data.users[lag:] == data.users[:-lag]
+        a, b = data.items[lag:][same], data.items[:-lag][same]
+        w = (data.weights[lag:][same] * data.weights[:-lag][same]).astype(np.float64)
+        a, b, w = a[a != b], b[a != b], w[a != b]
+        keys, inverse = np.unique(np.concatenate([keys, a * n + b, b * n + a]), return_inverse=True)
+        sums = np.bincount(inverse, weights=np.concatenate([sums, w, w])).astype(np.float64)
+    return keys, sums
+
+
+def test_knn_sums_its_pairs_a_block_at_a_time_to_the_same_float64(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Blocks of 7 events give the sums one pass over each lag gives, to the
+    bit, with strengths whose sums depend on the order they are added in (1e-16
+    added to 1 is lost; added to another 1e-16 first, it is not)."""
+    rng = np.random.default_rng(11)
+    events = [ev(n, f"u{rng.integers(12)}", f"i{rng.integers(30)}", ("view", "buy", "cart")[n % 3])
+              for n in range(600)]  # fmt: skip
+    data = rb.interactions(events, {"view": 1e-8, "buy": 1.0, "cart": 0.3})
+    want_keys, want_sums = _whole_lag_pair_sums(data, 5)
+    monkeypatch.setattr(rb, "PAIR_BLOCK", 7)
+    keys, sums = rb.pair_sums(data, 5)
+    assert keys.tolist() == want_keys.tolist() and len(keys) > 200
+    assert sums.tobytes() == want_sums.tobytes()
+
+
 def test_ease_learns_that_items_bought_together_predict_each_other() -> None:
     rng = np.random.default_rng(0)
     seqs: dict[str, list[str]] = {}
