@@ -42,6 +42,16 @@ def test_examples_are_each_step_with_the_previous_distinct_items_newest_first() 
     assert np.array_equal(np.where(xw == wide.n_items, pad, xw), x)  # the same rows, another padding
 
 
+def test_examples_made_a_block_of_steps_at_a_time_are_the_same(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Blocks of 3 steps (users' sequences cut across blocks) give the examples
+    one block of the whole log gives."""
+    data = _chains(users=40, length=7)
+    whole = sequence.examples(data, length=4)
+    monkeypatch.setattr(sequence, "STEPS_AT_A_TIME", 3)
+    for got, want in zip(sequence.examples(data, length=4), whole, strict=True):
+        assert got.dtype == want.dtype and got.tobytes() == want.tobytes()
+
+
 def test_it_learns_which_item_comes_next_where_pair_counts_cannot() -> None:
     data = _chains()
     model = sequence.train(data, epochs=10, seed=0)
