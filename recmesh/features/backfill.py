@@ -29,7 +29,7 @@ import orjson
 from recmesh.errors import FailedPrecondition
 from recmesh.events import Event
 from recmesh.features.compute import Layout, StreamEvent, aggregate, attribute_text, encode_member
-from recmesh.features.eventlog import EventTable
+from recmesh.features.eventlog import EventTable, behaviour_flags
 from recmesh.features.repository import Entity, FeatureSet, FeatureValue, parse_duration_ms
 from recmesh.features.tiles import (
     DistinctState,
@@ -353,7 +353,7 @@ def positive_examples(rule: LabelRule, events: Sequence[Event]) -> list[bool]:
     """Per event (sorted by time): is it an example the label rule calls positive?
     A rule an event decides alone (implicit, a value) reads a table's columns."""
     if isinstance(events, EventTable) and (rule.implicit or rule.value_field in events.value_names):
-        flags = events.behaviour_flags(rule.examples)
+        flags = behaviour_flags(events, rule.examples)
         if not rule.implicit:  # a value at least rule.at_least (NaN: absent, never positive)
             flags &= events.value(str(rule.value_field)) >= rule.at_least
         return list(flags.tolist())

@@ -32,7 +32,7 @@ import numpy as np
 
 from recmesh.events import Event
 from recmesh.features.backfill import LabelRule, positive_examples
-from recmesh.features.eventlog import EventTable
+from recmesh.features.eventlog import EventTable, behaviour_codes, behaviour_flags
 from recmesh.features.repository import FeatureSet, key_location
 from recmesh.retrieval.build import last_targets
 
@@ -102,9 +102,8 @@ def check_log(
 
 
 def _behaviours(events: Sequence[Event]) -> set[str]:
-    if isinstance(events, EventTable):  # a table's codes: no event made
-        return {events.behaviors[c] for c in np.unique(events.codes()[3]).tolist()}
-    return {ev.behavior for ev in events}
+    codes, names = behaviour_codes(events)
+    return {names[c] for c in np.unique(codes).tolist()}
 
 
 def _items(events: Sequence[Event]) -> set[str]:
@@ -115,10 +114,7 @@ def _items(events: Sequence[Event]) -> set[str]:
 
 def _labels(feature_set: FeatureSet, events: Sequence[Event], ranking: bool, add: Any) -> None:
     rule = LabelRule.of(feature_set)
-    if isinstance(events, EventTable):
-        examples = int(events.behaviour_flags(rule.examples).sum())
-    else:
-        examples = sum(1 for ev in events if ev.behavior in rule.examples)
+    examples = int(behaviour_flags(events, rule.examples).sum())
     if not examples:
         add("error", "training.examples", f"the log has no event of {sorted(rule.examples)} "
             f"(it has {sorted(_behaviours(events))})")  # fmt: skip

@@ -213,11 +213,6 @@ class EventTable(Sequence[Event]):
         column = self._values[:, self.value_names.index(name)]
         return column if self._rows is None else column[self._rows]
 
-    def behaviour_flags(self, behaviors: Collection[str]) -> np.ndarray:
-        """Per row: is its behaviour one of `behaviors`."""
-        codes = [c for c, name in enumerate(self.behaviors) if name in behaviors]
-        return np.isin(self.codes()[3], codes)
-
     def take(self, rows: Sequence[int] | np.ndarray) -> EventTable:
         """The table of these rows of this one (in this order), sharing its columns."""
         taken = EventTable.__new__(EventTable)
@@ -262,6 +257,22 @@ def event_times(events: Sequence[Event]) -> np.ndarray:
     if isinstance(events, EventTable):
         return events.times()
     return np.fromiter((ev.event_time for ev in events), np.int64, len(events))
+
+
+def behaviour_codes(events: Sequence[Event]) -> tuple[np.ndarray, list[str]]:
+    """Each event's behaviour as a code (int64) into the names: a table's own
+    codes, without making its events."""
+    if isinstance(events, EventTable):
+        return events.codes()[3].astype(np.int64), list(events.behaviors)
+    names: dict[str, int] = {}
+    codes = [names.setdefault(ev.behavior, len(names)) for ev in events]
+    return np.asarray(codes, np.int64), list(names)
+
+
+def behaviour_flags(events: Sequence[Event], behaviors: Collection[str]) -> np.ndarray:
+    """Per event: is its behaviour one of `behaviors`."""
+    codes, names = behaviour_codes(events)
+    return np.isin(codes, [c for c, name in enumerate(names) if name in behaviors])
 
 
 def select(events: Sequence[Event], rows: Sequence[int]) -> Sequence[Event]:

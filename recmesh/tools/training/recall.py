@@ -24,7 +24,7 @@ import orjson
 
 from recmesh.errors import InvalidArgument
 from recmesh.events import Event
-from recmesh.features.eventlog import EventTable
+from recmesh.features.eventlog import behaviour_codes, behaviour_flags
 from recmesh.features.repository import FeatureSet
 from recmesh.retrieval import build as rb
 from recmesh.retrieval import files, sequence
@@ -64,10 +64,7 @@ def targets(
     behaviours among them (a funnel's purchases, not its views); without a
     training label, events of the strongest learnt behaviours."""
     weights = feature_set.roles.learnt_behaviors
-    codes, names = _behaviour_codes(events)
-
-    def of(behaviors: Collection[str]) -> npt.NDArray[np.bool_]:
-        return np.isin(codes, [c for c, name in enumerate(names) if name in behaviors])
+    codes, names = behaviour_codes(events)
 
     if feature_set.decl.training is not None:
         from recmesh.features.backfill import LabelRule, positive_examples
@@ -80,19 +77,10 @@ def targets(
         if target is None or set(target) >= kinds:
             return positive, "the training label's positives"
         keep = frozenset(target)
-        return positive & of(keep), f"the training label's positives of {sorted(keep)}"
+        return positive & behaviour_flags(events, keep), f"the training label's positives of {sorted(keep)}"
     top = max(weights.values())
     strongest = frozenset(b for b, w in weights.items() if w == top)
-    return of(strongest), f"events of {sorted(strongest)}"
-
-
-def _behaviour_codes(events: Sequence[Event]) -> tuple[npt.NDArray[np.int64], list[str]]:
-    """Each event's behaviour as a code into the names: a table's own codes."""
-    if isinstance(events, EventTable):
-        return events.codes()[3].astype(np.int64), list(events.behaviors)
-    names: dict[str, int] = {}
-    codes = [names.setdefault(ev.behavior, len(names)) for ev in events]
-    return np.asarray(codes, np.int64), list(names)
+    return behaviour_flags(events, strongest), f"events of {sorted(strongest)}"
 
 
 def served_popularity(feature_set: FeatureSet) -> rb.Popularity | None:
