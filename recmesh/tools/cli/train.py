@@ -169,7 +169,7 @@ def _train_run(args: argparse.Namespace, cfg: Any, feature_set: Any, run: _Train
         say(f"the {len(unseen):,} tuning users' held-out parts are left out of the model's training rows: "
             "its full variant tunes the blend")  # fmt: skip
     fitted = train(cfg, run.model_dir, feature_set, run.dataset, progress=say, unseen=unseen,
-                   late_source=functools.partial(_retrieval_built, run, say))  # fmt: skip
+                   late_source=functools.partial(_retrieval_built, run, say), jobs=args.jobs)  # fmt: skip
     card = fitted.card
     recall_card = run.recall_card
     if recall_card is not None and run.tuned is not None and run.dataset is not None:

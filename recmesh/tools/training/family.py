@@ -533,20 +533,37 @@ def train_family(
             # did not use toward 0 by about the learning rate per step. How
             # strong it should be depends on the data (the repository's
             # training.embedding_l2; docs/models.md has the figures).
-            looked_up = np.unique(np.concatenate([batch.ids, batch.hist.ravel()]))
+            looked_up = np.zeros(len(p["e_item"]), bool)
+            looked_up[batch.ids] = looked_up[batch.hist.ravel()] = True
+            looked_up = np.flatnonzero(looked_up)
             grads["e_item"][looked_up] += l2_embedding * p["e_item"][looked_up]
             for k in ("e_cat", "u_cat"):
                 grads[k] += l2_embedding * p[k]
             step += 1
             for k, g in grads.items():
-                m[k] = 0.9 * m[k] + 0.1 * g
-                s[k] = 0.999 * s[k] + 0.001 * g * g
-                mhat = m[k] / (1 - 0.9**step)
-                shat = s[k] / (1 - 0.999**step)
-                p[k] = (p[k] - lr * mhat / (np.sqrt(shat) + 1e-8)).astype(np.float32)
+                _adam(p[k], m[k], s[k], g, lr, step)
             if progress is not None:
                 progress(step, steps)
     return Family(layout, mean, std, p)
+
+
+def _adam(p: F32, m: F32, s: F32, g: F32, lr: float, step: int) -> None:
+    """One Adam step on p, in place: m = 0.9 m + 0.1 g, s = 0.999 s + 0.001 g²,
+    p -= lr m̂ / (√ŝ + 1e-8). The same float32 operations in the same order as
+    the expression (the same bits), without a new array per operation."""
+    m *= 0.9
+    m += g * 0.1
+    s *= 0.999
+    g2 = g * 0.001
+    g2 *= g
+    s += g2
+    update = m / (1 - 0.9**step)
+    update *= lr
+    root = s / (1 - 0.999**step)
+    np.sqrt(root, out=root)
+    root += 1e-8
+    update /= root
+    p -= update
 
 
 def _moments(x: F32, rows: Rows, cols: Sequence[int] | npt.NDArray[np.int64]) -> tuple[F32, F32]:

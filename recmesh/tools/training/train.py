@@ -19,6 +19,7 @@ weight bytes and holdout AUC.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import pickle
@@ -38,6 +39,7 @@ from recmesh.features.repository import EMBEDDING_L2_DEFAULT, FeatureSet
 from recmesh.features.vectorize import InputStats, Transform, Vectorizer, plan_from
 from recmesh.modeldir import MODEL_NAME, point_current, variant_file
 from recmesh.tools.catalog import progress_bar
+from recmesh.tools.training.beside import run_beside
 from recmesh.tools.training.family import (
     LEVEL2_TOLERANCE,
     PREFIX_DIMS,
@@ -378,6 +380,7 @@ def train(
     origin: str | None = None,
     unseen: Mapping[str, int] | None = None,
     late_source: Callable[[], Mapping[str, Any]] | None = None,
+    jobs: int = 1,
 ) -> Fitted:
     """Train the family on `dataset` (default: the demo generator's), export
     every variant and the card, and make it the current version; the card and
@@ -386,7 +389,8 @@ def train(
     parts), though the holdout still measures them. `late_source`: called once
     the family is trained, before the export, for what the card's training data
     says beside `dataset.source` that is known only then (the learnt retrieval
-    built beside the training)."""
+    built beside the training). `jobs` > 1: the offline-only baseline trains in
+    a second process beside the family (the same model as in this one)."""
     started = time.perf_counter()
     if dataset is None:
         progress(f"building point-in-time rows ({cfg.sessions} demo sessions over {cfg.hours} h) ...")
@@ -399,9 +403,17 @@ def train(
     )
     layout = Layout.of(dataset.transforms)
     l2 = feature_set.decl.training.embedding_l2 if feature_set.decl.training else EMBEDDING_L2_DEFAULT
-    trained = _train_variants(cfg, layout, rows, l2, progress)
+    train_baseline = functools.partial(
+        _offline_baseline, cfg, feature_set, dataset.transforms, layout, rows, l2, progress
+    )
+    baseline = run_beside(train_baseline, "the offline-only baseline's training", jobs)
+    try:
+        trained = _train_variants(cfg, layout, rows, l2, progress)
+    except BaseException:
+        baseline.cancel()
+        raise
     auc_full, prefix_auc = trained.variant_auc[0], trained.prefix_auc
-    base = _offline_baseline(cfg, feature_set, dataset.transforms, layout, rows, l2, progress)
+    base = baseline.result()
     auc_base = base.variant_auc[0]
     training_data = {
         **dataset.source,

@@ -377,3 +377,25 @@ def synthetic_with(layout: Layout, n: int, seed: int) -> tuple[F32, F32]:
     x[:, hist[2:]] = np.where(rng.random((n, 2)) < 0.5, -1.0, x[:, hist[2:]])
     y = (rng.random(n) < 0.4).astype(np.float32)
     return x, y
+
+
+def test_an_adam_step_in_place_is_the_expression_bit_for_bit() -> None:
+    """`_adam` updates p, m and s in place with the very float32 operations of
+    the textbook expression, in its order: the same bits, step after step."""
+    from recmesh.tools.training.family import _adam
+
+    rng = np.random.default_rng(8)
+    p = rng.standard_normal((64, 16)).astype(np.float32)
+    m, s = np.zeros_like(p), np.zeros_like(p)
+    want_p, want_m, want_s = p.copy(), m.copy(), s.copy()
+    for step in range(1, 40):
+        g = (rng.standard_normal(p.shape) * 10.0 ** rng.integers(-6, 2)).astype(np.float32)
+        g[rng.random(p.shape) < 0.3] = 0.0  # rows a batch did not touch
+        _adam(p, m, s, g, 0.01, step)
+        want_m = 0.9 * want_m + 0.1 * g
+        want_s = 0.999 * want_s + 0.001 * g * g
+        mhat, shat = want_m / (1 - 0.9**step), want_s / (1 - 0.999**step)
+        want_p = (want_p - 0.01 * mhat / (np.sqrt(shat) + 1e-8)).astype(np.float32)
+        for got, want in ((p, want_p), (m, want_m), (s, want_s)):
+            assert got.dtype == want.dtype == np.float32
+            assert got.tobytes() == want.tobytes(), step

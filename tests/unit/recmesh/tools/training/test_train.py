@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -137,3 +138,28 @@ def test_a_rows_file_is_written_in_order_and_complete(tmp_path: Path) -> None:
     short.put(0, [1])
     with pytest.raises(ValueError, match="1 rows written of 3"):
         short.done()
+
+
+def test_with_two_jobs_the_baseline_trains_in_a_second_process_and_is_the_same_model(
+    demo_feature_set: FeatureSet, trained: Trained, tmp_path: Path
+) -> None:
+    """--jobs 2: the offline-only baseline trains in a forked process beside the
+    family; both exports are the ones one process makes, byte for byte."""
+    lines = tmp_path / "progress.txt"
+
+    def say(line: str) -> None:
+        with lines.open("a") as out:
+            out.write(f"{os.getpid()} {line}\n")
+
+    two = tt.train(CFG, tmp_path / "two", demo_feature_set, trained.ds, progress=say, jobs=2)
+    said = [line.split(" ", 1) for line in lines.read_text().splitlines()]
+    of_baseline = ("training baseline", "  holdout AUC")
+    baseline = [int(pid) for pid, text in said if text.startswith(of_baseline)]
+    assert len(baseline) == 2 and os.getpid() not in baseline  # the baseline's lines: another process's
+    one = trained.fitted.card
+    assert two.card["version"] == one["version"]
+    assert two.card["offline_only_version"] == one["offline_only_version"]
+    assert two.card["metrics"] == one["metrics"]
+    for version in (one["version"], one["offline_only_version"]):
+        want = (trained.model_dir / "ctr" / version / "model.onnx").read_bytes()
+        assert (tmp_path / "two" / "ctr" / version / "model.onnx").read_bytes() == want, version
