@@ -102,7 +102,29 @@ class Event(BaseModel):
 
     @property
     def values(self) -> dict[str, float]:
-        return self._values
+        # The private attribute read where pydantic keeps it: `self._values`
+        # goes through BaseModel.__getattr__ after a failed class look-up
+        # (~2 µs an access, read for every event of every pass over a log).
+        private = self.__pydantic_private__
+        return private["_values"] if private is not None else self._values
+
+    @classmethod
+    def of_validated(
+        cls, event_id: str, user_id: str, item_id: str, behavior: str, event_time: int,
+        request_id: str | None, values: dict[str, float],
+    ) -> Event:  # fmt: skip
+        """An event from fields validated before (a table of a log read through
+        `validate_event`), the very object `model_construct` makes with these
+        fields and `values`, ~5x faster: what every pass over a log makes per event."""
+        ev = cls.__new__(cls)
+        init = object.__setattr__
+        fields = {"event_id": event_id, "user_id": user_id, "item_id": item_id, "behavior": behavior,
+                  "event_time": event_time, "request_id": request_id}  # fmt: skip
+        init(ev, "__dict__", fields)
+        init(ev, "__pydantic_fields_set__", set(_FIELDS))
+        init(ev, "__pydantic_extra__", {})
+        init(ev, "__pydantic_private__", {"_values": values})
+        return ev
 
     def with_values(self, values: Mapping[str, float]) -> Event:
         copy = self.model_copy()
@@ -135,6 +157,9 @@ class Event(BaseModel):
 
     def to_json(self) -> bytes:
         return orjson.dumps(self.to_dict())
+
+
+_FIELDS = tuple(Event.model_fields)
 
 
 def _schema(info: ValidationInfo) -> EventSchema | None:

@@ -43,7 +43,10 @@ from recmesh.features.tiles import (
 SWEEP_EVERY = 100_000  # events between sweeps of idle entities
 
 
-@dataclass(frozen=True)
+# Examples and reads are made several times an event by the replay: plain
+# slotted dataclasses, not frozen ones (whose __init__ sets each field through
+# object.__setattr__: about 3x the cost), and nothing changes them once made.
+@dataclass(slots=True)
 class Example:
     user_id: str
     item_id: str
@@ -463,7 +466,7 @@ class _Negatives:
         return drawn
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Read:
     """The features of one entity as of a time: the `n`-th read of its entity in the plan."""
 

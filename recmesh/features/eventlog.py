@@ -238,13 +238,11 @@ class EventTable(Sequence[Event]):
             self._behavior[rows].tolist(), starts, ends[rows].tolist(), strict=True,
         )  # fmt: skip
         for k, (row, t, user, item, behavior, start, end) in enumerate(columns):
-            ev = Event.model_construct(
-                event_id=ids[start:end].decode(), user_id=users[user], item_id=items[item],
-                behavior=behaviors[behavior], event_time=t, request_id=requests.get(row),
+            yield Event.of_validated(
+                ids[start:end].decode(), users[user], items[item], behaviors[behavior], t, requests.get(row),
+                {} if values is None
+                else {name: v for name, v in zip(names, values[k], strict=True) if not math.isnan(v)},
             )  # fmt: skip
-            if values is not None:
-                ev._values = {name: v for name, v in zip(names, values[k], strict=True) if not math.isnan(v)}
-            yield ev
 
 
 def load_log(path: Path, schema: EventSchema) -> EventTable:

@@ -307,14 +307,17 @@ def test_the_dask_engine_trains_on_the_single_process_rows_bit_for_bit(
     """`recmesh train --engine dask` on a local cluster (two worker processes, the
     users and the items in three partitions each) gives the rows one process
     gives: the same digest, so the same model, byte for byte. Learnt retrieval
-    built in a process beside the training (--jobs 2) gives the tables and the
-    fusion it gives built first in the same process (--jobs 1)."""
+    built in a process beside the training (--jobs 2), the blend's inputs
+    computed there and the offline-only baseline trained in a third process give
+    the tables, the fusion, the blend's scores and the baseline they give in
+    one process (--jobs 1)."""
     monkeypatch.setenv("RECMESH_REPOSITORY", str(movielens.repo))
     monkeypatch.setenv("RECMESH_STATE_DIR", str(tmp_path / "state"))
     log = tmp_path / "ml-events.jsonl"
     assert cli_main(["events", "import", str(movielens.ratings), "--to", "log", "--out", str(log)]) == 0
     figures = {}
     tables = {}
+    cards = {}
     for engine in (["--engine", "single", "--jobs", "1"],
                    ["--engine", "dask", "--workers", "2", "--partitions", "3", "--jobs", "2"]):  # fmt: skip
         capsys.readouterr()
@@ -325,10 +328,16 @@ def test_the_dask_engine_trains_on_the_single_process_rows_bit_for_bit(
         figures[engine[1]] = json.loads(captured.out.strip().splitlines()[-1])
         (version,) = [d for d in (models / "recall").iterdir() if d.is_dir()]
         tables[engine[1]] = {f.name: f.read_bytes() for f in sorted(version.glob("*.npz"))}
+        model_card = json.loads((models / "ctr" / figures[engine[1]]["version"] / "card.json").read_text())
+        baseline = models / "ctr" / model_card["offline_only_version"] / "model.onnx"
+        cards[engine[1]] = (json.loads((version / "card.json").read_text()), baseline.read_bytes())
     single, dask = figures["single"], figures["dask"]
     assert set(tables["single"]) == {"knn.npz", "ease.npz", "sequence.npz"}
     assert tables["single"] == tables["dask"]  # built beside: the same tables, byte for byte
     assert single["recall_fusion"] == dask["recall_fusion"] and single["recall_blend"] == dask["recall_blend"]
+    (one_card, one_baseline), (two_card, two_baseline) = cards["single"], cards["dask"]
+    assert one_card["blend_tuning"] == two_card["blend_tuning"] and one_card["blend_tuning"]["users"] > 0
+    assert one_baseline == two_baseline  # the offline-only baseline, trained beside: byte for byte
     assert single["rows"] == dask["rows"] > 10_000
     assert len(single["rows_digest"]) == 32 and single["rows_digest"] == dask["rows_digest"]
     assert single["version"] == dask["version"]  # the ONNX files' digest: the same model

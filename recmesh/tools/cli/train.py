@@ -9,7 +9,7 @@ import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -92,18 +92,19 @@ def _target(feature_set: Any, given: list[str] | None) -> frozenset[str] | None:
 
 
 def _tune_blend(
-    feature_set: Any, tuned: Any, probe: Any, users: Any, items: Any, model_dir: Path, version: str, say: Any
+    tuned: Any, inputs: Any, probe: Any, model_dir: Path, version: str, say: Any
 ) -> dict[str, Any]:
     """The model/recall blend for the recall version, tuned on retrieval's tuning
-    users with the trained model's full variant (`probe`: trained without those
-    users' held-out parts: a model that has seen a target would claim it); then
-    the version becomes current beside the model."""
+    users (`inputs`: their candidates and features, computed beside) with the
+    trained model's full variant (`probe`: trained without those users'
+    held-out parts: a model that has seen a target would claim it); then the
+    version becomes current beside the model."""
     from recmesh.retrieval import files as recall_files
     from recmesh.tools.training import recall
 
     changes: dict[str, Any] = {}
-    if tuned.hold is not None and tuned.candidates:
-        changes = recall.tune_blend(feature_set, tuned, users, items, probe, model_dir, version, say)
+    if tuned.hold is not None and inputs:
+        changes = recall.tune_blend(tuned, inputs, probe, model_dir, version, say)
     recall_files.set_current(model_dir, version)
     return changes
 
@@ -121,8 +122,7 @@ class _Training:
     tuned: Any = None
     hold: Any = None  # learnt retrieval's tuning split (its users' held-out parts are not trained on)
     retrieval: Any = None  # learnt retrieval's build, running beside the replay and the training
-    users: Any = None
-    items: Any = None
+    blend_inputs: Any = None  # what the blend's probe scores (recall.blend_inputs), computed beside too
     rows_dir: Path | None = None  # the rows on disk while training (removed after)
     replay_seconds: float | None = None  # the log replayed into rows (the engine's part)
 
@@ -174,8 +174,7 @@ def _train_run(args: argparse.Namespace, cfg: Any, feature_set: Any, run: _Train
     recall_card = run.recall_card
     if recall_card is not None and run.tuned is not None and run.dataset is not None:
         version = recall_card["version"]
-        recall_card |= _tune_blend(feature_set, run.tuned, fitted.probe, run.users, run.items, run.model_dir,
-                                   version, say)  # fmt: skip
+        recall_card |= _tune_blend(run.tuned, run.blend_inputs, fitted.probe, run.model_dir, version, say)
     figures = _figures(card, recall_card)
     if run.replay_seconds is not None:
         figures["replay_seconds"] = run.replay_seconds
@@ -206,7 +205,6 @@ def _from_log(
     logged_all = load_log(Path(args.events), feature_set.event_schema)
     events = iter(logged_all)
     check_or_refuse(feature_set, logged_all, users, items, bool(args.ranking), say)
-    run.users, run.items = users, items
     from recmesh.settings import UpSettings
 
     training_dir = UpSettings().state_dir / "training"
@@ -231,7 +229,8 @@ def _from_log(
             recall.build, feature_set, logged, run.model_dir, say, args.seed,
             {"events_file": str(Path(args.events).resolve())}, activate=False, split=tuning,
         )  # fmt: skip
-        run.retrieval = run_beside(lambda: _without_split(build()), "learnt retrieval's build", args.jobs)
+        beside = functools.partial(_built_beside, build, feature_set, users, items, say)
+        run.retrieval = run_beside(beside, "learnt retrieval's build", args.jobs)
         events = iter(logged)
     total = len(split.training) if split is not None else len(logged_all)
     replay_started = time.perf_counter()
@@ -252,12 +251,25 @@ def _from_log(
     return run
 
 
-def _without_split(built: tuple[dict[str, Any], Any]) -> tuple[dict[str, Any], Any]:
-    """The build's card and tuning without its split: the caller holds the split
-    already, and its events are a view of the whole log (not sent back)."""
-    card, tuned = built
+def _built_beside(
+    build: Callable[[], tuple[dict[str, Any], Any]], feature_set: Any, users: Any, items: Any, say: Any
+) -> tuple[dict[str, Any], Any, Any]:
+    """Learnt retrieval's build, then what the blend's probe will score (its
+    tuning users' candidates with their features: a replay of the log that
+    needs no model, done here while the model trains); the build's tuning is
+    sent back without its split (the caller holds it; its events are a view of
+    the whole log)."""
+    from recmesh.tools.training import recall
+
+    card, tuned = build()
+    inputs = None
+    if tuned.hold is not None and tuned.candidates:
+        started = time.perf_counter()
+        inputs = recall.blend_inputs(feature_set, tuned.hold, tuned.candidates, users, items)
+        say(f"  the blend's inputs: {len(inputs):,} tuning users' candidates with their features as of "
+            f"their held-out parts ({time.perf_counter() - started:.1f} s)")  # fmt: skip
     tuned.hold = None
-    return card, tuned
+    return card, tuned, inputs
 
 
 def _retrieval_built(run: _Training, say: Any) -> dict[str, Any]:
@@ -267,7 +279,7 @@ def _retrieval_built(run: _Training, say: Any) -> dict[str, Any]:
         return {}
     if not run.retrieval.ready():
         say("waiting for learnt retrieval's build (running beside) ...")
-    run.recall_card, run.tuned = run.retrieval.result()
+    run.recall_card, run.tuned, run.blend_inputs = run.retrieval.result()
     run.tuned.hold = run.hold
     return {"recall_version": run.recall_card["version"]}
 
@@ -396,8 +408,9 @@ def add_commands(sub: Any) -> None:
     tr.add_argument(
         "--jobs", type=int, default=min(2, usable_cpus()), metavar="N",
         help="processes for work that runs side by side: with 2, learnt retrieval is built in a second "
-        "process while this one replays the log and trains the model (the same tables and model as "
-        "with 1; default 2 where this process may run on 2 CPUs or more)",
+        "process while this one replays the log, and the offline-only baseline in one beside the "
+        "model's training (the same tables and models as with 1; default 2 where this process may "
+        "run on 2 CPUs or more)",
     )  # fmt: skip
     tr.add_argument("--workers", type=int, default=2,
                     help="--engine dask: worker processes of the local cluster")  # fmt: skip

@@ -235,10 +235,8 @@ BLEND_GRID = (0.0, 0.5, 1.0, 2.0, 4.0, 8.0, 32.0)
 
 
 def tune_blend(
-    feature_set: FeatureSet,
     tuned: rb.Tuned,
-    users: Mapping[str, Mapping[str, Any]],
-    items: Mapping[str, Mapping[str, Any]],
+    inputs: BlendInputs,
     probe: Probe,
     model_dir: Path,
     recall_version: str,
@@ -249,17 +247,17 @@ def tune_blend(
 
     Each tuning user's fused candidates (the tables built without their
     held-out part) are scored as the ranker would: features as of 1 ms before
-    the held-out part, replayed from the tuning split's events
-    (`features_as_of`), by the full variant of the model trained beside it,
+    the held-out part (`inputs`: `blend_inputs`, computed while the model
+    trained), by the full variant of the model trained beside it,
     which never saw those targets (`probe`: trained without the tuning users'
     held-out parts). The blend goes into the card of `recall_version` under
     `model_dir`.
     """
     hold = tuned.hold
-    if hold is None or not tuned.candidates:
+    if hold is None or not inputs:
         return {}
     started = time.perf_counter()
-    scored = _probe_scores(feature_set, hold, tuned.candidates, users, items, probe)
+    scored = _probe_scores(inputs, probe)
     targets = {u: hold.targets[u] for u in scored}
     ndcg = _blend_ndcg(scored, targets)
     top = max(BLEND_GRID, key=lambda w: (round(ndcg[w], 6), -w))
@@ -284,26 +282,44 @@ def tune_blend(
     return changes
 
 
-def _probe_scores(
+# Per tuning user: their candidates, their features and the candidates' (a
+# column a feature) as of before their held-out part.
+BlendInputs = dict[str, tuple[list[str], dict[str, Any], dict[str, list[Any]]]]
+
+
+def blend_inputs(
     feature_set: FeatureSet,
     hold: rb.Holdout,
     candidates: Mapping[str, list[str]],
     users: Mapping[str, Mapping[str, Any]],
     items: Mapping[str, Mapping[str, Any]],
-    probe: Probe,
-) -> dict[str, tuple[list[str], list[float]]]:
-    """Per tuning user: their candidates and the probe model's scores for them,
-    from features as of before their held-out part."""
+) -> BlendInputs:
+    """What the blend's probe model scores, known before there is a model: each
+    tuning user's candidates with the features a look-up would have given as of
+    1 ms before their held-out part, replayed from the tuning split's events
+    (`features_as_of`). `recmesh train` computes them in learnt retrieval's
+    process once its build is done, while this one trains the model."""
     from recmesh.features.backfill import Query, features_as_of
+
+    queries = [Query(u, hold.as_of[u], tuple(c)) for u, c in sorted(candidates.items()) if c]
+    inputs: BlendInputs = {}
+    for q, uf, rows in features_as_of(feature_set, hold.training, users, items, queries):
+        names = {name for row in rows for name in row}
+        inputs[q.user_id] = (list(q.items), uf, {n: [r.get(n) for r in rows] for n in sorted(names)})
+    return inputs
+
+
+def _probe_scores(inputs: BlendInputs, probe: Probe) -> dict[str, tuple[list[str], list[float]]]:
+    """Per tuning user: their candidates and the probe model's scores for them."""
     from recmesh.features.vectorize import Vectorizer
 
     vec = Vectorizer(probe.transforms)
-    queries = [Query(u, hold.as_of[u], tuple(c)) for u, c in sorted(candidates.items()) if c]
+    names = {t.feature for t in vec.transforms if t.entity == "item"}
     scored: dict[str, tuple[list[str], list[float]]] = {}
-    for q, uf, rows in features_as_of(feature_set, hold.training, users, items, queries):
-        names = {t.feature for t in vec.transforms if t.entity == "item"}
-        x = vec.matrix([uf], {n: [r.get(n) for r in rows] for n in names}, list(q.items), [q.user_id])
-        scored[q.user_id] = (list(q.items), [float(s) for s in probe.score(x.astype(np.float32))])
+    for user, (candidates, uf, columns) in inputs.items():
+        item_columns = {n: columns.get(n, [None] * len(candidates)) for n in names}
+        x = vec.matrix([uf], item_columns, candidates, [user])
+        scored[user] = (candidates, [float(s) for s in probe.score(x.astype(np.float32))])
     return scored
 
 

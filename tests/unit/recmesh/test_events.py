@@ -3,8 +3,10 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
+from pydantic import ValidationError
 
 from recmesh.errors import InvalidArgument
 from recmesh.events import Event, EventSchema, conform, parse_event, validate_event
@@ -111,3 +113,22 @@ def test_ids_refuse_whitespace_as_every_regex_dialect_reads_it(
             parse_event(raw, demo_feature_set.event_schema)
         schema = Event.model_json_schema()["properties"][field]["pattern"]
         assert not re.search(schema, "a" + space + "1")
+
+
+@pytest.mark.parametrize("request_id", [None, "r-7"])
+@pytest.mark.parametrize("values", [{}, {"rating": 4.0, "price": 0.5}])
+def test_an_event_of_validated_fields_is_the_one_model_construct_makes(
+    request_id: str | None, values: dict[str, float]
+) -> None:
+    fields: dict[str, Any] = {"event_id": "e-1", "user_id": "u1", "item_id": "i9", "behavior": "rate",
+              "event_time": 1_767_225_600_000, "request_id": request_id}  # fmt: skip
+    want = Event.model_construct(**fields)
+    want._values = dict(values)
+    got = Event.of_validated(**fields, values=dict(values))
+    for part in ("__dict__", "__pydantic_fields_set__", "__pydantic_extra__", "__pydantic_private__"):
+        assert getattr(got, part) == getattr(want, part), part
+    assert got == want and hash(got) == hash(want) and got.to_json() == want.to_json()
+    assert got.values == want.values == values
+    assert got.model_copy() == want and got.with_values({"rating": 1.0}).values == {"rating": 1.0}
+    with pytest.raises(ValidationError):  # frozen, as a validated event is
+        got.user_id = "u2"  # type: ignore[misc]
