@@ -11,7 +11,6 @@ once, in this process, and the caller's code is the same.
 
 from __future__ import annotations
 
-import gc
 import multiprocessing
 import os
 import sys
@@ -52,15 +51,7 @@ class Forked(Generic[T]):
         ctx = multiprocessing.get_context("fork")
         recv, send = ctx.Pipe(duplex=False)
         self._proc = ctx.Process(target=_child, args=(fn, send, recv), name=what, daemon=True)
-        # The child's garbage collections leave the objects it inherits alone:
-        # traversing them would write to every page holding one and copy it
-        # (the parent's replay state is a GB of them by the time the
-        # baseline forks). This process collects them again once forked.
-        gc.freeze()
-        try:
-            self._proc.start()
-        finally:
-            gc.unfreeze()
+        self._proc.start()
         send.close()
         self._outcome: tuple[str, Any] = ("error", RuntimeError(f"{what}: no answer"))
         self._taker = threading.Thread(target=self._take, args=(recv,), name=f"{what} (answer)", daemon=True)

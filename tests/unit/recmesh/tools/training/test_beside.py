@@ -77,19 +77,3 @@ def test_cancel_stops_a_child_still_working() -> None:
     started = time.perf_counter()
     pending.cancel()
     assert time.perf_counter() - started < 5
-
-
-def test_the_childs_collections_leave_what_it_inherits_alone() -> None:
-    """The objects the child inherits are frozen there (its garbage collections
-    never traverse them, so never copy their pages); the caller's are not."""
-    import gc
-
-    inherited = [[i] for i in range(10_000)]
-
-    def frozen_in_child() -> int:
-        gc.collect()
-        return gc.get_freeze_count()
-
-    assert gc.get_freeze_count() == 0
-    assert Forked(frozen_in_child, "frozen").result() >= len(inherited)
-    assert gc.get_freeze_count() == 0  # this process collects them again
