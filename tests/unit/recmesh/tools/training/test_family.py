@@ -14,6 +14,7 @@ import onnxruntime as ort
 import pytest
 
 from recmesh.features.vectorize import Transform
+from recmesh.tools.training import family
 from recmesh.tools.training.family import (
     Layout,
     Variant,
@@ -295,11 +296,8 @@ def test_rows_of_a_mapped_file_are_read_not_mapped(tmp_path: Path) -> None:
 
 
 def test_int32_rows_train_the_same_model_bit_for_bit_as_int64_rows() -> None:
-    """The training part and an epoch's order as int32 (half the memory a row)
-    give the very model int64 indices give, weighted or not."""
-    for n in (0, 1, 7, 1000, 100_003):  # the int32 order is the order permutation(n) draws
-        want = np.random.default_rng(n).permutation(n)
-        assert np.array_equal(np.random.default_rng(n).permutation(np.arange(n, dtype=np.int32)), want)
+    """The training part as int32 (half the memory a row) gives the very model
+    int64 indices give, weighted or not."""
     x, y = synthetic(2500, 4)
     w = np.random.default_rng(5).random(2500).astype(np.float32) + 0.5
     rows = np.flatnonzero(np.arange(2500) % 4 != 1)
@@ -309,6 +307,30 @@ def test_int32_rows_train_the_same_model_bit_for_bit_as_int64_rows() -> None:
         b = train_family(x, y, LAYOUT, configs, epochs=2, seed=6, weights=weights, rows=rows.astype(np.int32))
         for key, value in a.params.items():
             assert value.tobytes() == b.params[key].tobytes(), key
+
+
+def test_an_epoch_reads_every_row_once_a_group_of_shuffled_blocks_at_a_time(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """_groups: each row of the training part once an epoch; a group is
+    GROUP_BLOCKS blocks of BLOCK_ROWS consecutive rows, in ascending order (read
+    in a few long reads), and the blocks come from all over the part, in a new
+    order every epoch."""
+    monkeypatch.setattr(family, "BLOCK_ROWS", 10)
+    monkeypatch.setattr(family, "GROUP_BLOCKS", 4)
+    rows = np.flatnonzero(np.arange(1003) % 7 != 3).astype(np.int32)  # 859 rows: the last block short
+    rng = np.random.default_rng(0)
+    epochs = [list(family._groups(rows, rng)) for _ in range(2)]
+    for groups in epochs:
+        assert np.array_equal(np.sort(np.concatenate(groups)), rows)
+        assert [len(g) for g in groups[:-1]] == [40] * (len(groups) - 1) and len(groups) == 22
+        for g in groups:
+            assert np.all(np.diff(g) > 0) and g.dtype == np.int32
+            positions = np.searchsorted(rows, g)
+            whole = [np.arange(b * 10, min(b * 10 + 10, len(rows))) for b in np.unique(positions // 10)]
+            assert np.array_equal(positions, np.concatenate(whole))
+    firsts = [[int(np.searchsorted(rows, g[0])) // 10 for g in groups] for groups in epochs]
+    assert firsts[0] != firsts[1] and max(b for f in firsts for b in f) > 40
 
 
 def test_a_mapped_column_is_read_into_memory_of_its_own(tmp_path: Path) -> None:
