@@ -19,7 +19,7 @@ import random
 import time
 import zlib
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -120,7 +120,9 @@ class ReplayState:
     """Per-entity stream state as the online store keeps it, held in memory.
 
     `entities`: the entities whose streams it keeps (a partition of the
-    engine's replay keeps one: recmesh.tools.training.engine)."""
+    engine's replay keeps one: recmesh.tools.training.engine). `only_users`:
+    when given, the user streams of those users only (every item's streams
+    still): a user's streams read nothing but that user's events."""
 
     def __init__(
         self,
@@ -128,8 +130,10 @@ class ReplayState:
         users: Mapping[str, Mapping[str, Any]],
         items: Mapping[str, Mapping[str, Any]],
         entities: tuple[Entity, ...] = ENTITIES,
+        only_users: Collection[str] | None = None,
     ) -> None:
         self.feature_set = feature_set
+        self._only_users = None if only_users is None else frozenset(only_users)
         self._sides = [
             (entity, list(feature_set.streams_of(entity))) for entity in ENTITIES if entity in entities
         ]
@@ -189,7 +193,10 @@ class ReplayState:
         if read:
             read.pop(("user", ev.user_id), None)
             read.pop(("item", ev.item_id), None)
+        only = self._only_users
         for entity, streams in self._sides:
+            if only is not None and entity == "user" and ev.user_id not in only:
+                continue
             own, other = (ev.user_id, ev.item_id) if entity == "user" else (ev.item_id, ev.user_id)
             other_entity: Entity = "item" if entity == "user" else "user"
             for s in streams:
@@ -710,9 +717,11 @@ def features_as_of(
 ) -> Iterator[tuple[Query, dict[str, FeatureValue], list[dict[str, FeatureValue]]]]:
     """Each query answered as a look-up at its `as_of_ms` would have been: the
     events (sorted by time) replayed up to it, then the user's and each item's
-    features, real-time and offline. Queries are answered in time order."""
-    state = ReplayState(feature_set, users, items)
+    features, real-time and offline. Queries are answered in time order. Only
+    the queries' users' streams are kept (with every item's): the other users'
+    events feed their items' streams alone."""
     pending = deque(sorted(queries, key=lambda q: (q.as_of_ms, q.user_id)))
+    state = ReplayState(feature_set, users, items, only_users={q.user_id for q in pending})
 
     def answer(q: Query) -> tuple[Query, dict[str, FeatureValue], list[dict[str, FeatureValue]]]:
         rows = [state.row("item", item, q.as_of_ms) for item in q.items]

@@ -292,3 +292,35 @@ def test_features_as_of_answer_each_query_from_the_events_before_it(demo_feature
     (example,) = [e for e in training_examples(demo_feature_set, events, {}, {"a": {"category": "news"}})
                   if e.item_id == "b"]  # fmt: skip
     assert example.user == mid and example.item == b_mid
+
+
+def test_features_as_of_keep_only_the_queries_users_streams_and_answer_as_a_full_replay(
+    demo_feature_set: FeatureSet,
+) -> None:
+    """The users no query asks about feed their items' streams only; the
+    answers are those of a replay that keeps every stream."""
+    rng = random.Random(3)
+    behaviors = ["view", "click", "view", "add_to_cart"]
+    events = [
+        event(demo_feature_set, f"e{n}", rng.choice(behaviors), T0 + 1000 * n, f"u{rng.randrange(6)}",
+              f"i{rng.randrange(5)}")
+        for n in range(300)
+    ]  # fmt: skip
+    items = {f"i{k}": {"category": "news" if k % 2 else "food"} for k in range(5)}
+    queries = [Query(f"u{k}", T0 + 1000 * (40 * k + 7) + 1, ("i0", "i1", "i3")) for k in (0, 2, 3)]
+    full = ReplayState(demo_feature_set, {}, items)
+    want, pending = [], sorted(queries, key=lambda q: q.as_of_ms)
+    for ev in events:
+        while pending and pending[0].as_of_ms < ev.event_time:
+            q = pending.pop(0)
+            want.append((q, full.row("user", q.user_id, q.as_of_ms),
+                         [full.row("item", i, q.as_of_ms) for i in q.items]))  # fmt: skip
+        full.apply(ev)
+    got = list(features_as_of(demo_feature_set, events, {}, items, queries))
+    assert got == want and any(uf["clicks_5m"] for _, uf, _ in got)
+    kept = ReplayState(demo_feature_set, {}, items, only_users={"u0"})
+    for ev in events:
+        kept.apply(ev)
+    assert kept.row("item", "i1", T0 + 400_000) == full.row("item", "i1", T0 + 400_000)
+    assert kept.row("user", "u0", T0 + 400_000) == full.row("user", "u0", T0 + 400_000)
+    assert kept.row("user", "u1", T0 + 400_000) != full.row("user", "u1", T0 + 400_000)
