@@ -160,6 +160,43 @@ class EventTable(Sequence[Event]):
         table.users, table.items, table.behaviors = (list(c) for c in codes)
         return table
 
+    def sorted_by_time(self) -> EventTable:
+        """This table's events in sorted_events' order (time, then event id; in
+        their order here where both tie), as a table of its own whose codes
+        number users, items and behaviours in order of first appearance, as
+        EventTable.of would from the sorted events."""
+        n = len(self)
+        rows = self._rows if self._rows is not None else np.arange(n)
+        t = self._t[rows]
+        ends = self._id_ends[rows]
+        starts = np.where(rows > 0, self._id_ends[np.maximum(rows - 1, 0)], 0)
+        ids = [self._ids[a:b] for a, b in zip(starts.tolist(), ends.tolist(), strict=True)]
+        # UTF-8 bytes order as their strings do; numpy's fixed-width bytes pad with
+        # NULs, which an event id never holds (events.py refuses control characters)
+        order = np.lexsort((np.array(ids, dtype=f"S{max(map(len, ids), default=1) or 1}"), t))
+        table = EventTable(self.value_names)
+        table._t = t[order]
+        for name, names in (("_user", "users"), ("_item", "items"), ("_behavior", "behaviors")):
+            column = getattr(self, name)[rows][order]
+            seen, first = np.unique(column, return_index=True)
+            by_first = seen[np.argsort(first, kind="stable")]  # old codes in order of first appearance
+            recode = np.zeros(max(len(getattr(self, names)), 1), column.dtype)
+            recode[by_first] = np.arange(len(by_first), dtype=column.dtype)
+            setattr(table, name, recode[column])
+            old = getattr(self, names)
+            setattr(table, names, [old[c] for c in by_first.tolist()])
+        picked = [ids[k] for k in order.tolist()]
+        table._ids = b"".join(picked)
+        table._id_ends = np.cumsum(np.fromiter(map(len, picked), np.int64, n)) if n else table._id_ends
+        if self.value_names:
+            table._values = self._values[rows][order]
+        if self._requests:  # rare: where each one's row went
+            at = np.empty(n, np.int64)
+            at[order] = np.arange(n)
+            held = np.flatnonzero(np.isin(rows, np.fromiter(self._requests, np.int64)))
+            table._requests = {int(at[k]): self._requests[int(rows[k])] for k in held.tolist()}
+        return table
+
     def __len__(self) -> int:
         return len(self._t) if self._rows is None else len(self._rows)
 
@@ -246,8 +283,11 @@ class EventTable(Sequence[Event]):
 
 
 def load_log(path: Path, schema: EventSchema) -> EventTable:
-    """A log sorted by time and held as a table (what a command reading it several times holds)."""
-    return EventTable.of(sorted_events(path, schema), schema.values)
+    """A log sorted by time and held as a table (what a command reading it
+    several times holds): the events read into columns as they come, then the
+    columns sorted (the table EventTable.of(sorted_events(...)) makes, without
+    the merge sort's runs written and parsed again)."""
+    return EventTable.of(read_events(path, schema), schema.values).sorted_by_time()
 
 
 def event_times(events: Sequence[Event]) -> np.ndarray:

@@ -8,7 +8,14 @@ from pathlib import Path
 import numpy as np
 
 from recmesh.events import Event, EventSchema, validate_event
-from recmesh.features.eventlog import EventTable, event_times, select, sorted_events, write_events
+from recmesh.features.eventlog import (
+    EventTable,
+    event_times,
+    load_log,
+    select,
+    sorted_events,
+    write_events,
+)
 
 SCHEMA = EventSchema(("view", "rate"), {}, ("rating", "dwell"))
 T0 = 1_767_225_600_000
@@ -73,3 +80,37 @@ def test_an_empty_table_and_a_log_read_back(tmp_path: Path) -> None:
     table = EventTable.of(sorted_events(log, SCHEMA, run_size=64), SCHEMA.values)
     assert [e.event_id for e in table] == [e.event_id for e in events]
     assert [e.values for e in table] == [e.values for e in events]
+
+
+def _columns(table: EventTable) -> list[object]:
+    return [table._t.tolist(), table._user.tolist(), table._item.tolist(), table._behavior.tolist(),
+            table._id_ends.tolist(), table._ids, table._values.tobytes(), table._requests, table.users,
+            table.items, table.behaviors]  # fmt: skip
+
+
+def test_a_loaded_log_is_the_table_of_the_merge_sorted_events(tmp_path: Path) -> None:
+    """load_log sorts the columns it read instead of merge-sorting the events:
+    the same table column for column (codes by first appearance in time order),
+    with ties in time ordered by id as Python orders the strings (non-ASCII ids,
+    one a prefix of another), and ties in both kept in the file's order."""
+    rng = random.Random(4)
+    events = [e.model_copy(update={"event_time": T0 + 1000 * (e.event_time % 7)})  # 7 times: ties
+              for e in _events(3000, seed=5)]  # fmt: skip
+    odd = [{"event_id": i, "user_id": "ü", "item_id": "i1", "behavior": "view", "event_time": T0}
+           for i in ("é1", "e1", "z", "\u20ac", "e1", "e10", "e")]  # fmt: skip
+    shuffled = [*events, *(validate_event(o, SCHEMA) for o in odd)]
+    rng.shuffle(shuffled)
+    log = tmp_path / "events.jsonl"
+    write_events(log, shuffled)
+    want = EventTable.of(sorted_events(log, SCHEMA, run_size=10**6), SCHEMA.values)
+    got = load_log(log, SCHEMA)
+    assert _columns(got) == _columns(want) and got._rows is None
+    merged = EventTable.of(sorted_events(log, SCHEMA, run_size=700), SCHEMA.values)  # runs spilled
+    assert _columns(got)[:7] == _columns(merged)[:7] and _columns(got)[8:] == _columns(merged)[8:]
+    assert len(got._requests) > 0 and [e.to_dict() for e in got] == [e.to_dict() for e in want]
+    assert [e.request_id for e in got] == [e.request_id for e in want]
+    picked = [9, 2, 2, 500, 3001]
+    view = EventTable.of(shuffled, SCHEMA.values).take(picked)
+    by_time = sorted((shuffled[k] for k in picked), key=lambda e: (e.event_time, e.event_id))
+    assert [e.to_dict() for e in view.sorted_by_time()] == [e.to_dict() for e in by_time]
+    assert len(EventTable.of([], SCHEMA.values).sorted_by_time()) == 0
