@@ -157,9 +157,15 @@ class Vectorizer:
         n = len(item_ids)
         rows = _Rows(users, items, item_ids, user_ids, len(users) == n and n != 1, n)
         out = np.zeros((n, self.width), dtype=np.float64)
+        shared = _SharedUsers.of(rows)
         at = 0
         for t, index in zip(self.transforms, self._index, strict=True):
-            self._fill(t, index, out[:, at : at + t.width], rows)
+            if shared is not None and t.entity == "user" and t.kind in OWN_SIDE and t.feature not in IDS:
+                part = np.zeros((len(shared.rows.users), t.width), dtype=np.float64)
+                self._fill(t, index, part, shared.rows)
+                out[:, at : at + t.width] = part[shared.inverse]
+            else:
+                self._fill(t, index, out[:, at : at + t.width], rows)
             at += t.width
         return out.astype(np.float32)
 
@@ -221,6 +227,32 @@ class _Rows:
             return False, [u.get(name, default) for u in self.users]
         users = self.users
         return True, users[0].get(name, default) if users else default
+
+
+# Kinds whose columns read their own side's value alone (not the other side's, nor ids)
+OWN_SIDE = frozenset({"value", "log1p", "hash_bucket", "id_sequence", "one_hot", "distribution"})
+
+
+@dataclass(frozen=True, slots=True)
+class _SharedUsers:
+    """Per-row users of which some rows hold the very same row (training's
+    examples: an example and its sampled negatives read one user row): their
+    user-side columns are worked out once a distinct row and copied to the
+    rows that hold it (the same values: each row's columns depend on it alone)."""
+
+    rows: _Rows  # the distinct user rows, one each
+    inverse: npt.NDArray[np.intp]  # row -> its user row's place in `rows.users`
+
+    @staticmethod
+    def of(rows: _Rows) -> _SharedUsers | None:
+        if not rows.per_row:
+            return None
+        place: dict[int, int] = {}
+        inverse = [place.setdefault(id(u), len(place)) for u in rows.users]
+        if len(place) > rows.n // 2:
+            return None
+        distinct = list({id(u): u for u in rows.users}.values())
+        return _SharedUsers(_Rows(distinct, {}, [], [], True, len(distinct)), np.asarray(inverse, np.intp))
 
 
 class _BlockColumns(Mapping[str, Sequence[Any]]):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import zlib
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -20,6 +21,8 @@ from recmesh.features.vectorize import (
     MAX_VOCABULARY,
     Transform,
     Vectorizer,
+    _Rows,
+    _SharedUsers,
     check_against,
     item_bucket,
     plan_inputs,
@@ -220,6 +223,27 @@ def test_the_planned_matrix_is_the_row_by_row_one(
     category = [n for n, c in enumerate(vec.columns) if c.startswith("i_category=")]
     assert (m[:, category].sum(axis=1) == 1).all()  # every demo item has one known category
     assert m[:, vec.columns.index("u_last_viewed_3_has")].any()  # some rows re-view a recent item
+
+
+def test_rows_holding_one_user_row_get_its_columns_worked_out_once_and_the_same_values(
+    demo_plan: tuple[Transform, ...], demo_rows: list[Example]
+) -> None:
+    """An example and its negatives hold the very same user row: the user-side
+    columns that read it alone are made once for it, the same values as made
+    row by row (from copies, which share nothing)."""
+    rows = demo_rows[:300]
+    vec = Vectorizer(demo_plan)
+    names = {t.feature for t in demo_plan if t.entity == "item"}
+    columns = {name: [e.item.get(name) for e in rows] for name in names}
+    shared = [rows[k - k % 5].user for k in range(len(rows))]  # an example and its 4 negatives
+    copied = [dict(u) for u in shared]
+    ids = [e.item_id for e in rows], [e.user_id for e in rows]
+    shared_rows = _Rows(shared, columns, *ids, True, len(rows))
+    assert _SharedUsers.of(shared_rows) is not None
+    assert _SharedUsers.of(replace(shared_rows, users=copied)) is None
+    kinds = {t.kind for t in demo_plan if t.entity == "user"}  # worked out once, and those that read items
+    assert kinds == {"id_sequence", "one_hot", "distribution", "log1p", "share", "contains", "match"}
+    np.testing.assert_array_equal(vec.matrix(shared, columns, *ids), vec.matrix(copied, columns, *ids))
 
 
 def test_plan_inputs_learns_skew_and_vocabularies(demo_feature_set: FeatureSet) -> None:
