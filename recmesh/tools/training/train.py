@@ -408,7 +408,7 @@ def train(
     )
     baseline = run_beside(train_baseline, "the offline-only baseline's training", jobs)
     try:
-        trained = _train_variants(cfg, layout, rows, l2, progress)
+        trained = _train_variants(cfg, layout, rows, l2, progress, jobs)
     except BaseException:
         baseline.cancel()
         raise
@@ -483,7 +483,7 @@ def _split_rows(
 
 
 def _train_variants(
-    cfg: TrainConfig, layout: Layout, rows: _Rows, l2: float, progress: Callable[[str], None]
+    cfg: TrainConfig, layout: Layout, rows: _Rows, l2: float, progress: Callable[[str], None], jobs: int = 1
 ) -> _Trained:
     """The family trained on the summed loss of its configurations; level 2's
     embedding size chosen on the training rows' newest tenth; every served
@@ -497,20 +497,39 @@ def _train_variants(
         progress=_bar(progress, "train"), weights=rows.w, rows=tr,
     )  # fmt: skip
     l1 = make_variants(layout, level1)[1]
+    # A sub-network's score reads its columns, dimensions and cross alone (not
+    # its level): level 1 and level 2 are two of level 1's prefixes, scored once.
+    parts = {"newest": rows.newest, "holdout": ho}
+    scored: dict[tuple[str, tuple[str, ...], int, bool], float] = {}
 
-    def at_prefix(part: np.ndarray) -> dict[int, float]:
-        return {
-            d: auc(y[part], family.predict(x, Variant(1, l1.dense, d, l1.cross), part)) for d in PREFIX_DIMS
-        }
+    def measured(v: Variant, part: str) -> float:
+        key = (part, v.dense, v.dim, v.cross)
+        if key not in scored:
+            scored[key] = auc(y[parts[part]], family.predict(x, v, parts[part]))
+        return scored[key]
 
-    # Level 2's embedding size, chosen on the newest tenth of the training rows
-    # (never on the holdout the card reports).
-    level2_dim = choose_level2_dim(at_prefix(rows.newest))
-    variants = make_variants(layout, level1, level2_dim)
-    variant_auc = {v.level: auc(y[ho], family.predict(x, v, ho)) for v in variants}
+    def at_prefix(part: str) -> dict[int, float]:
+        return {d: measured(Variant(1, l1.dense, d, l1.cross), part) for d in PREFIX_DIMS}
+
+    # The holdout's prefixes beside (with jobs > 1), while this process chooses
+    # level 2's embedding size on the newest tenth of the training rows (never on
+    # the holdout the card reports) and scores the levels that are not prefixes.
+    what = "the holdout's AUC at level 1's prefixes"
+    beside = run_beside(functools.partial(at_prefix, "holdout"), what, jobs)
+    try:
+        level2_dim = choose_level2_dim(at_prefix("newest"))
+        variants = make_variants(layout, level1, level2_dim)
+        for v in variants:
+            if (v.dense, v.cross) != (l1.dense, l1.cross) or v.dim not in PREFIX_DIMS:
+                measured(v, "holdout")
+    except BaseException:
+        beside.cancel()
+        raise
+    prefix_auc = beside.result()
+    scored |= {("holdout", l1.dense, d, l1.cross): a for d, a in prefix_auc.items()}
+    variant_auc = {v.level: measured(v, "holdout") for v in variants}
     for v in variants:
         progress(f"  level {v.level} ({v.describe(layout)}): holdout AUC {variant_auc[v.level]:.4f}")
-    prefix_auc = at_prefix(ho)
     progress("  level 1 at embedding prefixes " + ", ".join(f"{d}: {a:.4f}" for d, a in prefix_auc.items())
              + f" (level 2 serves {level2_dim}: the smallest within {LEVEL2_TOLERANCE} of 128 on the "
              "training rows' newest tenth)")  # fmt: skip
