@@ -248,10 +248,15 @@ class _SharedUsers:
         if not rows.per_row:
             return None
         place: dict[int, int] = {}
-        inverse = [place.setdefault(id(u), len(place)) for u in rows.users]
-        if len(place) > rows.n // 2:
+        distinct: list[Mapping[str, Any]] = []
+        inverse = []
+        for u in rows.users:
+            at = place.setdefault(id(u), len(place))
+            if at == len(distinct):
+                distinct.append(u)
+            inverse.append(at)
+        if len(distinct) > rows.n // 2:
             return None
-        distinct = list({id(u): u for u in rows.users}.values())
         return _SharedUsers(_Rows(distinct, {}, [], [], True, len(distinct)), np.asarray(inverse, np.intp))
 
 

@@ -521,37 +521,45 @@ def train_family(
     masks = [_mask(layout, c) for c in configs]
     m = {k: np.zeros_like(a) for k, a in p.items()}
     s = {k: np.zeros_like(a) for k, a in p.items()}
-    step = 0
     steps = epochs * (-(-len(rows) // batch_size))
+    batches = _batches(x, y, weights, w_mean, rows, rng, epochs, batch_size)
+    for step, (xb, yb, wb) in enumerate(batches, 1):
+        # each batch's inputs derived from its rows only: no copy of the whole matrix
+        batch = _Batch.of(xb, layout, mean, std)
+        grads = _gradients(p, batch, configs, masks, yb, wb)[0]
+        # L2 on the embedding rows this batch looked up, not on the whole
+        # table: under Adam a decay term alone moves each row the batch
+        # did not use toward 0 by about the learning rate per step. How
+        # strong it should be depends on the data (the repository's
+        # training.embedding_l2; docs/models.md has the figures).
+        looked_up = np.zeros(len(p["e_item"]), bool)
+        looked_up[batch.ids] = looked_up[batch.hist.ravel()] = True
+        looked_up = np.flatnonzero(looked_up)
+        grads["e_item"][looked_up] += l2_embedding * p["e_item"][looked_up]
+        for k in ("e_cat", "u_cat"):
+            grads[k] += l2_embedding * p[k]
+        for k, g in grads.items():
+            _adam(p[k], m[k], s[k], g, lr, step)
+        if progress is not None:
+            progress(step, steps)
+    return Family(layout, mean, std, p)
+
+
+def _batches(
+    x: F32, y: F32, weights: F32 | None, w_mean: float, rows: Rows, rng: np.random.Generator, epochs: int,
+    batch_size: int,
+) -> Iterator[tuple[F32, F32, F32]]:  # fmt: skip
+    """Each step's rows, labels and weights (scaled by w_mean): an epoch read a
+    group at a time (_groups, in file order), each group shuffled into its batches."""
     for _ in range(epochs):
         for group in _groups(rows, rng):
-            # a group's rows read at once (in file order), then shuffled into its batches
             xg, yg, wg = take_rows(x, group), y[group], np.ones(len(group), np.float32)
             if weights is not None:
                 wg = (weights[group] / w_mean).astype(np.float32)
             order = rng.permutation(len(group))
             for start in range(0, len(group), batch_size):
                 at = order[start : start + batch_size]
-                # each batch's inputs derived from its rows only: no copy of the whole matrix
-                batch, yb, wb = _Batch.of(xg[at], layout, mean, std), yg[at], wg[at]
-                grads = _gradients(p, batch, configs, masks, yb, wb)[0]
-                # L2 on the embedding rows this batch looked up, not on the whole
-                # table: under Adam a decay term alone moves each row the batch
-                # did not use toward 0 by about the learning rate per step. How
-                # strong it should be depends on the data (the repository's
-                # training.embedding_l2; docs/models.md has the figures).
-                looked_up = np.zeros(len(p["e_item"]), bool)
-                looked_up[batch.ids] = looked_up[batch.hist.ravel()] = True
-                looked_up = np.flatnonzero(looked_up)
-                grads["e_item"][looked_up] += l2_embedding * p["e_item"][looked_up]
-                for k in ("e_cat", "u_cat"):
-                    grads[k] += l2_embedding * p[k]
-                step += 1
-                for k, g in grads.items():
-                    _adam(p[k], m[k], s[k], g, lr, step)
-                if progress is not None:
-                    progress(step, steps)
-    return Family(layout, mean, std, p)
+                yield xg[at], yg[at], wg[at]
 
 
 def _groups(rows: Rows, rng: np.random.Generator) -> Iterator[Rows]:
