@@ -27,6 +27,7 @@ import orjson
 
 from recmesh.errors import InvalidArgument
 from recmesh.events import Event, EventSchema, validate_event
+from recmesh.heap import give_back
 
 
 def read_events(path: Path, schema: EventSchema | None) -> Iterator[Event]:
@@ -287,7 +288,9 @@ def load_log(path: Path, schema: EventSchema) -> EventTable:
     several times holds): the events read into columns as they come, then the
     columns sorted (the table EventTable.of(sorted_events(...)) makes, without
     the merge sort's runs written and parsed again)."""
-    return EventTable.of(read_events(path, schema), schema.values).sorted_by_time()
+    table = EventTable.of(read_events(path, schema), schema.values).sorted_by_time()
+    give_back()  # the columns as read, the ids' sort
+    return table
 
 
 def event_times(events: Sequence[Event]) -> np.ndarray:

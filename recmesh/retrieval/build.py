@@ -35,6 +35,7 @@ import numpy.typing as npt
 
 from recmesh.events import Event
 from recmesh.features.eventlog import EventTable, select
+from recmesh.heap import give_back
 from recmesh.retrieval import sequence
 from recmesh.retrieval.table import NeighbourTable, RecallTable, recency_weights
 
@@ -111,6 +112,7 @@ def interactions(events: Iterable[Event], behaviors: Mapping[str, float]) -> Int
         strongest = np.zeros(int(keep.sum()), np.float32)
         np.maximum.at(strongest, group, weights)
         users, items, times, weights = users[keep], items[keep], times[keep], strongest
+    give_back()  # the columns' copies, the sort
     return Interactions(item_ids, user_ids, users, items, weights, times)
 
 
@@ -385,6 +387,7 @@ def holdout(
     for u, item in targets.items():  # an item rated before and again later stays a candidate
         seen[u].discard(item)
     as_of = {u: t - 1 for u, t in cut.items()}
+    give_back()
     return Holdout(targets, {u: h for u, h in hist.items() if h}, training, seen, as_of)
 
 

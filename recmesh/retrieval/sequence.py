@@ -36,6 +36,7 @@ from typing import Protocol
 import numpy as np
 import numpy.typing as npt
 
+from recmesh.heap import give_back
 from recmesh.retrieval.table import best, id_ranks
 from recmesh.scatter import Scatter
 
@@ -214,6 +215,7 @@ def examples(data: Steps, length: int) -> tuple[Rows, I32, F32]:
                 recent.remove(item)
             recent.insert(0, item)
             del recent[length:]
+    give_back()  # the buffers outgrown as they were appended to
     x: Rows
     if narrow:
         x = np.frombuffer(contexts, np.uint16).reshape(-1, length)

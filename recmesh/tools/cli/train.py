@@ -4,6 +4,7 @@ with --ranking the served ranking's quality on held-out examples."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import functools
 import shutil
 import sys
@@ -16,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from recmesh.errors import InvalidArgument
+from recmesh.heap import give_back
 from recmesh.tools.cli.common import print_figures
 
 
@@ -152,6 +154,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
     try:
         if args.events:
             run = _from_log(args, feature_set, model_dir, run, say)
+            give_back()  # the replay's buffers, and the log's columns unless --ranking holds its split
         return _train_run(args, cfg, feature_set, run, say)
     finally:
         if run.retrieval is not None:
@@ -240,6 +243,8 @@ def _from_log(
             chunk_rows=chunk_rows(args.max_memory), say=say, replay=replay,
         )  # fmt: skip
     run.replay_seconds = round(time.perf_counter() - replay_started, 1)
+    if run.hold is not None:  # the build (beside, or done) has its events: this process needs its targets
+        run.hold = dataclasses.replace(run.hold, training=())
     say(f"{len(dataset.y):,} training rows in {run.replay_seconds} s (digest {dataset.digest})")
     dataset.source = {
         "events": str(Path(args.events).resolve()),

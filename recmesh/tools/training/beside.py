@@ -20,6 +20,8 @@ from collections.abc import Callable
 from multiprocessing.connection import Connection
 from typing import Any, Generic, TypeVar
 
+from recmesh.heap import give_back
+
 T = TypeVar("T")
 
 
@@ -48,6 +50,7 @@ class Forked(Generic[T]):
         self.what = what
         for stream in (sys.stdout, sys.stderr):  # or the child would print the parent's buffered lines again
             stream.flush()
+        give_back()  # or both processes would count the heaps' free pages
         ctx = multiprocessing.get_context("fork")
         recv, send = ctx.Pipe(duplex=False)
         self._proc = ctx.Process(target=_child, args=(fn, send, recv), name=what, daemon=True)

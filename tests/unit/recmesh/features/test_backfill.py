@@ -13,6 +13,7 @@ from recmesh.features.backfill import (
     LabelRule,
     Query,
     ReplayState,
+    TouchedItems,
     backfill,
     features_as_of,
     training_examples,
@@ -163,6 +164,30 @@ def test_negatives_are_catalog_items_the_user_had_no_event_on_yet() -> None:
     assert [(r.item_id, r.label) for r in training_examples(feature_set, events, {}, items)] == [
         (r.item_id, r.label) for r in rows
     ]  # deterministic: a replay draws the same
+
+
+def test_touched_items_answer_as_a_set_per_user_would_as_arrays_and_as_bitmaps() -> None:
+    catalog = [f"m{n}" for n in range(40)]  # a bitmap of 40 items is 5 bytes: past 1 item, a user's is one
+    touched = TouchedItems(catalog)
+    rng = random.Random(3)
+    reference: dict[str, set[str]] = {}
+    # catalog items, and items outside it (numbered as they come: the bitmaps grow)
+    everything = catalog + [f"x{n}" for n in range(30)]
+    for _ in range(600):
+        user, item = f"u{rng.randrange(12)}", rng.choice(everything[: rng.choice((4, 40, 70))])
+        touched.add(user, item)
+        reference.setdefault(user, set()).add(item)
+        asked = f"u{rng.randrange(13)}"  # u12 never had an event
+        seen = touched.of(asked)
+        assert {i for i in everything if i in seen} == reference.get(asked, set())
+        assert "never" not in seen and 7 not in seen
+    kinds = {type(touched.of(u).held).__name__ for u in reference}
+    assert kinds == {"bytearray"}
+    small = TouchedItems([f"m{n}" for n in range(1000)])  # 125 bytes: 31 items stay an array
+    for n in range(31):
+        small.add("u", f"m{n * 7}")
+    assert type(small.of("u").held).__name__ == "array"
+    assert [f"m{n}" in small.of("u") for n in (0, 7, 1, 210, 217)] == [True, True, False, True, False]
 
 
 def test_a_duplicate_event_id_of_the_same_user_is_dropped(demo_feature_set: FeatureSet) -> None:
