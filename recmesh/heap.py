@@ -21,7 +21,14 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import functools
+import mmap
+import tempfile
 from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
 
 
 @functools.cache
@@ -40,3 +47,45 @@ def give_back() -> None:
     trim = _trim()
     if trim is not None:
         trim(0)
+
+
+class Spill:
+    """Rows of one dtype (`width` values each) written front to back into an
+    unlinked temporary file, then read through a read-only mapping: the
+    process holds the pages read since the last `drop`, not the array. A
+    pass that reads such an array at random (an epoch's batches) drops the
+    pages now and then; the page cache keeps them, so reading them again
+    costs a minor fault, not a disk read, while memory allows."""
+
+    def __init__(self, dtype: npt.DTypeLike, width: int = 1, directory: Path | None = None) -> None:
+        self.dtype, self.width = np.dtype(dtype), width
+        self._file = tempfile.TemporaryFile(dir=directory)  # noqa: SIM115 (open until mapped())
+        self._map: mmap.mmap | None = None
+        self.rows = 0
+
+    def write(self, values: Any) -> None:
+        block = np.ascontiguousarray(values, self.dtype)
+        self._file.write(block.tobytes())
+        self.rows += block.size // self.width
+
+    def mapped(self) -> npt.NDArray[Any]:
+        """The rows written, as a read-only array (1-D when width is 1)."""
+        shape = (self.rows,) if self.width == 1 else (self.rows, self.width)
+        if not self.rows:
+            self._file.close()
+            return np.zeros(shape, self.dtype)
+        if self._map is None:
+            self._file.flush()
+            self._map = mmap.mmap(self._file.fileno(), 0, access=mmap.ACCESS_READ)
+            self._file.close()  # the mapping keeps the file's pages
+        return np.frombuffer(self._map, self.dtype).reshape(shape)
+
+    def mapping(self) -> mmap.mmap | bytes:
+        """The bytes written, mapped read-only (slicing one gives bytes)."""
+        self.mapped()
+        return self._map if self._map is not None else b""
+
+    def drop(self) -> None:
+        """Let go of the pages read so far (the array stays readable)."""
+        if self._map is not None:
+            self._map.madvise(mmap.MADV_DONTNEED)

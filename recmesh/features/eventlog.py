@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import heapq
 import math
+import mmap
 import tempfile
 from array import array
 from collections.abc import Collection, Iterable, Iterator, Sequence
@@ -27,7 +28,7 @@ import orjson
 
 from recmesh.errors import InvalidArgument
 from recmesh.events import Event, EventSchema, validate_event
-from recmesh.heap import give_back
+from recmesh.heap import Spill, give_back
 
 
 def read_events(path: Path, schema: EventSchema | None) -> Iterator[Event]:
@@ -119,13 +120,14 @@ class EventTable(Sequence[Event]):
         self._item = np.zeros(0, np.int32)
         self._behavior = np.zeros(0, np.int8)
         self._id_ends = np.zeros(0, np.int64)
-        self._ids = b""
+        self._ids: bytes | mmap.mmap = b""
         self._values = np.zeros((0, len(values)), np.float64)
         self._requests: dict[int, str] = {}
         self.users: list[str] = []
         self.items: list[str] = []
         self.behaviors: list[str] = []
         self._rows: np.ndarray | None = None  # take(): the rows of the columns this table holds
+        self._spills: tuple[Spill, ...] = ()  # the ids' files, when they are mapped (sorted_by_time)
 
     @classmethod
     def of(cls, events: Iterable[Event], values: tuple[str, ...] = ()) -> EventTable:
@@ -186,9 +188,14 @@ class EventTable(Sequence[Event]):
             setattr(table, name, recode[column])
             old = getattr(self, names)
             setattr(table, names, [old[c] for c in by_first.tolist()])
-        picked = [ids[k] for k in order.tolist()]
-        table._ids = b"".join(picked)
-        table._id_ends = np.cumsum(np.fromiter(map(len, picked), np.int64, n)) if n else table._id_ends
+        # the ids (about 30 bytes an event) in a file, read through a mapping
+        # whose pages a pass in order lets go of as it goes (__iter__)
+        spills = Spill(np.uint8), Spill(np.int64)
+        for start in range(0, n, READ_CHUNK):
+            picked = [ids[k] for k in order[start : start + READ_CHUNK].tolist()]
+            spills[1].write(spills[0].rows + np.cumsum(np.fromiter(map(len, picked), np.int64, len(picked))))
+            spills[0].write(np.frombuffer(b"".join(picked), np.uint8))
+        table._ids, table._id_ends, table._spills = spills[0].mapping(), spills[1].mapped(), spills
         if self.value_names:
             table._values = self._values[rows][order]
         if self._requests:  # rare: where each one's row went
@@ -226,11 +233,24 @@ class EventTable(Sequence[Event]):
         rows = self._rows if self._rows is not None else np.arange(len(self._t))
         for start in range(0, len(rows), READ_CHUNK):
             yield from self._events(rows[start : start + READ_CHUNK])
+            self._drop()
 
     def __reversed__(self) -> Iterator[Event]:
         rows = self._rows if self._rows is not None else np.arange(len(self._t))
         for end in range(len(rows), 0, -READ_CHUNK):
             yield from reversed(list(self._events(rows[max(0, end - READ_CHUNK) : end])))
+            self._drop()
+
+    def _drop(self) -> None:
+        for spill in self._spills:
+            spill.drop()
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled (sent to another process) with its ids as bytes, not a mapping."""
+        state = dict(self.__dict__)
+        if self._spills:
+            state |= {"_ids": bytes(self._ids), "_id_ends": np.array(self._id_ends), "_spills": ()}
+        return state
 
     def times(self) -> np.ndarray:
         return self._t if self._rows is None else self._t[self._rows]

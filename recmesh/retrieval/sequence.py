@@ -36,7 +36,7 @@ from typing import Protocol
 import numpy as np
 import numpy.typing as npt
 
-from recmesh.heap import give_back
+from recmesh.heap import Spill
 from recmesh.retrieval.table import best, id_ranks
 from recmesh.scatter import Scatter
 
@@ -68,6 +68,11 @@ L2 = 1e-4
 # shared uniform sample of SAMPLED_ITEMS others, not the whole catalog.
 FULL_SOFTMAX_ITEMS = 20_000
 SAMPLED_ITEMS = 4096
+# A batch's random steps map about 64 KB of the examples' files each (the
+# kernel maps the pages around a fault too): past RESIDENT_BYTES of files, the
+# pages read are let go of every DROP_EVERY batches (at most ~64 MB mapped).
+RESIDENT_BYTES = 64 << 20
+DROP_EVERY = 4
 
 
 @dataclass(eq=False)
@@ -190,18 +195,26 @@ STEPS_AT_A_TIME = 65_536
 def examples(data: Steps, length: int) -> tuple[Rows, I32, F32]:
     """Every step of every user's sequence after their first: (the previous
     `length` distinct items, newest first, padded with n_items; the item; its
-    strength). Built in flat buffers, the contexts' item rows as uint16 while
-    the catalog has fewer than 65,535 items, else int32: 48 bytes a step (88
-    with int32 rows; a list per step took about 250, and the log's steps are
-    all held at once)."""
+    strength). The contexts' item rows are uint16 while the catalog has fewer
+    than 65,535 items, else int32: 48 bytes a step (88 with int32 rows). The
+    arrays are read-only mappings of files (_spilled): memory holds the pages
+    read since their last drop, not the log's steps."""
+    x, y, w = _spilled(data, length)
+    return x.mapped(), y.mapped(), w.mapped()
+
+
+def _spilled(data: Steps, length: int) -> tuple[Spill, Spill, Spill]:
+    """examples' arrays, written a block of STEPS_AT_A_TIME steps at a time (as
+    lists per step they took about 250 bytes a step; in memory, 48)."""
     pad = data.n_items
     narrow = pad <= np.iinfo(np.uint16).max
-    contexts, targets, weights = array("H" if narrow else "i"), array("i"), array("f")
+    x, y, w = Spill(np.uint16 if narrow else np.int32, length), Spill(np.int32), Spill(np.float32)
     padding = [pad] * length
     recent: list[int] = []  # at most `length`, the newest first
     user = -1
     for start in range(0, len(data.users), STEPS_AT_A_TIME):  # as Python ints a block at a time
         part = slice(start, start + STEPS_AT_A_TIME)
+        contexts, targets, weights = array("H" if narrow else "i"), array("i"), array("f")
         for u, item, strength in zip(data.users[part].tolist(), data.items[part].tolist(),
                                      data.weights[part].tolist(), strict=True):  # fmt: skip
             if u != user:
@@ -215,13 +228,10 @@ def examples(data: Steps, length: int) -> tuple[Rows, I32, F32]:
                 recent.remove(item)
             recent.insert(0, item)
             del recent[length:]
-    give_back()  # the buffers outgrown as they were appended to
-    x: Rows
-    if narrow:
-        x = np.frombuffer(contexts, np.uint16).reshape(-1, length)
-    else:
-        x = np.frombuffer(contexts, np.int32).reshape(-1, length)
-    return x, np.frombuffer(targets, np.int32), np.frombuffer(weights, np.float32)
+        x.write(contexts)
+        y.write(targets)
+        w.write(weights)
+    return x, y, w
 
 
 EpochCheck = Callable[[int, SequenceModel], bool]
@@ -239,7 +249,9 @@ def train(
     (1-based) sees the model after each pass and may stop the training by
     returning False; the model returned is the last one trained."""
     n = data.n_items
-    x, y, w = examples(data, length)
+    spills = _spilled(data, length)
+    x, y, w = (s.mapped() for s in spills)
+    dropping = x.nbytes + y.nbytes + w.nbytes > RESIDENT_BYTES
     rng = np.random.default_rng(seed)
     inputs = (rng.standard_normal((n + 1, dim)) * 0.05).astype(np.float32)  # row n: padding, kept 0
     inputs[n] = 0.0
@@ -287,6 +299,9 @@ def train(
             g_out += L2 * outputs
             adam.step([g_in, g_out, g_bias, g_pos])
             inputs[n] = 0.0
+            if dropping and start // BATCH % DROP_EVERY == DROP_EVERY - 1:
+                for spill in spills:
+                    spill.drop()
         if after_epoch is not None and not after_epoch(epoch, model()):
             break
     return model()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import mmap
+import pickle
 import random
 from pathlib import Path
 
@@ -84,7 +86,7 @@ def test_an_empty_table_and_a_log_read_back(tmp_path: Path) -> None:
 
 def _columns(table: EventTable) -> list[object]:
     return [table._t.tolist(), table._user.tolist(), table._item.tolist(), table._behavior.tolist(),
-            table._id_ends.tolist(), table._ids, table._values.tobytes(), table._requests, table.users,
+            table._id_ends.tolist(), bytes(table._ids), table._values.tobytes(), table._requests, table.users,
             table.items, table.behaviors]  # fmt: skip
 
 
@@ -109,6 +111,10 @@ def test_a_loaded_log_is_the_table_of_the_merge_sorted_events(tmp_path: Path) ->
     assert _columns(got)[:7] == _columns(merged)[:7] and _columns(got)[8:] == _columns(merged)[8:]
     assert len(got._requests) > 0 and [e.to_dict() for e in got] == [e.to_dict() for e in want]
     assert [e.request_id for e in got] == [e.request_id for e in want]
+    # its ids are a file's mapping, let go of as a pass reads on: read again, pickled, reversed
+    assert isinstance(got._ids, mmap.mmap) and [e.to_dict() for e in got] == [e.to_dict() for e in want]
+    assert _columns(pickle.loads(pickle.dumps(got))) == _columns(want)
+    assert [e.to_dict() for e in reversed(got)] == [e.to_dict() for e in reversed(want)]
     picked = [9, 2, 2, 500, 3001]
     view = EventTable.of(shuffled, SCHEMA.values).take(picked)
     by_time = sorted((shuffled[k] for k in picked), key=lambda e: (e.event_time, e.event_id))
