@@ -210,6 +210,7 @@ def pair_sums(data: Interactions, previous: int) -> tuple[Ints, Floats]:
                 a, b, w = a[diff], b[diff], w[diff]
                 k = a * n + b if forward else b * n + a
                 acc_k, acc_v = _summed(np.concatenate([acc_k, k]), np.concatenate([acc_v, w]))
+    give_back()
     return acc_k, acc_v
 
 
@@ -247,6 +248,7 @@ def gram(data: Interactions, keep_items: npt.NDArray[np.int64]) -> npt.NDArray[n
         x = np.zeros((len(part), m), np.float32)
         np.maximum.at(x, (np.searchsorted(part, users[sel]), cols[sel]), w[sel])
         g += (x.T @ x).astype(np.float64)
+    give_back()
     return g
 
 

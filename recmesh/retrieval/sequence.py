@@ -31,12 +31,11 @@ from array import array
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
 
-from recmesh.heap import Spill
 from recmesh.retrieval.table import best, id_ranks
 from recmesh.scatter import Scatter
 
@@ -68,11 +67,6 @@ L2 = 1e-4
 # shared uniform sample of SAMPLED_ITEMS others, not the whole catalog.
 FULL_SOFTMAX_ITEMS = 20_000
 SAMPLED_ITEMS = 4096
-# A batch's random steps map about 64 KB of the examples' files each (the
-# kernel maps the pages around a fault too): past RESIDENT_BYTES of files, the
-# pages read are let go of every DROP_EVERY batches (at most ~64 MB mapped).
-RESIDENT_BYTES = 64 << 20
-DROP_EVERY = 4
 
 
 @dataclass(eq=False)
@@ -195,26 +189,17 @@ STEPS_AT_A_TIME = 65_536
 def examples(data: Steps, length: int) -> tuple[Rows, I32, F32]:
     """Every step of every user's sequence after their first: (the previous
     `length` distinct items, newest first, padded with n_items; the item; its
-    strength). The contexts' item rows are uint16 while the catalog has fewer
-    than 65,535 items, else int32: 48 bytes a step (88 with int32 rows). The
-    arrays are read-only mappings of files (_spilled): memory holds the pages
-    read since their last drop, not the log's steps."""
-    x, y, w = _spilled(data, length)
-    return x.mapped(), y.mapped(), w.mapped()
-
-
-def _spilled(data: Steps, length: int) -> tuple[Spill, Spill, Spill]:
-    """examples' arrays, written a block of STEPS_AT_A_TIME steps at a time (as
-    lists per step they took about 250 bytes a step; in memory, 48)."""
+    strength). Built in flat buffers, the contexts' item rows as uint16 while
+    the catalog has fewer than 65,535 items, else int32: 48 bytes a step (88
+    with int32 rows). Training makes the same a batch at a time (_Steps)."""
     pad = data.n_items
     narrow = pad <= np.iinfo(np.uint16).max
-    x, y, w = Spill(np.uint16 if narrow else np.int32, length), Spill(np.int32), Spill(np.float32)
+    contexts, targets, weights = array("H" if narrow else "i"), array("i"), array("f")
     padding = [pad] * length
     recent: list[int] = []  # at most `length`, the newest first
     user = -1
     for start in range(0, len(data.users), STEPS_AT_A_TIME):  # as Python ints a block at a time
         part = slice(start, start + STEPS_AT_A_TIME)
-        contexts, targets, weights = array("H" if narrow else "i"), array("i"), array("f")
         for u, item, strength in zip(data.users[part].tolist(), data.items[part].tolist(),
                                      data.weights[part].tolist(), strict=True):  # fmt: skip
             if u != user:
@@ -228,10 +213,69 @@ def _spilled(data: Steps, length: int) -> tuple[Spill, Spill, Spill]:
                 recent.remove(item)
             recent.insert(0, item)
             del recent[length:]
-        x.write(contexts)
-        y.write(targets)
-        w.write(weights)
-    return x, y, w
+    x: Rows
+    if narrow:
+        x = np.frombuffer(contexts, np.uint16).reshape(-1, length)
+    else:
+        x = np.frombuffer(contexts, np.int32).reshape(-1, length)
+    return x, np.frombuffer(targets, np.int32), np.frombuffer(weights, np.float32)
+
+
+class _Steps:
+    """examples' rows, made a batch at a time from the interactions themselves:
+    nothing is held per step but the index of its event and of the user's
+    next event on the same item (8 bytes; the examples took 48 a step, 185 MB
+    at 4 M events). A step's context is the first `length` distinct items of
+    the user's events before it, newest first (what examples' move-to-front
+    list holds): the events of a window of the 2 x `length` before it whose
+    item the user has no later event on before the step; the rare step whose
+    window holds fewer distinct items than that while the user has older
+    events is walked back in Python."""
+
+    def __init__(self, data: Steps, length: int) -> None:
+        users, items = data.users, data.items
+        index = np.int32 if len(users) < 2**31 - 1 else np.int64
+        first = np.ones(len(users), bool)
+        first[1:] = users[1:] != users[:-1]
+        self.starts = np.flatnonzero(first)  # each user's first event
+        self.at = np.flatnonzero(~first).astype(index)
+        by_pair = np.lexsort((items, users))  # stable: a user's events on an item in time order
+        same = (users[by_pair][1:] == users[by_pair][:-1]) & (items[by_pair][1:] == items[by_pair][:-1])
+        self.again = np.full(len(users), np.iinfo(index).max, index)  # the user's next event on the item
+        self.again[by_pair[:-1][same]] = by_pair[1:][same]
+        self.items, self.weights, self.pad, self.length = items, data.weights, data.n_items, length
+        self.narrow = self.pad <= np.iinfo(np.uint16).max
+
+    def __len__(self) -> int:
+        return len(self.at)
+
+    def batch(self, steps: npt.NDArray[np.integer[Any]]) -> tuple[Rows, I32, F32]:
+        """The contexts, items and strengths of these steps (examples' rows)."""
+        at = self.at[steps].astype(np.int64)
+        start = self.starts[np.searchsorted(self.starts, at, side="right") - 1]
+        window = 2 * self.length
+        back = at[:, None] - 1 - np.arange(window)  # the events before, newest first
+        inside = np.maximum(back, 0)
+        kept = (back >= start[:, None]) & (self.again[inside] >= at[:, None])  # the item's newest before
+        place = np.cumsum(kept, axis=1) - 1
+        row, col = np.nonzero(kept & (place < self.length))
+        context = np.full((len(at), self.length), self.pad, np.int64)
+        context[row, place[row, col]] = self.items[inside[row, col]]
+        found = place[:, -1] + 1
+        for r in np.flatnonzero((found < self.length) & (at - window > start)).tolist():
+            context[r] = self._walked(int(at[r]), int(start[r]))
+        rows: Rows = context.astype(np.uint16) if self.narrow else context.astype(np.int32)
+        return rows, self.items[at].astype(np.int32), self.weights[at]
+
+    def _walked(self, at: int, start: int) -> list[int]:
+        recent: list[int] = []
+        for j in range(at - 1, start - 1, -1):
+            item = int(self.items[j])
+            if item not in recent:
+                recent.append(item)
+                if len(recent) == self.length:
+                    break
+        return recent + [self.pad] * (self.length - len(recent))
 
 
 EpochCheck = Callable[[int, SequenceModel], bool]
@@ -249,9 +293,7 @@ def train(
     (1-based) sees the model after each pass and may stop the training by
     returning False; the model returned is the last one trained."""
     n = data.n_items
-    spills = _spilled(data, length)
-    x, y, w = (s.mapped() for s in spills)
-    dropping = x.nbytes + y.nbytes + w.nbytes > RESIDENT_BYTES
+    steps = _Steps(data, length)
     rng = np.random.default_rng(seed)
     inputs = (rng.standard_normal((n + 1, dim)) * 0.05).astype(np.float32)  # row n: padding, kept 0
     inputs[n] = 0.0
@@ -267,10 +309,10 @@ def train(
                              positions.copy())  # fmt: skip
 
     for epoch in range(1, epochs + 1):
-        order = rng.permutation(np.arange(len(y), dtype=np.int32))  # = permutation(len(y)), 4 bytes a step
-        for start in range(0, len(y), BATCH):
+        order = rng.permutation(np.arange(len(steps), dtype=np.int32))  # = permutation(len), 4 bytes a step
+        for start in range(0, len(steps), BATCH):
             idx = order[start : start + BATCH]
-            xb, yb, wb = x[idx], y[idx], w[idx]
+            xb, yb, wb = steps.batch(idx)
             sample = () if full else (yb, rng.integers(0, n, SAMPLED_ITEMS))
             cols = np.arange(n) if full else np.unique(np.concatenate(sample))
             target_col = yb if full else np.searchsorted(cols, yb)
@@ -299,9 +341,6 @@ def train(
             g_out += L2 * outputs
             adam.step([g_in, g_out, g_bias, g_pos])
             inputs[n] = 0.0
-            if dropping and start // BATCH % DROP_EVERY == DROP_EVERY - 1:
-                for spill in spills:
-                    spill.drop()
         if after_epoch is not None and not after_epoch(epoch, model()):
             break
     return model()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import numpy as np
 import pytest
@@ -50,6 +51,40 @@ def test_examples_made_a_block_of_steps_at_a_time_are_the_same(monkeypatch: pyte
     monkeypatch.setattr(sequence, "STEPS_AT_A_TIME", 3)
     for got, want in zip(sequence.examples(data, length=4), whole, strict=True):
         assert got.dtype == want.dtype and got.tobytes() == want.tobytes()
+
+
+def test_a_batch_of_steps_made_from_the_interactions_is_examples_rows(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Training makes its batches' rows from the interactions (_Steps) instead
+    of holding examples: the same rows, in any order of steps, for users whose
+    windows of 2 x length events hold few distinct items (walked back), short
+    users, and a wide catalog's int32 rows."""
+    rng = np.random.default_rng(5)
+    seqs: dict[str, list[str]] = {}
+    for u in range(60):
+        few = int(rng.integers(1, 9))  # some users cycle through a handful of items
+        seqs[f"u{u}"] = [
+            f"i{int(rng.integers(0, few if u % 3 else 40))}" for _ in range(int(rng.integers(1, 90)))
+        ]
+    data = rb.interactions(sequences(seqs), {"view": 1.0})
+    for d in (data, dataclasses.replace(data, item_ids=[*data.item_ids, *(f"z{k}" for k in range(70_000))])):
+        for length in (3, 6):
+            want = sequence.examples(d, length)
+            steps = sequence._Steps(d, length)
+            walked: list[int] = []
+            own = steps._walked
+
+            def walk(at: int, start: int, walked: list[int] = walked, own: Any = own) -> Any:
+                walked.append(at)
+                return own(at, start)
+
+            monkeypatch.setattr(steps, "_walked", walk)
+            order = rng.permutation(len(steps))
+            got = steps.batch(order)
+            assert len(steps) == len(want[1]) > 500 and len(walked) > 20
+            for g, w in zip(got, want, strict=True):
+                assert g.dtype == w.dtype and np.array_equal(g, w[order])
 
 
 def test_it_learns_which_item_comes_next_where_pair_counts_cannot() -> None:
