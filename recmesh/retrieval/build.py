@@ -69,7 +69,6 @@ class Interactions:
     users: npt.NDArray[np.int64]  # sorted by user, then time
     items: npt.NDArray[np.int64]
     weights: npt.NDArray[np.float32]
-    times: npt.NDArray[np.int64]
 
     @property
     def n_items(self) -> int:
@@ -101,7 +100,7 @@ def interactions(events: Iterable[Event], behaviors: Mapping[str, float]) -> Int
     else:
         item_ids, user_ids, us, its, ws, ts = _counted_events(events, behaviors)
     order = np.lexsort((ts, us)) if len(us) else np.zeros(0, np.int64)  # stable: log order
-    users, items, weights, times = us[order], its[order], ws[order], ts[order]
+    users, items, weights = us[order], its[order], ws[order]
     if len(users) > 1:
         # An item repeated at once by the same user (a view and its click) is one
         # step of the sequence, with the stronger weight.
@@ -111,9 +110,9 @@ def interactions(events: Iterable[Event], behaviors: Mapping[str, float]) -> Int
         group = np.cumsum(keep) - 1
         strongest = np.zeros(int(keep.sum()), np.float32)
         np.maximum.at(strongest, group, weights)
-        users, items, times, weights = users[keep], items[keep], times[keep], strongest
+        users, items, weights = users[keep], items[keep], strongest
     give_back()  # the columns' copies, the sort
-    return Interactions(item_ids, user_ids, users, items, weights, times)
+    return Interactions(item_ids, user_ids, users, items, weights)
 
 
 _Counted = tuple[list[str], list[str], Ints, Ints, npt.NDArray[np.float32], Ints]

@@ -62,7 +62,7 @@ def test_a_tables_columns_give_the_interactions_its_events_give() -> None:
     for source in (table, view):
         got, want = rb.interactions(source, weights), rb.interactions(list(source), weights)
         assert got.item_ids == want.item_ids and got.user_ids == want.user_ids
-        for name in ("users", "items", "weights", "times"):
+        for name in ("users", "items", "weights"):
             a, b = getattr(got, name), getattr(want, name)
             assert a.dtype == b.dtype and a.tolist() == b.tolist(), name
     assert rb.interactions(EventTable.of(events[:5]), {"click": 1.0}).item_ids == []
