@@ -237,6 +237,19 @@ def read_column(a: npt.NDArray[Any]) -> npt.NDArray[Any]:
     return a if type(a) is np.ndarray else np.array(a)
 
 
+def read_rows(a: npt.NDArray[Any], start: int, stop: int) -> npt.NDArray[Any]:
+    """Rows start..stop of a 1-d column, read as read_column reads the whole."""
+    mapped = getattr(a, "_mmap", None)
+    if (isinstance(a, np.memmap) and a.filename and mapped is not None and a.ndim == 1
+            and a.flags.c_contiguous and len(mapped) == a.offset + a.nbytes):  # fmt: skip
+        count = max(0, min(stop, len(a)) - start)
+        out = np.fromfile(a.filename, a.dtype, count, offset=a.offset + start * a.itemsize)
+        if len(out) != count:
+            raise OSError(f"{a.filename}: read {len(out)} values of {count}: the file was cut short")
+        return out
+    return np.array(a[start:stop])
+
+
 def take_rows(x: F32, index: Rows) -> F32:
     """x[index]. For an .npy file mapped in whole (numpy.load(mmap_mode="r")),
     the rows are read with pread, a run of consecutive rows in one read, so no

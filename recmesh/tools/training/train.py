@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import itertools
 import json
 import pickle
 import tempfile
@@ -53,6 +54,7 @@ from recmesh.tools.training.family import (
     offline_only,
     pick_level1,
     read_column,
+    read_rows,
     row_index_dtype,
     to_onnx,
     train_family,
@@ -287,17 +289,6 @@ class _Column:
         return mapped
 
 
-def _before(dataset: Dataset, cut: Mapping[str, int], t: np.ndarray | None = None) -> np.ndarray:
-    """Per row: whether it lies before its user's cut (users without one: every
-    row); `t`: the rows' times when already read."""
-    last = np.iinfo(np.int64).max
-    limit = np.asarray([cut.get(u, last) for u in dataset.user_ids], np.int64)
-    if not len(limit):
-        return np.ones(0, bool)
-    before: np.ndarray = (read_column(dataset.t) if t is None else t) < limit[read_column(dataset.users)]
-    return before
-
-
 def demo_dataset(
     feature_set: FeatureSet, cfg: TrainConfig, transforms: tuple[Transform, ...] | None = None
 ) -> Dataset:
@@ -308,9 +299,10 @@ def demo_dataset(
     return ds
 
 
-def split_by_time(t: np.ndarray, holdout_fraction: float) -> tuple[int, np.ndarray, np.ndarray]:
-    split = int(np.quantile(t, 1 - holdout_fraction))
-    return split, t <= split, t > split
+def _time_split(t: np.ndarray, holdout_fraction: float) -> int:
+    """The last training time: the (1 - holdout_fraction) quantile of the rows'
+    times; `t` is reordered (partitioned in place: no copy of a column)."""
+    return int(np.quantile(t, 1 - holdout_fraction, overwrite_input=True))
 
 
 @dataclass(frozen=True)
@@ -460,26 +452,59 @@ def _split_rows(
 ) -> _Rows:
     """The rows split by time, the training part without `unseen` users' rows
     from their time on; refused when either part's labels are all one class.
-    The times (8 bytes a row) are read here and dropped."""
-    y, t = read_column(dataset.y), read_column(dataset.t)
-    split, tr, ho = split_by_time(t, cfg.holdout_fraction)
+    The times (8 bytes a row) and users are read a chunk at a time (the whole
+    columns and their masks at once were about 40 bytes a row for a moment:
+    the 4 M-event run's peak, 20 M rows); what is kept is the labels and the
+    parts' row indices."""
+    n = len(dataset.t)
+    index = row_index_dtype(n)
+    split = _time_split(read_column(dataset.t), cfg.holdout_fraction)
+    last = np.iinfo(np.int64).max
+    limit = None
     if unseen:
-        tr &= _before(dataset, unseen, t)
+        limit = np.asarray([unseen.get(u, last) for u in dataset.user_ids] or [last], np.int64)
+    tr, ho = np.zeros(n, bool), np.zeros(n, bool)
+    from_ms, to_ms = last, -last
+    for start in range(0, n, SPLIT_CHUNK):
+        stop = min(n, start + SPLIT_CHUNK)
+        t = read_rows(dataset.t, start, stop)
+        tr[start:stop] = t <= split
+        ho[start:stop] = t > split
+        if limit is not None:
+            tr[start:stop] &= t < limit[read_rows(dataset.users, start, stop)]
+        used = tr[start:stop] | ho[start:stop]
+        from_ms = min(from_ms, int(np.min(t, where=used, initial=last)))
+        to_ms = max(to_ms, int(np.max(t, where=used, initial=-last)))
+    y = read_column(dataset.y)
     if not 0 < y[tr].mean() < 1 or not 0 < y[ho].mean() < 1:
         raise InvalidArgument(
             f"labels are all one class in the training or holdout part (positive rate {y.mean():.3f}; "
             f"rule: {LabelRule.of(feature_set).describe()}): check training.label in the repository"
         )
-    used = tr | ho
-    index = row_index_dtype(len(t))
-    newest = np.flatnonzero(tr & (t > np.quantile(t[tr], 0.9))).astype(index)
-    last = np.iinfo(np.int64).max
+    tr_rows = np.flatnonzero(tr).astype(index)
+    newest_from = np.quantile(_gathered(dataset.t, tr_rows), 0.9, overwrite_input=True)
+    newest = tr_rows[_gathered(dataset.t, tr_rows) > newest_from]
+    used_rows = tr | ho
     return _Rows(
         dataset.x, y, None if dataset.w is None else read_column(dataset.w), split,
-        np.flatnonzero(tr).astype(index), np.flatnonzero(ho).astype(index), newest,
-        used=int(used.sum()), left_out=int((~used).sum()), positive_rate=float(y[used].mean()),
-        from_ms=int(np.min(t, where=used, initial=last)), to_ms=int(np.max(t, where=used, initial=-last)),
+        tr_rows, np.flatnonzero(ho).astype(index), newest,
+        used=int(used_rows.sum()), left_out=int((~used_rows).sum()), positive_rate=float(y[used_rows].mean()),
+        from_ms=from_ms, to_ms=to_ms,
     )  # fmt: skip
+
+
+SPLIT_CHUNK = 1 << 22  # rows of a column read at a time by _split_rows (32 MB of times)
+
+
+def _gathered(column: np.ndarray, rows: Rows) -> np.ndarray:
+    """column[rows] (rows ascending), read a chunk of the column at a time."""
+    out = np.empty(len(rows), column.dtype)
+    bounds = np.searchsorted(rows, np.arange(0, len(column) + SPLIT_CHUNK, SPLIT_CHUNK))
+    for k, (a, b) in enumerate(itertools.pairwise(bounds.tolist())):
+        if a < b:
+            start = k * SPLIT_CHUNK
+            out[a:b] = read_rows(column, start, min(len(column), start + SPLIT_CHUNK))[rows[a:b] - start]
+    return out
 
 
 def _train_variants(

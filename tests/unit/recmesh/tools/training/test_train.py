@@ -95,6 +95,29 @@ def test_the_blend_probe_is_the_models_full_variant_never_trained_on_the_unseen_
     assert without.card["training_data"]["holdout_rows"] == whole.card["training_data"]["holdout_rows"]
 
 
+def test_the_split_read_a_chunk_of_rows_at_a_time_is_the_split_of_the_whole_columns(
+    demo_feature_set: FeatureSet, world: tuple[list, dict, dict], tmp_path: Path,  # type: ignore[type-arg]
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    ds = build_dataset(demo_feature_set, *world, rows_dir=tmp_path, chunk_rows=500)
+    assert isinstance(ds.t, np.memmap)
+    t, users = np.array(ds.t), np.array(ds.users)
+    cut = {u: int(np.quantile(t, 0.6)) for u in ds.user_ids[::3]}
+    monkeypatch.setattr(tt, "SPLIT_CHUNK", 101)  # many chunks, users' rows across them
+    got = tt._split_rows(ds, CFG, demo_feature_set, cut)
+    # the same split from the whole columns at once (as before chunks)
+    split = int(np.quantile(t, 1 - CFG.holdout_fraction))
+    limit = np.asarray([cut.get(u, np.iinfo(np.int64).max) for u in ds.user_ids], np.int64)
+    tr, ho = (t <= split) & (t < limit[users]), t > split
+    used = tr | ho
+    assert got.split == split and len(t) > 10 * 101
+    assert np.array_equal(got.tr, np.flatnonzero(tr)) and np.array_equal(got.ho, np.flatnonzero(ho))
+    assert np.array_equal(got.newest, np.flatnonzero(tr & (t > np.quantile(t[tr], 0.9))))
+    assert (got.from_ms, got.to_ms) == (int(t[used].min()), int(t[used].max()))
+    assert got.used == int(used.sum()) and got.left_out == int((~used).sum()) > 0
+    assert got.positive_rate == float(np.array(ds.y)[used].mean())
+
+
 def test_the_offline_only_baseline_is_a_version_beside_the_model_never_current(
     demo_feature_set: FeatureSet, trained: Trained
 ) -> None:
