@@ -24,7 +24,6 @@ import functools
 import mmap
 import tempfile
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -50,43 +49,39 @@ def give_back() -> None:
 
 
 class Spill:
-    """Rows of one dtype (`width` values each) written front to back into an
-    unlinked temporary file, then read through a read-only mapping: the
-    process holds the pages read since the last `drop`, not the array. For
-    arrays read in order (a loaded log's event ids): a read at random maps
-    far more than its page (one batch of 256 random rows of a 185 MB file
-    mapped 173 MB of it: the page cache's large folios, `MADV_RANDOM` no
-    help), which is why the trainers gather their batches otherwise. The
-    page cache keeps the pages dropped, so reading them again costs a minor
-    fault, not a disk read, while memory allows."""
+    """An array of one dtype written front to back into an unlinked temporary
+    file, then read through a read-only mapping: the process holds the pages
+    read since the last `drop`, not the array. For arrays read in order (a
+    loaded log's event ids): a read at random maps far more than its page
+    (one batch of 256 random rows of a 185 MB file mapped 173 MB of it: the
+    page cache's large folios, `MADV_RANDOM` no help), which is why the
+    trainers gather their batches otherwise. The page cache keeps the pages
+    dropped, so reading them again costs a minor fault, not a disk read,
+    while memory allows."""
 
-    def __init__(self, dtype: npt.DTypeLike, width: int = 1, directory: Path | None = None) -> None:
-        self.dtype, self.width = np.dtype(dtype), width
-        self._file = tempfile.TemporaryFile(dir=directory)  # noqa: SIM115 (open until mapped())
+    def __init__(self, dtype: npt.DTypeLike) -> None:
+        self.dtype = np.dtype(dtype)
+        self._file = tempfile.TemporaryFile()  # noqa: SIM115 (open until mapped)
         self._map: mmap.mmap | None = None
         self.rows = 0
 
     def write(self, values: Any) -> None:
         block = np.ascontiguousarray(values, self.dtype)
         self._file.write(block.tobytes())
-        self.rows += block.size // self.width
-
-    def mapped(self) -> npt.NDArray[Any]:
-        """The rows written, as a read-only array (1-D when width is 1)."""
-        shape = (self.rows,) if self.width == 1 else (self.rows, self.width)
-        if not self.rows:
-            self._file.close()
-            return np.zeros(shape, self.dtype)
-        if self._map is None:
-            self._file.flush()
-            self._map = mmap.mmap(self._file.fileno(), 0, access=mmap.ACCESS_READ)
-            self._file.close()  # the mapping keeps the file's pages
-        return np.frombuffer(self._map, self.dtype).reshape(shape)
+        self.rows += block.size
 
     def mapping(self) -> mmap.mmap | bytes:
         """The bytes written, mapped read-only (slicing one gives bytes)."""
-        self.mapped()
+        if self._map is None and not self._file.closed:
+            self._file.flush()
+            if self.rows:
+                self._map = mmap.mmap(self._file.fileno(), 0, access=mmap.ACCESS_READ)
+            self._file.close()  # the mapping keeps the file's pages
         return self._map if self._map is not None else b""
+
+    def mapped(self) -> npt.NDArray[Any]:
+        """The values written, as a read-only array."""
+        return np.frombuffer(self.mapping(), self.dtype)
 
     def drop(self) -> None:
         """Let go of the pages read so far (the array stays readable)."""

@@ -482,6 +482,7 @@ def _split_rows(
             f"rule: {LabelRule.of(feature_set).describe()}): check training.label in the repository"
         )
     tr_rows = np.flatnonzero(tr).astype(index)
+    # gathered twice: the quantile, taken in place, reorders what it reads
     newest_from = np.quantile(_gathered(dataset.t, tr_rows), 0.9, overwrite_input=True)
     newest = tr_rows[_gathered(dataset.t, tr_rows) > newest_from]
     used_rows = tr | ho
