@@ -240,7 +240,8 @@ class _Steps:
         self.starts = np.flatnonzero(first)  # each user's first event
         self.at = np.flatnonzero(~first).astype(index)
         by_pair = np.lexsort((items, users))  # stable: a user's events on an item in time order
-        same = (users[by_pair][1:] == users[by_pair][:-1]) & (items[by_pair][1:] == items[by_pair][:-1])
+        same = _adjacent_equal(users[by_pair])  # a column gathered at a time: 8 bytes an event
+        same &= _adjacent_equal(items[by_pair])
         self.again = np.full(len(users), np.iinfo(index).max, index)  # the user's next event on the item
         self.again[by_pair[:-1][same]] = by_pair[1:][same]
         self.items, self.weights, self.pad, self.length = items, data.weights, data.n_items, length
@@ -276,6 +277,11 @@ class _Steps:
                 if len(recent) == self.length:
                     break
         return recent + [self.pad] * (self.length - len(recent))
+
+
+def _adjacent_equal(column: npt.NDArray[Any]) -> npt.NDArray[np.bool_]:
+    equal: npt.NDArray[np.bool_] = column[1:] == column[:-1]
+    return equal
 
 
 EpochCheck = Callable[[int, SequenceModel], bool]

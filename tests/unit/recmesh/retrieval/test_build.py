@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 
@@ -57,11 +59,14 @@ def test_a_tables_columns_give_the_interactions_its_events_give() -> None:
     ]  # fmt: skip
     events.sort(key=lambda e: (e.event_time, e.event_id))
     table = EventTable.of(events)
-    weights = {"view": 1.0, "cart": 2.5, "buy": 4.0, "impression": 0.0}
-    view = table.take(rng.permutation(len(table))[:1500])
-    for source in (table, view):
+    some = {"view": 1.0, "cart": 2.5, "buy": 4.0, "impression": 0.0}
+    every = {"view": 1.0, "cart": 2.5, "buy": 4.0, "impression": 0.5}
+    shuffled = table.take(rng.permutation(len(table))[:1500])  # not in time order: sorted by time too
+    in_order = table.take(np.flatnonzero(rng.random(len(table)) < 0.7))
+    for source, weights in itertools.product((table, shuffled, in_order), (some, every)):
         got, want = rb.interactions(source, weights), rb.interactions(list(source), weights)
         assert got.item_ids == want.item_ids and got.user_ids == want.user_ids
+        assert len(got.users) < len(source)  # repeats collapsed
         for name in ("users", "items", "weights"):
             a, b = getattr(got, name), getattr(want, name)
             assert a.dtype == b.dtype and a.tolist() == b.tolist(), name
@@ -130,19 +135,61 @@ def _whole_lag_pair_sums(data: rb.Interactions, previous: int) -> tuple[np.ndarr
     return keys, sums
 
 
-def test_knn_sums_its_pairs_a_block_at_a_time_to_the_same_float64(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("dense", [True, False], ids=["dense", "sparse"])
+def test_knn_sums_its_pairs_a_block_at_a_time_to_the_same_float64(
+    monkeypatch: pytest.MonkeyPatch, dense: bool
+) -> None:
     """Blocks of 7 events give the sums one pass over each lag gives, to the
     bit, with strengths whose sums depend on the order they are added in (1e-16
-    added to 1 is lost; added to another 1e-16 first, it is not)."""
+    added to 1 is lost; added to another 1e-16 first, it is not): summed in
+    place at each pair's cell (a small catalog) or merged into running sums."""
     rng = np.random.default_rng(11)
     events = [ev(n, f"u{rng.integers(12)}", f"i{rng.integers(30)}", ("view", "buy", "cart")[n % 3])
               for n in range(600)]  # fmt: skip
     data = rb.interactions(events, {"view": 1e-8, "buy": 1.0, "cart": 0.3})
     want_keys, want_sums = _whole_lag_pair_sums(data, 5)
     monkeypatch.setattr(rb, "PAIR_BLOCK", 7)
+    monkeypatch.setattr(rb, "DENSE_PAIR_BYTES", rb.DENSE_PAIR_BYTES if dense else 0)
     keys, sums = rb.pair_sums(data, 5)
     assert keys.tolist() == want_keys.tolist() and len(keys) > 200
     assert sums.tobytes() == want_sums.tobytes()
+
+
+def _masked_gram(data: rb.Interactions, keep: np.ndarray, chunk: int) -> np.ndarray:
+    """X^T X as a mask over the log per chunk of users makes it (the reference)."""
+    m = len(keep)
+    col = np.full(data.n_items, -1, np.int64)
+    col[keep] = np.arange(m)
+    c = col[data.items]
+    users, cols, w = data.users[c >= 0], c[c >= 0], data.weights[c >= 0]
+    g = np.zeros((m, m), np.float64)
+    uniq = np.unique(users)
+    for start in range(0, len(uniq), chunk):
+        part = uniq[start : start + chunk]
+        sel = (users >= part[0]) & (users <= part[-1])
+        x = np.zeros((len(part), m), np.float32)
+        np.maximum.at(x, (np.searchsorted(part, users[sel]), cols[sel]), w[sel])
+        g += (x.T @ x).astype(np.float64)
+    return g
+
+
+@pytest.mark.parametrize("cells", [rb.GRAM_CELLS, 100])
+def test_the_gram_matrix_of_user_slices_is_the_masked_ones(
+    monkeypatch: pytest.MonkeyPatch, cells: int
+) -> None:
+    """Chunks of users as slices of the interactions (in user order) give the
+    Gram matrix a mask per chunk gives, to the bit; every item kept or some."""
+    rng = np.random.default_rng(5)
+    events = [
+        ev(n, f"u{rng.integers(40)}", f"i{rng.integers(25)}", ("view", "buy")[n % 2]) for n in range(900)
+    ]
+    data = rb.interactions(events, {"view": 0.3, "buy": 1.0})
+    monkeypatch.setattr(rb, "GRAM_CELLS", cells)
+    for keep in (np.arange(data.n_items), rb.ease_items(data, 10)):
+        chunk = max(1, cells // len(keep))
+        want = _masked_gram(data, keep, chunk)
+        assert rb.gram(data, keep).tobytes() == want.tobytes() and want.any()
+        assert (chunk < len(data.user_ids)) == (cells == 100)  # several chunks of users, or one
 
 
 def test_ease_learns_that_items_bought_together_predict_each_other() -> None:
