@@ -104,6 +104,27 @@ def write_events(path: Path, events: Iterable[Event | dict[str, Any]]) -> int:
 
 
 READ_CHUNK = 4096  # events made into objects at a time when a table is iterated
+SPILL_ROWS = 1 << 16  # events whose ids are written (or sorted) at a time by a table spilling them
+
+
+def first_seen(codes: np.ndarray, size: int) -> np.ndarray:
+    """The distinct codes (each below `size`) in the order they first appear in
+    `codes`: no sort of the column (np.unique's), a pass and a `size`-long array."""
+    if not len(codes):
+        return np.zeros(0, np.int64)
+    first = np.full(size, len(codes), np.int64)
+    np.minimum.at(first, codes, np.arange(len(codes), dtype=np.int64 if len(codes) >= 2**31 else np.int32))
+    present = np.flatnonzero(first < len(codes))
+    return present[np.argsort(first[present], kind="stable")]
+
+
+def _spilled(spills: tuple[Spill, Spill], ids: bytearray, ends: array[int]) -> tuple[bytearray, array[int]]:
+    """The ids read since the last call written to the ids' file and their ends
+    (offsets in the whole file) to theirs; empty buffers for the next ones."""
+    if ends:
+        spills[1].write(spills[0].rows + np.frombuffer(ends, np.int64))
+        spills[0].write(np.frombuffer(ids, np.uint8))
+    return bytearray(), array("q")
 
 
 class EventTable(Sequence[Event]):
@@ -127,14 +148,18 @@ class EventTable(Sequence[Event]):
         self.items: list[str] = []
         self.behaviors: list[str] = []
         self._rows: np.ndarray | None = None  # take(): the rows of the columns this table holds
-        self._spills: tuple[Spill, ...] = ()  # the ids' files, when they are mapped (sorted_by_time)
+        self._spills: tuple[Spill, ...] = ()  # the ids' files, when they are mapped (of, sorted_by_time)
 
     @classmethod
-    def of(cls, events: Iterable[Event], values: tuple[str, ...] = ()) -> EventTable:
+    def of(cls, events: Iterable[Event], values: tuple[str, ...] = (), spill: bool = False) -> EventTable:
+        """The events as columns, in their order. `spill`: their ids (about 30
+        bytes an event) written to a file as they come and read through a
+        mapping (a log loaded whole: `load_log`), not held."""
         table = cls(values)
         t, user, item, behavior, ends = array("q"), array("i"), array("i"), array("b"), array("q")
         vals = array("d")
         ids = bytearray()
+        spills = (Spill(np.uint8), Spill(np.int64)) if spill else None
         codes: tuple[dict[str, int], dict[str, int], dict[str, int]] = ({}, {}, {})
         user_codes, item_codes, behavior_codes = codes
         nan = float("nan")
@@ -145,6 +170,8 @@ class EventTable(Sequence[Event]):
             behavior.append(behavior_codes.setdefault(ev.behavior, len(behavior_codes)))
             ids += ev.event_id.encode()
             ends.append(len(ids))
+            if spills is not None and len(ends) == SPILL_ROWS:
+                ids, ends = _spilled(spills, ids, ends)
             if values:
                 got = ev.values
                 vals.extend(got.get(name, nan) for name in values)
@@ -156,8 +183,12 @@ class EventTable(Sequence[Event]):
         table._user = np.frombuffer(user, np.int32) if len(user) else table._user
         table._item = np.frombuffer(item, np.int32) if len(item) else table._item
         table._behavior = np.frombuffer(behavior, np.int8) if len(behavior) else table._behavior
-        table._id_ends = np.frombuffer(ends, np.int64) if len(ends) else table._id_ends
-        table._ids = bytes(ids)
+        if spills is not None:
+            _spilled(spills, ids, ends)
+            table._ids, table._id_ends, table._spills = spills[0].mapping(), spills[1].mapped(), spills
+        else:
+            table._id_ends = np.frombuffer(ends, np.int64) if len(ends) else table._id_ends
+            table._ids = bytes(ids)
         if values and len(vals):
             table._values = np.frombuffer(vals, np.float64).reshape(-1, len(values))
         table.users, table.items, table.behaviors = (list(c) for c in codes)
@@ -167,34 +198,48 @@ class EventTable(Sequence[Event]):
         """This table's events in sorted_events' order (time, then event id; in
         their order here where both tie), as a table of its own whose codes
         number users, items and behaviours in order of first appearance, as
-        EventTable.of would from the sorted events."""
+        EventTable.of would from the sorted events. Sorted by time first, then
+        each run of one time by id, whole runs of about SPILL_ROWS events at a
+        time: no column of every id is made (at 4 M events, a list of their
+        bytes and a fixed-width copy were 0.4 GB), and the ids go, in the new
+        order, to a file read through a mapping that a pass in order lets go
+        of as it goes (__iter__)."""
         n = len(self)
         rows = self._rows if self._rows is not None else np.arange(n)
         t = self._t[rows]
-        ends = self._id_ends[rows]
-        starts = np.where(rows > 0, self._id_ends[np.maximum(rows - 1, 0)], 0)
-        ids = [self._ids[a:b] for a, b in zip(starts.tolist(), ends.tolist(), strict=True)]
-        # UTF-8 bytes order as their strings do; numpy's fixed-width bytes pad with
-        # NULs, which an event id never holds (events.py refuses control characters)
-        order = np.lexsort((np.array(ids, dtype=f"S{max(map(len, ids), default=1) or 1}"), t))
+        order = np.argsort(t, kind="stable")
+        t = t[order]
+        new_time = np.flatnonzero(t[1:] != t[:-1]) + 1
+        spills = Spill(np.uint8), Spill(np.int64)
+        ends = self._id_ends
+        lo = 0
+        while lo < n:
+            cut = int(np.searchsorted(new_time, lo + SPILL_ROWS))  # the first time starting past the batch
+            hi = int(new_time[cut]) if cut < len(new_time) else n
+            src = rows[order[lo:hi]]
+            starts = np.where(src > 0, ends[np.maximum(src - 1, 0)], 0)
+            ids = [self._ids[a:b] for a, b in zip(starts.tolist(), ends[src].tolist(), strict=True)]
+            if hi - lo > 1:
+                # UTF-8 bytes order as their strings do; numpy's fixed-width bytes pad with
+                # NULs, which an event id never holds (events.py refuses control characters)
+                width = max(map(len, ids)) or 1
+                by_id = np.lexsort((np.array(ids, dtype=f"S{width}"), t[lo:hi]))  # stable
+                order[lo:hi] = order[lo:hi][by_id]
+                ids = [ids[k] for k in by_id.tolist()]
+            spills[1].write(spills[0].rows + np.cumsum(np.fromiter(map(len, ids), np.int64, len(ids))))
+            spills[0].write(np.frombuffer(b"".join(ids), np.uint8))
+            self._drop()
+            lo = hi
         table = EventTable(self.value_names)
-        table._t = t[order]
+        table._t = t
         for name, names in (("_user", "users"), ("_item", "items"), ("_behavior", "behaviors")):
             column = getattr(self, name)[rows][order]
-            seen, first = np.unique(column, return_index=True)
-            by_first = seen[np.argsort(first, kind="stable")]  # old codes in order of first appearance
-            recode = np.zeros(max(len(getattr(self, names)), 1), column.dtype)
+            old = getattr(self, names)
+            by_first = first_seen(column, len(old))  # old codes in order of first appearance
+            recode = np.zeros(max(len(old), 1), column.dtype)
             recode[by_first] = np.arange(len(by_first), dtype=column.dtype)
             setattr(table, name, recode[column])
-            old = getattr(self, names)
             setattr(table, names, [old[c] for c in by_first.tolist()])
-        # the ids (about 30 bytes an event) in a file, read through a mapping
-        # whose pages a pass in order lets go of as it goes (__iter__)
-        spills = Spill(np.uint8), Spill(np.int64)
-        for start in range(0, n, READ_CHUNK):
-            picked = [ids[k] for k in order[start : start + READ_CHUNK].tolist()]
-            spills[1].write(spills[0].rows + np.cumsum(np.fromiter(map(len, picked), np.int64, len(picked))))
-            spills[0].write(np.frombuffer(b"".join(picked), np.uint8))
         table._ids, table._id_ends, table._spills = spills[0].mapping(), spills[1].mapped(), spills
         if self.value_names:
             table._values = self._values[rows][order]
@@ -308,7 +353,7 @@ def load_log(path: Path, schema: EventSchema) -> EventTable:
     several times holds): the events read into columns as they come, then the
     columns sorted (the table EventTable.of(sorted_events(...)) makes, without
     the merge sort's runs written and parsed again)."""
-    table = EventTable.of(read_events(path, schema), schema.values).sorted_by_time()
+    table = EventTable.of(read_events(path, schema), schema.values, spill=True).sorted_by_time()
     give_back()  # the columns as read, the ids' sort
     return table
 

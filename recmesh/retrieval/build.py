@@ -34,7 +34,7 @@ import numpy as np
 import numpy.typing as npt
 
 from recmesh.events import Event
-from recmesh.features.eventlog import EventTable, select
+from recmesh.features.eventlog import EventTable, first_seen, select
 from recmesh.heap import give_back
 from recmesh.retrieval import sequence
 from recmesh.retrieval.table import NeighbourTable, RecallTable, recency_weights
@@ -170,12 +170,7 @@ def _counted_columns(table: EventTable, behaviors: Mapping[str, float]) -> _Coun
 def _first_seen(codes: npt.NDArray[np.int32], size: int) -> tuple[list[int], Ints]:
     """The distinct codes (each below `size`) in the order they first appear,
     and each position's number among them (0 for the first to appear)."""
-    if not len(codes):
-        return [], np.zeros(0, np.int64)
-    first = np.full(size, len(codes), np.int64)
-    np.minimum.at(first, codes, np.arange(len(codes), dtype=np.int64 if len(codes) >= 2**31 else np.int32))
-    present = np.flatnonzero(first < len(codes))
-    by_first = present[np.argsort(first[present], kind="stable")]
+    by_first = first_seen(codes, size)
     number = np.empty(size, np.int64)
     number[by_first] = np.arange(len(by_first))
     return by_first.tolist(), number[codes]

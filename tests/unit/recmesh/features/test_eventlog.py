@@ -8,8 +8,10 @@ import random
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from recmesh.events import Event, EventSchema, validate_event
+from recmesh.features import eventlog
 from recmesh.features.eventlog import (
     EventTable,
     event_times,
@@ -90,11 +92,17 @@ def _columns(table: EventTable) -> list[object]:
             table.items, table.behaviors]  # fmt: skip
 
 
-def test_a_loaded_log_is_the_table_of_the_merge_sorted_events(tmp_path: Path) -> None:
+@pytest.mark.parametrize("spill_rows", [eventlog.SPILL_ROWS, 1000, 50])
+def test_a_loaded_log_is_the_table_of_the_merge_sorted_events(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, spill_rows: int
+) -> None:
     """load_log sorts the columns it read instead of merge-sorting the events:
     the same table column for column (codes by first appearance in time order),
     with ties in time ordered by id as Python orders the strings (non-ASCII ids,
-    one a prefix of another), and ties in both kept in the file's order."""
+    one a prefix of another), and ties in both kept in the file's order;
+    whether its ids are sorted and written in one batch, in batches of several
+    whole runs of one time (1000), or in runs longer than a batch (50)."""
+    monkeypatch.setattr(eventlog, "SPILL_ROWS", spill_rows)
     rng = random.Random(4)
     events = [e.model_copy(update={"event_time": T0 + 1000 * (e.event_time % 7)})  # 7 times: ties
               for e in _events(3000, seed=5)]  # fmt: skip
@@ -120,3 +128,8 @@ def test_a_loaded_log_is_the_table_of_the_merge_sorted_events(tmp_path: Path) ->
     by_time = sorted((shuffled[k] for k in picked), key=lambda e: (e.event_time, e.event_id))
     assert [e.to_dict() for e in view.sorted_by_time()] == [e.to_dict() for e in by_time]
     assert len(EventTable.of([], SCHEMA.values).sorted_by_time()) == 0
+    spilled = EventTable.of(shuffled, SCHEMA.values, spill=True)  # its ids in a file as read
+    assert isinstance(spilled._ids, mmap.mmap) and _columns(spilled) == _columns(
+        EventTable.of(shuffled, SCHEMA.values)
+    )
+    assert len(EventTable.of([], SCHEMA.values, spill=True)) == 0
