@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -198,9 +198,12 @@ def knn_table(data: Interactions, previous: int, neighbours: int) -> NeighbourTa
     (module docstring), the pairs' strengths summed and cosine-normalised."""
     n = data.n_items
     count = np.bincount(data.items, weights=data.weights, minlength=n)
-    acc_k, acc_v = pair_sums(data, previous)
-    rows, cols = acc_k // n, acc_k % n
     norm = np.sqrt(np.maximum(count, 1e-9))
+    if _dense(n):  # the sums at their cells, each row's neighbours ranked a block of rows at a time
+        sums, met = _dense_pair_sums(data, previous)
+        return _top_per_dense_row(data.item_ids, sums.reshape(n, n), met.reshape(n, n), norm, neighbours)
+    acc_k, acc_v = _sparse_pair_sums(data, previous)
+    rows, cols = acc_k // n, acc_k % n
     sim = acc_v / (norm[rows] * norm[cols])
     return _top_per_row(data.item_ids, rows, cols, sim, neighbours)
 
@@ -212,11 +215,21 @@ def pair_sums(data: Interactions, previous: int) -> tuple[Ints, Floats]:
     PAIR_BLOCK events at a time, each direction in event order, so every sum
     adds its terms in the order one whole-lag pass would (the same float64 to
     the bit, dense or sparse: `DENSE_PAIR_BYTES`)."""
+    if not _dense(data.n_items):
+        return _sparse_pair_sums(data, previous)
+    sums, met = _dense_pair_sums(data, previous)
+    keys = np.flatnonzero(met).astype(np.int64)
+    return keys, sums[keys]
+
+
+def _dense(n_items: int) -> bool:
+    return 9 * n_items * n_items <= DENSE_PAIR_BYTES
+
+
+def _pair_blocks(data: Interactions, previous: int) -> Iterator[tuple[Ints, Floats]]:
+    """The pairs' keys and strength products, a lag, a direction and a block of
+    PAIR_BLOCK events at a time, in the order pair_sums adds them."""
     n = data.n_items
-    dense = 9 * n * n <= DENSE_PAIR_BYTES
-    sums, met = (np.zeros(n * n, np.float64), np.zeros(n * n, bool)) if dense else (None, None)
-    acc_k = np.zeros(0, np.int64)
-    acc_v = np.zeros(0, np.float64)
     users, items, weights = data.users, data.items, data.weights
     for lag in range(1, previous + 1):
         if lag >= len(items):
@@ -230,16 +243,25 @@ def pair_sums(data: Interactions, previous: int) -> tuple[Ints, Floats]:
                 w = (weights[now][same] * weights[before][same]).astype(np.float64)
                 diff = a != b
                 a, b, w = a[diff], b[diff], w[diff]
-                k = a * n + b if forward else b * n + a
-                if sums is not None and met is not None:
-                    np.add.at(sums, k, w)  # in k's order, as bincount adds below
-                    met[k] = True
-                else:
-                    acc_k, acc_v = _summed(np.concatenate([acc_k, k]), np.concatenate([acc_v, w]))
-    if sums is not None and met is not None:
-        acc_k = np.flatnonzero(met).astype(np.int64)
-        acc_v = sums[acc_k]
-        del sums, met
+                yield (a * n + b if forward else b * n + a), w
+
+
+def _dense_pair_sums(data: Interactions, previous: int) -> tuple[Floats, npt.NDArray[np.bool_]]:
+    """Every cell's sum (n_items^2, a key's sum at the key) and whether a pair met there."""
+    n = data.n_items
+    sums, met = np.zeros(n * n, np.float64), np.zeros(n * n, bool)
+    for k, w in _pair_blocks(data, previous):
+        np.add.at(sums, k, w)  # in k's order, as the sparse path's bincount adds
+        met[k] = True
+    give_back()
+    return sums, met
+
+
+def _sparse_pair_sums(data: Interactions, previous: int) -> tuple[Ints, Floats]:
+    acc_k = np.zeros(0, np.int64)
+    acc_v = np.zeros(0, np.float64)
+    for k, w in _pair_blocks(data, previous):
+        acc_k, acc_v = _summed(np.concatenate([acc_k, k]), np.concatenate([acc_v, w]))
     give_back()
     return acc_k, acc_v
 
@@ -259,6 +281,35 @@ def _top_per_row(
     rows, cols, sim = rows[ok], cols[ok], sim[ok]
     indptr = np.searchsorted(rows, np.arange(len(item_ids) + 1)).astype(np.int64)
     return NeighbourTable(list(item_ids), indptr, cols.astype(np.int32), sim.astype(np.float32))
+
+
+ROW_BLOCK = 256  # rows of the dense sums ranked at a time (2 x 8 MB at 2,000 items)
+
+
+def _top_per_dense_row(
+    item_ids: list[str], sums: Floats, met: npt.NDArray[np.bool_], norm: Floats, keep: int
+) -> NeighbourTable:
+    """_top_per_row's table from the dense sums: a row's cells by similarity,
+    strongest first, ties by column (a stable sort of the row), the first
+    `keep` of those above 0; a cell no pair met is 0, so never kept."""
+    n = len(item_ids)
+    counts = np.zeros(n, np.int64)
+    cols: list[npt.NDArray[np.int64]] = []
+    sims: list[Floats] = []
+    for r0 in range(0, n, ROW_BLOCK):
+        r1 = min(n, r0 + ROW_BLOCK)
+        sim = sums[r0:r1] / (norm[r0:r1, None] * norm[None, :])
+        sim[~met[r0:r1]] = 0.0
+        order = np.argsort(-sim, axis=1, kind="stable")[:, :keep]
+        top = np.take_along_axis(sim, order, axis=1)
+        ok = top > 0
+        counts[r0:r1] = ok.sum(axis=1)
+        cols.append(order[ok])
+        sims.append(top[ok])
+    indptr = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    col = np.concatenate(cols) if cols else np.zeros(0, np.int64)
+    sim_all = np.concatenate(sims) if sims else np.zeros(0, np.float64)
+    return NeighbourTable(list(item_ids), indptr, col.astype(np.int32), sim_all.astype(np.float32))
 
 
 # The users x kept items block of X made at a time (float32: 80 MB).

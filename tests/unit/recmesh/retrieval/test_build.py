@@ -155,6 +155,26 @@ def test_knn_sums_its_pairs_a_block_at_a_time_to_the_same_float64(
     assert sums.tobytes() == want_sums.tobytes()
 
 
+def test_knn_ranks_dense_rows_as_it_ranks_the_sparse_pairs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The dense path (sums at their cells, rows ranked a block at a time) gives
+    the table the sparse one gives, to the bit: ties in similarity by column,
+    pairs of negative strength never kept, rows cut to their strongest."""
+    rng = np.random.default_rng(12)
+    behaviours = ("view", "buy", "skip")
+    events = [ev(n, f"u{rng.integers(15)}", f"i{rng.integers(150)}", behaviours[n % 3]) for n in range(1500)]
+    data = rb.interactions(events, {"view": 1.0, "buy": 2.0, "skip": -0.5})
+    monkeypatch.setattr(rb, "ROW_BLOCK", 7)
+    tables = []
+    for dense_bytes in (rb.DENSE_PAIR_BYTES, 0):
+        monkeypatch.setattr(rb, "DENSE_PAIR_BYTES", dense_bytes)
+        tables.append(rb.knn_table(data, previous=4, neighbours=40))
+    dense, sparse = tables
+    for name in ("indptr", "indices", "weights"):
+        assert getattr(dense, name).tobytes() == getattr(sparse, name).tobytes(), name
+    lengths = np.diff(dense.indptr)
+    assert lengths.max() == 40 and lengths.min() < 40 and (dense.weights > 0).all()
+
+
 def _masked_gram(data: rb.Interactions, keep: np.ndarray, chunk: int) -> np.ndarray:
     """X^T X as a mask over the log per chunk of users makes it (the reference)."""
     m = len(keep)
