@@ -83,6 +83,13 @@ class Spill:
         """The values written, as a read-only array."""
         return np.frombuffer(self.mapping(), self.dtype)
 
+    def close(self) -> None:
+        """Let go of the file and its mapping (a table abandoned half-read)."""
+        self._file.close()
+        if self._map is not None:
+            self._map.close()
+            self._map = None
+
     def drop(self) -> None:
         """Let go of the pages read so far (the array stays readable)."""
         if self._map is not None:

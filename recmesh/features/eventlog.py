@@ -163,22 +163,27 @@ class EventTable(Sequence[Event]):
         codes: tuple[dict[str, int], dict[str, int], dict[str, int]] = ({}, {}, {})
         user_codes, item_codes, behavior_codes = codes
         nan = float("nan")
-        for n, ev in enumerate(events):
-            t.append(ev.event_time)
-            user.append(user_codes.setdefault(ev.user_id, len(user_codes)))
-            item.append(item_codes.setdefault(ev.item_id, len(item_codes)))
-            behavior.append(behavior_codes.setdefault(ev.behavior, len(behavior_codes)))
-            ids += ev.event_id.encode()
-            ends.append(len(ids))
-            if spills is not None and len(ends) == SPILL_ROWS:
-                ids, ends = _spilled(spills, ids, ends)
-            if values:
-                got = ev.values
-                vals.extend(got.get(name, nan) for name in values)
-            if ev.request_id is not None:
-                table._requests[n] = ev.request_id
-        if len(behavior_codes) > 127:
-            raise InvalidArgument(f"{len(behavior_codes)} behaviours: an event table holds at most 127")
+        try:
+            for n, ev in enumerate(events):
+                t.append(ev.event_time)
+                user.append(user_codes.setdefault(ev.user_id, len(user_codes)))
+                item.append(item_codes.setdefault(ev.item_id, len(item_codes)))
+                behavior.append(behavior_codes.setdefault(ev.behavior, len(behavior_codes)))
+                ids += ev.event_id.encode()
+                ends.append(len(ids))
+                if spills is not None and len(ends) == SPILL_ROWS:
+                    ids, ends = _spilled(spills, ids, ends)
+                if values:
+                    got = ev.values
+                    vals.extend(got.get(name, nan) for name in values)
+                if ev.request_id is not None:
+                    table._requests[n] = ev.request_id
+            if len(behavior_codes) > 127:
+                raise InvalidArgument(f"{len(behavior_codes)} behaviours: an event table holds at most 127")
+        except BaseException:  # a bad line, a missing file: the ids' files go with the table
+            for each in spills or ():
+                each.close()
+            raise
         table._t = np.frombuffer(t, np.int64) if len(t) else table._t
         table._user = np.frombuffer(user, np.int32) if len(user) else table._user
         table._item = np.frombuffer(item, np.int32) if len(item) else table._item

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import gc
 import mmap
 import pickle
 import random
+import warnings
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from recmesh.errors import InvalidArgument
 from recmesh.events import Event, EventSchema, validate_event
 from recmesh.features import eventlog
 from recmesh.features.eventlog import (
@@ -133,3 +136,19 @@ def test_a_loaded_log_is_the_table_of_the_merge_sorted_events(
         EventTable.of(shuffled, SCHEMA.values)
     )
     assert len(EventTable.of([], SCHEMA.values, spill=True)) == 0
+
+
+def test_a_log_that_fails_to_load_leaves_no_file_open(tmp_path: Path) -> None:
+    """A bad line half-way, or no file at all: the error, and the ids' files
+    the table had begun closed with it (no ResourceWarning when collected)."""
+    log = tmp_path / "events.jsonl"
+    write_events(log, _events(300))
+    with log.open("ab") as fh:
+        fh.write(b"{not json\n")
+    for path in (log, tmp_path / "missing.jsonl"):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            with pytest.raises((InvalidArgument, FileNotFoundError)):
+                load_log(path, SCHEMA)
+            gc.collect()
+        assert not [w for w in caught if issubclass(w.category, ResourceWarning)], path.name
