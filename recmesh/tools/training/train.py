@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import itertools
 import json
 import pickle
 import tempfile
@@ -50,6 +49,7 @@ from recmesh.tools.training.family import (
     Variant,
     auc,
     choose_level2_dim,
+    gather,
     make_variants,
     offline_only,
     pick_level1,
@@ -60,6 +60,7 @@ from recmesh.tools.training.family import (
     train_family,
     trained_configs,
     weight_bytes,
+    whole_file,
 )
 
 HOUR_MS = 3_600_000
@@ -310,10 +311,12 @@ class _Rows:
     """The dataset's rows split by time, as row indices (int32 where they fit):
     `tr` the training part, `ho` the holdout (the last holdout_fraction, from
     `split` + 1 ms on), `newest` the training part's newest tenth (where level
-    2's embedding size is chosen). x stays where it is (a file: read a batch at
-    a time); the labels and weights are in memory (4 bytes a row each); of the
-    times only what the card says is kept. What a row costs while the family
-    trains: these, and an epoch's order (4 bytes): 12 to 16 bytes."""
+    2's embedding size is chosen). The rows, their labels and weights stay where
+    they are, and so do the parts' row numbers when the rows are files (read a
+    chunk or a group of blocks at a time); of the times only what the card says
+    is kept. What a row costs while the family trains: an epoch's order of
+    blocks (8 bytes a block of BLOCK_ROWS) and, while a part is measured, its
+    labels and scores (8 bytes a row of it)."""
 
     x: np.ndarray
     y: np.ndarray
@@ -452,10 +455,11 @@ def _split_rows(
 ) -> _Rows:
     """The rows split by time, the training part without `unseen` users' rows
     from their time on; refused when either part's labels are all one class.
-    The times (8 bytes a row) and users are read a chunk at a time (the whole
-    columns and their masks at once were about 40 bytes a row for a moment:
-    the 4 M-event run's peak, 20 M rows); what is kept is the labels and the
-    parts' row indices."""
+    The times (8 bytes a row), users and labels are read a chunk at a time (the
+    whole columns and their masks at once were about 40 bytes a row for a
+    moment: the 4 M-event run's peak, 20 M rows). Each part's row numbers are
+    written to a file beside the rows when the rows are files (and read a
+    chunk or a block at a time, as the rows are): nothing is kept per row."""
     n = len(dataset.t)
     index = row_index_dtype(n)
     split = _time_split(read_column(dataset.t), cfg.holdout_fraction)
@@ -465,6 +469,8 @@ def _split_rows(
         limit = np.asarray([unseen.get(u, last) for u in dataset.user_ids] or [last], np.int64)
     tr, ho = np.zeros(n, bool), np.zeros(n, bool)
     from_ms, to_ms = last, -last
+    positives = {"tr": 0, "ho": 0}
+    tr_times = []
     for start in range(0, n, SPLIT_CHUNK):
         stop = min(n, start + SPLIT_CHUNK)
         t = read_rows(dataset.t, start, stop)
@@ -475,21 +481,30 @@ def _split_rows(
         used = tr[start:stop] | ho[start:stop]
         from_ms = min(from_ms, int(np.min(t, where=used, initial=last)))
         to_ms = max(to_ms, int(np.max(t, where=used, initial=-last)))
-    y = read_column(dataset.y)
-    if not 0 < y[tr].mean() < 1 or not 0 < y[ho].mean() < 1:
+        y = read_rows(dataset.y, start, stop)
+        positives["tr"] += int(np.count_nonzero(y[tr[start:stop]] == 1))
+        positives["ho"] += int(np.count_nonzero(y[ho[start:stop]] == 1))
+        tr_times.append(t[tr[start:stop]])
+    n_tr, n_ho = int(tr.sum()), int(ho.sum())
+    if not (0 < positives["tr"] < n_tr and 0 < positives["ho"] < n_ho):
+        rate = (positives["tr"] + positives["ho"]) / max(1, n_tr + n_ho)
         raise InvalidArgument(
-            f"labels are all one class in the training or holdout part (positive rate {y.mean():.3f}; "
+            f"labels are all one class in the training or holdout part (positive rate {rate:.3f}; "
             f"rule: {LabelRule.of(feature_set).describe()}): check training.label in the repository"
         )
-    tr_rows = np.flatnonzero(tr).astype(index)
-    # gathered twice: the quantile, taken in place, reorders what it reads
-    newest_from = np.quantile(_gathered(dataset.t, tr_rows), 0.9, overwrite_input=True)
-    newest = tr_rows[_gathered(dataset.t, tr_rows) > newest_from]
-    used_rows = tr | ho
+    newest_from = np.quantile(np.concatenate(tr_times), 0.9, overwrite_input=True)
+    del tr_times
+    newest = tr.copy()
+    for start in range(0, n, SPLIT_CHUNK):
+        stop = min(n, start + SPLIT_CHUNK)
+        newest[start:stop] &= read_rows(dataset.t, start, stop) > newest_from
+    folder = Path(str(dataset.x.filename)).parent if whole_file(dataset.x) else None
+    part = functools.partial(_row_numbers, index=index, folder=folder)
     return _Rows(
-        dataset.x, y, None if dataset.w is None else read_column(dataset.w), split,
-        tr_rows, np.flatnonzero(ho).astype(index), newest,
-        used=int(used_rows.sum()), left_out=int((~used_rows).sum()), positive_rate=float(y[used_rows].mean()),
+        dataset.x, dataset.y, dataset.w, split,
+        part(tr, "train"), part(ho, "holdout"), part(newest, "newest"),
+        used=n_tr + n_ho, left_out=n - n_tr - n_ho,
+        positive_rate=float(np.float32(positives["tr"] + positives["ho"]) / (n_tr + n_ho)),  # as y.mean()
         from_ms=from_ms, to_ms=to_ms,
     )  # fmt: skip
 
@@ -497,15 +512,17 @@ def _split_rows(
 SPLIT_CHUNK = 1 << 22  # rows of a column read at a time by _split_rows (32 MB of times)
 
 
-def _gathered(column: np.ndarray, rows: Rows) -> np.ndarray:
-    """column[rows] (rows ascending), read a chunk of the column at a time."""
-    out = np.empty(len(rows), column.dtype)
-    bounds = np.searchsorted(rows, np.arange(0, len(column) + SPLIT_CHUNK, SPLIT_CHUNK))
-    for k, (a, b) in enumerate(itertools.pairwise(bounds.tolist())):
-        if a < b:
-            start = k * SPLIT_CHUNK
-            out[a:b] = read_rows(column, start, min(len(column), start + SPLIT_CHUNK))[rows[a:b] - start]
-    return out
+def _row_numbers(mask: np.ndarray, name: str, *, index: Any, folder: Path | None) -> Rows:
+    """The numbers of the rows `mask` holds, ascending: in memory, or (with
+    `folder`, where the rows' files are) written to part-<name>.npy a chunk at
+    a time and mapped in (read as the rows are: family.read_rows, take_rows)."""
+    column = _Column((int(mask.sum()),), index, None if folder is None else folder / f"part-{name}.npy")
+    at = 0
+    for start in range(0, len(mask), SPLIT_CHUNK):
+        chunk = np.flatnonzero(mask[start : start + SPLIT_CHUNK]) + start
+        column.put(at, chunk)
+        at += len(chunk)
+    return column.done()
 
 
 def _train_variants(
@@ -531,7 +548,7 @@ def _train_variants(
     def measured(v: Variant, part: str) -> float:
         key = (part, v.dense, v.dim, v.cross)
         if key not in scored:
-            scored[key] = auc(y[parts[part]], family.predict(x, v, parts[part]))
+            scored[key] = auc(gather(y, parts[part]), family.predict(x, v, parts[part]))
         return scored[key]
 
     def at_prefix(part: str) -> dict[int, float]:
@@ -579,7 +596,7 @@ def _offline_baseline(
         x, y, layout, (base_variant,), hidden=cfg.hidden, epochs=cfg.epochs, seed=cfg.seed,
         l2_embedding=l2, weights=rows.w, rows=tr,
     )  # fmt: skip
-    auc_base = auc(y[ho], base.predict(x, base_variant, ho))
+    auc_base = auc(gather(y, ho), base.predict(x, base_variant, ho))
     progress(f"  holdout AUC {auc_base:.4f}")
     return _Trained(base, (base_variant,), {0: auc_base}, {})
 

@@ -255,6 +255,66 @@ def test_auc_averages_tied_ranks_as_the_pairwise_definition_does() -> None:
     assert np.isclose(auc(y, score), pairwise)
 
 
+def _ranked_auc(y: F32, score: F32) -> float:
+    """The ranks' AUC (Mann-Whitney over averaged ranks of every row), as auc
+    computed it before it placed positives among the negatives."""
+    order = np.argsort(score, kind="mergesort")
+    ordered = score[order]
+    starts = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]])
+    ends = np.r_[starts[1:], len(score)] - 1
+    ranks = np.empty(len(score), np.float64)
+    ranks[order] = np.repeat((starts + ends) / 2 + 1, ends - starts + 1)
+    pos = y == 1
+    n_pos, n_neg = int(pos.sum()), int((~pos).sum())
+    return float((ranks[pos].sum() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg))
+
+
+def test_auc_is_the_ranks_auc_bit_for_bit_a_chunk_of_positives_at_a_time(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """auc sorts each class apart and counts, for each positive, the negatives
+    below and level with it: the very float the averaged ranks give, with ties
+    of every kind and the positives taken several chunks at a time."""
+    monkeypatch.setattr(family, "AUC_CHUNK", 37)
+    rng = np.random.default_rng(11)
+    for n, levels in ((2, 0), (50, 3), (999, 0), (5000, 20), (20000, 2)):
+        y = (rng.random(n) < 0.3).astype(np.float32)
+        y[:2] = (0, 1)
+        score = rng.random(n).astype(np.float32)
+        if levels:
+            score = np.round(score * levels).astype(np.float32)
+        assert auc(y, score) == _ranked_auc(y, score), (n, levels)
+
+
+def test_labels_weights_and_row_numbers_as_files_train_the_same_model_bit_for_bit(tmp_path: Path) -> None:
+    """train._split_rows writes each part's row numbers beside the rows and
+    leaves the labels and weights in theirs: the family reads a group's labels,
+    weights and row numbers from the files (gather, read_blocks, take_rows) and
+    trains the model the arrays in memory train, to the bit; predictions and the
+    level-1 choice over a part given as a file are the same too."""
+    x, y = synthetic(3000, 1)
+    w = np.random.default_rng(2).random(3000).astype(np.float32) + 0.5
+    rows = np.flatnonzero(np.arange(3000) % 3 != 0).astype(np.int32)
+    for name, values in (("x", x), ("y", y), ("w", w), ("rows", rows)):
+        np.save(tmp_path / f"{name}.npy", values)
+    fx, fy, fw, frows = (np.load(tmp_path / f"{name}.npy", mmap_mode="r") for name in ("x", "y", "w", "rows"))
+    configs = trained_configs(_variants(x, y))
+    a = train_family(fx, fy, LAYOUT, configs, epochs=2, seed=3, weights=fw, rows=frows)
+    b = train_family(x, y, LAYOUT, configs, epochs=2, seed=3, weights=w, rows=rows)
+    for key, value in a.params.items():
+        assert value.tobytes() == b.params[key].tobytes(), key
+    v = configs[0]
+    assert a.predict(fx, v, frows).tobytes() == a.predict(x, v, rows).tobytes()
+    assert pick_level1(fx, fy, LAYOUT, frows) == pick_level1(x, y, LAYOUT, rows)
+    assert np.array_equal(family.gather(fy, frows), y[rows])
+    sample = np.r_[0, 5, 6, 7, 1999]
+    assert np.array_equal(family.gather_sorted(frows, sample), rows[sample])
+    blocks = [3, 0, 15, 7]  # the last block short: 2,000 rows in blocks of 128
+    want = np.concatenate([rows[b * 128 : (b + 1) * 128] for b in blocks])
+    got = family.read_blocks(frows, blocks, 128)
+    assert np.array_equal(got, want) and got.dtype == np.int32 and not isinstance(got, np.memmap)
+
+
 def test_training_from_a_mapped_file_and_a_row_subset_is_the_training_in_memory(tmp_path: Path) -> None:
     """x may be a file mapped in (the rows `recmesh train` writes to disk) and the
     rows a subset of it: the model is the one trained on the copied rows, and

@@ -116,6 +116,11 @@ def test_the_split_read_a_chunk_of_rows_at_a_time_is_the_split_of_the_whole_colu
     assert (got.from_ms, got.to_ms) == (int(t[used].min()), int(t[used].max()))
     assert got.used == int(used.sum()) and got.left_out == int((~used).sum()) > 0
     assert got.positive_rate == float(np.array(ds.y)[used].mean())
+    # each part's row numbers a file beside the rows (nothing kept per row), the labels the rows' own
+    for part, name in ((got.tr, "train"), (got.ho, "holdout"), (got.newest, "newest")):
+        assert isinstance(part, np.memmap) and Path(str(part.filename)) == tmp_path / f"part-{name}.npy"
+        assert part.dtype == np.int32
+    assert got.y is ds.y and got.w is ds.w
 
 
 def test_the_offline_only_baseline_is_a_version_beside_the_model_never_current(
