@@ -515,8 +515,13 @@ SPLIT_CHUNK = 1 << 22  # rows of a column read at a time by _split_rows (32 MB o
 def _row_numbers(mask: np.ndarray, name: str, *, index: Any, folder: Path | None) -> Rows:
     """The numbers of the rows `mask` holds, ascending: in memory, or (with
     `folder`, where the rows' files are) written to part-<name>.npy a chunk at
-    a time and mapped in (read as the rows are: family.read_rows, take_rows)."""
-    column = _Column((int(mask.sum()),), index, None if folder is None else folder / f"part-{name}.npy")
+    a time and mapped in (read as the rows are: family.read_rows, take_rows). A
+    file of an earlier split is unlinked, not written over: a split still in use
+    keeps reading its own."""
+    path = None if folder is None else folder / f"part-{name}.npy"
+    if path is not None:
+        path.unlink(missing_ok=True)
+    column = _Column((int(mask.sum()),), index, path)
     at = 0
     for start in range(0, len(mask), SPLIT_CHUNK):
         chunk = np.flatnonzero(mask[start : start + SPLIT_CHUNK]) + start

@@ -145,5 +145,5 @@ def test_a_size_that_is_none_is_refused(text: str) -> None:
 def test_the_chunk_follows_max_memory_within_bounds() -> None:
     from recmesh.tools.cli.train import chunk_rows
 
-    assert chunk_rows(2 << 30) == 262_144
+    assert chunk_rows(2 << 30) == 16_384
     assert chunk_rows(1 << 20) == 4096 and chunk_rows(1 << 40) == 1 << 20

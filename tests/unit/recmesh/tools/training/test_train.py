@@ -121,6 +121,8 @@ def test_the_split_read_a_chunk_of_rows_at_a_time_is_the_split_of_the_whole_colu
         assert isinstance(part, np.memmap) and Path(str(part.filename)) == tmp_path / f"part-{name}.npy"
         assert part.dtype == np.int32
     assert got.y is ds.y and got.w is ds.w
+    again = tt._split_rows(ds, CFG, demo_feature_set)  # a second split: the first keeps its own files
+    assert np.array_equal(got.tr, np.flatnonzero(tr)) and len(again.tr) > len(got.tr)
 
 
 def test_the_offline_only_baseline_is_a_version_beside_the_model_never_current(
