@@ -469,7 +469,7 @@ def _split_rows(
         limit = np.asarray([unseen.get(u, last) for u in dataset.user_ids] or [last], np.int64)
     tr, ho = np.zeros(n, bool), np.zeros(n, bool)
     from_ms, to_ms = last, -last
-    positives = {"tr": 0, "ho": 0}
+    pos_tr = pos_ho = 0
     tr_times = []
     for start in range(0, n, SPLIT_CHUNK):
         stop = min(n, start + SPLIT_CHUNK)
@@ -482,12 +482,12 @@ def _split_rows(
         from_ms = min(from_ms, int(np.min(t, where=used, initial=last)))
         to_ms = max(to_ms, int(np.max(t, where=used, initial=-last)))
         y = read_rows(dataset.y, start, stop)
-        positives["tr"] += int(np.count_nonzero(y[tr[start:stop]] == 1))
-        positives["ho"] += int(np.count_nonzero(y[ho[start:stop]] == 1))
+        pos_tr += int(np.count_nonzero(y[tr[start:stop]] == 1))
+        pos_ho += int(np.count_nonzero(y[ho[start:stop]] == 1))
         tr_times.append(t[tr[start:stop]])
     n_tr, n_ho = int(tr.sum()), int(ho.sum())
-    if not (0 < positives["tr"] < n_tr and 0 < positives["ho"] < n_ho):
-        rate = (positives["tr"] + positives["ho"]) / max(1, n_tr + n_ho)
+    if not (0 < pos_tr < n_tr and 0 < pos_ho < n_ho):
+        rate = (pos_tr + pos_ho) / max(1, n_tr + n_ho)
         raise InvalidArgument(
             f"labels are all one class in the training or holdout part (positive rate {rate:.3f}; "
             f"rule: {LabelRule.of(feature_set).describe()}): check training.label in the repository"
@@ -504,7 +504,7 @@ def _split_rows(
         dataset.x, dataset.y, dataset.w, split,
         part(tr, "train"), part(ho, "holdout"), part(newest, "newest"),
         used=n_tr + n_ho, left_out=n - n_tr - n_ho,
-        positive_rate=float(np.float32(positives["tr"] + positives["ho"]) / (n_tr + n_ho)),  # as y.mean()
+        positive_rate=float(np.float32(pos_tr + pos_ho) / (n_tr + n_ho)),  # as y.mean()
         from_ms=from_ms, to_ms=to_ms,
     )  # fmt: skip
 
