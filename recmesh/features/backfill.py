@@ -237,7 +237,7 @@ class ReplayState:
                 continue
             if s.read == "distinct":
                 lists = self._distinct[(s.entity, s.id)]
-                for eid in [e for e, d in lists.items() if max(d.latest.values(), default=-1) < cutoff]:
+                for eid in [e for e, d in lists.items() if d.newest_time < cutoff]:
                     del lists[eid]
                 continue
             table = self._state[(s.entity, s.id)]

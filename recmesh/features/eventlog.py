@@ -322,10 +322,13 @@ class EventTable(Sequence[Event]):
         return column if self._rows is None else column[self._rows]
 
     def take(self, rows: Sequence[int] | np.ndarray) -> EventTable:
-        """The table of these rows of this one (in this order), sharing its columns."""
+        """The table of these rows of this one (in this order), sharing its columns;
+        the rows as 4-byte numbers while the columns are shorter than 2^31 (a
+        view of nearly the whole log, as learnt retrieval's tuning split is,
+        holds 4 bytes an event, not 8)."""
         taken = EventTable.__new__(EventTable)
         taken.__dict__.update(self.__dict__)
-        picked = np.asarray(rows, np.int64)
+        picked = np.asarray(rows, np.int32 if len(self._t) < 2**31 else np.int64)
         taken._rows = picked if self._rows is None else self._rows[picked]
         return taken
 

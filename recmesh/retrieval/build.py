@@ -56,6 +56,7 @@ class BuildConfig:
 
 
 Ints = npt.NDArray[np.int64]
+Rows32 = npt.NDArray[np.int32]  # user and item rows: 4 bytes an event (a catalog or user base < 2^31)
 Floats = npt.NDArray[np.float64]
 
 
@@ -66,8 +67,8 @@ class Interactions:
 
     item_ids: list[str]
     user_ids: list[str]
-    users: npt.NDArray[np.int64]  # sorted by user, then time
-    items: npt.NDArray[np.int64]
+    users: Rows32  # sorted by user, then time
+    items: Rows32
     weights: npt.NDArray[np.float32]
 
     @property
@@ -127,7 +128,7 @@ def interactions(events: Iterable[Event], behaviors: Mapping[str, float]) -> Int
 
 
 # item and user names, user and item rows, strengths, times (None: in time order already)
-_Counted = tuple[list[str], list[str], Ints, Ints, npt.NDArray[np.float32], Ints | None]
+_Counted = tuple[list[str], list[str], Rows32, Rows32, npt.NDArray[np.float32], Ints | None]
 
 
 def _counted_events(events: Iterable[Event], behaviors: Mapping[str, float]) -> _Counted:
@@ -145,7 +146,7 @@ def _counted_events(events: Iterable[Event], behaviors: Mapping[str, float]) -> 
         its.append(item_row.setdefault(ev.item_id, len(item_row)))
         ws.append(w)
         ts.append(ev.event_time)
-    return (list(item_row), list(user_row), np.asarray(us, np.int64), np.asarray(its, np.int64),
+    return (list(item_row), list(user_row), np.asarray(us, np.int32), np.asarray(its, np.int32),
             np.asarray(ws, np.float32), np.asarray(ts, np.int64))  # fmt: skip
 
 
@@ -167,11 +168,11 @@ def _counted_columns(table: EventTable, behaviors: Mapping[str, float]) -> _Coun
     return [table.items[c] for c in item_names], [table.users[c] for c in user_names], us, its, ws, ts
 
 
-def _first_seen(codes: npt.NDArray[np.int32], size: int) -> tuple[list[int], Ints]:
+def _first_seen(codes: npt.NDArray[np.int32], size: int) -> tuple[list[int], Rows32]:
     """The distinct codes (each below `size`) in the order they first appear,
     and each position's number among them (0 for the first to appear)."""
     by_first = first_seen(codes, size)
-    number = np.empty(size, np.int64)
+    number = np.empty(size, np.int32)
     number[by_first] = np.arange(len(by_first))
     return by_first.tolist(), number[codes]
 
@@ -239,7 +240,7 @@ def _pair_blocks(data: Interactions, previous: int) -> Iterator[tuple[Ints, Floa
                 now = slice(start, min(start + PAIR_BLOCK, len(items)))
                 before = slice(now.start - lag, now.stop - lag)
                 same = users[now] == users[before]
-                a, b = items[now][same], items[before][same]
+                a, b = items[now][same].astype(np.int64), items[before][same].astype(np.int64)
                 w = (weights[now][same] * weights[before][same]).astype(np.float64)
                 diff = a != b
                 a, b, w = a[diff], b[diff], w[diff]
@@ -324,7 +325,7 @@ def gram(data: Interactions, keep_items: npt.NDArray[np.int64]) -> npt.NDArray[n
     if m == data.n_items:  # every item kept (keep_items is sorted): the columns are the item rows
         users, cols, w = data.users, data.items, data.weights
     else:
-        col = np.full(data.n_items, -1, np.int64)
+        col = np.full(data.n_items, -1, np.int32)
         col[keep_items] = np.arange(m)
         c = col[data.items]
         ok = c >= 0

@@ -50,8 +50,8 @@ class Steps(Protocol):
     step its user and item rows and strength, sorted by user, then time."""
 
     item_ids: list[str]
-    users: I64
-    items: I64
+    users: I32
+    items: I32
     weights: F32
 
     @property

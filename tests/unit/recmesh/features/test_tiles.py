@@ -5,11 +5,21 @@ tiles, whatever the order of events (late ones included) and reads."""
 from __future__ import annotations
 
 import random
+from collections.abc import Mapping
 
 import pytest
 
 from recmesh.features.repository.feature_set import Stream
-from recmesh.features.tiles import Components, TileState, add, retention_tiles, tiles_from_hash, window_tiles
+from recmesh.features.tiles import (
+    Components,
+    Tile,
+    TileState,
+    add,
+    retention_tiles,
+    tile_parts,
+    tiles_from_hash,
+    window_tiles,
+)
 
 SLIDE = 1_000
 STREAM = Stream(
@@ -18,12 +28,12 @@ STREAM = Stream(
 )  # fmt: skip
 
 
-def by_tiles(tiles: dict[int, Components], first: int, last: int) -> tuple[Components, int]:
+def by_tiles(tiles: Mapping[int, Tile], first: int, last: int) -> tuple[Components, int]:
     """The definition: every held tile of first..last summed (zeros left out); the newest such tile."""
     out: Components = {}
     for k in sorted(tiles):
         if first <= k <= last:
-            add(out, tiles[k].items())
+            add(out, tile_parts(tiles[k]))
     return {c: v for c, v in out.items() if v}, max((k for k in tiles if first <= k <= last), default=-1)
 
 
@@ -39,6 +49,8 @@ def test_window_sums_carried_forward_are_the_sums_of_the_tiles(seed: int) -> Non
             )
             t = now - (rng.randrange(11 * SLIDE) if rng.random() < 0.2 else 0)  # late, within the retention
             parts = [("n", 1), (f"b0:{rng.choice('xyz')}", 1), ("s0", rng.randrange(-5, 6))]
+            if rng.random() < 0.4:  # a count alone: its tile held as an int until it gets more
+                parts = parts[:1]
             state.apply(STREAM, t, parts)
             add(tiles.setdefault(t // SLIDE, {}), parts)
             keep_from = state.newest_tile - retention_tiles(STREAM)
@@ -56,6 +68,17 @@ def test_window_sums_carried_forward_are_the_sums_of_the_tiles(seed: int) -> Non
     assert state.running and sorted(state.tiles) == state.keys == sorted(tiles)
 
 
+def test_a_count_only_tile_is_an_int_until_an_event_brings_more_components() -> None:
+    state = TileState()
+    state.apply(STREAM, 5 * SLIDE, [("n", 1)])
+    state.apply(STREAM, 5 * SLIDE + 1, [("n", 1)])
+    assert state.tiles == {5: 2}
+    state.apply(STREAM, 5 * SLIDE + 2, [("n", 1), ("b0:x", 1)])
+    state.apply(STREAM, 6 * SLIDE, [("n", 1)])
+    assert state.tiles == {5: {"n": 3, "b0:x": 1}, 6: 1}
+    assert state.sums(*window_tiles(6 * SLIDE, 5 * SLIDE, SLIDE)).totals == {"n": 4, "b0:x": 1}
+
+
 def test_a_tiles_hash_read_back_sums_as_the_state_it_was_written_from() -> None:
     """The cluster's read: a tiles hash (HGETALL) becomes a TileState whose windows
     sum as the state that holds the same tiles."""
@@ -64,7 +87,7 @@ def test_a_tiles_hash_read_back_sums_as_the_state_it_was_written_from() -> None:
     for t in sorted(rng.randrange(50 * SLIDE, 70 * SLIDE) for _ in range(200)):
         state.apply(STREAM, t, [("n", 1), (f"b0:{rng.choice('xy')}", 1)])
     flat = {
-        f"{k}:{c}".encode(): str(v).encode() for k, comps in state.tiles.items() for c, v in comps.items()
+        f"{k}:{c}".encode(): str(v).encode() for k, tile in state.tiles.items() for c, v in tile_parts(tile)
     }
     read = tiles_from_hash(flat)
     assert read.newest_tile == state.newest_tile and read.keys == state.keys
