@@ -108,7 +108,9 @@ def _behaviours(events: Sequence[Event]) -> set[str]:
 
 def _items(events: Sequence[Event]) -> set[str]:
     if isinstance(events, EventTable):
-        return {events.items[c] for c in np.unique(events.codes()[2]).tolist()}
+        found = {events.items[c] for c in np.unique(events.codes()[2]).tolist()}
+        events.let_go()
+        return found
     return {ev.item_id for ev in events}
 
 

@@ -105,6 +105,8 @@ def write_events(path: Path, events: Iterable[Event | dict[str, Any]]) -> int:
 
 READ_CHUNK = 4096  # events made into objects at a time when a table is iterated
 SPILL_ROWS = 1 << 16  # events whose ids are written (or sorted) at a time by a table spilling them
+# The columns a sorted log holds in files, read through mappings (besides its ids' bytes)
+_MAPPED = ("_id_ends", "_t", "_user", "_item", "_behavior")
 
 
 def first_seen(codes: np.ndarray, size: int) -> np.ndarray:
@@ -208,7 +210,8 @@ class EventTable(Sequence[Event]):
         time: no column of every id is made (at 4 M events, a list of their
         bytes and a fixed-width copy were 0.4 GB), and the ids go, in the new
         order, to a file read through a mapping that a pass in order lets go
-        of as it goes (__iter__)."""
+        of as it goes (__iter__); so do the times and codes once sorted
+        (`_to_file`), which a pass over `codes` lets go of after it (`let_go`)."""
         n = len(self)
         rows = self._rows if self._rows is not None else np.arange(n)
         t = self._t[rows]
@@ -233,7 +236,7 @@ class EventTable(Sequence[Event]):
                 ids = [ids[k] for k in by_id.tolist()]
             spills[1].write(spills[0].rows + np.cumsum(np.fromiter(map(len, ids), np.int64, len(ids))))
             spills[0].write(np.frombuffer(b"".join(ids), np.uint8))
-            self._drop()
+            self.let_go()
             lo = hi
         table = EventTable(self.value_names)
         table._t = t
@@ -245,7 +248,9 @@ class EventTable(Sequence[Event]):
             recode[by_first] = np.arange(len(by_first), dtype=column.dtype)
             setattr(table, name, recode[column])
             setattr(table, names, [old[c] for c in by_first.tolist()])
-        table._ids, table._id_ends, table._spills = spills[0].mapping(), spills[1].mapped(), spills
+        del column, recode
+        table._ids, table._id_ends = spills[0].mapping(), spills[1].mapped()
+        table._spills = (*spills, *(table._to_file(name) for name in _MAPPED if name != "_id_ends"))
         if self.value_names:
             table._values = self._values[rows][order]
         if self._requests:  # rare: where each one's row went
@@ -254,6 +259,17 @@ class EventTable(Sequence[Event]):
             held = np.flatnonzero(np.isin(rows, np.fromiter(self._requests, np.int64)))
             table._requests = {int(at[k]): self._requests[int(rows[k])] for k in held.tolist()}
         return table
+
+    def _to_file(self, name: str) -> Spill:
+        """Column `name` written to a file of its own and read through a mapping
+        (17 bytes an event for the times and codes, held in no process's memory
+        but while a pass reads them: `let_go`)."""
+        column = getattr(self, name)
+        spill = Spill(column.dtype)
+        for start in range(0, len(column), SPILL_ROWS):  # no copy of the whole column
+            spill.write(column[start : start + SPILL_ROWS])
+        setattr(self, name, spill.mapped())
+        return spill
 
     def __len__(self) -> int:
         return len(self._t) if self._rows is None else len(self._rows)
@@ -280,26 +296,35 @@ class EventTable(Sequence[Event]):
         return next(self._events(np.asarray([self._row(index)], np.int64)))
 
     def __iter__(self) -> Iterator[Event]:
-        rows = self._rows if self._rows is not None else np.arange(len(self._t))
-        for start in range(0, len(rows), READ_CHUNK):
-            yield from self._events(rows[start : start + READ_CHUNK])
-            self._drop()
+        for start in range(0, len(self), READ_CHUNK):
+            yield from self._events(self._chunk(start, start + READ_CHUNK))
+            self.let_go()
 
     def __reversed__(self) -> Iterator[Event]:
-        rows = self._rows if self._rows is not None else np.arange(len(self._t))
-        for end in range(len(rows), 0, -READ_CHUNK):
-            yield from reversed(list(self._events(rows[max(0, end - READ_CHUNK) : end])))
-            self._drop()
+        for end in range(len(self), 0, -READ_CHUNK):
+            yield from reversed(list(self._events(self._chunk(max(0, end - READ_CHUNK), end))))
+            self.let_go()
 
-    def _drop(self) -> None:
+    def _chunk(self, start: int, stop: int) -> np.ndarray:
+        """The column rows of the table's events start..stop (no row number is made
+        for the rest: a pass over a whole 4 M-event log held 32 MB of them)."""
+        if self._rows is not None:
+            return self._rows[start:stop]
+        return np.arange(start, min(stop, len(self._t)))
+
+    def let_go(self) -> None:
+        """Let go of the pages of the mapped columns read so far (they stay readable,
+        from the page cache): after a pass over the columns (`codes`, `times`), so
+        the process holds the log's columns only while it reads them."""
         for spill in self._spills:
             spill.drop()
 
     def __getstate__(self) -> dict[str, Any]:
-        """Pickled (sent to another process) with its ids as bytes, not a mapping."""
+        """Pickled (sent to another process) with its columns as bytes and arrays, not mappings."""
         state = dict(self.__dict__)
         if self._spills:
-            state |= {"_ids": bytes(self._ids), "_id_ends": np.array(self._id_ends), "_spills": ()}
+            state |= {"_ids": bytes(self._ids), "_spills": ()}
+            state |= {name: np.array(getattr(self, name)) for name in _MAPPED}
         return state
 
     def times(self) -> np.ndarray:
@@ -377,7 +402,9 @@ def behaviour_codes(events: Sequence[Event]) -> tuple[np.ndarray, list[str]]:
     """Each event's behaviour as a code (int64) into the names: a table's own
     codes, without making its events."""
     if isinstance(events, EventTable):
-        return events.codes()[3].astype(np.int64), list(events.behaviors)
+        own = events.codes()[3].astype(np.int64)
+        events.let_go()
+        return own, list(events.behaviors)
     names: dict[str, int] = {}
     codes = [names.setdefault(ev.behavior, len(names)) for ev in events]
     return np.asarray(codes, np.int64), list(names)

@@ -337,7 +337,7 @@ class DistinctState:
     time of each one's latest event, capped at the stream's `scan` newest (ties: the
     larger id kept, as a Redis sorted set orders them). Held as a list of the ids and
     an array of their times, 8 bytes each: about 350 bytes for 10 ids, against about
-    700 as a dict of id -> int."""
+    630 as a dict of id -> int (the ints boxed, 32 bytes each)."""
 
     others: list[str] = field(default_factory=list)
     times: array[int] = field(default_factory=lambda: array("q"))

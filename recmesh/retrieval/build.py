@@ -165,6 +165,7 @@ def _counted_columns(table: EventTable, behaviors: Mapping[str, float]) -> _Coun
     del t, behavior
     user_names, us = _first_seen(user, len(table.users))
     item_names, its = _first_seen(item, len(table.items))
+    table.let_go()
     return [table.items[c] for c in item_names], [table.users[c] for c in user_names], us, its, ws, ts
 
 
@@ -438,6 +439,7 @@ def _last_targets_of_columns(
     np.minimum.at(by_first_target, user[at], at)
     found = np.flatnonzero((last >= 0) & (first < lead))
     found = found[np.argsort(by_first_target[found], kind="stable")]
+    table.let_go()
     return {table.users[u]: (int(last[u]), int(lead[u])) for u in found.tolist()}
 
 
@@ -500,7 +502,9 @@ def _training_of_columns(
     keep = (np.arange(len(t)) < lead[user]) & (t < before[user])
     theirs = np.zeros(len(table.users), bool)
     theirs[[code[u] for u in chosen]] = True
-    return table.take(np.flatnonzero(keep)), table.take(np.flatnonzero(keep & theirs[user]))
+    split = table.take(np.flatnonzero(keep)), table.take(np.flatnonzero(keep & theirs[user]))
+    table.let_go()
+    return split
 
 
 def ndcg(rankings: Mapping[str, Sequence[str]], targets: Mapping[str, str], k: int = 10) -> float:

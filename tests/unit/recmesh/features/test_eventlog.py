@@ -124,7 +124,14 @@ def test_a_loaded_log_is_the_table_of_the_merge_sorted_events(
     assert [e.request_id for e in got] == [e.request_id for e in want]
     # its ids are a file's mapping, let go of as a pass reads on: read again, pickled, reversed
     assert isinstance(got._ids, mmap.mmap) and [e.to_dict() for e in got] == [e.to_dict() for e in want]
-    assert _columns(pickle.loads(pickle.dumps(got))) == _columns(want)
+    # so are its times and codes (read-only), still read after a pass lets go of their pages
+    for column in got.codes():
+        assert isinstance(column.base, memoryview) and isinstance(column.base.obj, mmap.mmap)
+        assert not column.flags.writeable
+    got.let_go()
+    assert [c.tolist() for c in got.codes()] == [c.tolist() for c in want.codes()]
+    unpickled = pickle.loads(pickle.dumps(got))
+    assert _columns(unpickled) == _columns(want) and unpickled._spills == ()
     assert [e.to_dict() for e in reversed(got)] == [e.to_dict() for e in reversed(want)]
     picked = [9, 2, 2, 500, 3001]
     view = EventTable.of(shuffled, SCHEMA.values).take(picked)
