@@ -25,7 +25,7 @@ import json
 import pickle
 import tempfile
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -43,6 +43,7 @@ from recmesh.tools.training.beside import run_beside
 from recmesh.tools.training.family import (
     LEVEL2_TOLERANCE,
     PREFIX_DIMS,
+    Chunks,
     Family,
     Layout,
     Rows,
@@ -53,7 +54,7 @@ from recmesh.tools.training.family import (
     make_variants,
     offline_only,
     pick_level1,
-    read_column,
+    quantile,
     read_rows,
     row_index_dtype,
     to_onnx,
@@ -300,10 +301,10 @@ def demo_dataset(
     return ds
 
 
-def _time_split(t: np.ndarray, holdout_fraction: float) -> int:
+def _time_split(times: Chunks, holdout_fraction: float) -> int:
     """The last training time: the (1 - holdout_fraction) quantile of the rows'
-    times; `t` is reordered (partitioned in place: no copy of a column)."""
-    return int(np.quantile(t, 1 - holdout_fraction, overwrite_input=True))
+    times (np.quantile's, read a chunk at a time: family.quantile)."""
+    return int(quantile(times, 1 - holdout_fraction))
 
 
 @dataclass(frozen=True)
@@ -455,78 +456,88 @@ def _split_rows(
 ) -> _Rows:
     """The rows split by time, the training part without `unseen` users' rows
     from their time on; refused when either part's labels are all one class.
-    The times (8 bytes a row), users and labels are read a chunk at a time (the
-    whole columns and their masks at once were about 40 bytes a row for a
-    moment: the 4 M-event run's peak, 20 M rows). Each part's row numbers are
+    Every pass reads the times (8 bytes a row), users and labels a chunk at a
+    time, and so does each quantile (family.quantile: np.quantile's value, to
+    the bit): nothing is held per row, not even a part's mask (the whole
+    columns and their masks at once were about 40 bytes a row for a moment,
+    the 4 M-event run's peak at 20 M rows; the times' quantiles and the parts'
+    masks, about 20 bytes a row, 2026-12-07). Each part's row numbers are
     written to a file beside the rows when the rows are files (and read a
-    chunk or a block at a time, as the rows are): nothing is kept per row."""
+    chunk or a block at a time, as the rows are)."""
     n = len(dataset.t)
-    index = row_index_dtype(n)
-    split = _time_split(read_column(dataset.t), cfg.holdout_fraction)
+    starts = range(0, n, SPLIT_CHUNK)
+
+    def times() -> Iterator[np.ndarray]:
+        return (read_rows(dataset.t, start, start + SPLIT_CHUNK) for start in starts)
+
+    split = _time_split(times, cfg.holdout_fraction)
     last = np.iinfo(np.int64).max
     limit = None
     if unseen:
         limit = np.asarray([unseen.get(u, last) for u in dataset.user_ids] or [last], np.int64)
-    tr, ho = np.zeros(n, bool), np.zeros(n, bool)
+
+    def parts() -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray, int]]:
+        """Each chunk's times, training and holdout masks, and first row."""
+        for start, t in zip(starts, times(), strict=True):
+            tr = t <= split
+            if limit is not None:
+                tr &= t < limit[read_rows(dataset.users, start, start + SPLIT_CHUNK)]
+            yield t, tr, t > split, start
+
     from_ms, to_ms = last, -last
-    pos_tr = pos_ho = 0
-    tr_times = []
-    for start in range(0, n, SPLIT_CHUNK):
-        stop = min(n, start + SPLIT_CHUNK)
-        t = read_rows(dataset.t, start, stop)
-        tr[start:stop] = t <= split
-        ho[start:stop] = t > split
-        if limit is not None:
-            tr[start:stop] &= t < limit[read_rows(dataset.users, start, stop)]
-        used = tr[start:stop] | ho[start:stop]
+    n_tr = n_ho = pos_tr = pos_ho = 0
+    for t, tr, ho, start in parts():
+        used = tr | ho
         from_ms = min(from_ms, int(np.min(t, where=used, initial=last)))
         to_ms = max(to_ms, int(np.max(t, where=used, initial=-last)))
-        y = read_rows(dataset.y, start, stop)
-        pos_tr += int(np.count_nonzero(y[tr[start:stop]] == 1))
-        pos_ho += int(np.count_nonzero(y[ho[start:stop]] == 1))
-        tr_times.append(t[tr[start:stop]])
-    n_tr, n_ho = int(tr.sum()), int(ho.sum())
+        y = read_rows(dataset.y, start, start + SPLIT_CHUNK)
+        n_tr, n_ho = n_tr + int(tr.sum()), n_ho + int(ho.sum())
+        pos_tr += int(np.count_nonzero(y[tr] == 1))
+        pos_ho += int(np.count_nonzero(y[ho] == 1))
     if not (0 < pos_tr < n_tr and 0 < pos_ho < n_ho):
         rate = (pos_tr + pos_ho) / max(1, n_tr + n_ho)
         raise InvalidArgument(
             f"labels are all one class in the training or holdout part (positive rate {rate:.3f}; "
             f"rule: {LabelRule.of(feature_set).describe()}): check training.label in the repository"
         )
-    newest_from = np.quantile(np.concatenate(tr_times), 0.9, overwrite_input=True)
-    del tr_times
-    newest = tr.copy()
-    for start in range(0, n, SPLIT_CHUNK):
-        stop = min(n, start + SPLIT_CHUNK)
-        newest[start:stop] &= read_rows(dataset.t, start, stop) > newest_from
+    newest_from = quantile(lambda: (t[tr] for t, tr, _, _ in parts()), 0.9)
+
+    def newest() -> Iterator[np.ndarray]:
+        return (tr & (t > newest_from) for t, tr, _, _ in parts())
+
     folder = Path(str(dataset.x.filename)).parent if whole_file(dataset.x) else None
-    part = functools.partial(_row_numbers, index=index, folder=folder)
+    part = functools.partial(_row_numbers, index=row_index_dtype(n), folder=folder)
     return _Rows(
         dataset.x, dataset.y, dataset.w, split,
-        part(tr, "train"), part(ho, "holdout"), part(newest, "newest"),
+        part(n_tr, (tr for _, tr, _, _ in parts()), "train"),
+        part(n_ho, (ho for _, _, ho, _ in parts()), "holdout"),
+        part(sum(int(m.sum()) for m in newest()), newest(), "newest"),
         used=n_tr + n_ho, left_out=n - n_tr - n_ho,
         positive_rate=float(np.float32(pos_tr + pos_ho) / (n_tr + n_ho)),  # as y.mean()
         from_ms=from_ms, to_ms=to_ms,
     )  # fmt: skip
 
 
-SPLIT_CHUNK = 1 << 22  # rows of a column read at a time by _split_rows (32 MB of times)
+SPLIT_CHUNK = 1 << 20  # rows of a column read at a time by _split_rows (8 MB of times)
 
 
-def _row_numbers(mask: np.ndarray, name: str, *, index: Any, folder: Path | None) -> Rows:
-    """The numbers of the rows `mask` holds, ascending: in memory, or (with
-    `folder`, where the rows' files are) written to part-<name>.npy a chunk at
-    a time and mapped in (read as the rows are: family.read_rows, take_rows). A
-    file of an earlier split is unlinked, not written over: a split still in use
-    keeps reading its own."""
+def _row_numbers(
+    count: int, masks: Iterable[np.ndarray], name: str, *, index: Any, folder: Path | None
+) -> Rows:
+    """The numbers of the `count` rows the consecutive chunk `masks` hold,
+    ascending: in memory, or (with `folder`, where the rows' files are) written
+    to part-<name>.npy a chunk at a time and mapped in (read as the rows are:
+    family.read_rows, take_rows). A file of an earlier split is unlinked, not
+    written over: a split still in use keeps reading its own."""
     path = None if folder is None else folder / f"part-{name}.npy"
     if path is not None:
         path.unlink(missing_ok=True)
-    column = _Column((int(mask.sum()),), index, path)
-    at = 0
-    for start in range(0, len(mask), SPLIT_CHUNK):
-        chunk = np.flatnonzero(mask[start : start + SPLIT_CHUNK]) + start
+    column = _Column((count,), index, path)
+    at = start = 0
+    for mask in masks:
+        chunk = np.flatnonzero(mask) + start
         column.put(at, chunk)
-        at += len(chunk)
+        at, start = at + len(chunk), start + len(mask)
     return column.done()
 
 

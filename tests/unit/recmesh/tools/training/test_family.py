@@ -481,3 +481,31 @@ def test_an_adam_step_in_place_is_the_expression_bit_for_bit() -> None:
         for got, want in ((p, want_p), (m, want_m), (s, want_s)):
             assert got.dtype == want.dtype == np.float32
             assert got.tobytes() == want.tobytes(), step
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_quantile_of_chunks_is_numpys_to_the_bit(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """family.quantile reads a column a chunk at a time and narrows the range
+    holding each rank pass by pass (here 16 bins a pass, at most 50 values
+    gathered, so most cases take several passes): the same float as
+    np.quantile on the whole column, ties, one value, huge ranges and the ends
+    included."""
+    monkeypatch.setattr(family, "QUANTILE_BINS", 16)
+    monkeypatch.setattr(family, "QUANTILE_GATHER", 50)
+    rng = np.random.default_rng(seed)
+    n = int(rng.choice([1, 2, 3, 17, 1000, 5003]))
+    shape = seed % 4
+    if shape == 0:  # day-stamped times: a few values, many ties
+        column = 1_700_000_000_000 + 86_400_000 * rng.integers(0, 30, n)
+    elif shape == 1:  # millisecond times over a year
+        column = 1_700_000_000_000 + rng.integers(0, 365 * 86_400_000, n)
+    elif shape == 2:  # the widest range an int64 holds, both signs
+        column = rng.integers(-(2**62), 2**62, n)
+    else:  # one value
+        column = np.full(n, 42, np.int64)
+    size = int(rng.integers(1, n + 2))
+    chunks = lambda: (column[s : s + size] for s in range(0, n, size))  # noqa: E731
+    for q in (0.0, 0.1, 0.5, 0.8, 0.9, 1.0, float(rng.random())):
+        got = family.quantile(chunks, q)
+        want = float(np.quantile(column, q))
+        assert got == want or (np.isnan(got) and np.isnan(want)), (n, q, got, want)

@@ -13,6 +13,7 @@ import pytest
 
 from recmesh.features.repository import FeatureSet
 from recmesh.modeldir import current_model
+from recmesh.tools.training import family
 from recmesh.tools.training import train as tt
 from recmesh.tools.training.family import auc
 from recmesh.tools.training.train import Dataset, TrainConfig, build_dataset, demo_source
@@ -104,6 +105,8 @@ def test_the_split_read_a_chunk_of_rows_at_a_time_is_the_split_of_the_whole_colu
     t, users = np.array(ds.t), np.array(ds.users)
     cut = {u: int(np.quantile(t, 0.6)) for u in ds.user_ids[::3]}
     monkeypatch.setattr(tt, "SPLIT_CHUNK", 101)  # many chunks, users' rows across them
+    monkeypatch.setattr(family, "QUANTILE_BINS", 8)  # the quantiles narrowed over several passes
+    monkeypatch.setattr(family, "QUANTILE_GATHER", 10)
     got = tt._split_rows(ds, CFG, demo_feature_set, cut)
     # the same split from the whole columns at once (as before chunks)
     split = int(np.quantile(t, 1 - CFG.holdout_fraction))
