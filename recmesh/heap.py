@@ -51,8 +51,9 @@ def give_back() -> None:
 class Spill:
     """An array of one dtype written front to back into an unlinked temporary
     file, then read through a read-only mapping: the process holds the pages
-    read since the last `drop`, not the array. For arrays read in order (a
-    loaded log's event ids): a read at random maps far more than its page
+    read since the last `drop`, not the array. For arrays read in order or
+    whole (a loaded log's event ids, times and codes, `EventTable.let_go`
+    after each pass): a read at random maps far more than its page
     (one batch of 256 random rows of a 185 MB file mapped 173 MB of it: the
     page cache's large folios, `MADV_RANDOM` no help), which is why the
     trainers gather their batches otherwise. The page cache keeps the pages
