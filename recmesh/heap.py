@@ -22,7 +22,9 @@ import ctypes
 import ctypes.util
 import functools
 import mmap
+import os
 import tempfile
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -62,7 +64,8 @@ class Spill:
 
     def __init__(self, dtype: npt.DTypeLike) -> None:
         self.dtype = np.dtype(dtype)
-        self._file = tempfile.TemporaryFile()  # noqa: SIM115 (open until mapped)
+        self._file = tempfile.TemporaryFile()  # noqa: SIM115 (open until closed: `take` reads it)
+        weakref.finalize(self, self._file.close)  # closed with the spill (its mapping stays readable)
         self._map: mmap.mmap | None = None
         self.rows = 0
 
@@ -77,12 +80,29 @@ class Spill:
             self._file.flush()
             if self.rows:
                 self._map = mmap.mmap(self._file.fileno(), 0, access=mmap.ACCESS_READ)
-            self._file.close()  # the mapping keeps the file's pages
         return self._map if self._map is not None else b""
 
     def mapped(self) -> npt.NDArray[Any]:
         """The values written, as a read-only array."""
         return np.frombuffer(self.mapping(), self.dtype)
+
+    def take(self, index: npt.NDArray[np.integer[Any]]) -> npt.NDArray[Any]:
+        """The values at `index` (flat positions of the values written), read
+        from the file with pread, a run of consecutive positions in one read,
+        not through the mapping: no page of the file stays in the process. For
+        reads at random (see the class docstring)."""
+        index = np.asarray(index, np.int64).ravel()
+        if not len(index):
+            return np.zeros(0, self.dtype)
+        if index.min() < 0 or index.max() >= self.rows:
+            raise IndexError(f"values {index.min()}..{index.max()} of {self.rows}")
+        self.mapping()  # written out
+        size = self.dtype.itemsize
+        starts = np.flatnonzero(np.r_[True, index[1:] != index[:-1] + 1])
+        counts = (np.diff(np.r_[starts, len(index)]) * size).tolist()
+        fd, offsets = self._file.fileno(), (index[starts] * size).tolist()
+        data = b"".join([os.pread(fd, n, at) for n, at in zip(counts, offsets, strict=True)])
+        return np.frombuffer(data, self.dtype)
 
     def close(self) -> None:
         """Let go of the file and its mapping (a table abandoned half-read)."""

@@ -29,13 +29,14 @@ import itertools
 import math
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from recmesh.events import Event
 from recmesh.features.eventlog import EventTable, first_seen, select
-from recmesh.heap import give_back
+from recmesh.heap import Spill, give_back
 from recmesh.retrieval import sequence
 from recmesh.retrieval.table import NeighbourTable, RecallTable, recency_weights
 
@@ -63,17 +64,67 @@ Floats = npt.NDArray[np.float64]
 @dataclass
 class Interactions:
     """The log as arrays: per event (time order within each user) its user and item
-    rows and strength; consecutive repeats of one item by one user collapsed."""
+    rows and strength; consecutive repeats of one item by one user collapsed.
+    Built by `interactions`, the columns are files read through mappings
+    (`spills`): the process holds the pages a pass has read until it lets go
+    of them (`let_go`, after each block of a pass), and reads at random with
+    `take` (12 bytes an event held in no process's memory: 48 MB at 4 M
+    events, in memory until 2026-12-07)."""
 
     item_ids: list[str]
     user_ids: list[str]
     users: Rows32  # sorted by user, then time
     items: Rows32
     weights: npt.NDArray[np.float32]
+    spills: tuple[Spill, ...] = field(default=(), compare=False, repr=False)  # users', items', weights'
 
     @property
     def n_items(self) -> int:
         return len(self.item_ids)
+
+    def let_go(self) -> None:
+        """Let go of the pages of the columns' files read so far (they stay readable)."""
+        for spill in self.spills:
+            spill.drop()
+
+    def take(self, column: str, index: npt.NDArray[np.integer[Any]]) -> npt.NDArray[Any]:
+        """users, items or weights at `index` (a read at random): from the column's
+        file with pread when it is one (see Spill.take), else indexed."""
+        if self.spills:
+            spill = self.spills[("users", "items", "weights").index(column)]
+            return spill.take(index).reshape(np.shape(index))
+        values: npt.NDArray[Any] = getattr(self, column)[index]
+        return values
+
+    def starts(self) -> Ints:
+        """Each user's first event (the users are in order), a block of the column at a time."""
+        users, first = self.users, [0] if len(self.users) else []
+        for s in range(0, len(users), BLOCK):
+            block = users[max(0, s - 1) : s + BLOCK]
+            first.extend((np.flatnonzero(block[1:] != block[:-1]) + max(0, s - 1) + 1).tolist())
+            self.let_go()
+        return np.asarray(first, np.int64)
+
+    def blocks(self) -> Iterator[tuple[slice, Rows32, Rows32, npt.NDArray[np.float32]]]:
+        """The columns BLOCK events at a time (each block's pages let go after it)."""
+        for s in range(0, len(self.users), BLOCK):
+            at = slice(s, min(len(self.users), s + BLOCK))
+            yield at, self.users[at], self.items[at], self.weights[at]
+            self.let_go()
+
+    def item_strengths(self) -> Floats:
+        """Per item, its events' summed strengths: np.bincount(items, weights)'s
+        float64 sums, added in the same order, a block at a time."""
+        total = np.zeros(self.n_items, np.float64)
+        for _, _, items, weights in self.blocks():
+            np.add.at(total, items, weights.astype(np.float64))
+        return total
+
+    def item_counts(self) -> Ints:
+        total = np.zeros(self.n_items, np.int64)
+        for _, _, items, _ in self.blocks():
+            total += np.bincount(items, minlength=self.n_items)
+        return total
 
     def histories(self, limit: int) -> dict[str, list[str]]:
         """user -> newest distinct items first, at most `limit` (what the online history holds)."""
@@ -124,7 +175,16 @@ def interactions(events: Iterable[Event], behaviors: Mapping[str, float]) -> Int
             del group
             users, items, weights = users[keep], items[keep], strongest
     give_back()  # the columns' copies, the sort
-    return Interactions(item_ids, user_ids, users, items, weights)
+    spills = tuple(Spill(c.dtype) for c in (users, items, weights))
+    for spill, column in zip(spills, (users, items, weights), strict=True):
+        for start in range(0, len(column), BLOCK):
+            spill.write(column[start : start + BLOCK])
+    del users, items, weights
+    mapped = [spill.mapped() for spill in spills]
+    return Interactions(item_ids, user_ids, mapped[0], mapped[1], mapped[2], spills)
+
+
+BLOCK = 1 << 20  # events of the interactions' columns a pass reads at a time
 
 
 # item and user names, user and item rows, strengths, times (None: in time order already)
@@ -199,7 +259,7 @@ def knn_table(data: Interactions, previous: int, neighbours: int) -> NeighbourTa
     """Each event paired with the user's items up to `previous` steps before it
     (module docstring), the pairs' strengths summed and cosine-normalised."""
     n = data.n_items
-    count = np.bincount(data.items, weights=data.weights, minlength=n)
+    count = data.item_strengths()
     norm = np.sqrt(np.maximum(count, 1e-9))
     if _dense(n):  # the sums at their cells, each row's neighbours ranked a block of rows at a time
         sums, met = _dense_pair_sums(data, previous)
@@ -246,6 +306,7 @@ def _pair_blocks(data: Interactions, previous: int) -> Iterator[tuple[Ints, Floa
                 diff = a != b
                 a, b, w = a[diff], b[diff], w[diff]
                 yield (a * n + b if forward else b * n + a), w
+                data.let_go()
 
 
 def _dense_pair_sums(data: Interactions, previous: int) -> tuple[Floats, npt.NDArray[np.bool_]]:
@@ -320,27 +381,38 @@ GRAM_CELLS = 20_000_000
 
 def gram(data: Interactions, keep_items: npt.NDArray[np.int64]) -> npt.NDArray[np.float64]:
     """X^T X over the kept items (X: a user's strongest weight per item), built
-    per chunk of users: the interactions are in user order, so a chunk is a
-    slice of them (no mask over the log per chunk)."""
+    per chunk of the users with a kept item: the interactions are in user
+    order, so a chunk's events are a slice of the columns' files, read as it
+    is built (nothing as long as the log is held; a mask over the whole log
+    until 2026-12-07)."""
     m = len(keep_items)
-    if m == data.n_items:  # every item kept (keep_items is sorted): the columns are the item rows
-        users, cols, w = data.users, data.items, data.weights
-    else:
+    col = None
+    if m != data.n_items:  # some items not kept (keep_items is sorted): their events left out
         col = np.full(data.n_items, -1, np.int32)
         col[keep_items] = np.arange(m)
-        c = col[data.items]
-        ok = c >= 0
-        users, cols, w = data.users[ok], c[ok], data.weights[ok]
-        del c, ok
+    starts = data.starts()  # user u's first event (the users are numbered 0.. in order)
+    if col is None:
+        has = np.arange(len(starts))
+    else:
+        kept = np.zeros(len(starts), np.int64)  # per user, their events on kept items
+        for _, users, items, _ in data.blocks():
+            kept += np.bincount(users[col[items] >= 0], minlength=len(starts))
+        has = np.flatnonzero(kept)
     g = np.zeros((m, m), np.float64)
-    starts = np.flatnonzero(np.concatenate([[True], users[1:] != users[:-1]])) if len(users) else users
     chunk = max(1, GRAM_CELLS // max(m, 1))
-    for first in range(0, len(starts), chunk):
-        lo, hi = int(starts[first]), int(starts[first + chunk]) if first + chunk < len(starts) else len(users)
-        x = np.zeros((min(chunk, len(starts) - first), m), np.float32)
-        row = np.searchsorted(users[starts[first : first + chunk]], users[lo:hi])
-        np.maximum.at(x, (row, cols[lo:hi]), w[lo:hi])
+    for first in range(0, len(has), chunk):
+        group = has[first : first + chunk]
+        lo = int(starts[group[0]])
+        hi = int(starts[has[first + chunk]]) if first + chunk < len(has) else len(data.users)
+        users, cols, w = data.users[lo:hi], data.items[lo:hi], data.weights[lo:hi]
+        if col is not None:
+            c = col[cols]
+            ok = c >= 0
+            users, cols, w = users[ok], c[ok], w[ok]
+        x = np.zeros((len(group), m), np.float32)
+        np.maximum.at(x, (np.searchsorted(group, users), cols), w)
         g += (x.T @ x).astype(np.float64)
+        data.let_go()
     give_back()
     return g
 
@@ -353,7 +425,7 @@ def ease_weights(g: npt.NDArray[np.float64], lam: float) -> npt.NDArray[np.float
 
 
 def ease_items(data: Interactions, limit: int) -> npt.NDArray[np.int64]:
-    count = np.bincount(data.items, minlength=data.n_items)
+    count = data.item_counts()
     order = np.lexsort((np.arange(data.n_items), -count))
     return np.sort(order[: min(limit, int((count > 0).sum()))])
 
@@ -483,6 +555,8 @@ def holdout(
     for u, item in targets.items():  # an item rated before and again later stays a candidate
         seen[u].discard(item)
     as_of = {u: t - 1 for u, t in cut.items()}
+    if isinstance(events, EventTable):  # the pages its targets were read from (a few events at random)
+        events.let_go()
     give_back()
     return Holdout(targets, {u: h for u, h in hist.items() if h}, training, seen, as_of)
 
@@ -616,7 +690,7 @@ def tune(hold: Holdout, cfg: BuildConfig, seed: int = 0, progress: Progress = la
     if popularity is not None:
         popular = popularity(hold.training)[:500]
     else:
-        pop_count = np.bincount(data.items, weights=data.weights, minlength=data.n_items)
+        pop_count = data.item_strengths()
         popular = [data.item_ids[int(i)] for i in np.lexsort((np.arange(data.n_items), -pop_count))[:500]]
     depth = 200  # each source's list fused (the ranker's recall_per_source is 100 to 200)
     targets = {u: t for u, t in hold.targets.items() if u in hold.history}

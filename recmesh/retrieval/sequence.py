@@ -57,6 +57,12 @@ class Steps(Protocol):
     @property
     def n_items(self) -> int: ...
 
+    def starts(self) -> I64: ...
+
+    def take(self, column: str, index: npt.NDArray[np.integer[Any]]) -> npt.NDArray[Any]: ...
+
+    def let_go(self) -> None: ...
+
 
 DIM = 64
 LENGTH = 20  # the newest distinct items a query reads
@@ -223,65 +229,72 @@ def examples(data: Steps, length: int) -> tuple[Rows, I32, F32]:
 
 class _Steps:
     """examples' rows, made a batch at a time from the interactions themselves:
-    nothing is held per step but the index of its event and of the user's
-    next event on the same item (8 bytes; the examples took 48 a step, 185 MB
-    at 4 M events). A step's context is the first `length` distinct items of
-    the user's events before it, newest first (what examples' move-to-front
+    nothing is held per step or per event, only each user's first event (the
+    examples took 48 bytes a step, 185 MB at 4 M events; an index of each
+    step's event and of the user's next event on the same item, 8 bytes, until
+    2026-12-07), and a batch's windows are read from the interactions' files at
+    random (Steps.take). A step's context is the first `length` distinct items
+    of the user's events before it, newest first (what examples' move-to-front
     list holds): the events of a window of the 2 x `length` before it whose
-    item the user has no later event on before the step; the rare step whose
-    window holds fewer distinct items than that while the user has older
-    events is walked back in Python."""
+    item no newer event of the window has; the rare step whose window holds
+    fewer distinct items than that while the user has older events is walked
+    back."""
 
     def __init__(self, data: Steps, length: int) -> None:
-        users, items = data.users, data.items
-        index = np.int32 if len(users) < 2**31 - 1 else np.int64
-        first = np.ones(len(users), bool)
-        first[1:] = users[1:] != users[:-1]
-        self.starts = np.flatnonzero(first)  # each user's first event
-        self.at = np.flatnonzero(~first).astype(index)
-        by_pair = np.lexsort((items, users))  # stable: a user's events on an item in time order
-        same = _adjacent_equal(users[by_pair])  # a column gathered at a time: 8 bytes an event
-        same &= _adjacent_equal(items[by_pair])
-        self.again = np.full(len(users), np.iinfo(index).max, index)  # the user's next event on the item
-        self.again[by_pair[:-1][same]] = by_pair[1:][same]
-        self.items, self.weights, self.pad, self.length = items, data.weights, data.n_items, length
+        self.data = data
+        self.starts = data.starts()  # each user's first event
+        # steps before each user's: every event of the users before but their first
+        self.steps_before = self.starts - np.arange(len(self.starts))
+        self.count = len(data.users) - len(self.starts)
+        self.pad, self.length = data.n_items, length
         self.narrow = self.pad <= np.iinfo(np.uint16).max
 
     def __len__(self) -> int:
-        return len(self.at)
+        return self.count
 
     def batch(self, steps: npt.NDArray[np.integer[Any]]) -> tuple[Rows, I32, F32]:
         """The contexts, items and strengths of these steps (examples' rows)."""
-        at = self.at[steps].astype(np.int64)
-        start = self.starts[np.searchsorted(self.starts, at, side="right") - 1]
+        steps = np.asarray(steps, np.int64)
+        # a user with one event has no step: the last user whose steps start at or before
+        user = np.searchsorted(self.steps_before, steps, side="right") - 1
+        at = steps + user + 1
+        start = self.starts[user]
         window = 2 * self.length
-        back = at[:, None] - 1 - np.arange(window)  # the events before, newest first
-        inside = np.maximum(back, 0)
-        kept = (back >= start[:, None]) & (self.again[inside] >= at[:, None])  # the item's newest before
+        # each step's window and its own event, oldest first: one read a step
+        read = self.data.take("items", np.maximum(at[:, None] - window + np.arange(window + 1), 0))
+        item = read[:, window].astype(np.int32)
+        position = np.arange(window)
+        back = at[:, None] - 1 - position  # the events before, newest first
+        inside = back >= start[:, None]
+        # the window's items (outside the user's events: past every item, each its own)
+        win = np.where(inside, read[:, window - 1 :: -1].astype(np.int64), self.pad + 1 + position)
+        # kept: the item's newest event before the step (no newer event of the window has it):
+        # the window sorted by item, then position, and each item's first place kept
+        ordered = np.sort(win * window + position, axis=1)
+        repeat = np.zeros(ordered.shape, bool)
+        repeat[:, 1:] = ordered[:, 1:] // window == ordered[:, :-1] // window
+        kept = np.zeros(ordered.shape, bool)
+        kept[np.arange(len(at))[:, None], ordered % window] = ~repeat
+        kept &= inside
         place = np.cumsum(kept, axis=1) - 1
         row, col = np.nonzero(kept & (place < self.length))
         context = np.full((len(at), self.length), self.pad, np.int64)
-        context[row, place[row, col]] = self.items[inside[row, col]]
+        context[row, place[row, col]] = win[row, col]
         found = place[:, -1] + 1
         for r in np.flatnonzero((found < self.length) & (at - window > start)).tolist():
             context[r] = self._walked(int(at[r]), int(start[r]))
         rows: Rows = context.astype(np.uint16) if self.narrow else context.astype(np.int32)
-        return rows, self.items[at].astype(np.int32), self.weights[at]
+        weights: F32 = self.data.take("weights", at)
+        return rows, item, weights
 
     def _walked(self, at: int, start: int) -> list[int]:
         recent: list[int] = []
-        for j in range(at - 1, start - 1, -1):
-            item = int(self.items[j])
+        for item in self.data.take("items", np.arange(start, at))[::-1].tolist():
             if item not in recent:
                 recent.append(item)
                 if len(recent) == self.length:
                     break
         return recent + [self.pad] * (self.length - len(recent))
-
-
-def _adjacent_equal(column: npt.NDArray[Any]) -> npt.NDArray[np.bool_]:
-    equal: npt.NDArray[np.bool_] = column[1:] == column[:-1]
-    return equal
 
 
 EpochCheck = Callable[[int, SequenceModel], bool]

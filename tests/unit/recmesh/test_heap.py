@@ -54,3 +54,23 @@ def test_dropping_a_spills_pages_gives_the_memory_back() -> None:
     assert read - before > 48, (before, read)
     assert dropped - before < 8, (before, read, dropped)
     assert float(arr[::4096].sum()) == 2048.0  # still readable
+
+
+def test_a_spill_reads_values_at_random_from_its_file() -> None:
+    """take: runs of consecutive positions and lone ones, in any order, what
+    the mapping holds; out of range refused; nothing of the file mapped in."""
+    rows = Spill(np.int32)
+    for start in range(0, 1 << 22, 1 << 20):  # 16 MB
+        rows.write(np.arange(start, start + (1 << 20), dtype=np.int32))
+    index = np.r_[np.arange(10, 50), 7, 3, (1 << 22) - 1, np.arange(5_000_000 // 2, 5_000_000 // 2 + 3)]
+    got = rows.take(index)
+    assert got.dtype == np.int32 and got.tolist() == index.tolist()
+    assert rows.take(np.zeros(0, np.int64)).shape == (0,)
+    with pytest.raises(IndexError, match="of 4194304"):
+        rows.take(np.asarray([1 << 22]))
+    if sys.platform.startswith("linux"):
+        give_back()
+        before = _rss_mb()
+        spread = np.random.default_rng(0).integers(0, 1 << 22, 4096)
+        assert rows.take(np.sort(spread)).tolist() == np.sort(spread).tolist()
+        assert _rss_mb() - before < 4  # read with pread: no page of the 16 MB file stays in the process

@@ -313,3 +313,31 @@ def test_the_weight_search_scores_each_combination_once() -> None:
     best, ws = rb._weight_search(names, grid, score)
     assert ws == {"knn": 0.5, "ease": 0.25, "sequence": 1.0, "popular": 0.0} and best == 1.0
     assert len(calls) == len(set(calls)) < 2 * len(names) * len(grid), "the held point is not scored again"
+
+
+def test_interactions_are_files_read_a_block_at_a_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The columns are read-only mappings of files; what the passes compute a
+    block at a time (each user's first event, the items' summed strengths and
+    counts, the knn table) is what the whole columns give, to the bit, with
+    users cut across blocks; `take` reads what indexing reads."""
+    rng = np.random.default_rng(8)
+    events = [
+        ev(n, f"u{rng.integers(60)}", f"i{rng.integers(30)}", ("view", "cart", "buy")[n % 3])
+        for n in range(3000)
+    ]
+    data = rb.interactions(events, {"view": 0.3, "cart": 0.7, "buy": 1.1})
+    assert all(not getattr(data, c).flags.writeable for c in ("users", "items", "weights"))
+    strengths = np.bincount(data.items, weights=data.weights, minlength=data.n_items)
+    starts = np.flatnonzero(np.r_[True, data.users[1:] != data.users[:-1]])
+    whole = rb.knn_table(data, previous=5, neighbours=10)
+    monkeypatch.setattr(rb, "BLOCK", 7)
+    assert data.item_strengths().tobytes() == strengths.tobytes()
+    assert data.item_counts().tolist() == np.bincount(data.items, minlength=data.n_items).tolist()
+    assert data.starts().tolist() == starts.tolist()
+    cut = rb.knn_table(data, previous=5, neighbours=10)
+    assert all(
+        getattr(cut, n).tobytes() == getattr(whole, n).tobytes() for n in ("indptr", "indices", "weights")
+    )
+    index = rng.integers(0, len(data.items), (4, 9))
+    for column in ("users", "items", "weights"):
+        assert np.array_equal(data.take(column, index), getattr(data, column)[index])

@@ -59,7 +59,9 @@ def test_a_batch_of_steps_made_from_the_interactions_is_examples_rows(
     """Training makes its batches' rows from the interactions (_Steps) instead
     of holding examples: the same rows, in any order of steps, for users whose
     windows of 2 x length events hold few distinct items (walked back), short
-    users, and a wide catalog's int32 rows."""
+    users, and a wide catalog's int32 rows; the users' first events found a
+    few events at a time, the windows read from the interactions' files."""
+    monkeypatch.setattr(rb, "BLOCK", 5)
     rng = np.random.default_rng(5)
     seqs: dict[str, list[str]] = {}
     for u in range(60):
