@@ -341,6 +341,21 @@ class EventTable(Sequence[Event]):
         t, user, item, behavior = (c[self._rows] for c in cols)
         return t, user, item, behavior
 
+    def code_blocks(self, size: int) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]:
+        """codes() `size` events at a time (in the table's order), the pages
+        read let go after each block: a pass over a long log that holds a
+        block of its columns, not the whole (codes() of a view copies them)."""
+        cols = (self._t, self._user, self._item, self._behavior)
+        for start in range(0, len(self), size):
+            rows = self._chunk(start, start + size)
+            if self._rows is None:
+                at = slice(start, start + len(rows))
+                yield self._t[at], self._user[at], self._item[at], self._behavior[at]
+            else:
+                t, user, item, behavior = (c[rows] for c in cols)
+                yield t, user, item, behavior
+            self.let_go()
+
     def value(self, name: str) -> np.ndarray:
         """The rows' values of a declared value field (float64, NaN where absent)."""
         column = self._values[:, self.value_names.index(name)]

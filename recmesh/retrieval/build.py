@@ -35,7 +35,7 @@ import numpy as np
 import numpy.typing as npt
 
 from recmesh.events import Event
-from recmesh.features.eventlog import EventTable, first_seen, select
+from recmesh.features.eventlog import EventTable, select
 from recmesh.heap import Spill, give_back
 from recmesh.retrieval import sequence
 from recmesh.retrieval.table import NeighbourTable, RecallTable, recency_weights
@@ -146,42 +146,107 @@ class Interactions:
 
 def interactions(events: Iterable[Event], behaviors: Mapping[str, float]) -> Interactions:
     """The events of `behaviors` (those with a weight), users and items numbered
-    in the order they first appear; from a table's columns when it is one."""
+    in the order they first appear; from a table's columns when it is one (a
+    few users at a time: `_of_columns`)."""
     if isinstance(events, EventTable):
-        item_ids, user_ids, us, its, ws, ts = _counted_columns(events, behaviors)
-    else:
-        item_ids, user_ids, us, its, ws, ts = _counted_events(events, behaviors)
-    # by user, then time, ties in log order: a stable sort by user alone when the
-    # events come in time order already (a loaded log and its views in order)
+        return _of_columns(events, behaviors)
+    item_ids, user_ids, us, its, ws, ts = _counted_events(events, behaviors)
+    return _spilled(item_ids, user_ids, [_ordered(us, its, ws, ts)])
+
+
+def _ordered(us: Rows32, its: Rows32, ws: npt.NDArray[np.float32], ts: Ints | None) -> _Columns:
+    """Events by user, then time, ties in log order (a stable sort by user alone
+    when they come in time order already), an item repeated at once by the same
+    user (a view and its click) one step of the sequence, with the stronger weight."""
     order = np.lexsort((ts, us)) if ts is not None else np.argsort(us, kind="stable")
-    del ts
-    users = us[order]
-    del us  # each column reordered in turn: at 4 M events, 32 MB apiece
-    items = its[order]
-    del its
-    weights = ws[order]
-    del ws, order
+    users, items, weights = us[order], its[order], ws[order]
+    del order
     if len(users) > 1:
-        # An item repeated at once by the same user (a view and its click) is one
-        # step of the sequence, with the stronger weight.
         same = (users[1:] == users[:-1]) & (items[1:] == items[:-1])
         if same.any():
             keep = np.ones(len(users), bool)
             keep[1:] = ~same
-            del same
             group = np.cumsum(keep) - 1
             strongest = np.zeros(int(keep.sum()), np.float32)
             np.maximum.at(strongest, group, weights)
-            del group
             users, items, weights = users[keep], items[keep], strongest
-    give_back()  # the columns' copies, the sort
-    spills = tuple(Spill(c.dtype) for c in (users, items, weights))
-    for spill, column in zip(spills, (users, items, weights), strict=True):
-        for start in range(0, len(column), BLOCK):
-            spill.write(column[start : start + BLOCK])
-    del users, items, weights
+    return users, items, weights
+
+
+_Columns = tuple[Rows32, Rows32, npt.NDArray[np.float32]]
+
+
+def _spilled(item_ids: list[str], user_ids: list[str], parts: Iterable[_Columns]) -> Interactions:
+    """Interactions of consecutive parts (whole users each, in order), each column written to its file."""
+    spills = Spill(np.int32), Spill(np.int32), Spill(np.float32)
+    for part in parts:
+        for spill, column in zip(spills, part, strict=True):
+            spill.write(column)
+    give_back()  # the parts' sorts and copies
     mapped = [spill.mapped() for spill in spills]
     return Interactions(item_ids, user_ids, mapped[0], mapped[1], mapped[2], spills)
+
+
+def _of_columns(table: EventTable, behaviors: Mapping[str, float]) -> Interactions:
+    """interactions of a table, from its columns a block at a time: no event
+    made, and nothing as long as the log held (the columns, their sort and
+    its copies were 50 bytes an event at once, 2026-12-07). A first pass
+    numbers the users and items in the order they first appear and counts each
+    user's events; then the users are taken a bucket of at most BLOCK events
+    at a time (a pass over the columns each), ordered and written out."""
+    weight_of = np.asarray([behaviors.get(b) or 0.0 for b in table.behaviors] or [0.0], np.float32)
+    size = BLOCK
+    first_user = np.full(len(table.users), -1, np.int64)  # a code's first counted event
+    first_item = np.full(len(table.items), -1, np.int64)
+    per_user = np.zeros(len(table.users), np.int64)
+    in_order, last, at = True, None, 0
+    for t, user, item, behavior in table.code_blocks(size):
+        counted = weight_of[behavior] != 0
+        if len(t):  # in time order: then a stable sort by user orders each bucket
+            in_order = in_order and (last is None or int(t[0]) >= last) and bool((t[1:] >= t[:-1]).all())
+            last = int(t[-1])
+        for first, codes in ((first_user, user), (first_item, item)):
+            new = np.flatnonzero(counted & (first[codes] < 0))
+            if len(new):  # a code's first event in this block: its smallest position
+                where = np.full(len(first), np.iinfo(np.int64).max, np.int64)
+                np.minimum.at(where, codes[new], new + at)
+                seen = where < np.iinfo(np.int64).max
+                first[seen] = where[seen]
+        per_user += np.bincount(user[counted], minlength=len(first_user))
+        at += len(t)
+    user_codes = _by_first(first_user)
+    item_codes = _by_first(first_item)
+    user_number = np.full(len(table.users), -1, np.int32)
+    user_number[user_codes] = np.arange(len(user_codes))
+    item_number = np.full(len(table.items), -1, np.int32)
+    item_number[item_codes] = np.arange(len(item_codes))
+    counts = per_user[user_codes]  # per user number
+
+    def parts() -> Iterator[_Columns]:
+        lo = 0
+        while lo < len(counts):  # users lo..hi-1: at most BLOCK events (or one user)
+            hi = max(lo + 1, int(np.searchsorted(np.cumsum(counts[lo:]), size, side="right")) + lo)
+            us, its, ws, ts = [], [], [], []
+            for t, user, item, behavior in table.code_blocks(size):
+                u = user_number[user]
+                mine = np.flatnonzero((weight_of[behavior] != 0) & (u >= lo) & (u < hi))
+                us.append(u[mine])
+                its.append(item_number[item[mine]])
+                ws.append(weight_of[behavior[mine]])
+                if not in_order:
+                    ts.append(t[mine].astype(np.int64))
+            yield _ordered(np.concatenate(us), np.concatenate(its), np.concatenate(ws),
+                           None if in_order else np.concatenate(ts))  # fmt: skip
+            lo = hi
+
+    item_ids = [table.items[c] for c in item_codes.tolist()]
+    return _spilled(item_ids, [table.users[c] for c in user_codes.tolist()], parts())
+
+
+def _by_first(first: Ints) -> Ints:
+    """The codes with an event, in the order of their first."""
+    present = np.flatnonzero(first >= 0)
+    return present[np.argsort(first[present], kind="stable")]
 
 
 BLOCK = 1 << 20  # events of the interactions' columns a pass reads at a time
@@ -208,34 +273,6 @@ def _counted_events(events: Iterable[Event], behaviors: Mapping[str, float]) -> 
         ts.append(ev.event_time)
     return (list(item_row), list(user_row), np.asarray(us, np.int32), np.asarray(its, np.int32),
             np.asarray(ws, np.float32), np.asarray(ts, np.int64))  # fmt: skip
-
-
-def _counted_columns(table: EventTable, behaviors: Mapping[str, float]) -> _Counted:
-    """What _counted_events gives for the table's events, from its columns: no
-    event made, no Python list per event (at 4 M events the lists alone were
-    hundreds of MB), and no time column when the table is in time order."""
-    t, user, item, behavior = table.codes()
-    ts = None if len(t) < 2 or bool((t[1:] >= t[:-1]).all()) else t.astype(np.int64)
-    weight_of = np.asarray([behaviors.get(b) or 0.0 for b in table.behaviors] or [0.0], np.float32)
-    ws = weight_of[behavior]
-    if not (weight_of[: len(table.behaviors)] != 0).all():  # some events do not count
-        counted = np.flatnonzero(ws != 0)
-        user, item, ws = user[counted], item[counted], ws[counted]
-        ts = ts[counted] if ts is not None else None
-    del t, behavior
-    user_names, us = _first_seen(user, len(table.users))
-    item_names, its = _first_seen(item, len(table.items))
-    table.let_go()
-    return [table.items[c] for c in item_names], [table.users[c] for c in user_names], us, its, ws, ts
-
-
-def _first_seen(codes: npt.NDArray[np.int32], size: int) -> tuple[list[int], Rows32]:
-    """The distinct codes (each below `size`) in the order they first appear,
-    and each position's number among them (0 for the first to appear)."""
-    by_first = first_seen(codes, size)
-    number = np.empty(size, np.int32)
-    number[by_first] = np.arange(len(by_first))
-    return by_first.tolist(), number[codes]
 
 
 def _summed(keys: Ints, vals: Floats) -> tuple[Ints, Floats]:
@@ -696,12 +733,17 @@ def tune(hold: Holdout, cfg: BuildConfig, seed: int = 0, progress: Progress = la
     targets = {u: t for u, t in hold.targets.items() if u in hold.history}
     split = _TuningSplit(hold, targets, popular, seeds_seen, depth)
     best_lists: dict[str, dict[str, list[str]]] = {}
+    # each method's tries (their tables and ranked lists, a few MB apiece) freed after it, and
+    # given back: the heap kept about 100 MB of EASE's through the sequence model's training
     if "knn" in cfg.methods:
         best_lists["knn"] = _tune_knn(data, cfg, split, out, progress)
+        give_back()
     if "ease" in cfg.methods:
         best_lists["ease"] = _tune_ease(data, cfg, split, out, progress)
+        give_back()
     if "sequence" in cfg.methods:
         best_lists["sequence"] = _tune_sequence(data, split, out, seed, progress)
+        give_back()
     best_lists["popular"] = {
         u: [p for p in popular if p not in hold.seen.get(u, set(h))][:depth] for u, h in hold.history.items()
     }

@@ -46,10 +46,15 @@ def test_events_of_behaviours_not_named_do_not_count() -> None:
     assert data.item_ids == ["b"]
 
 
-def test_a_tables_columns_give_the_interactions_its_events_give() -> None:
+@pytest.mark.parametrize("block", [rb.BLOCK, 97])
+def test_a_tables_columns_give_the_interactions_its_events_give(
+    monkeypatch: pytest.MonkeyPatch, block: int
+) -> None:
     """The column path (no event made) against the event path, on a random log
     with behaviours of weight 0 and none, repeats, shared times, and on a view
-    of the table in another order."""
+    of the table in another order; the columns read and the users taken a few
+    at a time (BLOCK 97: buckets of a few users, users' events across blocks)."""
+    monkeypatch.setattr(rb, "BLOCK", block)
     rng = np.random.default_rng(3)
     behaviours = ["view", "cart", "buy", "impression"]
     events = [
