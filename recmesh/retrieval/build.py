@@ -281,8 +281,10 @@ def _summed(keys: Ints, vals: Floats) -> tuple[Ints, Floats]:
 
 
 # Events whose pairs at one lag are summed in at a time: the pair arrays (and,
-# past DENSE_PAIR_BYTES, the sort that sums them) are this long, not the log's.
-PAIR_BLOCK = 1 << 20
+# past DENSE_PAIR_BYTES, the sort that sums them) are this long, not the log's
+# (1 << 20 until 2026-12-07: about 50 MB of keys, products and masks at once; the
+# sums are the same to the bit whatever the block).
+PAIR_BLOCK = 1 << 18
 # A catalog whose every ordered pair fits in this many bytes (a float64 sum and
 # a flag each: 9 n^2; 36 MB at 2,000 items, 3,862 items at most) has its pair
 # sums added in place, at their cell; a larger one keeps running sums of the
@@ -412,8 +414,10 @@ def _top_per_dense_row(
     return NeighbourTable(list(item_ids), indptr, col.astype(np.int32), sim_all.astype(np.float32))
 
 
-# The users x kept items block of X made at a time (float32: 80 MB).
-GRAM_CELLS = 20_000_000
+# The users x kept items block of X made at a time (float32: 16 MB; 80 MB until
+# 2026-12-07, the largest part of the 4 M-event run's peak: the same products
+# to multiply, in more calls).
+GRAM_CELLS = 1 << 22
 
 
 def gram(data: Interactions, keep_items: npt.NDArray[np.int64]) -> npt.NDArray[np.float64]:

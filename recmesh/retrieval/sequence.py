@@ -36,6 +36,7 @@ from typing import Any, Protocol
 import numpy as np
 import numpy.typing as npt
 
+from recmesh.heap import Spill
 from recmesh.retrieval.table import best, id_ranks
 from recmesh.scatter import Scatter
 
@@ -72,6 +73,7 @@ L2 = 1e-4
 # Past this many items a step's softmax runs over its batch's targets and a
 # shared uniform sample of SAMPLED_ITEMS others, not the whole catalog.
 FULL_SOFTMAX_ITEMS = 20_000
+ORDER_DROP = BATCH * 256  # steps of an epoch's order read before its pages are let go
 SAMPLED_ITEMS = 4096
 
 
@@ -328,9 +330,14 @@ def train(
                              positions.copy())  # fmt: skip
 
     for epoch in range(1, epochs + 1):
-        order = rng.permutation(np.arange(len(steps), dtype=np.int32))  # = permutation(len), 4 bytes a step
+        # = permutation(len), 4 bytes a step, held in a file through the epoch (read in order)
+        spill = Spill(np.int32)
+        spill.write(rng.permutation(np.arange(len(steps), dtype=np.int32)))
+        order = spill.mapped()
         for start in range(0, len(steps), BATCH):
             idx = order[start : start + BATCH]
+            if start % ORDER_DROP == 0:
+                spill.drop()
             xb, yb, wb = steps.batch(idx)
             sample = () if full else (yb, rng.integers(0, n, SAMPLED_ITEMS))
             cols = np.arange(n) if full else np.unique(np.concatenate(sample))

@@ -145,6 +145,34 @@ def test_a_loaded_log_is_the_table_of_the_merge_sorted_events(
     assert len(EventTable.of([], SCHEMA.values, spill=True)) == 0
 
 
+def test_a_long_view_of_a_loaded_log_holds_its_rows_in_a_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """take of a log in files: a view at least VIEW_SPILL_ROWS long reads its
+    row numbers through a mapping let go of with the columns, and gives what
+    the same view in memory gives (its events, codes, blocks of codes, a view
+    of it, pickled); a shorter one holds them in memory."""
+    log = tmp_path / "events.jsonl"
+    write_events(log, _events(600, seed=3))
+    table = load_log(log, SCHEMA)
+    rows = np.flatnonzero(np.arange(len(table)) % 3 != 1)
+    want = EventTable.of(list(table), SCHEMA.values).take(rows)
+    monkeypatch.setattr(eventlog, "VIEW_SPILL_ROWS", 100)
+    view = table.take(rows)
+    assert isinstance(view._rows.base, memoryview) and isinstance(view._rows.base.obj, mmap.mmap)
+    assert not view._rows.flags.writeable and len(view._spills) == len(table._spills) + 1
+    assert [e.to_dict() for e in view] == [e.to_dict() for e in want]
+    view.let_go()
+    assert [c.tolist() for c in view.codes()] == [c.tolist() for c in want.codes()]
+    blocks = [np.concatenate(c).tolist() for c in zip(*view.code_blocks(37), strict=True)]
+    assert blocks == [c.tolist() for c in want.codes()]
+    again = view.take(np.arange(0, len(view), 2))
+    assert [e.to_dict() for e in again] == [e.to_dict() for e in want.take(np.arange(0, len(want), 2))]
+    unpickled = pickle.loads(pickle.dumps(view))
+    assert unpickled._spills == () and [e.to_dict() for e in unpickled] == [e.to_dict() for e in want]
+    assert type(table.take(rows[:99])._rows) is np.ndarray and table.take(rows[:99])._rows.flags.writeable
+
+
 def test_a_log_that_fails_to_load_leaves_no_file_open(tmp_path: Path) -> None:
     """A bad line half-way, or no file at all: the error, and the ids' files
     the table had begun closed with it (no ResourceWarning when collected)."""
