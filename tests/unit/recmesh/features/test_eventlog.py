@@ -159,8 +159,9 @@ def test_a_long_view_of_a_loaded_log_holds_its_rows_in_a_file(
     want = EventTable.of(list(table), SCHEMA.values).take(rows)
     monkeypatch.setattr(eventlog, "VIEW_SPILL_ROWS", 100)
     view = table.take(rows)
-    assert isinstance(view._rows.base, memoryview) and isinstance(view._rows.base.obj, mmap.mmap)
-    assert not view._rows.flags.writeable and len(view._spills) == len(table._spills) + 1
+    assert view._rows is not None and isinstance(view._rows.base, memoryview)
+    assert isinstance(view._rows.base.obj, mmap.mmap) and not view._rows.flags.writeable
+    assert len(view._spills) == len(table._spills) + 1
     assert [e.to_dict() for e in view] == [e.to_dict() for e in want]
     view.let_go()
     assert [c.tolist() for c in view.codes()] == [c.tolist() for c in want.codes()]
@@ -170,7 +171,8 @@ def test_a_long_view_of_a_loaded_log_holds_its_rows_in_a_file(
     assert [e.to_dict() for e in again] == [e.to_dict() for e in want.take(np.arange(0, len(want), 2))]
     unpickled = pickle.loads(pickle.dumps(view))
     assert unpickled._spills == () and [e.to_dict() for e in unpickled] == [e.to_dict() for e in want]
-    assert type(table.take(rows[:99])._rows) is np.ndarray and table.take(rows[:99])._rows.flags.writeable
+    short = table.take(rows[:99])._rows
+    assert type(short) is np.ndarray and short.flags.writeable
 
 
 def test_a_log_that_fails_to_load_leaves_no_file_open(tmp_path: Path) -> None:
