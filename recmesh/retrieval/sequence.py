@@ -36,7 +36,7 @@ from typing import Any, Protocol
 import numpy as np
 import numpy.typing as npt
 
-from recmesh.heap import Spill
+from recmesh.heap import Spill, give_back
 from recmesh.retrieval.table import best, id_ranks
 from recmesh.scatter import Scatter
 
@@ -330,9 +330,8 @@ def train(
                              positions.copy())  # fmt: skip
 
     for epoch in range(1, epochs + 1):
-        # = permutation(len), 4 bytes a step, held in a file through the epoch (read in order)
-        spill = Spill(np.int32)
-        spill.write(rng.permutation(np.arange(len(steps), dtype=np.int32)))
+        # 4 bytes a step, held in a file through the epoch (read in order)
+        spill = _order(rng, len(steps))
         order = spill.mapped()
         for start in range(0, len(steps), BATCH):
             idx = order[start : start + BATCH]
@@ -370,6 +369,18 @@ def train(
         if after_epoch is not None and not after_epoch(epoch, model()):
             break
     return model()
+
+
+def _order(rng: np.random.Generator, steps: int) -> Spill:
+    """An epoch's order of steps (= permutation(steps)) in a file, written a
+    block at a time; the heap given back after it (the permutation and its
+    arange, 8 bytes a step, were kept in the heap through the epoch)."""
+    spill, drawn = Spill(np.int32), rng.permutation(np.arange(steps, dtype=np.int32))
+    for at in range(0, len(drawn), ORDER_DROP):
+        spill.write(drawn[at : at + ORDER_DROP])
+    del drawn
+    give_back()
+    return spill
 
 
 class _Adam:
