@@ -50,6 +50,18 @@ def give_back() -> None:
         trim(0)
 
 
+def read_runs(fd: int, offset: int, size: int, index: npt.NDArray[np.int64]) -> bytes:
+    """The `size`-byte records at `index` of a file from byte `offset` on, read
+    with pread, a run of consecutive records in one read (no mapping: nothing
+    of the file stays in the process); fewer bytes than asked when the file
+    is shorter. The one reader of records at random: Spill.take, the trainers'
+    rows (recmesh.tools.training.family.take_rows)."""
+    starts = np.flatnonzero(np.r_[True, index[1:] != index[:-1] + 1])
+    counts = (np.diff(np.r_[starts, len(index)]) * size).tolist()
+    offsets = (offset + index[starts] * size).tolist()
+    return b"".join([os.pread(fd, n, at) for n, at in zip(counts, offsets, strict=True)])
+
+
 class Spill:
     """An array of one dtype written front to back into an unlinked temporary
     file, then read through a read-only mapping: the process holds the pages
@@ -97,12 +109,7 @@ class Spill:
         if index.min() < 0 or index.max() >= self.rows:
             raise IndexError(f"values {index.min()}..{index.max()} of {self.rows}")
         self.mapping()  # written out
-        size = self.dtype.itemsize
-        starts = np.flatnonzero(np.r_[True, index[1:] != index[:-1] + 1])
-        counts = (np.diff(np.r_[starts, len(index)]) * size).tolist()
-        fd, offsets = self._file.fileno(), (index[starts] * size).tolist()
-        data = b"".join([os.pread(fd, n, at) for n, at in zip(counts, offsets, strict=True)])
-        return np.frombuffer(data, self.dtype)
+        return np.frombuffer(read_runs(self._file.fileno(), 0, self.dtype.itemsize, index), self.dtype)
 
     def close(self) -> None:
         """Let go of the file and its mapping (a table abandoned half-read)."""

@@ -62,8 +62,6 @@ class Steps(Protocol):
 
     def take(self, column: str, index: npt.NDArray[np.integer[Any]]) -> npt.NDArray[Any]: ...
 
-    def let_go(self) -> None: ...
-
 
 DIM = 64
 LENGTH = 20  # the newest distinct items a query reads

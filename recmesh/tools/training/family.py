@@ -63,6 +63,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from recmesh.features.vectorize import Transform
+from recmesh.heap import read_runs
 from recmesh.scatter import Scatter
 
 F32 = npt.NDArray[np.float32]
@@ -325,15 +326,11 @@ def take_rows(x: npt.NDArray[Any], index: Rows) -> npt.NDArray[Any]:
     if index.min() < 0 or index.max() >= len(x):
         raise IndexError(f"rows {index.min()}..{index.max()} of a {len(x)}-row file")
     row = x.strides[0]
-    starts = np.flatnonzero(np.r_[True, index[1:] != index[:-1] + 1])
-    counts = np.diff(np.r_[starts, len(index)]) * row
-    offsets = x.offset + index[starts] * row
     fd = os.open(str(x.filename), os.O_RDONLY)
     try:
-        parts = [os.pread(fd, n, at) for n, at in zip(counts.tolist(), offsets.tolist(), strict=True)]
+        data = read_runs(fd, x.offset, row, index)
     finally:
         os.close(fd)
-    data = b"".join(parts)
     if len(data) != len(index) * row:
         raise OSError(f"{x.filename}: read {len(data)} bytes of {len(index) * row}: the file was cut short")
     return np.frombuffer(data, x.dtype).reshape(len(index), *x.shape[1:])
