@@ -204,9 +204,14 @@ def _from_log(
     same events when the repository declares it."""
     from recmesh.features.eventlog import load_log
     from recmesh.features.tabular import read_catalog
+    from recmesh.settings import UpSettings
     from recmesh.tools.training.train import build_dataset
 
     target = _target(feature_set, args.target)  # a wrong one is refused before the log is read
+    if args.engine != "single":  # so is an engine that cannot run
+        from recmesh.tools.training import engine
+
+        engine.check_engine(_engine_config(args, UpSettings().state_dir / "training"))
     users, items = read_catalog(feature_set, args.users, args.items)
     say(
         f"replaying {args.events} through repository {feature_set.name!r} ({feature_set.version}) "
@@ -216,8 +221,6 @@ def _from_log(
     logged_all = load_log(Path(args.events), feature_set.event_schema)
     events = iter(logged_all)
     check_or_refuse(feature_set, logged_all, users, items, bool(args.ranking), say)
-    from recmesh.settings import UpSettings
-
     training_dir = UpSettings().state_dir / "training"
     training_dir.mkdir(parents=True, exist_ok=True)
     run.rows_dir = Path(tempfile.mkdtemp(dir=training_dir, prefix="rows-"))
@@ -308,11 +311,17 @@ def _replay(args: argparse.Namespace, work_dir: Path, say: Any) -> Iterator[Any]
         return
     from recmesh.tools.training import engine
 
-    config = engine.EngineConfig(work_dir, args.workers, args.partitions, args.engine_address)
+    config = _engine_config(args, work_dir)
     where = args.engine_address or f"a local cluster of {args.workers} worker processes"
     say(f"engine: Dask on {where}, {config.parts} partitions per entity")
     with engine.dask_runner(config) as run:
         yield functools.partial(engine.partitioned_examples, config=config, run=run, say=say)
+
+
+def _engine_config(args: argparse.Namespace, work_dir: Path) -> Any:
+    from recmesh.tools.training import engine
+
+    return engine.EngineConfig(work_dir, args.workers, args.partitions, args.engine_address)
 
 
 def _hold_out(

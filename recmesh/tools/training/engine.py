@@ -28,6 +28,7 @@ from __future__ import annotations
 import functools
 import logging
 import pickle
+import socket
 import tempfile
 import time
 import zlib
@@ -36,6 +37,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from recmesh.errors import FailedPrecondition
 from recmesh.events import Event
@@ -167,25 +169,56 @@ def in_process(tasks: list[tuple[str, Entity, str, str]]) -> list[dict[str, Any]
     return [replay_partition(*task) for task in tasks]
 
 
+def check_engine(config: EngineConfig) -> None:
+    """Refuse an engine that cannot run before any work is done for it (the log's
+    checks, learnt retrieval's build and the plan come first and can take many
+    minutes): Dask not installed, or nothing accepting a connection at a tcp:// or
+    tls:// `config.address` within its connect timeout. The scheduler itself is
+    asked only when the replay starts (`dask_runner`)."""
+    _distributed()
+    if not config.address:
+        return
+    where = urlsplit(config.address if "://" in config.address else f"tcp://{config.address}")
+    if where.scheme not in ("tcp", "tls"):
+        return  # another transport (ucx, inproc): left to the client
+    try:
+        port = where.port
+        if not where.hostname or port is None:
+            raise ValueError("want tcp://HOST:PORT")
+        with socket.create_connection((where.hostname, port), timeout=config.connect_timeout_s):
+            pass
+    except (OSError, ValueError) as err:
+        raise _unreachable(config.address, err) from None
+
+
+def _unreachable(address: str, err: Exception) -> FailedPrecondition:
+    return FailedPrecondition(f"--engine-address {address}: no Dask scheduler answers ({err})")
+
+
+def _distributed() -> Any:
+    """Dask's `distributed` package, or the error that says how to install it."""
+    try:
+        import distributed
+    except ImportError:
+        raise FailedPrecondition(
+            "--engine dask needs Dask: pip install 'recmesh[engine]' (dask[distributed])"
+        ) from None
+    return distributed
+
+
 @contextmanager
 def dask_runner(config: EngineConfig) -> Iterator[Runner]:
     """Partitions as Dask tasks: on the scheduler at `config.address`, else on a
     LocalCluster of `config.workers` single-threaded worker processes (the
     replay is pure Python: threads would share one interpreter lock)."""
-    try:
-        from distributed import Client, LocalCluster
-    except ImportError:
-        raise FailedPrecondition(
-            "--engine dask needs Dask: pip install 'recmesh[engine]' (dask[distributed])"
-        ) from None
+    distributed = _distributed()
+    Client, LocalCluster = distributed.Client, distributed.LocalCluster
     cluster = None
     if config.address:
         try:
             client = Client(config.address, timeout=f"{config.connect_timeout_s}s")
         except (OSError, TimeoutError) as err:
-            raise FailedPrecondition(
-                f"--engine-address {config.address}: no Dask scheduler answers ({err})"
-            ) from None
+            raise _unreachable(config.address, err) from None
     else:
         cluster = LocalCluster(
             n_workers=config.workers,

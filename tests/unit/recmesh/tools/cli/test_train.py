@@ -4,6 +4,7 @@ on, in one line naming the repository file's line, before any replay."""
 from __future__ import annotations
 
 import shutil
+import socket
 import time
 from pathlib import Path
 
@@ -147,3 +148,20 @@ def test_the_chunk_follows_max_memory_within_bounds() -> None:
 
     assert chunk_rows(2 << 30) == 16_384
     assert chunk_rows(1 << 20) == 4096 and chunk_rows(1 << 40) == 1 << 20
+
+
+def test_an_engine_that_cannot_run_is_refused_before_the_log_is_read(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """No scheduler at --engine-address: refused at once, not after the log's checks,
+    learnt retrieval's build and the plan (minutes on a long log): the log named here
+    does not even exist."""
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    repo = _shop(tmp_path, "label = { implicit = true }\nnegatives = 2")
+    err = _refused(capsys, ["train", "--events", str(tmp_path / "not-written-yet.jsonl"), "--repository",
+                            str(repo), "--model-dir", str(tmp_path / "models"), "--engine", "dask",
+                            "--engine-address", f"tcp://127.0.0.1:{port}"])  # fmt: skip
+    assert f"--engine-address tcp://127.0.0.1:{port}: no Dask scheduler answers" in err, err
+    assert not (tmp_path / "models").exists()

@@ -141,3 +141,20 @@ def test_a_scheduler_that_does_not_answer_is_refused_in_bounded_time(tmp_path: P
     ):
         pass
     assert time.monotonic() - started < 15
+
+
+def test_the_engine_check_connects_to_the_scheduler_address_only() -> None:
+    with socket.socket() as listening:  # something answers: the check passes (the scheduler is asked later)
+        listening.bind(("127.0.0.1", 0))
+        listening.listen()
+        port = listening.getsockname()[1]
+        for address in (f"tcp://127.0.0.1:{port}", f"127.0.0.1:{port}"):
+            engine.check_engine(engine.EngineConfig(Path("unused"), address=address, connect_timeout_s=1.0))
+    engine.check_engine(engine.EngineConfig(Path("unused")))  # a local cluster: nothing to reach
+    for address, why in (
+        (f"tcp://127.0.0.1:{port}", "Connection refused"),
+        ("tcp://127.0.0.1", "want tcp://HOST:PORT"),
+    ):
+        with pytest.raises(FailedPrecondition, match=f"--engine-address {address}: no Dask scheduler") as err:
+            engine.check_engine(engine.EngineConfig(Path("unused"), address=address, connect_timeout_s=1.0))
+        assert why in str(err.value), err.value
