@@ -11,6 +11,7 @@ once, in this process, and the caller's code is the same.
 
 from __future__ import annotations
 
+import gc
 import multiprocessing
 import os
 import sys
@@ -90,6 +91,13 @@ class Forked(Generic[T]):
 
 
 def _child(fn: Callable[[], Any], send: Connection, parents_end: Connection) -> None:
+    # What the fork inherited is out of the collector's reach: a cycle of the caller's
+    # that had become garbage would otherwise be finalized here, by objects whose
+    # threads did not come with the fork. A gRPC object left by a mesh the caller had
+    # run in-process joined its poller thread in its finalizer and spun for ever (the
+    # child at 100 % CPU in the collector, the caller waiting for its answer: seen in
+    # tests/integration/test_movielens.py after a test that served from this process).
+    gc.freeze()
     # The caller's end of the pipe, inherited: closed, so that a caller that is
     # gone (killed) makes the send below fail instead of blocking for ever.
     parents_end.close()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+from pathlib import Path
 
 import pytest
 
@@ -77,3 +78,35 @@ def test_cancel_stops_a_child_still_working() -> None:
     started = time.perf_counter()
     pending.cancel()
     assert time.perf_counter() - started < 5
+
+
+class _Finalized:
+    """A cycle whose finalizer says where it ran (a file: the child's memory is its own)."""
+
+    def __init__(self, mark: str) -> None:
+        self.me = self
+        self.mark = mark
+
+    def __del__(self) -> None:
+        with open(self.mark, "a") as fh:
+            fh.write(f"{os.getpid()}\n")
+
+
+def test_the_child_never_finalizes_what_it_inherited(tmp_path: Path) -> None:
+    """The caller's garbage (a cycle not yet collected when the child is forked) is
+    not collected in the child: its finalizer may need threads the fork did not
+    copy (a gRPC object's joins its poller thread, and the child spun for ever)."""
+    import gc
+
+    mark = str(tmp_path / "finalized")
+    gc.disable()
+    try:
+        _Finalized(mark)  # garbage at once: only the collector can free it
+        pending = run_beside(lambda: (gc.collect(), os.getpid())[1], "a collection", jobs=2)
+    finally:
+        gc.enable()
+    child = pending.result()
+    gc.collect()  # the caller's own collection finalizes it, here
+    with open(mark) as fh:
+        ran_in = [int(line) for line in fh]
+    assert ran_in == [os.getpid()] and child != os.getpid()
