@@ -11,9 +11,21 @@ The policy is pure and takes plain values:
   the limit and the queue depths. Each class may fill only its share of the
   limit (defaults A 100%, B 80%, C 50%), so as in-flight work rises class C is
   refused first, then B, and A keeps the whole limit (plus a floor of slots
-  of its own). A class over its share may wait in its own bounded queue (C has
-  none by default); a freed slot goes to the most important waiting class
-  first. A lagging event loop (queueing in front of the gate) sheds C, then B.
+  of its own). A class over its share may wait in its own queue (C has none
+  by default) for at most a share of its budget; a freed slot goes to the
+  most important waiting class first. A lagging event loop (queueing in front
+  of the gate) sheds C, then B.
+
+The queues are bounded by time; their counts (A 256, B 256) only bound what
+they hold. With small counts (A 64, B 16 until 2026-12-07) a client that sends
+its next request as soon as one is refused (a closed loop, such as
+`wrk -c32`) had the requests past the count refused again and again, about
+2,400 refusals a second on two cores, each taking CPU from the answers, while
+the ones admitted finished well within their budget. A refusal at once by the
+wait a request could expect (the line ahead of it over the rate slots free)
+was tried and not kept: when the limit backs off, the expected wait grows past
+the allowed one, the refusals return, and a closed loop's refusals slow the
+mesh further.
 
 `AdmissionGate` is the thin asyncio wrapper the gateway holds: it applies the
 decision, keeps the waiters, feeds samples to the limit, records per-class
@@ -77,8 +89,9 @@ class AdmissionConfig:
     # the limit exists to shed the others for A, not to queue A behind itself
     # when latency is high for reasons concurrency does not explain (CPU steal).
     floors: Mapping[str, int] = field(default_factory=lambda: {"A": 16})
-    # Waiting room per class once its share is used up; 0 sheds at once.
-    queue_caps: Mapping[str, int] = field(default_factory=lambda: {"A": 64, "B": 16, "C": 0})
+    # Waiting room per class once its share is used up (a bound on what it
+    # holds: the wait is bounded by queue_wait_fraction); 0 sheds at once.
+    queue_caps: Mapping[str, int] = field(default_factory=lambda: {"A": 256, "B": 256, "C": 0})
     # A queued request waits at most this share of its remaining budget.
     queue_wait_fraction: float = 0.5
     retry_after_s: int = 1

@@ -28,7 +28,7 @@ def _default_floors() -> dict[SloName, int]:
 
 
 def _default_queue() -> dict[SloName, int]:
-    return {"A": 64, "B": 16, "C": 0}
+    return {"A": 256, "B": 256, "C": 0}
 
 
 class CommonSettings(BaseSettings):
@@ -258,7 +258,8 @@ class AdmissionSettings(BaseSettings):
     floors: dict[SloName, int] = Field(
         default_factory=_default_floors, validation_alias="RECMESH_ADMISSION_FLOORS"
     )
-    # Requests per class that may wait for a slot, e.g. '{"A": 64, "B": 16, "C": 0}'.
+    # Requests per class that may wait for a slot, e.g. '{"A": 256, "B": 256, "C": 0}': a bound on
+    # what the waiting room holds (how long one waits is RECMESH_ADMISSION_QUEUE_WAIT's bound).
     queue: dict[SloName, int] = Field(
         default_factory=_default_queue,
         validation_alias="RECMESH_ADMISSION_QUEUE",

@@ -124,6 +124,29 @@ async def test_a_queued_request_gives_up_after_its_share_of_the_budget() -> None
     assert gate.in_flight == 0 and gate._queued() == {"A": 0, "B": 0, "C": 0}
 
 
+async def test_a_closed_loop_past_the_limit_waits_its_turn_with_the_default_queues() -> None:
+    """Eight times as many clients as slots, each sending again as soon as it is answered
+    (wrk -c32 against a limit of 4): with the default queues every request waits and is
+    served, none is refused."""
+    config = AdmissionConfig(initial_limit=4, min_limit=4, max_limit=4, floors={})
+    gate = AdmissionGate(config, service="test")
+    served, refused = 0, 0
+
+    async def client(requests: int) -> None:
+        nonlocal served, refused
+        for _ in range(requests):
+            try:
+                async with gate.slot("B", budget_s=0.85):
+                    await asyncio.sleep(0.002)
+                served += 1
+            except ResourceExhausted:
+                refused += 1
+
+    await asyncio.gather(*(client(5) for _ in range(32)))
+    assert (served, refused) == (160, 0)
+    assert gate.in_flight == 0 and gate._queued() == {"A": 0, "B": 0, "C": 0}
+
+
 def test_a_lagging_event_loop_sheds_c_then_b_never_a() -> None:
     config = AdmissionConfig(loop_lag_limit_ms=20.0)
     verdicts = {
