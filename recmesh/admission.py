@@ -16,16 +16,10 @@ The policy is pure and takes plain values:
   most important waiting class first. A lagging event loop (queueing in front
   of the gate) sheds C, then B.
 
-The queues are bounded by time; their counts (A 256, B 256) only bound what
-they hold. With small counts (A 64, B 16 until 2026-12-07) a client that sends
-its next request as soon as one is refused (a closed loop, such as
-`wrk -c32`) had the requests past the count refused again and again, about
-2,400 refusals a second on two cores, each taking CPU from the answers, while
-the ones admitted finished well within their budget. A refusal at once by the
-wait a request could expect (the line ahead of it over the rate slots free)
-was tried and not kept: when the limit backs off, the expected wait grows past
-the allowed one, the refusals return, and a closed loop's refusals slow the
-mesh further.
+The queues are bounded by time; their counts only bound what they hold. A
+small count turned a client that re-sends as soon as it is refused (a closed
+loop, `wrk -c32`) into thousands of refusals a second whose CPU came out of
+the answers (docs/architecture.md, *Overload and faults*).
 
 `AdmissionGate` is the thin asyncio wrapper the gateway holds: it applies the
 decision, keeps the waiters, feeds samples to the limit, records per-class

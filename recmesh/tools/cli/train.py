@@ -208,10 +208,11 @@ def _from_log(
     from recmesh.tools.training.train import build_dataset
 
     target = _target(feature_set, args.target)  # a wrong one is refused before the log is read
+    training_dir = UpSettings().state_dir / "training"
     if args.engine != "single":  # so is an engine that cannot run
         from recmesh.tools.training import engine
 
-        engine.check_engine(_engine_config(args, UpSettings().state_dir / "training"))
+        engine.check_engine(_engine_config(args, training_dir))
     users, items = read_catalog(feature_set, args.users, args.items)
     say(
         f"replaying {args.events} through repository {feature_set.name!r} ({feature_set.version}) "
@@ -221,7 +222,6 @@ def _from_log(
     logged_all = load_log(Path(args.events), feature_set.event_schema)
     events = iter(logged_all)
     check_or_refuse(feature_set, logged_all, users, items, bool(args.ranking), say)
-    training_dir = UpSettings().state_dir / "training"
     training_dir.mkdir(parents=True, exist_ok=True)
     run.rows_dir = Path(tempfile.mkdtemp(dir=training_dir, prefix="rows-"))
     split = None
