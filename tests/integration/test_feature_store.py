@@ -303,6 +303,39 @@ async def test_an_offline_load_reaches_lookups_long_before_the_ttls(redis_client
     assert static_reads("inline") == inline, "served while re-read in the background, never in-line"
 
 
+async def test_the_ingest_enrichment_rereads_statics_only_after_an_offline_load(
+    redis_client: redis.Redis,
+) -> None:
+    """The write path's attributes are vouched for by the statics version (read with
+    each batch): past the TTLs nothing is re-read until a load changes the version,
+    and the batch after the load sees it."""
+    store = await loaded_store(redis_client, static_ttl_s=0.3, profile_ttl_s=0.3)
+    offline = store.offline
+    for _ in range(2):  # the first read came before the version was known: read once more
+        await offline.attributes("item", ["i1", "i2"])
+        await offline.attributes("user", ["u1"])
+    reads = static_reads("enrichment")
+    until = time.monotonic() + 1.0  # more than three times the TTLs
+    while time.monotonic() < until:
+        items = await offline.attributes("item", ["i1", "i2"])
+        users = await offline.attributes("user", ["u1"])
+        await asyncio.sleep(0.02)
+    assert static_reads("enrichment") == reads
+    assert offline.stale_profile("u1") is not None and users["u1"]["age_band"] == "25-34"
+    assert items["i1"]["category"] == "news"
+    await load_catalog(
+        redis_client,
+        FEATURE_SET,
+        [("u1", {"age_band": "35-44", "interest_tags": ["food"]})],
+        [("i1", {"category": "sports", "length": 60, "author_level": 2, "popularity": 5.0})],
+    )
+    await offline.attributes("item", ["i1"])  # the batch that sees the new version
+    items = await offline.attributes("item", ["i1", "i2"])
+    users = await offline.attributes("user", ["u1"])
+    assert items["i1"]["category"] == "sports" and users["u1"]["age_band"] == "35-44"
+    assert static_reads("enrichment") > reads
+
+
 async def test_without_a_version_the_ttls_apply(redis_client: redis.Redis) -> None:
     """State loaded before versions existed (or a lost version): look-ups
     re-read statics on their TTL, not on every look-up."""
