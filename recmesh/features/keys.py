@@ -33,8 +33,6 @@ STATIC = f"{TAG_END}:static"
 IMPRESSION = f"{TAG_END}:imp:"
 IMPRESSIONS = f"{TAG_END}:imps"
 POSITIVES = f"{TAG_END}:positives"
-# What follows a tiled stream's key for its window totals (recmesh/features/tiles.py).
-TOTALS = ":w"
 
 
 def entity_tag(entity: Entity | str, entity_id: str) -> str:
@@ -49,11 +47,6 @@ def stream_suffix(stream_id: str) -> str:
 def stream(entity: Entity | str, entity_id: str, stream_id: str) -> str:
     """ZSET of the entity's events in one stream: member per repository.Stream, score event time."""
     return f"{PREFIX[entity]}{entity_id}{stream_suffix(stream_id)}"
-
-
-def stream_totals(entity: Entity | str, entity_id: str, stream_id: str) -> str:
-    """HASH of a tiled stream's window totals as of its newest tile (recmesh/features/tiles.py)."""
-    return stream(entity, entity_id, stream_id) + TOTALS
 
 
 def newest(entity: Entity | str, entity_id: str) -> str:

@@ -20,12 +20,14 @@ arrival order, with late events), the offline replay (in event-time order)
 and any engine give bit-identical sums; `sum` and `mean` divide once at the end.
 
 In Redis (services/feature/writer.py writes, store.py reads), per entity and
-stream, two hashes: the tiles `<stream key>` (fields '<k>:<component>') and
-the window totals `<stream key>:w` (fields 'c': the newest tile written, 't':
-the newest event time, '<w>:<component>': the sums of window w's tiles as of
-tile c). A look-up as of tile c reads the totals alone (cost in components,
-not events or tiles); another as-of reads the tiles (LUA_SUM_TILES). The replay
-keeps the same tiles in memory (TileState) and sums them the same way.
+stream, one hash `<stream key>`: the tiles (fields '<k>:<component>') and the
+window totals as of the newest tile (fields 'c': the newest tile written, 't':
+the newest event time, 'w': every window's sums as of tile c in one value,
+'<w>:<component>' US <sum> pairs joined by RS; on a Redis Cluster 'o:<partition>',
+the offsets applied, instead of the totals). A look-up as of tile c reads the
+totals alone (HMGET of three fields: cost in components, not events or tiles);
+another as-of reads the tiles (LUA_SUM_TILES). The replay keeps the same tiles
+in memory (TileState) and sums them the same way.
 
 A `last_n` with a slide keeps instead the newest distinct other ids with the
 time of their latest event, capped at `n` (a sorted set): its value is those
@@ -41,12 +43,13 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from recmesh.features.keys import TOTALS
 from recmesh.features.repository import VALUE_SEP, FeatureDef, FeatureValue, Stream
 
 SCALE = 1_000_000  # fixed point of summed values: 1e-6 resolution, |sum| < 9.2e12 per tile
 COUNT = "n"
-NEWEST_TILE, NEWEST_TIME = "c", "t"  # fields of the totals hash
+# The tiles hash's fields other than tiles: the newest tile, the newest event time, the
+# windows' totals (one field) and, on a cluster, the offsets applied ('o:<partition>').
+NEWEST_TILE, NEWEST_TIME, TOTALS = "c", "t", "w"
 
 Components = dict[str, int]
 
@@ -166,7 +169,7 @@ class TileState:
     """One entity's tiles of one stream, in memory (the offline replay): what the
     Redis tiles hash holds, keyed by tile (`keys`: those held, ascending), and
     each window's running sums (by its length in tiles), carried forward as
-    events apply and as reads move on in time, as the online totals hash is:
+    events apply and as reads move on in time, as the online totals are:
     each tile is added once and taken out once a window, so a read costs its
     components, not its window's tiles. A read before a window's running
     time sums its tiles. Integer components: either way gives the same sums."""
@@ -252,18 +255,15 @@ def retention_tiles(stream: Stream) -> int:
     return -(-stream.retention_ms // stream.slide_ms)
 
 
-# Lua shared by the write and read scripts: what follows a tiles key for its totals,
-# and the components of the tiles in [first, last] of a tiles hash's HGETALL reply
-# with the newest such tile.
-LUA_SUM_TILES = (
-    f"local TOTALS_SUFFIX = '{TOTALS}'\n"
-    + r"""
+# Lua shared by the write and read scripts: the components of the tiles in [first, last]
+# of a tiles hash's HGETALL reply (its other fields skipped) with the newest such tile.
+LUA_SUM_TILES = r"""
 local function sum_tiles(flat, first, last)
   local totals, newest = {}, -1
   for i = 1, #flat, 2 do
     local k, comp = string.match(flat[i], '^(%-?%d+):(.*)$')
     k = tonumber(k)
-    if k >= first and k <= last then
+    if k ~= nil and k >= first and k <= last then
       totals[comp] = (totals[comp] or 0) + tonumber(flat[i + 1])
       if k > newest then newest = k end
     end
@@ -271,7 +271,6 @@ local function sum_tiles(flat, first, last)
   return totals, newest
 end
 """
-)
 
 
 def decode_reply(flat: Sequence[Any], windows: int) -> list[WindowSums]:
@@ -299,8 +298,9 @@ def tiles_from_hash(flat: Mapping[Any, Any]) -> TileState:
     tiles: dict[int, Components] = {}
     for k, v in flat.items():
         name = k.decode() if isinstance(k, bytes) else str(k)
-        tile, _, comp = name.partition(":")
-        tiles.setdefault(int(tile), {})[comp] = int(v)
+        tile, sep, comp = name.partition(":")
+        if sep and tile.lstrip("-").isdigit():  # not 'c', 't', 'w' or 'o:<partition>'
+            tiles.setdefault(int(tile), {})[comp] = int(v)
     state = TileState(dict(tiles))
     state.keys = sorted(state.tiles)
     state.newest_tile = state.keys[-1] if state.keys else -1

@@ -256,10 +256,12 @@ def redis_process(
         redis_server_binary(), "--port", str(port), "--bind", "127.0.0.1",
         *REDIS_PERSISTENCE[persistence], "--dir", str(workdir),
         "--protected-mode", "no", "--daemonize", "no",
-        # Tiled windows keep a hash of 50-200 small fields per key (recmesh/features/tiles.py),
-        # co-visitation up to COVISIT_MAX_PER_ITEM (200) neighbours per item: Redis's compact
-        # encoding, kept up to these sizes, holds them in a fraction of the memory.
-        "--hash-max-ziplist-entries", "512", "--zset-max-ziplist-entries", "256", *extra,
+        # Tiled windows keep a hash of 50-200 small fields per key and their totals in one
+        # value of up to a few hundred bytes (recmesh/features/tiles.py), co-visitation up to
+        # COVISIT_MAX_PER_ITEM (200) neighbours per item: Redis's compact encoding, kept up to
+        # these sizes, holds them in a fraction of the memory.
+        "--hash-max-ziplist-entries", "512", "--hash-max-ziplist-value", "1024",
+        "--zset-max-ziplist-entries", "256", *extra,
     ]  # fmt: skip
     return ManagedProcess(f"redis:{port}", argv, log_dir / f"redis-{port}.log")
 

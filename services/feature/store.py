@@ -75,22 +75,17 @@ for spec in string.gmatch(ARGV[2], '[^;]+') do
   end
   specs[#specs + 1] = s
 end
--- A tiled stream's windows as of tile q: the totals hash when its newest tile is q,
--- else summed from the tiles. Reply: {'t', newest time, '<w>@', newest non-empty tile
--- of window w, '<w>:<component>', total, ...}.
+-- A tiled stream's windows as of tile q: the totals (fields c, t, w of the tiles hash)
+-- when its newest tile is q, else summed from the tiles. Reply: {'t', newest time,
+-- '<w>@', newest non-empty tile of window w, '<w>:<component>', total, ...}.
 local function tiled(key, s)
-  local wkey = key .. TOTALS_SUFFIX
-  local held = call('HGETALL', wkey)
-  local c, t = nil, nil
-  for i = 1, #held, 2 do
-    if held[i] == 'c' then c = tonumber(held[i + 1]) elseif held[i] == 't' then t = held[i + 1] end
-  end
+  local held = call('HMGET', key, 'c', 't', 'w')
+  local c, t = tonumber(held[1]), held[2]
   if c == nil then return {} end
   local out = {'t', t}
   if c == s.q then
-    for i = 1, #held, 2 do
-      local f = held[i]
-      if f ~= 'c' and f ~= 't' then out[#out + 1] = f; out[#out + 1] = held[i + 1] end
+    for f, v in string.gmatch(held[3] or '', '([^\\31\\30]+)\\31(%-?%d+)') do
+      out[#out + 1] = f; out[#out + 1] = v
     end
     for w = 1, #s.ns do out[#out + 1] = (w - 1) .. '@'; out[#out + 1] = c end
     return out

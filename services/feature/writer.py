@@ -34,7 +34,7 @@ slots, so the same plan runs as pipelines of plain commands grouped per node:
 (1) which ids are known, with the users' co-visit lists, (2) the stream writes
 and upkeep of the new events (idempotent: identical members, ZADD GT), each
 tiles key's increments in a single-key script that records the offsets it
-applied per partition (in its totals hash) and skips those already applied,
+applied per partition (in the same hash) and skips those already applied,
 (3) their ids, (4) co-visitation and popularity counts. A crash between (2)
 and (3) rewrites the same members and adds no tile twice on redelivery; one
 between (3) and (4) loses that batch's counts rather than counting them twice.
@@ -217,13 +217,12 @@ for line in string.gmatch(ARGV[7], '[^\n]+') do
   end
 end
 -- Tiles: the batch's sums per tile and component added once per key; the window
--- totals (KEY:w) moved forward and recomputed from the tiles when the key's newest
--- tile advances (old tiles trimmed then), else the batch's tiles added to the windows
--- that hold them (recmesh/features/tiles.py).
+-- totals (fields c, t, w of the same hash) moved forward and recomputed from the
+-- tiles when the key's newest tile advances (old tiles trimmed then), else the
+-- batch's tiles added to the windows that hold them (recmesh/features/tiles.py).
 for key, a in pairs(tiled) do
   local spec = specs[a.spec]
-  local wkey = key .. TOTALS_SUFFIX
-  local cur = call('HMGET', wkey, 'c', 't')
+  local cur = call('HMGET', key, 'c', 't', 'w')
   local c, held_t = tonumber(cur[1]), tonumber(cur[2])
   for tile, comps in pairs(a.tiles) do
     for comp, d in pairs(comps) do call('HINCRBY', key, tile .. ':' .. comp, d) end
@@ -236,27 +235,39 @@ for key, a in pairs(tiled) do
     local keep_from, old = top - spec.retention, {}
     for i = 1, #flat, 2 do
       local k = tonumber(string.match(flat[i], '^(%-?%d+):'))
-      if k < keep_from then old[#old + 1] = flat[i] end
+      if k ~= nil and k < keep_from then old[#old + 1] = flat[i] end
     end
     for i = 1, #old, 1000 do call('HDEL', key, unpack(old, i, math.min(i + 999, #old))) end
-    call('DEL', wkey)
-    local args = {'c', top, 't', newest_t}
+    local parts = {}
     for w, n in ipairs(spec.windows) do
       local totals = sum_tiles(flat, top - n + 1, top)
       for comp, v in pairs(totals) do
-        if v ~= 0 then args[#args + 1] = (w - 1) .. ':' .. comp; args[#args + 1] = v end
+        if v ~= 0 then parts[#parts + 1] = (w - 1) .. ':' .. comp .. '\31' .. string.format('%d', v) end
       end
     end
-    call('HSET', wkey, unpack(args))
+    call('HSET', key, 'c', top, 't', newest_t, 'w', table.concat(parts, '\30'))
   else
+    local totals, changed = {}, false
+    for f, v in string.gmatch(cur[3] or '', '([^\31\30]+)\31(%-?%d+)') do totals[f] = tonumber(v) end
     for tile, comps in pairs(a.tiles) do
       for w, n in ipairs(spec.windows) do
         if tile > c - n and tile <= c then
-          for comp, d in pairs(comps) do call('HINCRBY', wkey, (w - 1) .. ':' .. comp, d) end
+          for comp, d in pairs(comps) do
+            local f = (w - 1) .. ':' .. comp
+            totals[f] = (totals[f] or 0) + d
+            changed = true
+          end
         end
       end
     end
-    if held_t == nil or newest_t > held_t then call('HSET', wkey, 't', newest_t) end
+    local args = {}
+    if changed then
+      local parts = {}
+      for f, v in pairs(totals) do parts[#parts + 1] = f .. '\31' .. string.format('%d', v) end
+      args = {'w', table.concat(parts, '\30')}
+    end
+    if held_t == nil or newest_t > held_t then args[#args + 1] = 't'; args[#args + 1] = newest_t end
+    if #args > 0 then call('HSET', key, unpack(args)) end
   end
 end
 -- (their expiry is upkeep: 'X' lines when due)
@@ -384,9 +395,9 @@ return 0
 )
 
 
-# Cluster: one tiles key's increments (KEYS[1]; KEYS[2] its totals hash, which on a
-# cluster holds only 'o:<partition>' -> '<next offset applied to this key>:<newest event
-# time applied>'). ARGV[1]: lines '<partition>\t<offset>\t<event time>\t<tile>\t<component>
+# Cluster: one tiles key's increments (KEYS[1], which on a cluster also holds
+# 'o:<partition>' -> '<next offset applied to this key>:<newest event time applied>'
+# instead of the window totals). ARGV[1]: lines '<partition>\t<offset>\t<event time>\t<tile>\t<component>
 # \x1f<delta>\x1e...' (-1 -1: not from a topic).
 _TILE_ADD_LUA = r"""
 local done, done_t, top, top_t = {}, {}, {}, {}
@@ -394,7 +405,7 @@ for line in string.gmatch(ARGV[1], '[^\n]+') do
   local part, off, t, tile, parts = string.match(line, '^(%-?%d+)\t(%-?%d+)\t(%d+)\t(%-?%d+)\t(.*)$')
   off, t = tonumber(off), tonumber(t)
   if done[part] == nil then
-    local held = redis.call('HGET', KEYS[2], 'o:' .. part)
+    local held = redis.call('HGET', KEYS[1], 'o:' .. part)
     local a, b = -1, -1
     if held then a, b = string.match(held, '^(%d+):(%-?%d+)$') end
     done[part], done_t[part] = tonumber(a), tonumber(b)
@@ -412,7 +423,7 @@ for line in string.gmatch(ARGV[1], '[^\n]+') do
 end
 for part, next_off in pairs(top) do
   local t = math.max(top_t[part], done_t[part])
-  redis.call('HSET', KEYS[2], 'o:' .. part, string.format('%d:%d', math.max(next_off, done[part]), t))
+  redis.call('HSET', KEYS[1], 'o:' .. part, string.format('%d:%d', math.max(next_off, done[part]), t))
 end
 return 0
 """
@@ -604,9 +615,7 @@ class EventWriter:
         up_lines: list[str] = []
         for k, t, ret, ttl in plan.upkeep:
             read = stream_of[k][0].read
-            if read == "tiles":  # trimmed by the script as tiles advance; the tiles and their totals expire
-                up_lines += [f"X\t{k}\t{ttl}", f"X\t{k}{keys.TOTALS}\t{ttl}"]
-            elif read == "distinct":  # capped by the script every batch
+            if read in ("tiles", "distinct"):  # trimmed (tiles) or capped (lists) by the script; expires
                 up_lines.append(f"X\t{k}\t{ttl}")
             else:
                 up_lines.append(f"U\t{k}\t{t}\t{ret}\t{ttl}")
@@ -737,8 +746,6 @@ class EventWriter:
         for key, s in tiled.items():
             if s.read == "distinct":
                 pipe.zremrangebyrank(key, 0, -(s.scan + 1))
-            else:
-                pipe.expire(key + keys.TOTALS, s.ttl_s)
             pipe.expire(key, s.ttl_s)
         # Each tiles key's increments in one call of its own (its slot), skipping the events
         # at offsets it already applied: a crash before the ids are written adds nothing twice.
@@ -749,7 +756,7 @@ class EventWriter:
 
         async def add(key: str, lines: list[str]) -> None:
             async with gate:
-                await self._tile_add(keys=[key, key + keys.TOTALS], args=["\n".join(lines)])
+                await self._tile_add(keys=[key], args=["\n".join(lines)])
 
         await asyncio.gather(*(add(k, lines) for k, lines in tile_lines.items()))
         await pipe.execute()
@@ -770,10 +777,12 @@ class EventWriter:
         held = await pipe.execute()
         pipe = self._redis.pipeline(transaction=False)
         for k, fields in zip(due, held, strict=True):
-            tiles = [int(bytes(f).split(b":", 1)[0]) for f in fields]
+            # the tile fields ('<k>:<component>'), not the offsets applied ('o:<partition>')
+            heads = [(f, bytes(f).split(b":", 1)[0]) for f in fields]
+            tiles = [(f, int(h)) for f, h in heads if h.lstrip(b"-").isdigit()]
             if tiles:
-                keep_from = max(tiles) - retention_tiles(tiled[k])
-                old = [f for f, t in zip(fields, tiles, strict=True) if t < keep_from]
+                keep_from = max(t for _, t in tiles) - retention_tiles(tiled[k])
+                old = [f for f, t in tiles if t < keep_from]
                 if old:
                     pipe.hdel(k, *old)
         if len(pipe):

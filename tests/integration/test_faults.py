@@ -343,9 +343,7 @@ async def test_consumers_in_one_group_one_killed_mid_batch_end_exact(
     repo.write_text(TILED_REPOSITORY)
     client = connect(url, 8)
     for i in range(items):  # a cluster fixture is shared by the session: start from nothing
-        await client.delete(
-            keys.stream("item", f"i{i}", "click@1m"), keys.stream_totals("item", f"i{i}", "click@1m")
-        )
+        await client.delete(keys.stream("item", f"i{i}", "click@1m"))
     await _produce(kafka_bootstrap, topics["events"], _clicks(n, items, f"m{backend}"))
     group = f"g-{topics['events']}"
     env = dict(os.environ, REDIS_URL=url, KAFKA_BOOTSTRAP=kafka_bootstrap, RECMESH_REPOSITORY=str(repo),

@@ -229,3 +229,63 @@ async def test_a_batch_written_again_is_recognised_by_its_offsets(redis_client: 
     fourth = await writer.apply(reset, Source("topic", [(0, n) for n in range(4)], {0: (4, now + 1_003)}))
     assert (fourth.written, fourth.redelivered) == (4, 0)
     assert await _tile_clicks(redis_client, 5) == 50
+
+
+BY_CATEGORY = parse_feature_set(
+    """
+[repository]
+name = "by-category"
+
+[events]
+behaviors = ["click"]
+
+[items]
+[items.features]
+category = { type = "categorical" }
+
+[realtime.category_clicks_1h]
+entity = "user"
+aggregate = "count_by"
+by = "category"
+behaviors = ["click"]
+window = "1h"
+slide = "1m"
+
+[realtime.category_clicks_2h]
+entity = "user"
+aggregate = "count_by"
+by = "category"
+behaviors = ["click"]
+window = "2h"
+slide = "1m"
+""",
+    Path("by-category/recmesh.toml"),
+)
+
+
+async def test_a_tiled_stream_is_one_compact_hash_with_its_totals(redis_client: redis.Redis) -> None:
+    """Tiles and the windows' totals in one key; with a dozen attribute values the totals'
+    value passes Redis's default 64-byte limit, and the shipped config keeps it compact."""
+    store = FeatureStore(redis_client, BY_CATEGORY)
+    await store.prepare()
+    items = [(f"i{k}", {"category": f"category-{k:02d}"}) for k in range(12)]
+    await load_catalog(redis_client, BY_CATEGORY, [], items)  # type: ignore[arg-type]
+    writer = EventWriter(redis_client, BY_CATEGORY, store.offline.attributes)
+    now = int(time.time() * 1000)
+    events = [
+        Event(event_id=f"e{n}", user_id="u1", item_id=f"i{n % 12}", behavior="click",
+              event_time=now - n * 1_000)
+        for n in range(36)
+    ][::-1]  # fmt: skip
+    await writer.apply(events)
+    key = keys.stream("user", "u1", "click@1m")
+    state = [bytes(k).decode() async for k in redis_client.scan_iter(match=f"{keys.PREFIX['user']}u1*:s:*")]
+    assert state == [key], "no second hash for the totals"
+    c, t, w = [v for v in await redis_client.hmget(key, "c", "t", "w") if isinstance(v, bytes)]
+    assert int(c) == now // 60_000 and int(t) == now
+    assert len(w) > 64  # Redis's default hash-max-listpack-value
+    assert await redis_client.object("encoding", key) in (b"ziplist", b"listpack")
+    got = await store.lookup("u1", [], now, timeout_s=1.0)
+    by_category = got.user["category_clicks_1h"][0]
+    assert isinstance(by_category, dict) and by_category == got.user["category_clicks_2h"][0]
+    assert len(by_category) == 12 and sum(by_category.values()) == 36

@@ -164,9 +164,8 @@ def write_files(
 
 
 async def _families(client: Any, feature_set: Any, sample_keys: int = 20_000) -> dict[str, float]:
-    """MB of Redis memory per real-time state family (keys.state_families; the window
-    totals hashes with their tiles), from MEMORY USAGE of a uniform sample of the keys
-    (RANDOMKEY) scaled to the key count."""
+    """MB of Redis memory per real-time state family (keys.state_families), from MEMORY
+    USAGE of a uniform sample of the keys (RANDOMKEY) scaled to the key count."""
     families = keys.state_families(feature_set)
     total_keys = int(await client.dbsize())
     pipe = client.pipeline(transaction=False)
@@ -179,7 +178,7 @@ async def _families(client: Any, feature_set: Any, sample_keys: int = 20_000) ->
     sizes = await pipe.execute()
     by: dict[str, int] = {}
     for k, size in zip(drawn, sizes, strict=True):
-        name = keys.state_family(k.removesuffix(keys.TOTALS), families) or "other (catalog, popularity)"
+        name = keys.state_family(k, families) or "other (catalog, popularity)"
         by[name] = by.get(name, 0) + int(size or 0)
     scale = total_keys / max(1, len(drawn))
     return {name: round(b * scale / 2**20, 1) for name, b in sorted(by.items())}
@@ -193,12 +192,7 @@ async def _memory(client: Any, feature_set: Any, users: list[str], items: list[s
         return sum(int(x or 0) for x in await pipe.execute())
 
     def streams(entity: str, entity_id: str) -> list[str]:
-        out = []
-        for s in feature_set.streams_of(entity):
-            out.append(keys.stream(entity, entity_id, s.id))
-            if s.read == "tiles":
-                out.append(keys.stream_totals(entity, entity_id, s.id))
-        return out
+        return [keys.stream(entity, entity_id, s.id) for s in feature_set.streams_of(entity)]
 
     user_rt = [await usage([*streams("user", u), keys.user_ids(u), keys.user_history(u)]) for u in users]
     item_rt = [await usage([*streams("item", i), keys.newest("item", i), keys.item_covisits(i)])
@@ -321,6 +315,7 @@ async def run(
         memory["active_users"], memory["active_items"] = len(active_users), len(active_items)
         info = await client.info("memory")
         families = await _families(client, feature_set)
+        redis_keys = int(await client.dbsize())
         await client.aclose()
     sent = int(imported["events"])
     realtime = int(info["used_memory"]) - catalog_bytes
@@ -337,7 +332,7 @@ async def run(
         "windows": windows, "catalog_memory_mb": round(catalog_bytes / 2**20, 1),
         "realtime_memory_mb": round(realtime / 2**20, 1),
         "realtime_bytes_per_event": round(realtime / sent, 1),
-        "realtime_mb_by_family": families,
+        "realtime_mb_by_family": families, "redis_keys": redis_keys,
         **memory,
     }  # fmt: skip
 
@@ -348,7 +343,7 @@ def table(f: dict[str, Any]) -> str:
   events import  {f["events"]:,} events from {f["records"]:,} records in {f["import_total_s"]} s ({f["import_events_per_s"]:,} events/s; checked, mapped, sorted, produced with acks=all)
   ingest         {f["ingest_consumers"]} consumer process(es): {f["ingest_s"]} s ({f["ingest_events_per_s"]:,} events/s; redis-server {f["ingest_redis_us_per_event"]} us CPU per event)
   real-time      {f["realtime_bytes_per_active_user"]:,} B per active user ({f["active_users"]:,}), {f["realtime_bytes_per_active_item"]:,} B per active item ({f["active_items"]:,}) (streams, ids, history, newest, co-visits); Redis used {f["redis_used_memory_mb"]} MB in all
-  state          windows {f["windows"]}: {f["realtime_memory_mb"]} MB after the ingest beyond the catalog's {f["catalog_memory_mb"]} MB, {f["realtime_bytes_per_event"]} B per event; by family (MB): {", ".join(f"{k} {v}" for k, v in f["realtime_mb_by_family"].items())}"""  # noqa: E501
+  state          windows {f["windows"]}: {f["realtime_memory_mb"]} MB after the ingest beyond the catalog's {f["catalog_memory_mb"]} MB, {f["realtime_bytes_per_event"]} B per event, {f["redis_keys"]:,} keys in all; by family (MB): {", ".join(f"{k} {v}" for k, v in f["realtime_mb_by_family"].items())}"""  # noqa: E501
 
 
 def main(args: Any) -> int:

@@ -75,8 +75,6 @@ async def _item_keys(client: Any, fs: FeatureSet, item: str) -> list[str]:
     names = []
     for s in fs.streams_of("item"):
         names.append(keys.stream("item", item, s.id))
-        if s.read == "tiles":
-            names.append(keys.stream_totals("item", item, s.id))
     names.append(keys.newest("item", item))
     return [k for k in names if await client.exists(k)]
 
