@@ -26,7 +26,7 @@ the newest event time, 'w': every window's sums as of tile c in one value,
 '<w>:<component>' US <sum> pairs joined by RS; on a Redis Cluster 'o:<partition>',
 the offsets applied, instead of the totals). A look-up as of tile c reads the
 totals alone (HMGET of three fields: cost in components, not events or tiles);
-another as-of reads the tiles (LUA_SUM_TILES). The replay keeps the same tiles
+another as-of reads the tiles (LUA_TILES). The replay keeps the same tiles
 in memory (TileState) and sums them the same way.
 
 A `last_n` with a slide keeps instead the newest distinct other ids with the
@@ -255,9 +255,19 @@ def retention_tiles(stream: Stream) -> int:
     return -(-stream.retention_ms // stream.slide_ms)
 
 
-# Lua shared by the write and read scripts: the components of the tiles in [first, last]
-# of a tiles hash's HGETALL reply (its other fields skipped) with the newest such tile.
-LUA_SUM_TILES = r"""
+def tile_field(name: str | bytes) -> int | None:
+    """The tile of a tiles hash's field '<k>:<component>'; None for its other fields."""
+    head = (name.decode() if isinstance(name, bytes) else name).partition(":")[0]
+    return int(head) if head.lstrip("-").isdigit() else None
+
+
+# Lua shared by the write and read scripts: the tiles hash's other fields; the components
+# of the tiles in [first, last] of its HGETALL reply (the other fields skipped) with the
+# newest such tile; the totals value ('<w>:<component>' US <sum> pairs joined by RS) as a
+# table and back.
+LUA_TILES = (
+    f"local NEWEST_TILE, NEWEST_TIME, TOTALS = '{NEWEST_TILE}', '{NEWEST_TIME}', '{TOTALS}'\n"
+    + r"""
 local function sum_tiles(flat, first, last)
   local totals, newest = {}, -1
   for i = 1, #flat, 2 do
@@ -270,7 +280,18 @@ local function sum_tiles(flat, first, last)
   end
   return totals, newest
 end
+local function decode_totals(value)
+  local totals = {}
+  for f, v in string.gmatch(value or '', '([^\31\30]+)\31(%-?%d+)') do totals[f] = tonumber(v) end
+  return totals
+end
+local function encode_totals(totals)
+  local parts = {}
+  for f, v in pairs(totals) do parts[#parts + 1] = f .. '\31' .. string.format('%d', v) end
+  return table.concat(parts, '\30')
+end
 """
+)
 
 
 def decode_reply(flat: Sequence[Any], windows: int) -> list[WindowSums]:
@@ -297,10 +318,10 @@ def tiles_from_hash(flat: Mapping[Any, Any]) -> TileState:
     """A tiles hash (HGETALL, '<k>:<component>' -> int) as a TileState (the cluster's read)."""
     tiles: dict[int, Components] = {}
     for k, v in flat.items():
-        name = k.decode() if isinstance(k, bytes) else str(k)
-        tile, sep, comp = name.partition(":")
-        if sep and tile.lstrip("-").isdigit():  # not 'c', 't', 'w' or 'o:<partition>'
-            tiles.setdefault(int(tile), {})[comp] = int(v)
+        tile = tile_field(k)
+        if tile is not None:  # not 'c', 't', 'w' or 'o:<partition>'
+            name = k.decode() if isinstance(k, bytes) else str(k)
+            tiles.setdefault(tile, {})[name.partition(":")[2]] = int(v)
     state = TileState(dict(tiles))
     state.keys = sorted(state.tiles)
     state.newest_tile = state.keys[-1] if state.keys else -1

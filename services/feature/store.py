@@ -26,7 +26,7 @@ from recmesh.features import keys, tiles
 from recmesh.features.compute import StreamEvent, aggregate, count_columns
 from recmesh.features.plans import plans
 from recmesh.features.repository import Entity, FeatureSet, FeatureValue, Stream
-from recmesh.features.tiles import LUA_SUM_TILES
+from recmesh.features.tiles import LUA_TILES
 from recmesh.features.wire import Column
 from recmesh.redis_client import AnyRedis
 from services.feature.item_cache import ItemReadCache
@@ -49,7 +49,7 @@ _log = structlog.get_logger("recmesh.feature.store")
 # back from each sorted set cost about half the script. A missing or disagreeing
 # entry is read from the set.
 _ITEM_WINDOWS_LUA = (
-    LUA_SUM_TILES
+    LUA_TILES
     + """
 local call = redis.call
 local hi = ARGV[1]
@@ -79,14 +79,12 @@ end
 -- when its newest tile is q, else summed from the tiles. Reply: {'t', newest time,
 -- '<w>@', newest non-empty tile of window w, '<w>:<component>', total, ...}.
 local function tiled(key, s)
-  local held = call('HMGET', key, 'c', 't', 'w')
+  local held = call('HMGET', key, NEWEST_TILE, NEWEST_TIME, TOTALS)
   local c, t = tonumber(held[1]), held[2]
   if c == nil then return {} end
   local out = {'t', t}
   if c == s.q then
-    for f, v in string.gmatch(held[3] or '', '([^\\31\\30]+)\\31(%-?%d+)') do
-      out[#out + 1] = f; out[#out + 1] = v
-    end
+    for f, v in pairs(decode_totals(held[3])) do out[#out + 1] = f; out[#out + 1] = v end
     for w = 1, #s.ns do out[#out + 1] = (w - 1) .. '@'; out[#out + 1] = c end
     return out
   end

@@ -60,7 +60,7 @@ from recmesh.features.compute import encode_member
 from recmesh.features.covisit import COVISIT_MAX_PER_ITEM, COVISIT_TTL_S, batch_pairs, pair_increments
 from recmesh.features.plans import plans
 from recmesh.features.repository import FIELD_SEP, VALUE_SEP, Entity, FeatureSet, Stream
-from recmesh.features.tiles import LUA_SUM_TILES, components, retention_tiles, tile_of
+from recmesh.features.tiles import LUA_TILES, components, retention_tiles, tile_field, tile_of
 from recmesh.redis_client import AnyRedis
 from services.feature.item_cache import change_message
 
@@ -106,7 +106,7 @@ end
 # 'I\t<key>\t<newest>\t<retention_ms>' (trim an ids set).
 # Returns {pairs counted, duplicates, redelivered}.
 _APPLY_LUA = (
-    LUA_SUM_TILES
+    LUA_TILES
     + LUA_MARK_APPLIED
     + r"""
 local call = redis.call
@@ -222,7 +222,7 @@ end
 -- batch's tiles added to the windows that hold them (recmesh/features/tiles.py).
 for key, a in pairs(tiled) do
   local spec = specs[a.spec]
-  local cur = call('HMGET', key, 'c', 't', 'w')
+  local cur = call('HMGET', key, NEWEST_TILE, NEWEST_TIME, TOTALS)
   local c, held_t = tonumber(cur[1]), tonumber(cur[2])
   for tile, comps in pairs(a.tiles) do
     for comp, d in pairs(comps) do call('HINCRBY', key, tile .. ':' .. comp, d) end
@@ -238,17 +238,16 @@ for key, a in pairs(tiled) do
       if k ~= nil and k < keep_from then old[#old + 1] = flat[i] end
     end
     for i = 1, #old, 1000 do call('HDEL', key, unpack(old, i, math.min(i + 999, #old))) end
-    local parts = {}
+    local totals = {}
     for w, n in ipairs(spec.windows) do
-      local totals = sum_tiles(flat, top - n + 1, top)
-      for comp, v in pairs(totals) do
-        if v ~= 0 then parts[#parts + 1] = (w - 1) .. ':' .. comp .. '\31' .. string.format('%d', v) end
+      local sums = sum_tiles(flat, top - n + 1, top)
+      for comp, v in pairs(sums) do
+        if v ~= 0 then totals[(w - 1) .. ':' .. comp] = v end
       end
     end
-    call('HSET', key, 'c', top, 't', newest_t, 'w', table.concat(parts, '\30'))
+    call('HSET', key, NEWEST_TILE, top, NEWEST_TIME, newest_t, TOTALS, encode_totals(totals))
   else
-    local totals, changed = {}, false
-    for f, v in string.gmatch(cur[3] or '', '([^\31\30]+)\31(%-?%d+)') do totals[f] = tonumber(v) end
+    local totals, changed = decode_totals(cur[3]), false
     for tile, comps in pairs(a.tiles) do
       for w, n in ipairs(spec.windows) do
         if tile > c - n and tile <= c then
@@ -261,12 +260,8 @@ for key, a in pairs(tiled) do
       end
     end
     local args = {}
-    if changed then
-      local parts = {}
-      for f, v in pairs(totals) do parts[#parts + 1] = f .. '\31' .. string.format('%d', v) end
-      args = {'w', table.concat(parts, '\30')}
-    end
-    if held_t == nil or newest_t > held_t then args[#args + 1] = 't'; args[#args + 1] = newest_t end
+    if changed then args = {TOTALS, encode_totals(totals)} end
+    if held_t == nil or newest_t > held_t then args[#args + 1] = NEWEST_TIME; args[#args + 1] = newest_t end
     if #args > 0 then call('HSET', key, unpack(args)) end
   end
 end
@@ -778,8 +773,7 @@ class EventWriter:
         pipe = self._redis.pipeline(transaction=False)
         for k, fields in zip(due, held, strict=True):
             # the tile fields ('<k>:<component>'), not the offsets applied ('o:<partition>')
-            heads = [(f, bytes(f).split(b":", 1)[0]) for f in fields]
-            tiles = [(f, int(h)) for f, h in heads if h.lstrip(b"-").isdigit()]
+            tiles = [(f, t) for f in fields if (t := tile_field(bytes(f))) is not None]
             if tiles:
                 keep_from = max(t for _, t in tiles) - retention_tiles(tiled[k])
                 old = [f for f, t in tiles if t < keep_from]

@@ -16,6 +16,7 @@ from recmesh.features.tiles import (
     TileState,
     add,
     retention_tiles,
+    tile_field,
     tile_parts,
     tiles_from_hash,
     window_tiles,
@@ -97,3 +98,12 @@ def test_a_tiles_hash_read_back_sums_as_the_state_it_was_written_from() -> None:
             want, newest = by_tiles(state.tiles, first, last)
             got = read.sums(first, last)
             assert {c: v for c, v in got.totals.items() if v} == want and got.newest_tile == newest
+
+
+def test_a_tiles_hash_reads_its_tiles_apart_from_its_totals_and_offsets() -> None:
+    assert [tile_field(f) for f in ("59:n", b"-3:b0:news", "c", "t", "w", b"o:2", "x:n")] == [
+        59, -3, None, None, None, None, None
+    ]  # fmt: skip
+    held = {b"59:n": b"2", b"59:b0:a:b": b"1", b"c": b"59", b"w": b"0:n\x1f2", b"o:0": b"7:9"}
+    state = tiles_from_hash(held)
+    assert state.tiles == {59: {"n": 2, "b0:a:b": 1}} and state.newest_tile == 59
