@@ -7,8 +7,11 @@ a model for its feature set (the demo trains one now if none; another
 repository needs one trained with `recmesh train --events`) -> feature,
 ingest, attribution, inference, ranker, gateway -> wait until every one reports SERVING ->
 for the demo, a burst of demo events so real-time features are live -> print
-endpoints. SIGINT/SIGTERM stop the children in reverse order; if one dies
-unexpectedly the rest are stopped and `up` exits non-zero.
+endpoints. The steps between the infrastructure and the services, and the demo
+events, run in forked children (`in_child`): this process supervises for the
+mesh's whole life and keeps none of what they import. SIGINT/SIGTERM stop the
+children in reverse order; if one dies unexpectedly the rest are stopped and
+`up` exits non-zero.
 
 State across runs: the embedded Redis keeps its data in <state>/redis (snapshots
 by default, or an append-only file: RECMESH_REDIS_PERSISTENCE,
@@ -26,12 +29,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import os
 import signal
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 import httpx
 
@@ -49,7 +55,10 @@ from recmesh.tools.localinfra import (
     remove_redis_data,
     wait_tcp,
 )
+from recmesh.tools.training.beside import Forked, can_fork
 from recmesh.topics import ensure_topics
+
+T = TypeVar("T")
 
 DEMO_API_KEY = "demo-interactive"
 DEMO_API_KEYS = '{"demo-interactive": {"tenant": "demo", "max_class": "A", "trusted_context": true}}'
@@ -112,6 +121,14 @@ async def wait_redis_loaded(url: str, timeout_s: float, proc: ManagedProcess | N
                 await asyncio.sleep(0.05)
     finally:
         await client.aclose()
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """What the start-up steps run in a child (Mesh.prepare) tell the supervisor."""
+
+    example_user: str  # the banner's curl: a user of the served catalog
+    item_vectors_missing: bool
 
 
 class Mesh:
@@ -352,14 +369,24 @@ class Mesh:
             say("exporting the all-MiniLM-L6-v2 sentence encoder to ONNX (packaged weights, once) ...")
             export(self.model_dir)
 
-    def embed_items_in_background(self) -> None:
+    def prepare(self) -> Prepared:
+        """The start-up steps between the infrastructure and the services: the
+        catalog, a model, the sentence encoder. Run by `_start` in a child
+        process (`in_child`), so that what they import and allocate (training,
+        ONNX, the catalog's tables) never stays in this long-lived one."""
+        from recmesh.vectors import load_item_vectors
+
+        asyncio.run(self.load_data())
+        self.ensure_model()
+        self.ensure_embedder()
+        return Prepared(self.example_user, load_item_vectors(self.model_dir) is None)
+
+    def embed_items_in_background(self, vectors_missing: bool) -> None:
         """Item vectors for semantic recall, when missing: `recmesh embed items`
         in its own low-priority process once the mesh is up (about half a
         minute for the demo catalog on one core), so start-up does not wait;
         the vectors are written atomically when done. Stopped with the mesh."""
-        from recmesh.vectors import load_item_vectors
-
-        if load_item_vectors(self.model_dir) is not None:
+        if not vectors_missing:
             return
         if self.feature_set.decl.items.texts is None:
             say("the repository declares no item texts: no item vectors (semantic recall stays off)")
@@ -543,24 +570,51 @@ async def run(settings: UpSettings, demo_events: int, fresh: bool = False) -> in
 async def _start(mesh: Mesh, demo_events: int) -> None:
     t0 = time.monotonic()
     await mesh.start_infra()
-    await mesh.load_data()
-    await asyncio.to_thread(mesh.ensure_model)
-    await asyncio.to_thread(mesh.ensure_embedder)
+    prepared = await in_child(mesh.prepare, "start-up steps")
+    mesh.example_user = prepared.example_user
     mesh.start_services()
     mesh.write_cli_env()
     await mesh.wait_ready()
-    mesh.embed_items_in_background()
+    mesh.embed_items_in_background(prepared.item_vectors_missing)
     if demo_events and mesh.feature_set.demo:
-        n = await mesh.send_demo_events(demo_events)
+        n = await in_child(lambda: asyncio.run(mesh.send_demo_events(demo_events)), "demo events")
         say(f"sent {n} demo events to {mesh.s.events_topic} (real-time features are live)")
     print(banner(mesh, time.monotonic() - t0), flush=True)
     release_startup_memory()
 
 
+async def in_child(fn: Callable[[], T], what: str) -> T:
+    """`fn()` in a forked child process (on a thread of this one where the system
+    does not fork safely), its result or exception returned here. `recmesh up`
+    lives as long as the mesh and only supervises it: the steps run this way
+    (training, ONNX, the catalog load, the demo events' producer) left it
+    holding 25-50 MiB it never used again (docs/architecture.md, *Memory*).
+    Cancelled (a stop during start-up), the child is terminated."""
+    if not can_fork():
+        return await asyncio.to_thread(fn)
+    job = Forked(functools.partial(_as_step, fn), what)
+    try:
+        return await asyncio.to_thread(job.result)
+    except asyncio.CancelledError:
+        await asyncio.to_thread(job.cancel)
+        raise
+
+
+def _as_step(fn: Callable[[], T]) -> T:
+    """In the child: this process's signal handling is the supervisor's (its
+    loop's wake-up pipe, SIGINT and SIGTERM turned into a stop). A Ctrl-C on the
+    terminal reaches the whole process group and is the supervisor's to act on;
+    it terminates the child (SIGTERM, which must then end it)."""
+    signal.set_wakeup_fd(-1)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    return fn()
+
+
 def release_startup_memory() -> None:
     """From here on this process only supervises: give back to the system what
-    the start-up steps (catalog load, demo events, training checks) allocated
-    and freed (glibc keeps freed heap pages otherwise)."""
+    its own start-up (topics, readiness probes) allocated and freed (glibc
+    keeps freed heap pages otherwise); the heavy steps ran in children."""
     import ctypes
     import ctypes.util
     import gc

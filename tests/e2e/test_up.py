@@ -236,6 +236,14 @@ async def _check_traces(running: Running, trace_id: str, events_trace: str) -> N
     await poll_until(consumer_linked, "the consumer's span links to the producer", timeout=10)
 
 
+def test_the_supervisor_keeps_nothing_of_its_start_up_steps(running: Running) -> None:
+    # The model check, the encoder's export and the catalog load ran in a child
+    # (up.in_child): ONNX, which they load, is not in the long-lived process.
+    maps = Path(f"/proc/{running.proc.pid}/maps").read_text()
+    assert "/site-packages/onnx" not in maps
+    assert "/site-packages/onnxruntime" not in maps
+
+
 async def test_grpc_recommender(running: Running) -> None:
     async with grpc.aio.insecure_channel(f"127.0.0.1:{running.ports['GATEWAY_GRPC_PORT']}") as channel:
         stub = recommender_pb2_grpc.RecommenderStub(channel)
