@@ -111,6 +111,10 @@ class IngestSettings(CommonSettings, RedisSettings, KafkaSettings):
     # default is 500). The embedded Tansu broker answers a fetch when the wait is over, not when
     # a record arrives: at 500 ms, freshness p99 was 475 ms; at 50 ms, 114 ms (bench features).
     fetch_max_wait_ms: int = Field(50, ge=0, validation_alias="RECMESH_INGEST_FETCH_MAX_WAIT_MS")
+    # The same once no record has come for a second (recmesh.consumer.FetchWait): an idle
+    # mesh's empty fetches were most of its CPU; the first event after a quiet second is
+    # applied up to this much later. At most fetch_max_wait_ms: never stretched.
+    idle_fetch_max_wait_ms: int = Field(250, ge=0, validation_alias="RECMESH_INGEST_IDLE_FETCH_MAX_WAIT_MS")
     allowed_lateness_ms: int = Field(10_000, validation_alias="RECMESH_ALLOWED_LATENESS_MS")
     # State-drift sampler: a pass over the keyspace every this many seconds (0 = off),
     # scanning at most this many keys per second (services/feature/drift.py).

@@ -26,7 +26,7 @@ from aiokafka.errors import CommitFailedError, KafkaError
 from prometheus_client import Counter, Gauge, Histogram
 from redis.exceptions import RedisError
 
-from recmesh.consumer import consumer_lag, next_offsets
+from recmesh.consumer import FetchWait, consumer_lag, next_offsets
 from recmesh.consumer import make_consumer as make_kafka_consumer
 from recmesh.errors import InvalidArgument
 from recmesh.events import Event, EventSchema, parse_event
@@ -63,6 +63,9 @@ _PRODUCED_TO_CONSUMED = STAGE.labels("produced_to_consumed")
 _CONSUMED_TO_APPLIED = STAGE.labels("consumed_to_applied")
 _LATE_APPLIED, _LATE_REFUSED = LATE.labels("applied"), LATE.labels("refused")
 LAG = Gauge("recmesh_ingest_consumer_lag", "Records behind the high watermark.", ("partition",))
+FETCH_WAIT = Gauge(
+    "recmesh_ingest_fetch_wait_ms", "How long the consumer's fetches wait at the broker (longer while idle)."
+)
 STORE_RETRIES = Counter("recmesh_ingest_store_retries_total", "Batches retried because Redis failed.")
 REDELIVERED = Counter(
     "recmesh_ingest_redelivered_events_total",
@@ -184,6 +187,7 @@ class Ingestor:
         self._schema = feature_set.event_schema
         self._writer = writer or EventWriter(store.client, feature_set, store.offline.attributes)
         self._consumer = consumer
+        self._fetch_wait = FetchWait(consumer, settings.fetch_max_wait_ms, settings.idle_fetch_max_wait_ms)
         self._producer = producer
         self._marks = Watermarks(settings.allowed_lateness_ms, feature_set.retention_ms)
         self.applied = 0
@@ -208,6 +212,7 @@ class Ingestor:
             while not stop.is_set():
                 batches = await self._consumer.getmany(timeout_ms=200, max_records=self._settings.max_batch)
                 records = [r for recs in batches.values() for r in recs]
+                FETCH_WAIT.set(self._fetch_wait.observe(bool(records)))
                 if records:
                     previous = in_hand[-1] if in_hand else None
                     batch = _Batch(asyncio.Event())

@@ -207,6 +207,37 @@ async def test_the_consumer_waits_at_most_the_configured_fetch_wait(kafka_bootst
     await slow.stop()
 
 
+async def test_an_idle_consumer_fetches_with_its_longer_wait_and_shortens_it_with_records(
+    kafka_bootstrap: str, scratch_redis_url: str, topics: dict[str, str]
+) -> None:
+    """aiokafka builds every fetch with its fetcher's wait (a private attribute,
+    FetchWait): set on the running consumer, and back to the short one once
+    records come."""
+    from services.feature.ingest import FETCH_WAIT
+
+    settings = IngestSettings(
+        kafka_bootstrap=kafka_bootstrap, redis_url=scratch_redis_url, events_topic=topics["events"],
+        dlq_topic=topics["dlq"], consumer_group=f"g-{topics['events']}",
+    )  # fmt: skip
+    assert (settings.fetch_max_wait_ms, settings.idle_fetch_max_wait_ms) == (50, 250)
+    client = connect(scratch_redis_url, 4)
+    store = FeatureStore(client, FEATURE_SET)
+
+    def wait_ms(ingestor: object) -> int:
+        return int(ingestor.consumer._fetcher._fetch_max_wait_ms)  # type: ignore[attr-defined]
+
+    async with running(settings, store) as ingestor:
+        await poll_until(lambda: asyncio.sleep(0, wait_ms(ingestor) == 250), "the idle wait", 10)
+        assert FETCH_WAIT._value.get() == 250
+        event = {"event_id": "w1", "user_id": "u1", "item_id": "i1", "behavior": "click",
+                 "event_time": int(time.time() * 1000)}  # fmt: skip
+        await _produce(kafka_bootstrap, topics["events"], [(b"u1", orjson.dumps(event))])
+        await poll_until(lambda: asyncio.sleep(0, ingestor.applied == 1), "the event applied", 10)
+        assert wait_ms(ingestor) == 50
+        assert FETCH_WAIT._value.get() == 50
+    await client.aclose()
+
+
 def test_a_stop_during_start_up_gives_it_up_cleanly(redis_url: str, tmp_path: Path) -> None:
     """The ingest process stopped while it cannot start (no broker at its address: it
     retries) exits at once and cleanly: the signal is not asyncio's KeyboardInterrupt."""
