@@ -43,7 +43,7 @@ async def build(settings: FeatureSettings) -> Parts:
         build_server(settings, store, served_log),
         warm=warm,
         background=[lambda: item_reads.follow(client)],
-        closers=[flush_log, client.aclose],
+        closers=[flush_log, store.aclose, client.aclose],
     )
 
 

@@ -211,6 +211,17 @@ class OfflineCache:
         if self._refresher is None and self._refresh_queue:
             self._refresher = asyncio.create_task(self._refresh_queued())
 
+    async def aclose(self) -> None:
+        """Stop the background re-reads. Before the Redis client closes: a
+        re-read that began after it would take a new connection from the
+        closed client's pool, and nothing would ever close it."""
+        self._refresh_queue.clear()
+        task = self._refresher
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
     async def _refresh_queued(self) -> None:
         try:
             while self._refresh_queue:  # ends when look-ups stop queueing

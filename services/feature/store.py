@@ -247,6 +247,10 @@ class FeatureStore:
             self._item_sha = await self._redis.script_load(_ITEM_WINDOWS_LUA)
         await self.offline.prepare()
 
+    async def aclose(self) -> None:
+        """Stop the store's background work; before its Redis client closes."""
+        await self.offline.aclose()
+
     def _with_defaults(
         self,
         entity: Entity,

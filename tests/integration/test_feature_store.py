@@ -382,3 +382,18 @@ async def test_the_newest_index_answers_as_the_sorted_sets_do(redis_client: redi
     from_sets = [(await store.lookup("u1", ["i1", "i2", "i3"], t, timeout_s=1.0)).items for t in as_ofs]
     assert indexed == from_sets
     assert any(row["clicks_10m"][2] > 0 for rows in indexed for row in rows)  # ages were served
+
+
+async def test_a_closed_store_re_reads_nothing_on_its_closed_client(scratch_redis_url: str) -> None:
+    """Statics due for a re-read are queued for a background task; closing the
+    store stops it, so it never takes a connection from a client that has been
+    closed (one nobody would close: a ResourceWarning in the suite, a leaked
+    socket at a service's shutdown)."""
+    client = redis.Redis.from_url(scratch_redis_url, protocol=2)
+    store = FeatureStore(client, FEATURE_SET, offline=OfflineCache(client, FEATURE_SET))
+    before = static_reads("background")
+    store.offline._refresh_statics_later(["i1", "i2"])  # as a look-up queues statics due for a re-read
+    await store.aclose()
+    await client.aclose()
+    await asyncio.sleep(0.2)
+    assert static_reads("background") == before

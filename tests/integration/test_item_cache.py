@@ -99,6 +99,8 @@ async def test_held_reads_answer_as_redis_does_until_the_ingest_writes(
         while not await current():
             assert time.monotonic() < deadline, "the write's items were not dropped within 2 s (bound: 10 s)"
             await asyncio.sleep(0.01)
+    await held.aclose()
+    await plain.aclose()
 
 
 async def test_not_subscribed_serves_nothing_held(client: redis.Redis, demo_feature_set: FeatureSet) -> None:
@@ -109,6 +111,7 @@ async def test_not_subscribed_serves_nothing_held(client: redis.Redis, demo_feat
     hits = _hits()
     await held.lookup("icu", ITEMS, now, 2.0)
     assert _hits() == hits
+    await held.aclose()
 
 
 async def test_the_acl_users_may_publish_and_follow(tmp_path: Path, demo_feature_set: FeatureSet) -> None:
