@@ -615,12 +615,9 @@ def release_startup_memory() -> None:
     """From here on this process only supervises: give back to the system what
     its own start-up (topics, readiness probes) allocated and freed (glibc
     keeps freed heap pages otherwise); the heavy steps ran in children."""
-    import ctypes
-    import ctypes.util
     import gc
 
+    from recmesh.heap import give_back
+
     gc.collect()
-    name = ctypes.util.find_library("c")
-    if name:
-        with contextlib.suppress(OSError, AttributeError):
-            ctypes.CDLL(name).malloc_trim(0)
+    give_back()
