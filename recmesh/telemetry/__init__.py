@@ -14,11 +14,12 @@
 - Logs: structlog JSON lines carrying service, trace_id and span_id.
 
 The package keeps one concern per module, imported one way (config, export,
-http <- redis <- tracing; peer <- kafka): `metrics` (the Prometheus metrics and
-observe_many), `logs` (setup_logging, process_age_s), `config` (the `OTEL_*`
+http <- redis <- tracing; spans <- rpc, tracing; peer <- kafka): `metrics` (the Prometheus metrics,
+observe_many, observe, children), `logs` (setup_logging, process_age_s), `config` (the `OTEL_*`
 variables that choose exporters, protocol and sampler, TelemetryConfigError),
 `export` (the spans file, OTLP exporters, dropped-span counts, Tracing and its
-bounded flush), `tracing` (setup_tracing, current_trace_id), `http` (the HTTP
+bounded flush), `tracing` (setup_tracing, current_trace_id), `spans` (child_span: no span
+built where nothing could record it), `http` (the HTTP
 semantic-convention opt-in and mode), `redis` (the Redis instrumentation),
 `peer` (server_attributes of a dialled address), `kafka` (the Kafka spans and
 trace headers) and `rpc` (the gRPC client and server spans). Every name is
@@ -73,11 +74,14 @@ from recmesh.telemetry.metrics import (
     FALLBACKS,
     LATENCY_BUCKETS,
     REQUEST_LATENCY,
+    children,
+    observe,
     observe_many,
 )
 from recmesh.telemetry.peer import GRPC_PORT, KAFKA_PORT, SERVER_ADDRESS, SERVER_PORT, server_attributes
 from recmesh.telemetry.redis import instrument_redis
 from recmesh.telemetry.rpc import RPC_STATUS_ATTRIBUTE, end_rpc_span, grpc_client_span, grpc_server_span
+from recmesh.telemetry.spans import child_span
 from recmesh.telemetry.tracing import current_trace_id, setup_tracing
 
 __all__ = [
@@ -111,6 +115,8 @@ __all__ = [
     "_CountedProcessor",
     "_GuardedExporter",
     "check_sampler",
+    "child_span",
+    "children",
     "current_trace_id",
     "end_rpc_span",
     "grpc_client_span",
@@ -121,6 +127,7 @@ __all__ = [
     "kafka_produce_span",
     "kafka_server_attributes",
     "kafka_trace_headers",
+    "observe",
     "observe_many",
     "opt_in_stable_http",
     "otlp_protocol",

@@ -5,9 +5,13 @@ from __future__ import annotations
 import bisect
 import collections
 import functools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import TypeVar
 
 from prometheus_client import Counter, Gauge, Histogram
+from prometheus_client.metrics import MetricWrapperBase
+
+M = TypeVar("M", bound=MetricWrapperBase)
 
 LATENCY_BUCKETS = (
     0.0005, 0.001, 0.002, 0.003, 0.004, 0.005, 0.0075, 0.01, 0.0125, 0.015, 0.02, 0.025,
@@ -65,3 +69,18 @@ def observe_many(histogram: Histogram, amounts: Sequence[float]) -> None:
     for index, count in collections.Counter(indexes).items():
         histogram._buckets[index].inc(count)
     histogram._sum.inc(sum(amounts))
+
+
+def observe(child: Histogram, amount: float) -> None:
+    """`child.observe(amount)` on a labelled child, its bucket found by binary
+    search instead of a scan of every bound (observe_many's layout): the ranker
+    observes about 18 values per request. Not NaN."""
+    child._buckets[bisect.bisect_left(child._upper_bounds, amount)].inc(1)
+    child._sum.inc(amount)
+
+
+def children(metric: M) -> Callable[..., M]:
+    """`metric.labels(*values)`, each set of values looked up once (labels()
+    validates and locks on every call: 3.6 µs against 0.5). For label values
+    from a bounded set, as every metric's here."""
+    return functools.lru_cache(maxsize=4096)(metric.labels)

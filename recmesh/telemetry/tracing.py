@@ -25,6 +25,7 @@ from recmesh.telemetry.export import (
 )
 from recmesh.telemetry.http import opt_in_stable_http
 from recmesh.telemetry.redis import instrument_redis
+from recmesh.telemetry.spans import follow_parent
 
 _log = structlog.get_logger("recmesh.telemetry")
 
@@ -82,6 +83,8 @@ def setup_tracing(service: str, *, redis: bool = True, flush_s: float = DEFAULT_
     resource = Resource.create({} if named else {SERVICE_NAME: service})
     # shutdown_on_exit=False: the SDK's own exit hook would wait out retries (see Tracing.shutdown).
     provider = TracerProvider(resource=resource, sampler=sampler, shutdown_on_exit=False)
+    # A child of an unsampled parent is never sampled under these: child_span skips building it.
+    follow_parent(isinstance(provider.sampler, ParentBased) or provider.sampler is ALWAYS_OFF)
     for pipeline in pipelines:
         provider.add_span_processor(pipeline)
     trace.set_tracer_provider(provider)

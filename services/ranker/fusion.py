@@ -19,8 +19,10 @@ popularity, cosine) fuse on one scale.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import chain
 from typing import Literal
 
 Role = Literal["cf", "graph", "semantic", "prior", "learnt"]
@@ -82,11 +84,7 @@ def fuse(lists: Mapping[str, Sequence[tuple[str, float]]], weights: Mapping[str,
 
 def contributions(fused: Sequence[Fused]) -> dict[str, int]:
     """How many of the fused items each source brought (an item with two sources counts for both)."""
-    out: dict[str, int] = {}
-    for f in fused:
-        for s in f.sources:
-            out[s] = out.get(s, 0) + 1
-    return out
+    return dict(Counter(chain.from_iterable(f.sources for f in fused)))
 
 
 # --- category affinity --------------------------------------------------------
@@ -133,12 +131,27 @@ def affinity_candidates(
     scores its category's affinity share times its rank score there."""
     total = sum(w for _, w in affinity) or 1.0
     best: dict[str, float] = {}
+    held = best.get
     for cat, w in affinity:
-        for rank, (item_id, _) in enumerate(popular_by_category.get(cat, ())):
-            s = (w / total) * rank_score(rank)
-            if s > best.get(item_id, 0.0):
+        items = popular_by_category.get(cat, ())
+        share = w / total
+        for item_id, rs in zip([i for i, _ in items], _rank_scores(len(items)), strict=False):
+            s = share * rs
+            if s > held(item_id, 0.0):
                 best[item_id] = s
-    return sorted(best.items(), key=lambda kv: (-kv[1], kv[0]))[:limit]
+    ordered = sorted(best)  # ties by item id: the sort below is stable
+    ordered.sort(key=best.__getitem__, reverse=True)
+    return [(i, best[i]) for i in ordered[:limit]]
+
+
+_RANK_SCORES: list[float] = []
+
+
+def _rank_scores(n: int) -> list[float]:
+    """rank_score(r) for r < n (at least), computed once."""
+    if len(_RANK_SCORES) < n:
+        _RANK_SCORES.extend(rank_score(r) for r in range(len(_RANK_SCORES), n))
+    return _RANK_SCORES
 
 
 # --- semantic confidence ----------------------------------------------------------

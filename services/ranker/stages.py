@@ -10,7 +10,7 @@ produces. Values between nodes are the small dataclasses below.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from opentelemetry import trace
@@ -29,7 +29,6 @@ from services.ranker.fusion import (
     Fused,
     Role,
     cap_per_category,
-    contributions,
     drop_items,
     fuse,
     role_weights,
@@ -53,7 +52,8 @@ class RequestState:
     degraded: list[str] = field(default_factory=list)
     level: int = 0
     sigma: float = 0.0
-    recall_counts: dict[str, int] = field(default_factory=dict)
+    # the candidates as recall left them (fused, then filtered): their sources are counted once, at the end
+    recall_pool: Sequence[Fused] = ()
     suggested_level: int | None = None  # what inference said in this request
 
 
@@ -260,7 +260,7 @@ async def _run_fuse(env: Env, req: RequestState, node: NodeSpec, inputs: Inputs,
     req.sigma = sigma
     if not fused:
         raise Unavailable("no candidates from any recall source")
-    req.recall_counts = contributions(fused[: env.settings.candidates])
+    req.recall_pool = fused[: env.settings.candidates]
     return Candidates(fused)
 
 
@@ -300,7 +300,7 @@ async def _run_filter(env: Env, req: RequestState, node: NodeSpec, inputs: Input
     ]
     if not kept:
         raise Unavailable("every candidate was filtered out")
-    req.recall_counts = contributions(kept)
+    req.recall_pool = kept
     return Candidates(kept)
 
 

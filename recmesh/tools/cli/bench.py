@@ -24,6 +24,7 @@ def add_commands(sub: Any) -> None:
     _add_ai_tools(bench)
     _add_coldstart(bench)
     _add_ranker(bench)
+    _add_graph(bench)
     _add_e2e(bench)
     _add_tls(bench)
     _add_floor(bench)
@@ -256,6 +257,21 @@ def _add_ranker(bench: Any) -> None:
     )
     br.add_argument("--json", action="store_true")
     br.set_defaults(func=lazy("recmesh.tools.bench.ranker"))
+
+
+def _add_graph(bench: Any) -> None:
+    bg = bench.add_parser(
+        "graph", help="the ranker's own Python per Rank: its graph over a running mesh's recorded answers"
+    )
+    bg.add_argument("--sample", type=positive_int, default=100, help="users whose answers are recorded")
+    bg.add_argument("--users", type=positive_int, default=2000, help="users <prefix>0..<prefix>(N-1)")
+    bg.add_argument(
+        "--user-prefix", default="u", help="the users' id prefix (default u, the demo's; '' for ids 0..N-1)"
+    )
+    bg.add_argument("--passes", type=positive_int, default=10, help="passes over the sample per repeat")
+    bg.add_argument("--repeat", type=positive_int, default=5, help="repeats (median and range printed)")
+    bg.add_argument("--json", action="store_true")
+    bg.set_defaults(func=lazy("recmesh.tools.bench.graph"))
 
 
 def _add_e2e(bench: Any) -> None:

@@ -26,7 +26,9 @@ from recmesh.telemetry import (
     _CountedProcessor,
     _GuardedExporter,
     check_sampler,
+    children,
     kafka_server_attributes,
+    observe,
     observe_many,
     otlp_protocol,
     process_age_s,
@@ -113,6 +115,67 @@ def test_spans_are_recorded_only_where_something_exports_them(
     out = subprocess.run([sys.executable, "-c", SAMPLING_PROBE], env=clean, capture_output=True,
                          text=True, check=True, timeout=60)  # fmt: skip
     assert out.stdout.strip() == expected, out.stderr
+
+
+CHILD_PROBE = """
+from recmesh.telemetry import setup_tracing
+from recmesh.telemetry.rpc import grpc_client_span
+from recmesh.telemetry.spans import child_span
+from opentelemetry import trace
+from opentelemetry.propagate import extract
+setup_tracing("probe", redis=False)
+tracer = trace.get_tracer("t")
+for flags in ("", "01", "00"):  # a root, a sampled caller, an unsampled caller
+    parent = extract({"traceparent": f"00-{'ab' * 16}-{'cd' * 8}-{flags}"}) if flags else None
+    with tracer.start_as_current_span("server", context=parent) as server:
+        with child_span(tracer, "stage") as stage, grpc_client_span("/s/M", "B") as (call, metadata):
+            sent = dict(metadata)["traceparent"].split("-")
+            same = stage is server and call is server
+            ctx = server.get_span_context()
+            print(same, stage.is_recording(), sent[1] == format(ctx.trace_id, "032x"),
+                  sent[2] == format(ctx.span_id, "016x"), end="; ")
+"""
+
+
+@pytest.mark.parametrize(
+    ("env", "expected"),
+    [
+        # Under an unsampled parent the stage and the call are the parent itself, and the
+        # call sends the parent's ids on; under a sampled one they are spans of their own.
+        ({}, "True False True True; False True True False; True False True True;"),
+        ({"OTEL_TRACES_SAMPLER": "parentbased_always_on"},
+         "False True True False; False True True False; True False True True;"),
+        # A sampler that does not follow the parent decides every child itself.
+        ({"OTEL_TRACES_SAMPLER": "always_on"}, "False True True False; False True True False; "
+         "False True True False;"),
+        ({"OTEL_TRACES_SAMPLER": "traceidratio", "OTEL_TRACES_SAMPLER_ARG": "0"},
+         "False False True False; False False True False; False False True False;"),
+    ],
+)  # fmt: skip
+def test_a_child_of_an_unsampled_parent_is_the_parent_where_the_sampler_follows_it(
+    env: dict[str, str], expected: str
+) -> None:
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "RECMESH_SPANS"))}
+    clean.update(env)
+    out = subprocess.run([sys.executable, "-c", CHILD_PROBE], env=clean, capture_output=True,
+                         text=True, check=True, timeout=60)  # fmt: skip
+    assert out.stdout.strip() == expected, out.stderr
+
+
+def test_observe_matches_the_histograms_own() -> None:
+    own = Histogram("own", "h", ("stage",), buckets=BUCKETS, registry=CollectorRegistry())
+    fast = Histogram("own", "h", ("stage",), buckets=BUCKETS, registry=CollectorRegistry())
+    for a in (*AMOUNTS, *BUCKETS, 0.0, 1e9):  # every bound exactly, and past the last
+        own.labels("x").observe(a)
+        observe(fast.labels("x"), a)
+    assert _samples(fast) == pytest.approx(_samples(own))
+
+
+def test_children_are_the_metrics_own_looked_up_once() -> None:
+    hist = Histogram("c", "h", ("stage", "slo_class"), buckets=BUCKETS, registry=CollectorRegistry())
+    child = children(hist)
+    assert child("a", "B") is hist.labels("a", "B") is child("a", "B")
+    assert child("a", "A") is not child("a", "B")
 
 
 # --- which exporter, protocol and sampler the OTEL_* variables ask for -------

@@ -1,6 +1,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from services.ranker.fusion import (
     Fused,
@@ -71,6 +73,55 @@ def test_affinity_candidates_interleave_categories_by_weight() -> None:
     assert [i for i, _ in out] == ["t1", "t2", "n1"]
     assert affinity_candidates([("tech", 3.0), ("news", 1.0)], per_cat, 2) == out[:2]
     assert affinity_candidates([], per_cat, 5) == []
+
+
+# The rules as first written, one step per candidate: the ranker's own run the same
+# arithmetic in fewer steps (its CPU per request, docs/architecture.md), and must give
+# the same answer to the last bit.
+def _affinity_reference(
+    affinity: list[tuple[str, float]], per_cat: dict[str, list[tuple[str, float]]], limit: int
+) -> list[tuple[str, float]]:
+    total = sum(w for _, w in affinity) or 1.0
+    best: dict[str, float] = {}
+    for cat, w in affinity:
+        for rank, (item_id, _) in enumerate(per_cat.get(cat, ())):
+            s = (w / total) * rank_score(rank)
+            if s > best.get(item_id, 0.0):
+                best[item_id] = s
+    return sorted(best.items(), key=lambda kv: (-kv[1], kv[0]))[:limit]
+
+
+def _contributions_reference(fused: list[Fused]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for f in fused:
+        for s in f.sources:
+            out[s] = out.get(s, 0) + 1
+    return out
+
+
+ITEMS = st.sampled_from([f"i{n}" for n in range(40)])
+CATEGORIES = st.sampled_from(["tech", "news", "food", "music", "sport"])
+
+
+@given(
+    # weights from a few values: equal scores, whose order is by item id, are common
+    affinity=st.lists(
+        st.tuples(CATEGORIES, st.sampled_from([0.0, 1.0, 2.0, 0.3])), max_size=5, unique_by=lambda t: t[0]
+    ),
+    per_cat=st.dictionaries(CATEGORIES, st.lists(st.tuples(ITEMS, st.floats(0.0, 1.0)), max_size=60)),
+    limit=st.integers(0, 80),
+)
+def test_affinity_candidates_match_the_rule_step_by_step(
+    affinity: list[tuple[str, float]], per_cat: dict[str, list[tuple[str, float]]], limit: int
+) -> None:
+    assert affinity_candidates(affinity, per_cat, limit) == _affinity_reference(affinity, per_cat, limit)
+
+
+@given(st.dictionaries(st.sampled_from("abcd"), st.lists(st.tuples(ITEMS, st.just(1.0)), max_size=50)))
+def test_contributions_count_every_source_of_every_item(lists: dict[str, list[tuple[str, float]]]) -> None:
+    fused = fuse(lists, dict.fromkeys(lists, 1.0))
+    assert contributions(fused) == _contributions_reference(fused)
+    assert list(contributions(fused)) == list(_contributions_reference(fused))  # the same order, too
 
 
 def test_sigma_is_high_for_a_standout_neighbourhood_and_zero_for_a_flat_one() -> None:
