@@ -280,6 +280,24 @@ async def test_grpc_recommender(running: Running) -> None:
     assert labels == {"B", "invalid"}, f"gRPC Recommend labelled {labels}: not the granted class"
 
 
+def test_bench_graph_replays_the_rankers_graph_over_the_meshs_answers(running: Running) -> None:
+    """`recmesh bench graph` as a user runs it beside `recmesh up`: the ranker's graph
+    built in the bench's process from the same model directory, every node answered
+    while recording (nothing degraded: the feature and inference services answered
+    the CLI's certificate), then the replay's CPU per Rank."""
+    env = {**running.cli_env(), "RECMESH_MODEL_DIR": str(running.state / "models")}
+    out = subprocess.run(
+        [sys.executable, "-m", "recmesh.tools.cli.main", "bench", "graph", "--sample", "10", "--passes", "2",
+         "--repeat", "2", "--json"],
+        capture_output=True, text=True, check=True, env=env, timeout=120,
+    )  # fmt: skip
+    figures = json.loads(out.stdout.strip().splitlines()[-1])
+    assert figures["users"] == 10 and figures["ranks_per_repeat"] == 20
+    assert figures["degraded_when_recorded"] == [], figures
+    lo, hi = figures["cpu_ms_per_rank_range"]
+    assert 0 < lo <= figures["cpu_ms_per_rank"] <= hi
+
+
 def _process_env(running: Running, module: str) -> dict[str, str]:
     """What one child of `up` was started with (an attacker on the box as that user sees as much)."""
     for pid in child_pids(running.proc.pid):
