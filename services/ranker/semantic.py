@@ -69,7 +69,9 @@ class SemanticIndex:
     def search(self, vector: npt.NDArray[np.float32], k: int) -> list[tuple[str, float]]:
         """Up to k (item, cosine similarity) pairs, most similar first."""
         sims, rows = self._index.search(vector.reshape(1, -1), min(k, len(self._ids)))
-        return [(self._ids[int(r)], float(s)) for s, r in zip(sims[0], rows[0], strict=True) if r >= 0]
+        ids = self._ids
+        # as Python numbers first: stepping through NumPy arrays makes a scalar object per element
+        return [(ids[r], s) for s, r in zip(sims[0].tolist(), rows[0].tolist(), strict=True) if r >= 0]
 
 
 class IndexHolder(ReloadOnChange):

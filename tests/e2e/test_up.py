@@ -296,6 +296,9 @@ def test_bench_graph_replays_the_rankers_graph_over_the_meshs_answers(running: R
     assert figures["degraded_when_recorded"] == [], figures
     lo, hi = figures["cpu_ms_per_rank_range"]
     assert 0 < lo <= figures["cpu_ms_per_rank"] <= hi
+    # each node of the shipped graph with its own time
+    assert {"user", "popular", "fuse", "features", "score"} <= set(figures["node_ms_per_rank"])
+    assert all(ms >= 0 for ms in figures["node_ms_per_rank"].values())
 
 
 def _process_env(running: Running, module: str) -> dict[str, str]:

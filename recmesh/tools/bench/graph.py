@@ -9,7 +9,10 @@ mesh's feature and inference services once per user and keeps their answers,
 then replays those answers through the graph `--repeat` times, each Rank under
 an unsampled server span as the ranker's own server opens it (no exporter:
 the mesh's default). Printed: CPU ms per Rank (this process's CPU time over
-the replay), the median and range of the repeats. Nothing of gRPC, Redis or
+the replay), the median and range of the repeats, and each node's own time
+per Rank (its recorded answers return at once, so a node runs without
+suspending and its time is its CPU; what the nodes do not add up to is the
+graph's own scheduling: tasks, deadlines, spans). Nothing of gRPC, Redis or
 the services is in the figure, so it moves only with the graph's code:
 compare two trees by running it from each, alternated.
 """
@@ -83,6 +86,7 @@ async def run(users: list[str], repeat: int, passes: int) -> dict[str, Any]:
         degraded.update(ranked.degraded)
         answers[user] = (features.answers, inference.answers)
     features.replaying = inference.replaying = True
+    before = _stage_seconds()
     per_rank_ms: list[float] = []
     for _ in range(repeat):
         started = time.process_time()
@@ -92,13 +96,32 @@ async def run(users: list[str], repeat: int, passes: int) -> dict[str, Any]:
                 with request_scope("B", 1.0), server.start_as_current_span("Rank"):
                     await pipeline.rank(user, 10, as_of)
         per_rank_ms.append((time.process_time() - started) / (passes * len(users)) * 1000)
+    ranks = repeat * passes * len(users)
+    after = _stage_seconds()
+    by_node = {n: round((after[n] - before.get(n, 0.0)) / ranks * 1000, 3) for n in after}
     return {
         "users": len(users),
         "ranks_per_repeat": passes * len(users),
         "cpu_ms_per_rank": round(percentile(per_rank_ms, 50), 3),
         "cpu_ms_per_rank_range": [round(min(per_rank_ms), 3), round(max(per_rank_ms), 3)],
         "degraded_when_recorded": sorted(degraded),
+        # each node's own time per Rank (its answers are in memory: it runs without
+        # suspending, so its time is its CPU); the rest is the graph's scheduling
+        "node_ms_per_rank": dict(sorted(by_node.items(), key=lambda kv: -kv[1])),
     }
+
+
+def _stage_seconds() -> dict[str, float]:
+    """Seconds each node of the graph has run so far in this process (the ranker's stage histogram)."""
+    from services.ranker.pipeline import STAGE_LATENCY
+
+    out: dict[str, float] = {}
+    for metric in STAGE_LATENCY.collect():
+        for sample in metric.samples:
+            if sample.name.endswith("_sum"):
+                node = sample.labels["stage"]
+                out[node] = out.get(node, 0.0) + sample.value
+    return out
 
 
 def main(args: Any) -> int:
@@ -108,7 +131,9 @@ def main(args: Any) -> int:
     table = (
         f"the ranker's graph alone, {figures['users']} users' recorded answers replayed "
         f"{args.repeat} x {figures['ranks_per_repeat']} Ranks: {figures['cpu_ms_per_rank']} ms CPU per Rank "
-        f"(range {lo}-{hi})\n  degraded while recording: {figures['degraded_when_recorded'] or 'none'}"
+        f"(range {lo}-{hi})\n  each node's own ms per Rank: "
+        + ", ".join(f"{n} {ms}" for n, ms in figures["node_ms_per_rank"].items())
+        + f"\n  degraded while recording: {figures['degraded_when_recorded'] or 'none'}"
     )
     emit(figures, args.json, table)
     return 0
