@@ -62,6 +62,7 @@ async def run(users: list[str], repeat: int, passes: int) -> dict[str, Any]:
 
     from recmesh.clients.feature import FeatureClient
     from recmesh.clients.inference import InferenceClient
+    from recmesh.errors import RecmeshError, Unavailable
     from recmesh.features.repository import served_feature_set
     from recmesh.resilience import request_scope
     from recmesh.settings import RankerSettings
@@ -81,8 +82,15 @@ async def run(users: list[str], repeat: int, passes: int) -> dict[str, Any]:
     degraded: set[str] = set()
     for user in users:  # recorded: each user's calls once, against the running mesh
         features.answers, inference.answers = {}, {}
-        with request_scope("B", 1.0):
-            ranked = await pipeline.rank(user, 10, as_of)
+        try:
+            with request_scope("B", 1.0):
+                ranked = await pipeline.rank(user, 10, as_of)
+        except RecmeshError as err:
+            raise Unavailable(
+                f"{err} (bench graph records a running mesh's answers: start it with `recmesh up` and "
+                f"source its <state dir>/secrets/cli.env; feature at {settings.feature_addr}, inference at "
+                f"{settings.inference_addr})"
+            ) from None
         degraded.update(ranked.degraded)
         answers[user] = (features.answers, inference.answers)
     features.replaying = inference.replaying = True
