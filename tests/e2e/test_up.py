@@ -101,7 +101,12 @@ def running(
 
 
 async def test_ready_events_and_recommendations(running: Running) -> None:
-    async with httpx.AsyncClient(base_url=running.http, timeout=5) as http:
+    # The wait for the posted clicks below can leave the connection idle past the
+    # gateway's keep-alive (uvicorn's 5 s): a request sent as the server closes it
+    # reads nothing (httpx.ReadError, seen once on a slow box). A client forgets
+    # an idle connection sooner than the server does, as one should.
+    limits = httpx.Limits(keepalive_expiry=2.0)
+    async with httpx.AsyncClient(base_url=running.http, timeout=5, limits=limits) as http:
         ready = await http.get("/readyz")
         assert ready.status_code == 200, ready.text
         assert ready.json()["checks"] == {
