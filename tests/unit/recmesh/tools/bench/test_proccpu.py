@@ -18,10 +18,14 @@ from recmesh.tools.bench.sweep import cpu_line
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="kills its process group (os.killpg)")
 
 SPIN = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.3: pass\ntime.sleep(30)"
+# The idle child first, given a second to start (its interpreter and imports cost ~50 ms of
+# CPU on a slow box, which fell inside the measured window and made it look busy), then the
+# spinner, whose start-up and 0.3 s of spinning are what the window measures.
 PARENT = f"""
 import subprocess, sys, time
-subprocess.Popen([sys.executable, "-c", {SPIN!r}])
 subprocess.Popen([sys.executable, "-m", "timeit", "-n", "1", "import time; time.sleep(30)"])
+time.sleep(1.0)
+subprocess.Popen([sys.executable, "-c", {SPIN!r}])
 print("ready", flush=True)
 time.sleep(30)
 """
